@@ -1,0 +1,62 @@
+//! The interface every backend offers the server: batch first.
+//!
+//! A backend takes a slice of commands and answers each, in order, with exactly the outcome the
+//! command would get alone; a single request is a batch of one. The embedded engine and the
+//! Redis backend implement this trait; the server holds a `dyn Backend` and never knows which.
+//! `BackendError` means "could not find out": the caller must not claim any change happened.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::command::{Command, Outcome};
+use crate::record::Event;
+
+pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, BackendError>> + Send + 'a>>;
+
+/// The backend could not be reached or could not tell whether a change happened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    #[error("backend unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// One page of the ordered event feed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventPage {
+    pub events: Vec<Event>,
+    /// Seq of the last event returned, or the `after` asked for when none is.
+    pub next_after: u64,
+}
+
+/// Counters and gauges a backend exposes for `/metrics`. Names are Prometheus-ready
+/// (snake_case, unit last); the server adds the `stockd_` prefix and renders them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BackendStats {
+    /// Hold transitions by outcome (`held`, `confirmed`, `released`, `expired`, `refunded`).
+    pub hold_transitions: Vec<(&'static str, u64)>,
+    /// How late expiries ran after their deadline: cumulative counts per upper bound (ms).
+    pub expiry_lag_ms_buckets: Vec<(f64, u64)>,
+    pub expiry_lag_ms_sum: f64,
+    pub expiry_lag_count: u64,
+    /// Point-in-time values (`pools`, `holds`, `waiters`, ...).
+    pub gauges: Vec<(&'static str, f64)>,
+    /// Monotonic counters (`wal_syncs_total`, ...).
+    pub counters: Vec<(&'static str, u64)>,
+}
+
+pub trait Backend: Send + Sync + 'static {
+    /// Applies `commands` in order; the answer has one outcome per command. A reserve or lock
+    /// acquire with `wait_ms` may wait, and later commands of the batch wait for it.
+    fn execute(&self, commands: Vec<Command>) -> BackendFuture<'_, Vec<Outcome>>;
+
+    /// Events with seq > `after`, at most `limit`; waits up to `wait_ms` for the first one.
+    fn events(&self, after: u64, limit: usize, wait_ms: u64) -> BackendFuture<'_, EventPage>;
+
+    /// Ok when the backend can serve writes now.
+    fn ready(&self) -> BackendFuture<'_, ()>;
+
+    fn stats(&self) -> BackendStats;
+
+    /// Stops accepting work, finishes what was accepted and makes it durable.
+    fn shutdown(&self) -> BackendFuture<'_, ()>;
+}

@@ -1,0 +1,231 @@
+//! Commands: what a client can ask of a backend, and what it gets back.
+//!
+//! A command carries already-parsed identifiers; [`Command::validate`] checks every range and
+//! shape rule of the contract without looking at any state, so that validation always comes
+//! before lookup. The core calls it first thing; a backend that does not run the core (Redis)
+//! must call it too.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::ids::{is_id_byte, HoldId, LockName, OwnerId, PoolId, UserId};
+use crate::limits::*;
+use crate::view::{HoldView, PoolView};
+
+/// The rule fields and total of a pool, as given to `PUT /v1/pools/{pool}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolSpec {
+    pub total: u64,
+    pub per_user_limit: Option<u64>,
+    pub starts_at_ms: Option<u64>,
+    pub ends_at_ms: Option<u64>,
+    pub low_stock_threshold: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldItemRequest {
+    pub pool: PoolId,
+    pub qty: u64,
+}
+
+/// A reserve (`POST /v1/holds`). `ttl_ms`, `confirm` and `wait_ms` carry their defaults already.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReserveRequest {
+    pub hold_id: HoldId,
+    pub user: Option<UserId>,
+    pub items: Vec<HoldItemRequest>,
+    pub ttl_ms: u64,
+    pub confirm: bool,
+    pub wait_ms: u64,
+}
+
+/// A lock acquisition (`POST /v1/locks/{name}/acquire`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockRequest {
+    pub name: LockName,
+    pub owner: OwnerId,
+    pub ttl_ms: u64,
+    pub wait_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    PutPool {
+        pool: PoolId,
+        spec: PoolSpec,
+        if_absent: bool,
+    },
+    Restock {
+        pool: PoolId,
+        delta: i64,
+    },
+    GetPool {
+        pool: PoolId,
+    },
+    ListPools {
+        prefix: String,
+        after: Option<String>,
+        limit: usize,
+    },
+    DeletePool {
+        pool: PoolId,
+    },
+    Reserve(ReserveRequest),
+    Confirm {
+        hold_id: HoldId,
+    },
+    Release {
+        hold_id: HoldId,
+    },
+    Refund {
+        hold_id: HoldId,
+    },
+    Extend {
+        hold_id: HoldId,
+        ttl_ms: u64,
+    },
+    GetHold {
+        hold_id: HoldId,
+    },
+    LockAcquire(LockRequest),
+    LockRenew {
+        name: LockName,
+        owner: OwnerId,
+        token: u64,
+        ttl_ms: u64,
+    },
+    LockRelease {
+        name: LockName,
+        owner: OwnerId,
+        token: u64,
+    },
+}
+
+/// A successful answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// `created` is true when the command created the pool.
+    Pool { pool: PoolView, created: bool },
+    PoolList {
+        pools: Vec<PoolView>,
+        next: Option<PoolId>,
+    },
+    PoolDeleted,
+    /// `created` is true when this command created the hold (201), false on a replay (200).
+    Hold { hold: HoldView, created: bool },
+    Lock { token: u64, expires_at_ms: u64 },
+    LockReleased,
+}
+
+pub type Outcome = Result<Reply, Error>;
+
+fn check_range(name: &str, value: u64, min: u64, max: u64) -> Result<(), Error> {
+    if value < min || value > max {
+        return Err(Error::invalid(format!(
+            "{name} must be in {min}..={max}, got {value}"
+        )));
+    }
+    Ok(())
+}
+
+impl PoolSpec {
+    pub fn validate(&self) -> Result<(), Error> {
+        check_range("total", self.total, 0, TOTAL_MAX)?;
+        if let Some(limit) = self.per_user_limit {
+            check_range("per_user_limit", limit, 1, PER_USER_LIMIT_MAX)?;
+        }
+        if let Some(t) = self.starts_at_ms {
+            check_range("starts_at_ms", t, 0, TIME_MS_MAX)?;
+        }
+        if let Some(t) = self.ends_at_ms {
+            check_range("ends_at_ms", t, 0, TIME_MS_MAX)?;
+        }
+        if let Some(threshold) = self.low_stock_threshold {
+            check_range("low_stock_threshold", threshold, 0, TOTAL_MAX)?;
+        }
+        Ok(())
+    }
+}
+
+impl ReserveRequest {
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.items.is_empty() || self.items.len() > HOLD_ITEMS_MAX {
+            return Err(Error::invalid(format!(
+                "items must have 1..={HOLD_ITEMS_MAX} entries, got {}",
+                self.items.len()
+            )));
+        }
+        let mut seen = HashSet::with_capacity(self.items.len());
+        for item in &self.items {
+            check_range("qty", item.qty, 1, QTY_MAX)?;
+            if !seen.insert(item.pool.as_str()) {
+                return Err(Error::invalid(format!(
+                    "pool {} appears more than once in items",
+                    item.pool
+                )));
+            }
+        }
+        check_range("ttl_ms", self.ttl_ms, HOLD_TTL_MS_MIN, HOLD_TTL_MS_MAX)?;
+        check_range("wait_ms", self.wait_ms, 0, WAIT_MS_MAX)
+    }
+}
+
+impl Command {
+    /// Checks every rule that needs no state. Validation comes before any lookup.
+    pub fn validate(&self) -> Result<(), Error> {
+        match self {
+            Command::PutPool { spec, .. } => spec.validate(),
+            Command::Restock { delta, .. } => {
+                if *delta == 0 || delta.unsigned_abs() > TOTAL_MAX {
+                    return Err(Error::invalid(format!(
+                        "delta must be non-zero and within -{TOTAL_MAX}..={TOTAL_MAX}, got {delta}"
+                    )));
+                }
+                Ok(())
+            }
+            Command::ListPools {
+                prefix,
+                after,
+                limit,
+            } => {
+                if prefix.len() > ID_LEN_MAX || !prefix.bytes().all(is_id_byte) {
+                    return Err(Error::invalid(
+                        "prefix must be at most 128 bytes of A-Z a-z 0-9 . _ : -",
+                    ));
+                }
+                if let Some(after) = after {
+                    PoolId::parse(after).map_err(|e| Error::invalid(format!("after: {e}")))?;
+                }
+                check_range("limit", *limit as u64, 1, POOL_LIST_LIMIT_MAX as u64)
+            }
+            Command::Reserve(request) => request.validate(),
+            Command::Extend { ttl_ms, .. } => {
+                check_range("ttl_ms", *ttl_ms, HOLD_TTL_MS_MIN, HOLD_TTL_MS_MAX)
+            }
+            Command::LockAcquire(request) => {
+                check_range("ttl_ms", request.ttl_ms, LOCK_TTL_MS_MIN, LOCK_TTL_MS_MAX)?;
+                check_range("wait_ms", request.wait_ms, 0, WAIT_MS_MAX)
+            }
+            Command::LockRenew { ttl_ms, .. } => {
+                check_range("ttl_ms", *ttl_ms, LOCK_TTL_MS_MIN, LOCK_TTL_MS_MAX)
+            }
+            Command::GetPool { .. }
+            | Command::DeletePool { .. }
+            | Command::Confirm { .. }
+            | Command::Release { .. }
+            | Command::Refund { .. }
+            | Command::GetHold { .. }
+            | Command::LockRelease { .. } => Ok(()),
+        }
+    }
+
+    /// Whether this command only reads (it may still expire a hold whose deadline passed).
+    pub fn is_read(&self) -> bool {
+        matches!(
+            self,
+            Command::GetPool { .. } | Command::ListPools { .. } | Command::GetHold { .. }
+        )
+    }
+}

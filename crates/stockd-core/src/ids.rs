@@ -1,0 +1,141 @@
+//! Validated identifiers. Parse, don't validate: an id that exists as one of these types is
+//! already known to be 1..=128 bytes of `[A-Za-z0-9._:-]` starting with an alphanumeric byte.
+//! Ids are reference-counted so that cloning one into a record, an event or an index is cheap.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::limits::ID_LEN_MAX;
+
+/// Why a string is not a valid identifier.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    #[error("must not be empty")]
+    Empty,
+    #[error("must be at most {ID_LEN_MAX} bytes")]
+    TooLong,
+    #[error("must start with a letter or digit")]
+    BadFirstByte,
+    #[error("may only contain A-Z a-z 0-9 . _ : -")]
+    BadByte,
+}
+
+/// Checks the identifier grammar shared by pools, holds, users and locks.
+pub fn check_id(text: &str) -> Result<(), IdError> {
+    let bytes = text.as_bytes();
+    let first = *bytes.first().ok_or(IdError::Empty)?;
+    if bytes.len() > ID_LEN_MAX {
+        return Err(IdError::TooLong);
+    }
+    if !first.is_ascii_alphanumeric() {
+        return Err(IdError::BadFirstByte);
+    }
+    if !bytes.iter().all(|&b| is_id_byte(b)) {
+        return Err(IdError::BadByte);
+    }
+    Ok(())
+}
+
+/// Whether `b` may appear in an identifier (also used to check list prefixes).
+pub fn is_id_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-')
+}
+
+macro_rules! identifier {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(Arc<str>);
+
+        impl $name {
+            pub fn parse(text: &str) -> Result<Self, IdError> {
+                check_id(text)?;
+                Ok(Self(Arc::from(text)))
+            }
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&*self.0, f)
+            }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+        impl Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+        impl TryFrom<&str> for $name {
+            type Error = IdError;
+            fn try_from(text: &str) -> Result<Self, IdError> {
+                Self::parse(text)
+            }
+        }
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
+            }
+        }
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+                Self::parse(&text).map_err(|e| {
+                    serde::de::Error::custom(format_args!(
+                        concat!("invalid ", stringify!($name), " {:?}: {}"),
+                        text, e
+                    ))
+                })
+            }
+        }
+    };
+}
+
+identifier!(
+    /// A pool of countable stock (a SKU, a coupon batch, a team's slots).
+    PoolId
+);
+identifier!(
+    /// A hold, chosen by the client; the idempotency key of a reserve.
+    HoldId
+);
+identifier!(
+    /// A buyer, needed for per-user limits.
+    UserId
+);
+identifier!(
+    /// A lease lock.
+    LockName
+);
+identifier!(
+    /// The holder of a lease lock.
+    OwnerId
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grammar_edges() {
+        assert!(PoolId::parse("a").is_ok());
+        assert!(PoolId::parse(&"a".repeat(128)).is_ok());
+        assert_eq!(PoolId::parse(&"a".repeat(129)), Err(IdError::TooLong));
+        assert_eq!(PoolId::parse(""), Err(IdError::Empty));
+        assert_eq!(PoolId::parse("-a"), Err(IdError::BadFirstByte));
+        assert_eq!(PoolId::parse(".a"), Err(IdError::BadFirstByte));
+        assert_eq!(PoolId::parse("a b"), Err(IdError::BadByte));
+        assert_eq!(PoolId::parse("a/b"), Err(IdError::BadByte));
+        assert_eq!(PoolId::parse("aé"), Err(IdError::BadByte));
+        assert!(PoolId::parse("Sku-1.2_x:y").is_ok());
+        assert!(PoolId::parse("9").is_ok());
+    }
+}

@@ -1,0 +1,124 @@
+//! Records and events.
+//!
+//! A [`Record`] is one durable state change: what the write-ahead log stores and what recovery
+//! replays. Replaying the same records in the same order rebuilds the same state, event seqs
+//! included, because [`crate::State::apply_record`] is deterministic.
+//!
+//! An [`Event`] is what the ordered feed (`GET /v1/events`) shows. Events are derived from
+//! records while they are applied; a record may yield none (locks), one, or several (a hold that
+//! brings a pool to its low-stock threshold yields `held` then `low_stock`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::PoolSpec;
+use crate::ids::{HoldId, LockName, OwnerId, PoolId, UserId};
+use crate::view::HoldItemView;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    pub at_ms: u64,
+    pub change: Change,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    PoolUpserted {
+        pool: PoolId,
+        spec: PoolSpec,
+    },
+    Restocked {
+        pool: PoolId,
+        delta: i64,
+    },
+    PoolDeleted {
+        pool: PoolId,
+    },
+    Held {
+        hold_id: HoldId,
+        user: Option<UserId>,
+        items: Vec<HoldItemView>,
+        confirm: bool,
+        expires_at_ms: u64,
+    },
+    Confirmed {
+        hold_id: HoldId,
+    },
+    Released {
+        hold_id: HoldId,
+    },
+    Expired {
+        hold_id: HoldId,
+    },
+    Refunded {
+        hold_id: HoldId,
+    },
+    Extended {
+        hold_id: HoldId,
+        expires_at_ms: u64,
+    },
+    LockAcquired {
+        name: LockName,
+        owner: OwnerId,
+        token: u64,
+        expires_at_ms: u64,
+    },
+    LockRenewed {
+        name: LockName,
+        expires_at_ms: u64,
+    },
+    LockReleased {
+        name: LockName,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    PoolUpserted,
+    Restocked,
+    PoolDeleted,
+    Held,
+    Confirmed,
+    Released,
+    Expired,
+    Refunded,
+    Extended,
+    LowStock,
+}
+
+/// One entry of the ordered event feed. Fields that do not apply to the event's type are absent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: u64,
+    pub at_ms: u64,
+    #[serde(rename = "type")]
+    pub kind: EventKind,
+    pub pool: Option<PoolId>,
+    pub hold_id: Option<HoldId>,
+    pub user: Option<UserId>,
+    pub items: Option<Vec<HoldItemView>>,
+    pub available: Option<u64>,
+    pub total: Option<u64>,
+    pub delta: Option<i64>,
+    pub low_stock_threshold: Option<u64>,
+    pub expires_at_ms: Option<u64>,
+}
+
+impl Event {
+    pub(crate) fn new(seq: u64, at_ms: u64, kind: EventKind) -> Self {
+        Event {
+            seq,
+            at_ms,
+            kind,
+            pool: None,
+            hold_id: None,
+            user: None,
+            items: None,
+            available: None,
+            total: None,
+            delta: None,
+            low_stock_threshold: None,
+            expires_at_ms: None,
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! What clients see of pools and holds: plain data, built from the state on demand.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{HoldId, PoolId, UserId};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolView {
+    pub pool: PoolId,
+    pub total: u64,
+    pub available: u64,
+    pub held: u64,
+    pub sold: u64,
+    pub per_user_limit: Option<u64>,
+    pub starts_at_ms: Option<u64>,
+    pub ends_at_ms: Option<u64>,
+    pub low_stock_threshold: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldStatus {
+    Held,
+    Confirmed,
+    Released,
+    Expired,
+    Refunded,
+}
+
+impl HoldStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldStatus::Held => "held",
+            HoldStatus::Confirmed => "confirmed",
+            HoldStatus::Released => "released",
+            HoldStatus::Expired => "expired",
+            HoldStatus::Refunded => "refunded",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldItemView {
+    pub pool: PoolId,
+    pub qty: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldView {
+    pub hold_id: HoldId,
+    pub status: HoldStatus,
+    pub user: Option<UserId>,
+    pub items: Vec<HoldItemView>,
+    pub created_at_ms: u64,
+    pub expires_at_ms: u64,
+    pub finished_at_ms: Option<u64>,
+}
