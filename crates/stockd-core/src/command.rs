@@ -107,15 +107,24 @@ pub enum Command {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     /// `created` is true when the command created the pool.
-    Pool { pool: PoolView, created: bool },
+    Pool {
+        pool: PoolView,
+        created: bool,
+    },
     PoolList {
         pools: Vec<PoolView>,
         next: Option<PoolId>,
     },
     PoolDeleted,
     /// `created` is true when this command created the hold (201), false on a replay (200).
-    Hold { hold: HoldView, created: bool },
-    Lock { token: u64, expires_at_ms: u64 },
+    Hold {
+        hold: HoldView,
+        created: bool,
+    },
+    Lock {
+        token: u64,
+        expires_at_ms: u64,
+    },
     LockReleased,
 }
 
@@ -218,6 +227,15 @@ impl Command {
             | Command::Refund { .. }
             | Command::GetHold { .. }
             | Command::LockRelease { .. } => Ok(()),
+        }
+    }
+
+    /// Whether this command may park until stock or a lock frees up (`wait_ms` > 0).
+    pub fn may_wait(&self) -> bool {
+        match self {
+            Command::Reserve(request) => request.wait_ms > 0,
+            Command::LockAcquire(request) => request.wait_ms > 0,
+            _ => false,
         }
     }
 

@@ -19,7 +19,9 @@ use serde::{Deserialize, Serialize};
 use crate::command::{Command, LockRequest, Outcome, PoolSpec, Reply, ReserveRequest};
 use crate::error::Error;
 use crate::ids::{HoldId, LockName, OwnerId, PoolId, UserId};
-use crate::limits::{CONFIRMED_RETENTION_MS_DEFAULT, HOLD_RETENTION_MS_DEFAULT, WAITERS_PER_KEY_MAX};
+use crate::limits::{
+    CONFIRMED_RETENTION_MS_DEFAULT, HOLD_RETENTION_MS_DEFAULT, WAITERS_PER_KEY_MAX,
+};
 use crate::record::{Change, Event, EventKind, Record};
 use crate::view::{HoldItemView, HoldStatus, HoldView, PoolView};
 
@@ -205,7 +207,9 @@ impl State {
                     .push(Reverse((hold.expires_at_ms, hold_id.clone()))),
                 Some(finished_at_ms) => {
                     let purge_at_ms = finished_at_ms + state.retention_ms(hold.status);
-                    state.purge_queue.push(Reverse((purge_at_ms, hold_id.clone())));
+                    state
+                        .purge_queue
+                        .push(Reverse((purge_at_ms, hold_id.clone())));
                 }
             }
         }
@@ -860,11 +864,10 @@ impl State {
 
     /// A held hold whose deadline has passed is expired now, whether or not a sweep ran.
     fn expire_if_due(&mut self, hold_id: &HoldId, now_ms: u64, effects: &mut Effects) {
-        let due = self
-            .data
-            .holds
-            .get(hold_id)
-            .is_some_and(|hold| hold.status == HoldStatus::Held && now_ms >= hold.expires_at_ms);
+        let due =
+            self.data.holds.get(hold_id).is_some_and(|hold| {
+                hold.status == HoldStatus::Held && now_ms >= hold.expires_at_ms
+            });
         if due {
             self.commit(
                 now_ms,
@@ -1125,7 +1128,11 @@ impl State {
             } => {
                 let mut lines = Vec::with_capacity(items.len());
                 for item in items {
-                    let pool = self.data.pools.get_mut(&item.pool).expect("held pool exists");
+                    let pool = self
+                        .data
+                        .pools
+                        .get_mut(&item.pool)
+                        .expect("held pool exists");
                     let before = pool.available;
                     assert!(pool.available >= item.qty, "held more than available");
                     pool.available -= item.qty;
@@ -1165,12 +1172,20 @@ impl State {
                 self.flush_low_stock(at_ms, events);
             }
             Change::Confirmed { hold_id } => {
-                let hold = self.data.holds.get_mut(hold_id).expect("confirmed hold exists");
+                let hold = self
+                    .data
+                    .holds
+                    .get_mut(hold_id)
+                    .expect("confirmed hold exists");
                 assert_eq!(hold.status, HoldStatus::Held, "confirmed a hold not held");
                 hold.status = HoldStatus::Confirmed;
                 hold.finished_at_ms = Some(at_ms);
                 for line in &hold.lines {
-                    let pool = self.data.pools.get_mut(&line.pool).expect("pool of held hold");
+                    let pool = self
+                        .data
+                        .pools
+                        .get_mut(&line.pool)
+                        .expect("pool of held hold");
                     pool.held -= line.qty;
                     pool.sold += line.qty;
                 }
@@ -1185,12 +1200,20 @@ impl State {
                     Change::Released { .. } => (HoldStatus::Released, EventKind::Released),
                     _ => (HoldStatus::Expired, EventKind::Expired),
                 };
-                let hold = self.data.holds.get_mut(hold_id).expect("released hold exists");
+                let hold = self
+                    .data
+                    .holds
+                    .get_mut(hold_id)
+                    .expect("released hold exists");
                 assert_eq!(hold.status, HoldStatus::Held, "released a hold not held");
                 hold.status = status;
                 hold.finished_at_ms = Some(at_ms);
                 for line in &hold.lines {
-                    let pool = self.data.pools.get_mut(&line.pool).expect("pool of held hold");
+                    let pool = self
+                        .data
+                        .pools
+                        .get_mut(&line.pool)
+                        .expect("pool of held hold");
                     let before = pool.available;
                     pool.held -= line.qty;
                     pool.available += line.qty;
@@ -1206,8 +1229,16 @@ impl State {
                 self.flush_low_stock(at_ms, events);
             }
             Change::Refunded { hold_id } => {
-                let hold = self.data.holds.get_mut(hold_id).expect("refunded hold exists");
-                assert_eq!(hold.status, HoldStatus::Confirmed, "refunded unconfirmed hold");
+                let hold = self
+                    .data
+                    .holds
+                    .get_mut(hold_id)
+                    .expect("refunded hold exists");
+                assert_eq!(
+                    hold.status,
+                    HoldStatus::Confirmed,
+                    "refunded unconfirmed hold"
+                );
                 hold.status = HoldStatus::Refunded;
                 hold.finished_at_ms = Some(at_ms);
                 for line in &hold.lines {
@@ -1231,7 +1262,11 @@ impl State {
                 hold_id,
                 expires_at_ms,
             } => {
-                let hold = self.data.holds.get_mut(hold_id).expect("extended hold exists");
+                let hold = self
+                    .data
+                    .holds
+                    .get_mut(hold_id)
+                    .expect("extended hold exists");
                 assert_eq!(hold.status, HoldStatus::Held, "extended a hold not held");
                 hold.expires_at_ms = *expires_at_ms;
                 self.expiry_queue
@@ -1291,6 +1326,7 @@ impl State {
     ) {
         let hold = &self.data.holds[hold_id];
         let user = hold.user.clone();
+        let expires_at_ms = hold.expires_at_ms;
         let items = hold
             .lines
             .iter()
@@ -1303,6 +1339,7 @@ impl State {
         event.hold_id = Some(hold_id.clone());
         event.user = user;
         event.items = Some(items);
+        event.expires_at_ms = Some(expires_at_ms);
         events.push(event);
     }
 

@@ -1,0 +1,352 @@
+//! The embedded backend: the whole stockd state in memory, made durable by a write-ahead log.
+//!
+//! Three threads, each with one job:
+//! - the **writer** owns the [`stockd_core::State`] and is the only thread that decides. It
+//!   takes every queued request at once (a batch), reads the clock once, applies expiry and the
+//!   commands through the core, and hands the batch's records and answers to the log thread.
+//!   One ordered writer means no locks around stock arithmetic and no way to interleave two
+//!   decisions on the same pool.
+//! - the **log** thread appends each batch's records to the log and fsyncs once for everything
+//!   that queued up meanwhile (group commit), and only then releases the answers and events.
+//!   No client ever sees a change, even in a read, before it is on disk.
+//! - the **snapshot** thread writes snapshots the writer serialised, so that restart time stays
+//!   bounded and old log segments can go.
+//!
+//! The writer runs ahead of the fsync (it applies batch N+1 while batch N syncs). That is safe
+//! because answers leave in log order: an answer that depends on batch N is released only after
+//! batch N is durable. This crate must never decide a business rule; it only orders, persists
+//! and times what the core decides.
+
+pub mod clock;
+mod feed;
+mod stats;
+pub mod storage;
+mod writer;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use stockd_core::{
+    Backend, BackendError, BackendFuture, BackendStats, Command, EventPage, Outcome, State,
+    StateConfig,
+};
+use tokio::sync::oneshot;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+use feed::Feed;
+use stats::Stats;
+use storage::{Storage, StorageConfig, StorageError};
+use writer::{LogJob, Request};
+
+/// Settings of the embedded engine.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub data_dir: PathBuf,
+    pub state: StateConfig,
+    /// Events kept for the feed (in memory and in snapshots); older ones are dropped.
+    pub event_retention_max: usize,
+    /// A snapshot is taken after this many records since the last one.
+    pub snapshot_every_records: u64,
+    /// A log segment is closed and a new one started past this size.
+    pub segment_bytes_max: u64,
+    /// Requests queued for the writer; past it, requests are refused (503) instead of
+    /// queueing without bound.
+    pub queue_depth_max: usize,
+    /// Commands the writer takes into one batch at most.
+    pub batch_commands_max: usize,
+}
+
+impl EngineConfig {
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        EngineConfig {
+            data_dir: data_dir.into(),
+            state: StateConfig::default(),
+            event_retention_max: 1_000_000,
+            snapshot_every_records: 1_000_000,
+            segment_bytes_max: 64 * 1024 * 1024,
+            queue_depth_max: 65_536,
+            batch_commands_max: 8_192,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("storage: {0}")]
+    Storage(#[from] StorageError),
+    #[error("cannot decode {what}: {source}")]
+    Decode {
+        what: &'static str,
+        source: postcard::Error,
+    },
+    #[error("recovered state breaks an invariant: {0}")]
+    Invariant(String),
+    #[error("cannot start engine thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// The on-disk shape of a snapshot: the core's durable state plus the retained event feed.
+#[derive(serde::Serialize)]
+struct SnapshotRef<'a> {
+    state: &'a stockd_core::Snapshot,
+    events: Vec<&'a stockd_core::Event>,
+}
+
+#[derive(serde::Deserialize)]
+struct SnapshotOwned {
+    state: stockd_core::Snapshot,
+    events: Vec<stockd_core::Event>,
+}
+
+/// Shared between the handle, the writer and the log thread.
+struct Shared {
+    feed: Feed,
+    stats: Stats,
+    /// Set when the log could not be written: from then on nothing is acknowledged, since the
+    /// in-memory state may be ahead of the disk (fail-stop).
+    failure: Mutex<Option<String>>,
+}
+
+impl Shared {
+    fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn fail(&self, why: String) {
+        tracing::error!(%why, "write-ahead log failed; refusing all further writes");
+        let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        failure.get_or_insert(why);
+    }
+}
+
+/// A handle to a running embedded engine. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    requests: SyncSender<Request>,
+    shared: Arc<Shared>,
+    threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    stopped: Arc<AtomicBool>,
+}
+
+impl Engine {
+    /// Opens the data directory, recovers snapshot + log, and starts the engine threads.
+    pub fn open(config: EngineConfig, clock: Arc<dyn Clock>) -> Result<Engine, EngineError> {
+        let (storage, recovered) = Storage::open(StorageConfig {
+            dir: config.data_dir.clone(),
+            segment_bytes_max: config.segment_bytes_max,
+        })?;
+        if recovered.truncated_tail_bytes > 0 {
+            tracing::warn!(
+                bytes = recovered.truncated_tail_bytes,
+                "cut a torn tail off the write-ahead log (a write that was never acknowledged)"
+            );
+        }
+        let shared = Arc::new(Shared {
+            feed: Feed::new(config.event_retention_max),
+            stats: Stats::default(),
+            failure: Mutex::new(None),
+        });
+        let mut state = match &recovered.snapshot {
+            Some(bytes) => {
+                let snapshot: SnapshotOwned =
+                    postcard::from_bytes(bytes).map_err(|source| EngineError::Decode {
+                        what: "snapshot",
+                        source,
+                    })?;
+                shared.feed.append(snapshot.events);
+                State::from_snapshot(config.state, snapshot.state)
+            }
+            None => State::new(config.state),
+        };
+        let mut events = Vec::new();
+        let mut replayed = 0u64;
+        for (_lsn, payload) in &recovered.records {
+            let records: Vec<stockd_core::Record> =
+                postcard::from_bytes(payload).map_err(|source| EngineError::Decode {
+                    what: "log record",
+                    source,
+                })?;
+            for record in &records {
+                state.apply_record(record, &mut events);
+            }
+            replayed += records.len() as u64;
+            shared.feed.append(events.drain(..));
+        }
+        state.check_invariants().map_err(EngineError::Invariant)?;
+        shared.feed.mark_durable(state.next_seq() - 1);
+        shared
+            .stats
+            .recovered_records
+            .store(replayed, Ordering::Relaxed);
+        tracing::info!(
+            pools = state.pool_count(),
+            holds = state.hold_count(),
+            replayed_records = replayed,
+            snapshot_lsn = recovered.snapshot_lsn,
+            "recovered"
+        );
+
+        let (request_tx, request_rx) = mpsc::sync_channel(config.queue_depth_max);
+        let (log_tx, log_rx) = mpsc::channel::<LogJob>();
+        let next_lsn = storage.last_lsn() + 1;
+        let log_shared = shared.clone();
+        let log_thread = std::thread::Builder::new()
+            .name("stockd-log".into())
+            .spawn(move || writer::run_log(storage, log_rx, log_shared))?;
+        let writer = writer::Writer::new(
+            state,
+            config.clone(),
+            clock,
+            shared.clone(),
+            log_tx,
+            next_lsn,
+            replayed,
+        );
+        let writer_thread = std::thread::Builder::new()
+            .name("stockd-writer".into())
+            .spawn(move || writer.run(request_rx))?;
+        Ok(Engine {
+            requests: request_tx,
+            shared,
+            threads: Arc::new(Mutex::new(vec![writer_thread, log_thread])),
+            stopped: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    fn submit(
+        &self,
+        commands: Vec<Command>,
+    ) -> oneshot::Receiver<Result<Vec<Outcome>, BackendError>> {
+        let (reply, answer) = oneshot::channel();
+        let request = Request::Execute { commands, reply };
+        if let Err(error) = self.requests.try_send(request) {
+            let why = match error {
+                TrySendError::Full(_) => "overloaded: the writer queue is full",
+                TrySendError::Disconnected(_) => "the engine is stopped",
+            };
+            let (reply, answer) = oneshot::channel();
+            let _ = reply.send(Err(BackendError::Unavailable(why.into())));
+            return answer;
+        }
+        answer
+    }
+
+    async fn submit_and_wait(&self, commands: Vec<Command>) -> Result<Vec<Outcome>, BackendError> {
+        self.submit(commands).await.unwrap_or_else(|_| {
+            Err(BackendError::Unavailable(
+                "the engine stopped before answering".into(),
+            ))
+        })
+    }
+
+    /// Applies commands in order. Commands that may wait go alone to the writer, so that a
+    /// parked command never holds up unrelated commands of other requests; the rest of the
+    /// batch waits for it, which keeps the batch in order.
+    pub async fn execute(&self, commands: Vec<Command>) -> Result<Vec<Outcome>, BackendError> {
+        if !commands.iter().any(Command::may_wait) {
+            return self.submit_and_wait(commands).await;
+        }
+        let mut outcomes = Vec::with_capacity(commands.len());
+        let mut chunk = Vec::new();
+        for command in commands {
+            if command.may_wait() {
+                if !chunk.is_empty() {
+                    outcomes.extend(self.submit_and_wait(std::mem::take(&mut chunk)).await?);
+                }
+                outcomes.extend(self.submit_and_wait(vec![command]).await?);
+            } else {
+                chunk.push(command);
+            }
+        }
+        if !chunk.is_empty() {
+            outcomes.extend(self.submit_and_wait(chunk).await?);
+        }
+        Ok(outcomes)
+    }
+
+    /// Durable events with seq > `after`; waits up to `wait_ms` for one to arrive.
+    pub async fn events(&self, after: u64, limit: usize, wait_ms: u64) -> EventPage {
+        let mut events = self.shared.feed.read(after, limit);
+        if events.is_empty() && wait_ms > 0 {
+            let mut durable = self.shared.feed.subscribe();
+            let arrived = durable.wait_for(|&seq| seq > after);
+            let _ = tokio::time::timeout(Duration::from_millis(wait_ms), arrived).await;
+            events = self.shared.feed.read(after, limit);
+        }
+        let next_after = events.last().map_or(after, |e| e.seq);
+        EventPage { events, next_after }
+    }
+
+    /// Wakes the writer so it applies what time did (for tests with a [`ManualClock`]).
+    pub fn poke(&self) {
+        let _ = self.requests.try_send(Request::Tick);
+    }
+
+    pub fn stats(&self) -> BackendStats {
+        self.shared.stats.to_backend_stats()
+    }
+
+    /// Finishes accepted work, makes it durable, writes a final snapshot and stops the threads.
+    pub async fn shutdown(&self) {
+        if self.stopped.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (done, finished) = oneshot::channel();
+        if self.requests.send(Request::Shutdown { done }).is_ok() {
+            let _ = finished.await;
+        }
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for thread in threads {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+}
+
+impl Backend for Engine {
+    fn execute(&self, commands: Vec<Command>) -> BackendFuture<'_, Vec<Outcome>> {
+        Box::pin(Engine::execute(self, commands))
+    }
+
+    fn events(&self, after: u64, limit: usize, wait_ms: u64) -> BackendFuture<'_, EventPage> {
+        Box::pin(async move { Ok(Engine::events(self, after, limit, wait_ms).await) })
+    }
+
+    fn ready(&self) -> BackendFuture<'_, ()> {
+        Box::pin(async move {
+            match self.shared.failure() {
+                Some(why) => Err(BackendError::Unavailable(why)),
+                None if self.stopped.load(Ordering::SeqCst) => {
+                    Err(BackendError::Unavailable("the engine is stopping".into()))
+                }
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn stats(&self) -> BackendStats {
+        Engine::stats(self)
+    }
+
+    fn shutdown(&self) -> BackendFuture<'_, ()> {
+        Box::pin(async move {
+            Engine::shutdown(self).await;
+            Ok(())
+        })
+    }
+}
+
+fn encode_snapshot(state: &State, feed: &Feed) -> Vec<u8> {
+    let retained = feed.retained();
+    let snapshot = SnapshotRef {
+        state: state.snapshot(),
+        events: retained.iter().map(|e| &**e).collect(),
+    };
+    postcard::to_allocvec(&snapshot).expect("serialising to memory cannot fail")
+}
