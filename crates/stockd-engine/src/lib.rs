@@ -126,13 +126,36 @@ impl Shared {
     }
 }
 
+/// Joins the engine threads when the last handle goes, so that a dropped engine has released
+/// its data directory by the time the drop returns.
+struct Threads(Mutex<Vec<JoinHandle<()>>>);
+
+impl Threads {
+    fn take(&self) -> Vec<JoinHandle<()>> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl Drop for Threads {
+    fn drop(&mut self) {
+        for thread in self.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// A handle to a running embedded engine. Cheap to clone.
+///
+/// Dropping the last handle without [`Engine::shutdown`] stops the threads after the work
+/// already queued, without a final snapshot (the next start replays the log).
 #[derive(Clone)]
 pub struct Engine {
+    // Field order matters: the request channel must close before `threads` joins the writer,
+    // which stops when it sees the channel closed.
     requests: SyncSender<Request>,
     shared: Arc<Shared>,
-    threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
     stopped: Arc<AtomicBool>,
+    threads: Arc<Threads>,
 }
 
 impl Engine {
@@ -215,8 +238,8 @@ impl Engine {
         Ok(Engine {
             requests: request_tx,
             shared,
-            threads: Arc::new(Mutex::new(vec![writer_thread, log_thread])),
             stopped: Arc::new(AtomicBool::new(false)),
+            threads: Arc::new(Threads(Mutex::new(vec![writer_thread, log_thread]))),
         })
     }
 
@@ -302,8 +325,7 @@ impl Engine {
         if self.requests.send(Request::Shutdown { done }).is_ok() {
             let _ = finished.await;
         }
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
-        for thread in threads {
+        for thread in self.threads.take() {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
     }

@@ -370,3 +370,17 @@ async fn batch_keeps_order_around_a_waiting_command() {
     assert_eq!(pool_counts(&engine, "sku").await, (2, 2, 0, 0));
     engine.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_data_dir_serves_one_engine_at_a_time() {
+    let h = Harness::new();
+    let engine = h.open();
+    let second = Engine::open(h.config(), h.clock.clone());
+    assert!(
+        matches!(&second, Err(e) if e.to_string().contains("in use")),
+        "second open must fail"
+    );
+    engine.shutdown().await;
+    // The lock goes with the engine.
+    h.open().shutdown().await;
+}

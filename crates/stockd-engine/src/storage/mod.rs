@@ -110,7 +110,12 @@ pub enum StorageError {
         "storage stopped after an earlier write or fsync failure; restart to recover from disk"
     )]
     Failed,
+    #[error("data directory {dir} is in use by another process ({reason})")]
+    Locked { dir: PathBuf, reason: String },
 }
+
+/// The file in the data directory that carries the advisory lock.
+pub const LOCK_FILE_NAME: &str = "LOCK";
 
 /// The write side of the log, owned by the appender thread (see the module docs).
 #[derive(Debug)]
@@ -132,6 +137,8 @@ pub struct Storage {
     /// reached the disk (PostgreSQL's "fsyncgate"). The only safe path is to stop writing and let
     /// a restart recover from what is really on disk.
     failed: bool,
+    /// Holds the advisory lock on the directory for as long as this storage lives.
+    _dir_lock: File,
 }
 
 impl Storage {
@@ -146,6 +153,19 @@ impl Storage {
         }
         let dir = config.dir;
         fs::create_dir_all(&dir)?;
+        // Two processes appending to one log would interleave records and corrupt it; the
+        // advisory lock makes the second one fail fast instead. It is held until drop.
+        let dir_lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(LOCK_FILE_NAME))?;
+        if let Err(error) = dir_lock.try_lock() {
+            return Err(StorageError::Locked {
+                dir: dir.clone(),
+                reason: error.to_string(),
+            });
+        }
         remove_temp_files(&dir)?;
         let listing = list_directory(&dir)?;
         // A crash may have come between creating a file and fsyncing the directory: the file is
@@ -198,6 +218,7 @@ impl Storage {
             last_lsn,
             durable_lsn: last_lsn,
             failed: false,
+            _dir_lock: dir_lock,
         };
         let recovered = Recovered {
             snapshot: snapshot_payload,
@@ -806,6 +827,7 @@ mod tests {
             storage.remove_obsolete(50),
             Err(StorageError::SnapshotMissing { lsn: 50 })
         ));
+        drop(storage);
         let (_storage, recovered) = Storage::open(small_segments(dir.path())).unwrap();
         assert_eq!(recovered.records, records(1..=100));
     }
