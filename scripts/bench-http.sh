@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# HTTP benchmark, all in one run so that the ratios are comparable on a shared, noisy machine:
+#   1. stockd (release build, embedded engine, fsync'd log): POST /v1/holds confirm=true, unique
+#      hold ids, one hot pool, wrk with 50 keep-alive connections;
+#   2. a bare axum JSON handler (no state, no log) under the same wrk load: the HTTP ceiling;
+#   3. redis-benchmark -c 50 running EVALSHA of a Lua check-and-deduct on one key.
+# Usage: scripts/bench-http.sh [seconds per run, default 10]
+# Installs wrk, redis-server and redis-tools from Debian's packages when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION="${1:-10}"
+CONNECTIONS=50
+THREADS=2
+
+need() {
+    local missing=()
+    for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "installing ${missing[*]}" >&2
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+}
+need wrk redis-server redis-tools
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { for _ in $(seq 1 200); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "not ready: $1" >&2; return 1; }
+
+cargo build --release -q -p stockd -p stockd-server --example bare_axum
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+rps_of() { awk '/^Requests\/sec:/ {print $2}' "$1"; }
+p99_of() { awk '$1=="99%" {print $2}' "$1"; }
+errors_of() { awk '/Non-2xx/ {print $5} END {}' "$1" | head -1; }
+
+# 1. stockd
+PORT=$(free_port)
+STOCKD_LOG=warn target/release/stockd serve --listen "127.0.0.1:$PORT" --data-dir "$WORK/data" &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$PORT/healthz"
+curl -fs -X PUT "http://127.0.0.1:$PORT/v1/pools/hot" -d '{"total":1000000000000}' >/dev/null
+wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s scripts/wrk/reserve_confirm.lua \
+    "http://127.0.0.1:$PORT" > "$WORK/stockd.txt"
+SOLD=$(curl -fs "http://127.0.0.1:$PORT/v1/pools/hot" | python3 -c 'import json,sys; p=json.load(sys.stdin); print(p["sold"], p["total"]==p["available"]+p["held"]+p["sold"])')
+kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
+
+# 2. bare axum
+PORT=$(free_port)
+target/release/examples/bare_axum "127.0.0.1:$PORT" &
+PIDS+=($!)
+sleep 0.3
+wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s scripts/wrk/reserve_confirm.lua \
+    "http://127.0.0.1:$PORT" > "$WORK/axum.txt"
+kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
+
+# 3. redis EVALSHA check-and-deduct
+PORT=$(free_port)
+redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >/dev/null &
+PIDS+=($!)
+for _ in $(seq 1 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+redis-cli -p "$PORT" set stock 1000000000000 >/dev/null
+SHA=$(redis-cli -p "$PORT" script load "local s = tonumber(redis.call('GET', KEYS[1])) if s and s >= tonumber(ARGV[1]) then redis.call('DECRBY', KEYS[1], ARGV[1]) return 1 end return 0")
+REDIS_N=$(( DURATION * 150000 ))
+redis-benchmark -p "$PORT" -c "$CONNECTIONS" -n "$REDIS_N" -q EVALSHA "$SHA" 1 stock 1 > "$WORK/redis.txt" 2>&1
+REDIS_RPS=$(tr '\r' '\n' < "$WORK/redis.txt" | awk '/requests per second/ {for(i=1;i<=NF;i++) if ($i ~ /^[0-9.]+$/) {v=$i; break}} END {print v}')
+REDIS_P99=$(tr '\r' '\n' < "$WORK/redis.txt" | awk '/p50=/ {print}' | tail -1)
+
+STOCKD_RPS=$(rps_of "$WORK/stockd.txt"); AXUM_RPS=$(rps_of "$WORK/axum.txt")
+echo
+echo "== HTTP benchmark: ${DURATION}s per run, ${CONNECTIONS} connections, $(nproc) cores"
+printf "%-34s %12s %10s\n" "run" "req/s" "p99"
+printf "%-34s %12s %10s\n" "stockd reserve confirm=true" "$STOCKD_RPS" "$(p99_of "$WORK/stockd.txt")"
+printf "%-34s %12s %10s\n" "bare axum JSON handler" "$AXUM_RPS" "$(p99_of "$WORK/axum.txt")"
+printf "%-34s %12s %10s\n" "redis EVALSHA check-and-deduct" "$REDIS_RPS" "-"
+echo "redis latency: ${REDIS_P99:-n/a}"
+python3 - "$STOCKD_RPS" "$AXUM_RPS" "$REDIS_RPS" <<'PY'
+import sys
+s, a, r = (float(x) if x else 0.0 for x in sys.argv[1:4])
+print(f"ratio stockd / bare axum : {s / a:.2f}" if a else "ratio stockd / bare axum : n/a")
+print(f"ratio stockd / redis     : {s / r:.2f}" if r else "ratio stockd / redis     : n/a")
+PY
+echo "stockd errors (non-2xx): $(grep -c 'Non-2xx' "$WORK/stockd.txt" >/dev/null && awk '/Non-2xx/ {print $NF}' "$WORK/stockd.txt" || echo 0)"
+echo "stockd pool after run: sold=${SOLD% *} invariant_holds=${SOLD#* }"
