@@ -1,1 +1,522 @@
-//! placeholder
+//! A typed async client of the stockd HTTP API (`/work/shared/CONTRACT.md`), one method per
+//! endpoint.
+//!
+//! This crate owns the HTTP mapping of the client side: paths, query strings, bearer tokens,
+//! status codes and error bodies. It never decides a stock rule and never validates what the
+//! server validates: identifiers go out as given and the server's answer, success or refusal,
+//! comes back typed. Non-2xx answers become [`ClientError::Api`] with the contract's error code,
+//! failures to reach the server become [`ClientError::Transport`].
+//!
+//! ```no_run
+//! # async fn demo() -> stockd_client::Result<()> {
+//! use stockd_client::{Client, HoldItemBody, PoolSpecBody, ReserveBody};
+//!
+//! let client = Client::new("http://127.0.0.1:7070", None);
+//! client.put_pool("sku-1", &PoolSpecBody::with_total(100), false).await?;
+//! let (hold, created) = client
+//!     .reserve(&ReserveBody {
+//!         hold_id: "order-1".into(),
+//!         items: vec![HoldItemBody::new("sku-1", 2)],
+//!         ..ReserveBody::default()
+//!     })
+//!     .await?;
+//! assert!(created);
+//! client.confirm(hold.hold_id.as_str()).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod error;
+mod types;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+pub use error::{ClientError, Result};
+pub use stockd_core::{Event, EventKind, HoldItemView, HoldStatus, HoldView, PoolView};
+pub use types::{
+    BatchAnswer, BatchBody, BatchResult, EventPage, ExtendBody, HoldItemBody, LockAcquireBody,
+    LockLease, LockReleaseBody, LockReleased, LockRenewBody, PoolPage, PoolSpecBody, ReserveBody,
+    RestockBody,
+};
+
+/// How long to wait for a TCP connection. Short, so that an unreachable server is reported
+/// quickly instead of hanging a command-line call.
+pub const CONNECT_TIMEOUT_MS: u64 = 5_000;
+
+/// Default bound on one request, connection included. Requests that may wait on the server
+/// (`wait_ms` of reserve, events and lock acquire) get their `wait_ms` on top, so a long poll is
+/// never cut short by the client.
+pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+
+/// How many bytes of a non-JSON error body are kept as the error's message.
+const ERROR_TEXT_LEN_MAX: usize = 512;
+
+/// A handle on one stockd server. Cloning is cheap and clones share one keep-alive connection
+/// pool, so make one per server and clone it into tasks.
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    /// The base URL without its trailing slashes, e.g. `http://127.0.0.1:7070`.
+    base_url: Arc<str>,
+    token: Option<Arc<str>>,
+    request_timeout: Duration,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The token is a credential: never print it.
+        f.debug_struct("Client")
+            .field("base_url", &self.base_url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+/// A received answer: its status and raw body.
+struct Answer {
+    status: u16,
+    body: Vec<u8>,
+}
+
+impl Client {
+    /// A client of the server at `base_url` (`http://host:port`, optionally with a path prefix),
+    /// sending `token` as a bearer token when given.
+    ///
+    /// A malformed `base_url` is not reported here but by every request, as
+    /// [`ClientError::Transport`], so that constructing a client cannot fail.
+    pub fn new(base_url: &str, token: Option<String>) -> Client {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+            .build()
+            // Building fails only when a TLS backend or the system proxy configuration cannot be
+            // loaded; this crate has no TLS, so fall back to the plain default client.
+            .unwrap_or_default();
+        Client {
+            http,
+            base_url: Arc::from(base_url.trim_end_matches('/')),
+            token: token.map(Arc::from),
+            request_timeout: Duration::from_millis(REQUEST_TIMEOUT_MS_DEFAULT),
+        }
+    }
+
+    /// Replaces the bound on one request (default [`REQUEST_TIMEOUT_MS_DEFAULT`]).
+    pub fn with_request_timeout_ms(mut self, request_timeout_ms: u64) -> Client {
+        self.request_timeout = Duration::from_millis(request_timeout_ms);
+        self
+    }
+
+    /// The base URL requests go to, without trailing slashes.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    // ----- pools -----
+
+    /// `PUT /v1/pools/{pool}`: creates or replaces the pool. Returns the pool and whether this
+    /// call created it (201). With `if_absent`, an existing pool is returned unchanged.
+    pub async fn put_pool(
+        &self,
+        pool: &str,
+        spec: &PoolSpecBody,
+        if_absent: bool,
+    ) -> Result<(PoolView, bool)> {
+        let mut query = Vec::new();
+        if if_absent {
+            query.push(("if_absent", "true".to_owned()));
+        }
+        let answer = self
+            .send(Method::PUT, &["v1", "pools", pool], &query, Some(spec), 0)
+            .await?;
+        let created = answer.status == 201;
+        Ok((decode(&answer)?, created))
+    }
+
+    /// `POST /v1/pools/{pool}/restock`: moves total and available by `delta` (may be negative).
+    pub async fn restock(&self, pool: &str, delta: i64) -> Result<PoolView> {
+        let body = RestockBody { delta };
+        let answer = self
+            .send(
+                Method::POST,
+                &["v1", "pools", pool, "restock"],
+                &[],
+                Some(&body),
+                0,
+            )
+            .await?;
+        decode(&answer)
+    }
+
+    /// `GET /v1/pools/{pool}`.
+    pub async fn get_pool(&self, pool: &str) -> Result<PoolView> {
+        let answer = self
+            .send(Method::GET, &["v1", "pools", pool], &[], NO_BODY, 0)
+            .await?;
+        decode(&answer)
+    }
+
+    /// `GET /v1/pools`: one page of pools whose id starts with `prefix`, after the cursor
+    /// `after`, at most `limit` (server default 100, max 1000).
+    pub async fn list_pools(
+        &self,
+        prefix: Option<&str>,
+        after: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<PoolPage> {
+        let mut query = Vec::new();
+        if let Some(prefix) = prefix {
+            query.push(("prefix", prefix.to_owned()));
+        }
+        if let Some(after) = after {
+            query.push(("after", after.to_owned()));
+        }
+        if let Some(limit) = limit {
+            query.push(("limit", limit.to_string()));
+        }
+        let answer = self
+            .send(Method::GET, &["v1", "pools"], &query, NO_BODY, 0)
+            .await?;
+        decode(&answer)
+    }
+
+    /// `DELETE /v1/pools/{pool}` (204).
+    pub async fn delete_pool(&self, pool: &str) -> Result<()> {
+        self.send(Method::DELETE, &["v1", "pools", pool], &[], NO_BODY, 0)
+            .await?;
+        Ok(())
+    }
+
+    // ----- holds -----
+
+    /// `POST /v1/holds`: reserves all items or none. Returns the hold and whether this call
+    /// created it (201); `false` means the same request was already made (a retry), and the
+    /// hold is returned in its current state.
+    pub async fn reserve(&self, body: &ReserveBody) -> Result<(HoldView, bool)> {
+        let wait_ms = body.wait_ms.unwrap_or(0);
+        let answer = self
+            .send(Method::POST, &["v1", "holds"], &[], Some(body), wait_ms)
+            .await?;
+        let created = answer.status == 201;
+        Ok((decode(&answer)?, created))
+    }
+
+    /// `POST /v1/holds/{hold_id}/confirm`: held -> confirmed.
+    pub async fn confirm(&self, hold_id: &str) -> Result<HoldView> {
+        self.hold_action(hold_id, "confirm").await
+    }
+
+    /// `POST /v1/holds/{hold_id}/release`: held -> released.
+    pub async fn release(&self, hold_id: &str) -> Result<HoldView> {
+        self.hold_action(hold_id, "release").await
+    }
+
+    /// `POST /v1/holds/{hold_id}/refund`: confirmed -> refunded.
+    pub async fn refund(&self, hold_id: &str) -> Result<HoldView> {
+        self.hold_action(hold_id, "refund").await
+    }
+
+    /// `POST /v1/holds/{hold_id}/extend`: a held hold now expires `ttl_ms` from now.
+    pub async fn extend(&self, hold_id: &str, ttl_ms: u64) -> Result<HoldView> {
+        let body = ExtendBody { ttl_ms };
+        let answer = self
+            .send(
+                Method::POST,
+                &["v1", "holds", hold_id, "extend"],
+                &[],
+                Some(&body),
+                0,
+            )
+            .await?;
+        decode(&answer)
+    }
+
+    /// `GET /v1/holds/{hold_id}`.
+    pub async fn get_hold(&self, hold_id: &str) -> Result<HoldView> {
+        let answer = self
+            .send(Method::GET, &["v1", "holds", hold_id], &[], NO_BODY, 0)
+            .await?;
+        decode(&answer)
+    }
+
+    async fn hold_action(&self, hold_id: &str, action: &str) -> Result<HoldView> {
+        let answer = self
+            .send(
+                Method::POST,
+                &["v1", "holds", hold_id, action],
+                &[],
+                NO_BODY,
+                0,
+            )
+            .await?;
+        decode(&answer)
+    }
+
+    // ----- batch and events -----
+
+    /// `POST /v1/batch`: applies `ops` in order, each independently. The batch itself succeeds
+    /// (200) even when ops fail: each op's status and body are in its [`BatchResult`].
+    pub async fn batch(&self, ops: Vec<Value>) -> Result<Vec<BatchResult>> {
+        // Reserve ops may wait; the batch as a whole may take as long as all their waits.
+        let wait_ms = ops
+            .iter()
+            .filter_map(|op| op.get("wait_ms").and_then(Value::as_u64))
+            .fold(0u64, u64::saturating_add);
+        let body = BatchBody { ops };
+        let answer = self
+            .send(Method::POST, &["v1", "batch"], &[], Some(&body), wait_ms)
+            .await?;
+        let batch: BatchAnswer = decode(&answer)?;
+        Ok(batch.results)
+    }
+
+    /// `GET /v1/events`: events with seq > `after`, at most `limit`; with `wait_ms`, long-polls
+    /// until at least one arrives or the wait ends.
+    pub async fn events(
+        &self,
+        after: u64,
+        limit: Option<usize>,
+        wait_ms: Option<u64>,
+    ) -> Result<EventPage> {
+        let mut query = vec![("after", after.to_string())];
+        if let Some(limit) = limit {
+            query.push(("limit", limit.to_string()));
+        }
+        if let Some(wait_ms) = wait_ms {
+            query.push(("wait_ms", wait_ms.to_string()));
+        }
+        let answer = self
+            .send(
+                Method::GET,
+                &["v1", "events"],
+                &query,
+                NO_BODY,
+                wait_ms.unwrap_or(0),
+            )
+            .await?;
+        decode(&answer)
+    }
+
+    // ----- locks -----
+
+    /// `POST /v1/locks/{name}/acquire`: a lease for `ttl_ms`, waiting up to `wait_ms` for a
+    /// held lock to become free. A held lock is `Api { code: "lock_held", .. }`.
+    pub async fn lock_acquire(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl_ms: u64,
+        wait_ms: Option<u64>,
+    ) -> Result<LockLease> {
+        let body = LockAcquireBody {
+            owner: owner.to_owned(),
+            ttl_ms,
+            wait_ms,
+        };
+        let answer = self
+            .send(
+                Method::POST,
+                &["v1", "locks", name, "acquire"],
+                &[],
+                Some(&body),
+                wait_ms.unwrap_or(0),
+            )
+            .await?;
+        decode(&answer)
+    }
+
+    /// `POST /v1/locks/{name}/renew`: extends the lease held with `token` by `ttl_ms` from now.
+    pub async fn lock_renew(
+        &self,
+        name: &str,
+        owner: &str,
+        token: u64,
+        ttl_ms: u64,
+    ) -> Result<LockLease> {
+        let body = LockRenewBody {
+            owner: owner.to_owned(),
+            token,
+            ttl_ms,
+        };
+        let answer = self
+            .send(
+                Method::POST,
+                &["v1", "locks", name, "renew"],
+                &[],
+                Some(&body),
+                0,
+            )
+            .await?;
+        decode(&answer)
+    }
+
+    /// `POST /v1/locks/{name}/release`: frees the lease held with `token`.
+    pub async fn lock_release(&self, name: &str, owner: &str, token: u64) -> Result<()> {
+        let body = LockReleaseBody {
+            owner: owner.to_owned(),
+            token,
+        };
+        let answer = self
+            .send(
+                Method::POST,
+                &["v1", "locks", name, "release"],
+                &[],
+                Some(&body),
+                0,
+            )
+            .await?;
+        let _: LockReleased = decode(&answer)?;
+        Ok(())
+    }
+
+    // ----- operations -----
+
+    /// `GET /healthz`: Ok when the process is up.
+    pub async fn healthz(&self) -> Result<()> {
+        self.send(Method::GET, &["healthz"], &[], NO_BODY, 0)
+            .await?;
+        Ok(())
+    }
+
+    /// `GET /readyz`: Ok when the backend is reachable; `Api { status: 503, .. }` otherwise.
+    pub async fn readyz(&self) -> Result<()> {
+        self.send(Method::GET, &["readyz"], &[], NO_BODY, 0).await?;
+        Ok(())
+    }
+
+    /// `GET /metrics`: the Prometheus text exposition.
+    pub async fn metrics(&self) -> Result<String> {
+        let answer = self
+            .send(Method::GET, &["metrics"], &[], NO_BODY, 0)
+            .await?;
+        Ok(String::from_utf8_lossy(&answer.body).into_owned())
+    }
+
+    // ----- plumbing -----
+
+    /// Sends one request and returns a 2xx answer; any other status becomes
+    /// [`ClientError::Api`]. `wait_ms` is how long the server may legitimately wait before
+    /// answering; it extends the request timeout.
+    async fn send(
+        &self,
+        method: Method,
+        segments: &[&str],
+        query: &[(&str, String)],
+        body: Option<&impl Serialize>,
+        wait_ms: u64,
+    ) -> Result<Answer> {
+        let mut request = self
+            .http
+            .request(method, self.url(segments))
+            .timeout(self.request_timeout + Duration::from_millis(wait_ms));
+        if !query.is_empty() {
+            request = request.query(query);
+        }
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let body: Vec<u8> = response.bytes().await?.into();
+        let answer = Answer { status, body };
+        if (200..300).contains(&status) {
+            Ok(answer)
+        } else {
+            Err(api_error(&answer))
+        }
+    }
+
+    /// The URL of `segments` under the base URL, each segment percent-encoded so that an
+    /// identifier can never change the route (`a/b` stays one segment).
+    fn url(&self, segments: &[&str]) -> String {
+        let mut url = String::with_capacity(self.base_url.len() + 64);
+        url.push_str(&self.base_url);
+        for segment in segments {
+            url.push('/');
+            push_encoded_segment(&mut url, segment);
+        }
+        url
+    }
+}
+
+/// `None` for [`Client::send`] without naming a body type at every call site.
+const NO_BODY: Option<&()> = None;
+
+fn decode<T: DeserializeOwned>(answer: &Answer) -> Result<T> {
+    Ok(serde_json::from_slice(&answer.body)?)
+}
+
+/// Turns a non-2xx answer into [`ClientError::Api`], keeping the contract's error body whole.
+fn api_error(answer: &Answer) -> ClientError {
+    let status = answer.status;
+    let parsed: Option<Value> = serde_json::from_slice(&answer.body).ok();
+    let code = parsed
+        .as_ref()
+        .and_then(|body| body.get("error"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    match (code, parsed) {
+        (Some(code), Some(body)) => {
+            let message = body
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            ClientError::Api {
+                status,
+                code,
+                message,
+                body,
+            }
+        }
+        // Not a contract error body: an intermediary answered, or the server broke the
+        // contract. Keep what there is so the caller can see it.
+        (_, parsed) => ClientError::Api {
+            status,
+            code: format!("http_{status}"),
+            message: error_text(&answer.body),
+            body: parsed.unwrap_or(Value::Null),
+        },
+    }
+}
+
+/// The start of a body as text, cut at a character boundary.
+fn error_text(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    if text.len() <= ERROR_TEXT_LEN_MAX {
+        return text.to_owned();
+    }
+    let mut end = ERROR_TEXT_LEN_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
+/// Appends `segment` percent-encoded: every byte but unreserved ones (RFC 3986) and `:` (legal in
+/// a path segment, and part of the identifier grammar) becomes `%XX`.
+fn push_encoded_segment(url: &mut String, segment: &str) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &byte in segment.as_bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~' | b':') {
+            url.push(char::from(byte));
+        } else {
+            url.push('%');
+            url.push(char::from(HEX[usize::from(byte >> 4)]));
+            url.push(char::from(HEX[usize::from(byte & 0x0f)]));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -5,8 +5,6 @@
 //! before lookup. The core calls it first thing; a backend that does not run the core (Redis)
 //! must call it too.
 
-use std::collections::HashSet;
-
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
@@ -166,10 +164,13 @@ impl ReserveRequest {
                 self.items.len()
             )));
         }
-        let mut seen = HashSet::with_capacity(self.items.len());
-        for item in &self.items {
+        for (index, item) in self.items.iter().enumerate() {
             check_range("qty", item.qty, 1, QTY_MAX)?;
-            if !seen.insert(item.pool.as_str()) {
+            // At most 64 items: a quadratic scan without allocation beats a hash set here.
+            if self.items[..index]
+                .iter()
+                .any(|earlier| earlier.pool == item.pool)
+            {
                 return Err(Error::invalid(format!(
                     "pool {} appears more than once in items",
                     item.pool

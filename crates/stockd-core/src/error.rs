@@ -11,8 +11,12 @@ use crate::ids::{HoldId, PoolId};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
 #[serde(tag = "error", rename_all = "snake_case")]
 pub enum Error {
+    /// The message is the error's text (`Display`); it is not repeated as a detail field.
     #[error("{message}")]
-    InvalidRequest { message: String },
+    InvalidRequest {
+        #[serde(skip)]
+        message: String,
+    },
     #[error("pool {pool} does not exist")]
     PoolNotFound { pool: PoolId },
     #[error("pool {pool} has a per-user limit; the request must name a user")]

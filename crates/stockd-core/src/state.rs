@@ -787,8 +787,17 @@ impl State {
             if *expires_at_ms > now_ms {
                 break;
             }
-            let Reverse((_, hold_id)) = self.expiry_queue.pop().expect("peeked");
-            self.expire_if_due(&hold_id, now_ms, effects);
+            let Reverse((queued_ms, hold_id)) = self.expiry_queue.pop().expect("peeked");
+            // Skip stale entries (the hold was extended or its id reused): the current deadline
+            // has an entry of its own, so holds expire in deadline order, as after a restart.
+            let current = self
+                .data
+                .holds
+                .get(&hold_id)
+                .is_some_and(|hold| hold.expires_at_ms == queued_ms);
+            if current {
+                self.expire_if_due(&hold_id, now_ms, effects);
+            }
         }
         while let Some(Reverse((expires_at_ms, _))) = self.lock_expiry_queue.peek() {
             if *expires_at_ms > now_ms {
@@ -884,8 +893,11 @@ impl State {
     /// expire a stale hold), so this loops until nothing is left to serve.
     fn serve_freed(&mut self, now_ms: u64, effects: &mut Effects) {
         while !self.freed_pools.is_empty() || !self.freed_locks.is_empty() {
-            if let Some(pool) = self.freed_pools.pop() {
-                self.serve_pool_waiters(&pool, now_ms, effects);
+            if !self.freed_pools.is_empty() {
+                let mut pools = std::mem::take(&mut self.freed_pools);
+                pools.sort_unstable();
+                pools.dedup();
+                self.serve_pool_waiters(&pools, now_ms, effects);
             }
             if let Some(name) = self.freed_locks.pop() {
                 self.serve_lock_waiters(&name, now_ms, effects);
@@ -893,37 +905,50 @@ impl State {
         }
     }
 
-    fn serve_pool_waiters(&mut self, pool: &PoolId, now_ms: u64, effects: &mut Effects) {
-        let Some(mut queue) = self.pool_waiters.remove(pool) else {
-            return;
-        };
-        let mut kept = VecDeque::with_capacity(queue.len());
-        while let Some(id) = queue.pop_front() {
-            let Some(waiter) = self.waiters.get(&id) else {
-                continue;
-            };
-            let WaitFor::Stock(request) = &waiter.wait_for else {
-                continue;
-            };
-            let exhausted = self.data.pools.get(pool).is_some_and(|p| p.available == 0);
+    /// Serves the waiters of all `pools` together, oldest first (waiter ids grow with arrival):
+    /// pool by pool, units freed on several pools at once (a multi-pool hold) could go to a
+    /// later waiter queued on one pool before an earlier waiter queued on another.
+    fn serve_pool_waiters(&mut self, pools: &[PoolId], now_ms: u64, effects: &mut Effects) {
+        let mut candidates: Vec<WaiterId> = pools
+            .iter()
+            .filter_map(|pool| self.pool_waiters.get(pool))
+            .flatten()
+            .copied()
+            .collect();
+        candidates.sort_unstable();
+        candidates.dedup();
+        for id in candidates {
+            // Every candidate needs units from one of these pools; none left, none served.
+            let exhausted = pools
+                .iter()
+                .all(|pool| self.data.pools.get(pool).is_some_and(|p| p.available == 0));
             if exhausted {
-                kept.push_back(id);
-                kept.extend(queue.drain(..));
                 break;
             }
+            let Some(Waiter {
+                wait_for: WaitFor::Stock(request),
+            }) = self.waiters.get(&id)
+            else {
+                continue;
+            };
             let request = request.clone();
             match self.try_reserve(&request, now_ms, effects) {
-                Err(Error::InsufficientStock { .. }) => kept.push_back(id),
+                Err(Error::InsufficientStock { .. }) => {}
                 outcome => {
                     self.waiters.remove(&id);
                     effects.woken.push((id, outcome));
                 }
             }
         }
-        // Drop ids of waiters that are gone (served through another pool, or timed out).
-        kept.retain(|id| self.waiters.contains_key(id));
-        if !kept.is_empty() {
-            self.pool_waiters.insert(pool.clone(), kept);
+        // Drop ids of waiters that are gone (served, or timed out).
+        let waiters = &self.waiters;
+        for pool in pools {
+            if let Some(queue) = self.pool_waiters.get_mut(pool) {
+                queue.retain(|id| waiters.contains_key(id));
+                if queue.is_empty() {
+                    self.pool_waiters.remove(pool);
+                }
+            }
         }
     }
 
@@ -1161,8 +1186,12 @@ impl State {
                         finished_at_ms: None,
                     },
                 );
-                self.expiry_queue
-                    .push(Reverse((*expires_at_ms, hold_id.clone())));
+                // A hold confirmed on creation is confirmed by the very next record of the
+                // same command; it never needs an expiry slot.
+                if !*confirm {
+                    self.expiry_queue
+                        .push(Reverse((*expires_at_ms, hold_id.clone())));
+                }
                 let mut event = self.event(at_ms, EventKind::Held);
                 event.hold_id = Some(hold_id.clone());
                 event.user = user.clone();

@@ -5,14 +5,17 @@
 //! embedded engine with its write-ahead log fsync'd (group commit) and 4 concurrent submitters.
 //! Run: `cargo bench -p stockd-engine --bench engine_throughput`.
 
+// The allocator the stockd binary uses, so the figures match production.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use stockd_core::{
-    Command, Effects, HoldId, HoldItemRequest, PoolId, PoolSpec, ReserveRequest, State,
-    StateConfig,
+    Command, Effects, HoldId, HoldItemRequest, PoolId, PoolSpec, ReserveRequest, State, StateConfig,
 };
 use stockd_engine::{Engine, EngineConfig, SystemClock};
 
@@ -117,7 +120,9 @@ fn bench(c: &mut Criterion) {
                 }
             });
             // Scale to the iterations asked for (the last round may have done a few more).
-            start.elapsed().mul_f64(iters as f64 / (per_submitter * SUBMITTERS as u64) as f64)
+            start
+                .elapsed()
+                .mul_f64(iters as f64 / (per_submitter * SUBMITTERS as u64) as f64)
         })
     });
     group.finish();

@@ -2,6 +2,10 @@
 //! confirmed holds (1 item, 12-byte ids, one user each), measured from /proc/self/statm.
 //! Run: `cargo bench -p stockd-engine --bench hold_memory`.
 
+// The allocator the stockd binary uses, so the figures match production.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use stockd_core::{
     Command, Effects, HoldId, HoldItemRequest, PoolId, PoolSpec, ReserveRequest, State,
     StateConfig, UserId,

@@ -1,1 +1,75 @@
-//! placeholder
+//! stockd's HTTP/JSON edge: routing, request parsing, response encoding, bearer auth, Prometheus
+//! metrics and the OpenAPI document.
+//!
+//! This crate turns HTTP requests into [`stockd_core::Command`]s, hands them to a
+//! [`stockd_core::Backend`] and turns the outcomes back into HTTP responses. It must never decide
+//! a business rule (stock arithmetic, hold transitions, limits beyond the request's shape): that
+//! is the core's job, reached only through the `Backend` trait. It knows nothing of which backend
+//! it talks to.
+//!
+//! Request flow: axum routing -> `edge` (route label, auth, timing) -> a `routes::*` handler
+//! (parse with the `json` extractors -> `Backend::execute` -> encode with `reply`). Every failure
+//! on the way is an `error::ApiError`, mapped to a status in exactly one place.
+
+mod auth;
+mod dto;
+mod edge;
+mod error;
+mod json;
+mod metrics;
+mod openapi;
+mod reply;
+mod routes;
+
+use std::fmt;
+use std::sync::Arc;
+
+use stockd_core::Backend;
+
+pub use auth::Role;
+
+/// Largest request body accepted by default (1 MiB); larger bodies get 413 `payload_too_large`.
+pub const BODY_LIMIT_BYTES_DEFAULT: usize = 1 << 20;
+
+/// How the HTTP layer is set up. Everything about the data lives in the backend.
+#[derive(Clone)]
+pub struct ServerConfig {
+    /// Bearer secrets and the role each grants. Empty means no authentication at all; the binary
+    /// decides whether that is allowed on the address it listens on.
+    pub tokens: Vec<(String, Role)>,
+    /// Largest request body accepted, in bytes.
+    pub body_limit_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            tokens: Vec::new(),
+            body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
+        }
+    }
+}
+
+// Secrets must never reach a log line through `{:?}`.
+impl fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let roles: Vec<Role> = self.tokens.iter().map(|(_, role)| *role).collect();
+        f.debug_struct("ServerConfig")
+            .field(
+                "tokens",
+                &format_args!("{} redacted ({roles:?})", roles.len()),
+            )
+            .field("body_limit_bytes", &self.body_limit_bytes)
+            .finish()
+    }
+}
+
+/// The whole HTTP API over `backend`, ready to be served (`axum::serve(listener, router)`).
+pub fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> axum::Router {
+    routes::router(backend, config)
+}
+
+/// The OpenAPI 3 document of this API; the same one `GET /openapi.json` serves.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    openapi::document()
+}

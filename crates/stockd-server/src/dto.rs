@@ -1,0 +1,232 @@
+//! Request bodies and query strings as they arrive on the wire, and their conversion into core
+//! commands with the contract's defaults filled in.
+//!
+//! Every body refuses unknown fields (so `ttl` instead of `ttl_ms` is a 422, not ignored), and
+//! every optional field is an `Option`, so `null` and absent mean the same. Identifiers parse
+//! into core newtypes while deserialising, so a bad one is a 422 with the field's name. Range
+//! rules are left to `Command::validate`; this module must never re-check them or decide
+//! anything about stock.
+
+use serde::Deserialize;
+use stockd_core::limits::{HOLD_TTL_MS_DEFAULT, POOL_LIST_LIMIT_DEFAULT};
+use stockd_core::{
+    Command, HoldId, HoldItemRequest, OwnerId, PoolId, PoolSpec, ReserveRequest, UserId,
+};
+use utoipa::{IntoParams, ToSchema};
+
+/// `PUT /v1/pools/{pool}`. A rule left out (or null) is unset.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PoolBody {
+    /// Units in the pool: 0..=1_000_000_000_000.
+    pub total: u64,
+    /// Most units one user may hold + buy: 1..=1_000_000_000.
+    pub per_user_limit: Option<u64>,
+    /// The sale opens at this time (inclusive).
+    pub starts_at_ms: Option<u64>,
+    /// The sale closes at this time (exclusive).
+    pub ends_at_ms: Option<u64>,
+    /// A `low_stock` event fires when available falls to or below this.
+    pub low_stock_threshold: Option<u64>,
+}
+
+impl PoolBody {
+    pub(crate) fn into_spec(self) -> PoolSpec {
+        PoolSpec {
+            total: self.total,
+            per_user_limit: self.per_user_limit,
+            starts_at_ms: self.starts_at_ms,
+            ends_at_ms: self.ends_at_ms,
+            low_stock_threshold: self.low_stock_threshold,
+        }
+    }
+}
+
+/// `POST /v1/pools/{pool}/restock`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RestockBody {
+    /// Non-zero change of total and available; may be negative.
+    pub delta: i64,
+}
+
+/// `?if_absent=true` on `PUT /v1/pools/{pool}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct PutPoolQuery {
+    /// Create only when missing; an existing pool is returned unchanged (200).
+    pub if_absent: Option<bool>,
+}
+
+/// `GET /v1/pools` paging.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListPoolsQuery {
+    /// Only pools whose id starts with this (default: all).
+    pub prefix: Option<String>,
+    /// The `next` cursor of the previous page.
+    pub after: Option<String>,
+    /// Pools per page: 1..=1000, default 100.
+    pub limit: Option<usize>,
+}
+
+impl ListPoolsQuery {
+    pub(crate) fn into_command(self) -> Command {
+        Command::ListPools {
+            prefix: self.prefix.unwrap_or_default(),
+            after: self.after,
+            limit: self.limit.unwrap_or(POOL_LIST_LIMIT_DEFAULT),
+        }
+    }
+}
+
+/// `GET /v1/events` paging and long-poll.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct EventsQuery {
+    /// Return events with seq greater than this (default 0).
+    pub after: Option<u64>,
+    /// Events per page: 1..=1000, default 100.
+    pub limit: Option<usize>,
+    /// Wait up to this long (0..=30000 ms) for a first event when none is there yet.
+    pub wait_ms: Option<u64>,
+}
+
+/// One line of a hold.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HoldItemBody {
+    #[schema(value_type = String)]
+    pub pool: PoolId,
+    /// 1..=1_000_000_000.
+    pub qty: u64,
+}
+
+/// `POST /v1/holds`, and the `reserve` op of a batch.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HoldBody {
+    /// Chosen by the client; the idempotency key.
+    #[schema(value_type = String)]
+    pub hold_id: HoldId,
+    /// Buyer id, required by pools with a per-user limit.
+    #[schema(value_type = Option<String>)]
+    pub user: Option<UserId>,
+    /// 1..=64 items, pools distinct.
+    #[serde(deserialize_with = "crate::json::objects")]
+    pub items: Vec<HoldItemBody>,
+    /// 1_000..=86_400_000, default 600_000.
+    pub ttl_ms: Option<u64>,
+    /// Reserve and confirm in one step; default false.
+    pub confirm: Option<bool>,
+    /// Wait up to this long (0..=30_000 ms, default 0) for stock released by others.
+    pub wait_ms: Option<u64>,
+}
+
+impl HoldBody {
+    pub(crate) fn into_command(self) -> Command {
+        Command::Reserve(ReserveRequest {
+            hold_id: self.hold_id,
+            user: self.user,
+            items: self
+                .items
+                .into_iter()
+                .map(|item| HoldItemRequest {
+                    pool: item.pool,
+                    qty: item.qty,
+                })
+                .collect(),
+            ttl_ms: self.ttl_ms.unwrap_or(HOLD_TTL_MS_DEFAULT),
+            confirm: self.confirm.unwrap_or(false),
+            wait_ms: self.wait_ms.unwrap_or(0),
+        })
+    }
+}
+
+/// `POST /v1/holds/{hold_id}/extend`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExtendBody {
+    /// New deadline is now + ttl_ms: 1_000..=86_400_000.
+    pub ttl_ms: u64,
+}
+
+/// `POST /v1/locks/{name}/acquire`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LockAcquireBody {
+    #[schema(value_type = String)]
+    pub owner: OwnerId,
+    /// Lease length: 100..=3_600_000.
+    pub ttl_ms: u64,
+    /// Wait up to this long (0..=30_000 ms, default 0) for the lock to free up.
+    pub wait_ms: Option<u64>,
+}
+
+/// `POST /v1/locks/{name}/renew`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LockRenewBody {
+    #[schema(value_type = String)]
+    pub owner: OwnerId,
+    /// The fencing token acquire returned.
+    pub token: u64,
+    /// New lease length from now: 100..=3_600_000.
+    pub ttl_ms: u64,
+}
+
+/// `POST /v1/locks/{name}/release`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LockReleaseBody {
+    #[schema(value_type = String)]
+    pub owner: OwnerId,
+    pub token: u64,
+}
+
+/// `POST /v1/batch`. Ops stay raw JSON here so that each is parsed on its own: one bad op gets
+/// its own 422 result while the others run.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BatchBody {
+    /// 1..=1000 ops, applied in order.
+    #[schema(value_type = Vec<BatchOp>)]
+    pub ops: Vec<serde_json::Value>,
+}
+
+/// One op of a batch: `op` names it; the other fields are those of the single endpoint.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub(crate) enum BatchOp {
+    /// Same fields as `POST /v1/holds`.
+    Reserve(HoldBody),
+    Confirm {
+        #[schema(value_type = String)]
+        hold_id: HoldId,
+    },
+    Release {
+        #[schema(value_type = String)]
+        hold_id: HoldId,
+    },
+    Refund {
+        #[schema(value_type = String)]
+        hold_id: HoldId,
+    },
+    Extend {
+        #[schema(value_type = String)]
+        hold_id: HoldId,
+        ttl_ms: u64,
+    },
+}
+
+impl BatchOp {
+    pub(crate) fn into_command(self) -> Command {
+        match self {
+            BatchOp::Reserve(body) => body.into_command(),
+            BatchOp::Confirm { hold_id } => Command::Confirm { hold_id },
+            BatchOp::Release { hold_id } => Command::Release { hold_id },
+            BatchOp::Refund { hold_id } => Command::Refund { hold_id },
+            BatchOp::Extend { hold_id, ttl_ms } => Command::Extend { hold_id, ttl_ms },
+        }
+    }
+}

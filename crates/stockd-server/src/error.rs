@@ -1,0 +1,304 @@
+//! The one place where a failure becomes an HTTP status and an error body.
+//!
+//! [`ApiError`] wraps every core [`Error`] and adds the failures only the HTTP edge can have
+//! (malformed JSON, oversized body, unknown route, auth, an unreachable backend). Each variant has
+//! exactly one status; the body is always `{"error": code, "message": text, ...details}`. Nothing
+//! else in this crate picks an error status, and nothing here may map an error to a 500: a request
+//! that fails is the client's doing (4xx) or the backend's (503).
+
+use std::fmt;
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
+use stockd_core::{BackendError, Error};
+
+use crate::reply;
+
+/// Every way a request can fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiError {
+    /// A refusal decided by the core (or a shape error found while parsing, as
+    /// `Error::InvalidRequest`).
+    Core(Error),
+    /// The body is not JSON at all (syntax error, truncated); 400.
+    InvalidJson(String),
+    /// The body is larger than the configured limit; 413.
+    PayloadTooLarge { limit_bytes: usize },
+    /// No route has this path; 404.
+    NotFound,
+    /// The path exists but not with this method; 405.
+    MethodNotAllowed,
+    /// No token, or a token that is not configured; 401.
+    Unauthorized,
+    /// The token's role may not do this; 403.
+    Forbidden,
+    /// The backend could not be reached or could not tell what happened; 503. No state change
+    /// may be claimed.
+    BackendUnavailable(String),
+}
+
+impl ApiError {
+    /// A 422 `invalid_request` with `message`.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ApiError::Core(Error::invalid(message))
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Core(error) => core_status(error),
+            ApiError::InvalidJson(_) => StatusCode::BAD_REQUEST,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden => StatusCode::FORBIDDEN,
+            ApiError::BackendUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The `error` field of the body.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Core(error) => error.code(),
+            ApiError::InvalidJson(_) => "invalid_json",
+            ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::NotFound => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::Forbidden => "forbidden",
+            ApiError::BackendUnavailable(_) => "backend_unavailable",
+        }
+    }
+}
+
+/// The status of a core refusal. The match is exhaustive on purpose: a new core error does not
+/// compile until someone decides its status here.
+fn core_status(error: &Error) -> StatusCode {
+    match error {
+        Error::InvalidRequest { .. } | Error::UserRequired { .. } => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+        Error::PoolNotFound { .. } | Error::HoldNotFound { .. } => StatusCode::NOT_FOUND,
+        Error::SaleNotStarted { .. }
+        | Error::SaleEnded { .. }
+        | Error::InsufficientStock { .. }
+        | Error::UserLimitExceeded { .. }
+        | Error::TotalBelowCommitted { .. }
+        | Error::PoolHasActiveHolds { .. }
+        | Error::PoolDeleted { .. }
+        | Error::HoldIdConflict { .. }
+        | Error::HoldExpired { .. }
+        | Error::HoldReleased { .. }
+        | Error::HoldConfirmed { .. }
+        | Error::HoldRefunded { .. }
+        | Error::HoldNotConfirmed { .. }
+        | Error::LockHeld { .. }
+        | Error::NotLockOwner => StatusCode::CONFLICT,
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ApiError::Core(error) => fmt::Display::fmt(error, f),
+            ApiError::InvalidJson(why) => write!(f, "request body is not valid JSON: {why}"),
+            ApiError::PayloadTooLarge { limit_bytes } => {
+                write!(f, "request body is larger than {limit_bytes} bytes")
+            }
+            ApiError::NotFound => f.write_str("no such route"),
+            ApiError::MethodNotAllowed => f.write_str("this route does not allow this method"),
+            ApiError::Unauthorized => f.write_str("missing or invalid bearer token"),
+            ApiError::Forbidden => f.write_str("this token's role may not do this"),
+            ApiError::BackendUnavailable(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl From<Error> for ApiError {
+    fn from(error: Error) -> Self {
+        ApiError::Core(error)
+    }
+}
+
+impl From<BackendError> for ApiError {
+    fn from(error: BackendError) -> Self {
+        ApiError::BackendUnavailable(error.to_string())
+    }
+}
+
+/// Writes `Display` output straight into the serializer, with no intermediate `String`.
+struct Message<'a>(&'a dyn fmt::Display);
+
+impl Serialize for Message<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self.0)
+    }
+}
+
+/// A core error's own serialisation (`{"error": code, ...details}`) plus `message`.
+#[derive(Serialize)]
+struct CoreErrorBody<'a> {
+    #[serde(flatten)]
+    error: &'a Error,
+    message: Message<'a>,
+}
+
+/// The error body. Core errors carry their details; edge errors carry a code and a message
+/// (and `limit_bytes` for 413).
+impl Serialize for ApiError {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if let ApiError::Core(error) = self {
+            return CoreErrorBody {
+                error,
+                message: Message(error),
+            }
+            .serialize(serializer);
+        }
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("error", self.code())?;
+        map.serialize_entry("message", &Message(self))?;
+        if let ApiError::PayloadTooLarge { limit_bytes } = self {
+            map.serialize_entry("limit_bytes", limit_bytes)?;
+        }
+        map.end()
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = reply::json(self.status(), &self);
+        if matches!(self, ApiError::Unauthorized) {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use stockd_core::{HoldId, PoolId};
+
+    use super::*;
+
+    fn pool() -> PoolId {
+        PoolId::parse("sku-1").unwrap()
+    }
+
+    fn hold() -> HoldId {
+        HoldId::parse("order-1").unwrap()
+    }
+
+    /// Every core error variant with the status the contract gives it.
+    fn core_table() -> Vec<(Error, u16)> {
+        vec![
+            (Error::invalid("bad"), 422),
+            (Error::UserRequired { pool: pool() }, 422),
+            (Error::PoolNotFound { pool: pool() }, 404),
+            (Error::HoldNotFound { hold_id: hold() }, 404),
+            (
+                Error::SaleNotStarted {
+                    pool: pool(),
+                    starts_at_ms: 5,
+                },
+                409,
+            ),
+            (
+                Error::SaleEnded {
+                    pool: pool(),
+                    ends_at_ms: 5,
+                },
+                409,
+            ),
+            (
+                Error::InsufficientStock {
+                    pool: pool(),
+                    available: 1,
+                    requested: 2,
+                },
+                409,
+            ),
+            (
+                Error::UserLimitExceeded {
+                    pool: pool(),
+                    limit: 1,
+                    used: 1,
+                    requested: 1,
+                },
+                409,
+            ),
+            (
+                Error::TotalBelowCommitted {
+                    pool: pool(),
+                    total: 1,
+                    committed: 2,
+                },
+                409,
+            ),
+            (
+                Error::PoolHasActiveHolds {
+                    pool: pool(),
+                    held: 1,
+                },
+                409,
+            ),
+            (Error::PoolDeleted { pool: pool() }, 409),
+            (Error::HoldIdConflict { hold_id: hold() }, 409),
+            (Error::HoldExpired { hold_id: hold() }, 409),
+            (Error::HoldReleased { hold_id: hold() }, 409),
+            (Error::HoldConfirmed { hold_id: hold() }, 409),
+            (Error::HoldRefunded { hold_id: hold() }, 409),
+            (Error::HoldNotConfirmed { hold_id: hold() }, 409),
+            (Error::LockHeld { expires_at_ms: 9 }, 409),
+            (Error::NotLockOwner, 409),
+        ]
+    }
+
+    #[test]
+    fn every_core_error_has_its_status_and_a_flat_body() {
+        for (error, status) in core_table() {
+            let api = ApiError::Core(error.clone());
+            assert_eq!(api.status().as_u16(), status, "{}", error.code());
+            let body = serde_json::to_value(&api).unwrap();
+            assert_eq!(body["error"], error.code());
+            assert_eq!(body["message"], error.to_string());
+            // Details sit next to the code, not nested.
+            let details = serde_json::to_value(&error).unwrap();
+            for (key, value) in details.as_object().unwrap() {
+                assert_eq!(&body[key], value, "{} {key}", error.code());
+            }
+        }
+    }
+
+    #[test]
+    fn edge_errors_have_their_status_and_code() {
+        let table = [
+            (ApiError::InvalidJson("x".into()), 400, "invalid_json"),
+            (
+                ApiError::PayloadTooLarge { limit_bytes: 10 },
+                413,
+                "payload_too_large",
+            ),
+            (ApiError::NotFound, 404, "not_found"),
+            (ApiError::MethodNotAllowed, 405, "method_not_allowed"),
+            (ApiError::Unauthorized, 401, "unauthorized"),
+            (ApiError::Forbidden, 403, "forbidden"),
+            (
+                ApiError::BackendUnavailable("down".into()),
+                503,
+                "backend_unavailable",
+            ),
+        ];
+        for (error, status, code) in table {
+            assert_eq!(error.status().as_u16(), status);
+            let body = serde_json::to_value(&error).unwrap();
+            assert_eq!(body["error"], code);
+            assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()));
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! Request extractors: JSON bodies, path identifiers and query strings, each failing with an
+//! [`ApiError`] and never with one of axum's default rejection bodies.
+//!
+//! Classification rules of the contract live here: a body over the limit is 413; bytes that are
+//! not JSON are 400 `invalid_json`; JSON of the wrong shape (unknown field, wrong type, missing
+//! field, bad identifier) is 422 `invalid_request`; a bad path segment or query value is 422.
+//! Range rules (ttl bounds, item counts, ...) are not checked here: they belong to
+//! `Command::validate`, which the backend runs.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+use axum::extract::{FromRequest, FromRequestParts, Query, RawPathParams, Request};
+use axum::http::request::Parts;
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{DeserializeOwned, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::error::Category;
+use stockd_core::{HoldId, IdError, LockName, PoolId};
+
+use crate::error::ApiError;
+
+/// State that knows the body limit in force, so that a 413 can say what it is. The limit itself
+/// is enforced by the router's `DefaultBodyLimit`, which `Bytes::from_request` obeys.
+pub(crate) trait BodyLimit {
+    fn body_limit_bytes(&self) -> usize;
+}
+
+/// Reads the whole body, within the router's `DefaultBodyLimit`.
+pub(crate) async fn read_body<S: BodyLimit + Send + Sync>(
+    request: Request,
+    state: &S,
+) -> Result<Bytes, ApiError> {
+    Bytes::from_request(request, state)
+        .await
+        .map_err(|rejection| match rejection {
+            BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
+                ApiError::PayloadTooLarge {
+                    limit_bytes: state.body_limit_bytes(),
+                }
+            }
+            other => ApiError::InvalidJson(format!("could not read the body: {other}")),
+        })
+}
+
+/// Parses `bytes` as a JSON object of type `T`, classifying serde_json's error.
+pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice::<Object<T>>(bytes)
+        .map(|Object(value)| value)
+        .map_err(classify)
+}
+
+/// A `T` that must be written as a JSON object. serde's derived structs also accept an array of
+/// field values (`[10]` as `{"total": 10}`); the contract speaks of objects only, and reading
+/// fields by position would defeat the unknown-field check, so arrays are refused (422).
+#[derive(Debug)]
+pub(crate) struct Object<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ObjectVisitor<T>(PhantomData<T>);
+
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectVisitor<T> {
+            type Value = T;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+                formatter.write_str("a JSON object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+
+        deserializer
+            .deserialize_map(ObjectVisitor(PhantomData))
+            .map(Object)
+    }
+}
+
+/// `deserialize_with` for a list of objects (hold items).
+pub(crate) fn objects<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    let objects = Vec::<Object<T>>::deserialize(deserializer)?;
+    Ok(objects.into_iter().map(|Object(value)| value).collect())
+}
+
+/// Syntax and truncation are "not JSON" (400); anything serde found while mapping valid JSON onto
+/// the request type is a shape error (422).
+pub(crate) fn classify(error: serde_json::Error) -> ApiError {
+    match error.classify() {
+        Category::Data => ApiError::invalid(error.to_string()),
+        Category::Syntax | Category::Eof | Category::Io => ApiError::InvalidJson(error.to_string()),
+    }
+}
+
+/// A JSON request body of type `T`.
+pub(crate) struct JsonBody<T>(pub T);
+
+impl<S: BodyLimit + Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = read_body(request, state).await?;
+        parse(&bytes).map(JsonBody)
+    }
+}
+
+/// A body that must be empty or `{}` (confirm, release, refund).
+pub(crate) struct EmptyBody;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EmptyObject {}
+
+impl<S: BodyLimit + Send + Sync> FromRequest<S> for EmptyBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = read_body(request, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(EmptyBody);
+        }
+        parse::<EmptyObject>(&bytes).map(|_| EmptyBody)
+    }
+}
+
+/// An identifier type that can come from a path segment.
+pub(crate) trait PathSegment: Sized {
+    /// What the segment names, for the error message.
+    const WHAT: &'static str;
+    fn parse_segment(text: &str) -> Result<Self, IdError>;
+}
+
+macro_rules! path_segment {
+    ($type:ty, $what:literal) => {
+        impl PathSegment for $type {
+            const WHAT: &'static str = $what;
+            fn parse_segment(text: &str) -> Result<Self, IdError> {
+                <$type>::parse(text)
+            }
+        }
+    };
+}
+
+path_segment!(PoolId, "pool");
+path_segment!(HoldId, "hold_id");
+path_segment!(LockName, "lock name");
+
+/// The single identifier in the route's path (`{pool}`, `{hold_id}`, `{name}`), percent-decoded
+/// and parsed; 422 `invalid_request` when it is not a valid identifier.
+pub(crate) struct PathId<T>(pub T);
+
+impl<S: Send + Sync, T: PathSegment> FromRequestParts<S> for PathId<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let params = RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|rejection| ApiError::invalid(format!("{}: {rejection}", T::WHAT)))?;
+        let Some((_, text)) = params.iter().next() else {
+            return Err(ApiError::invalid(format!("{} is missing", T::WHAT)));
+        };
+        T::parse_segment(text)
+            .map(PathId)
+            .map_err(|why| ApiError::invalid(format!("{} {text:?}: {why}", T::WHAT)))
+    }
+}
+
+/// Query parameters of type `T`; unknown parameters are ignored, a bad value is 422.
+pub(crate) struct QueryParams<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        Query::try_from_uri(&parts.uri)
+            .map(|Query(query)| QueryParams(query))
+            .map_err(|rejection| ApiError::invalid(rejection.body_text()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Sample {
+        n: u64,
+        opt: Option<u64>,
+    }
+
+    fn code(bytes: &str) -> &'static str {
+        parse::<Sample>(bytes.as_bytes()).unwrap_err().code()
+    }
+
+    #[test]
+    fn syntax_is_400_and_shape_is_422() {
+        assert_eq!(code(""), "invalid_json");
+        assert_eq!(code("{"), "invalid_json");
+        assert_eq!(code("{\"n\": 1,}"), "invalid_json");
+        assert_eq!(code("nope"), "invalid_json");
+        assert_eq!(code("{\"n\": 1} x"), "invalid_json");
+        assert_eq!(code("{\"n\": -1}"), "invalid_request");
+        assert_eq!(code("{\"n\": 1.5}"), "invalid_request");
+        assert_eq!(code("{\"n\": \"1\"}"), "invalid_request");
+        assert_eq!(code("{\"n\": 1, \"x\": 1}"), "invalid_request");
+        assert_eq!(code("{\"n\": 1, \"n\": 2}"), "invalid_request");
+        assert_eq!(code("{}"), "invalid_request");
+        assert_eq!(code("[]"), "invalid_request");
+        assert_eq!(code("{\"n\": 99999999999999999999999}"), "invalid_request");
+        assert_eq!(code("[1]"), "invalid_request");
+        assert_eq!(code("[1, 2]"), "invalid_request");
+        assert!(parse::<Sample>(b"{\"n\": 1, \"opt\": null}").is_ok());
+    }
+}

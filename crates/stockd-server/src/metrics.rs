@@ -1,0 +1,331 @@
+//! Prometheus metrics: HTTP requests by route, method and status; latency per route; and, at
+//! scrape time, the backend's own [`BackendStats`] (hold transitions, expiry lag, gauges,
+//! counters).
+//!
+//! The request path only touches pre-resolved handles: a counter cell per (route, method,
+//! status) resolved once and cached, and a histogram per route created up front, so a request
+//! never hashes or formats a label set. Label values are bounded: routes are the router's own
+//! patterns (`unmatched` for the rest), methods are a fixed list, statuses are what this server
+//! sends. This module must never block on the backend except while rendering a scrape.
+
+use std::fmt::{self, Write as _};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::http::{Method, StatusCode};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabel, EncodeLabelSet, EncodeMetric, LabelSetEncoder, NoLabelSet,
+};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use stockd_core::{Backend, BackendStats};
+
+use crate::routes::RouteId;
+
+/// Latency buckets in seconds: sub-millisecond for the hot path, up to 30 s for long polls.
+const DURATION_BUCKETS_SECONDS: [f64; 17] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
+];
+
+/// Route label slots: one per route plus `unmatched`.
+const ROUTE_SLOTS: usize = RouteId::ALL.len() + 1;
+const UNMATCHED_SLOT: usize = RouteId::ALL.len();
+const UNMATCHED: &str = "unmatched";
+
+const METHODS: [&str; 8] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "OTHER",
+];
+
+/// Statuses this server sends; any other one is still counted, through the slower family
+/// lookup.
+const STATUSES: [u16; 13] = [
+    200, 201, 204, 400, 401, 403, 404, 405, 409, 413, 422, 500, 503,
+];
+
+/// The method's label slot; methods outside the list share `OTHER` to bound cardinality.
+pub(crate) fn method_slot(method: &Method) -> usize {
+    match *method {
+        Method::GET => 0,
+        Method::HEAD => 1,
+        Method::POST => 2,
+        Method::PUT => 3,
+        Method::DELETE => 4,
+        Method::PATCH => 5,
+        Method::OPTIONS => 6,
+        _ => 7,
+    }
+}
+
+fn route_slot(route: Option<RouteId>) -> usize {
+    route.map_or(UNMATCHED_SLOT, |route| route as usize)
+}
+
+fn route_label(slot: usize) -> &'static str {
+    RouteId::ALL
+        .get(slot)
+        .map_or(UNMATCHED, |route| route.path())
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct RequestLabels {
+    route: &'static str,
+    method: &'static str,
+    status: u16,
+}
+
+impl EncodeLabelSet for RequestLabels {
+    fn encode(&self, mut encoder: LabelSetEncoder) -> Result<(), fmt::Error> {
+        ("route", self.route).encode(encoder.encode_label())?;
+        ("method", self.method).encode(encoder.encode_label())?;
+        ("status", self.status).encode(encoder.encode_label())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct RouteLabels {
+    route: &'static str,
+}
+
+impl EncodeLabelSet for RouteLabels {
+    fn encode(&self, mut encoder: LabelSetEncoder) -> Result<(), fmt::Error> {
+        ("route", self.route).encode(encoder.encode_label())
+    }
+}
+
+type HistogramFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS_SECONDS)
+}
+
+/// The registry and the handles the request path uses.
+pub(crate) struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    /// `[route][method][status]`, filled on first use; a hit is one atomic load.
+    request_cells: Box<[OnceLock<Counter>]>,
+    /// One per route slot, created up front so every route shows in the first scrape.
+    durations: Box<[Histogram]>,
+}
+
+impl Metrics {
+    pub(crate) fn new(backend: Arc<dyn Backend>) -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "stockd_http_requests",
+            "HTTP requests by route pattern, method and status",
+            requests.clone(),
+        );
+        let duration_family = HistogramFamily::new_with_constructor(duration_histogram);
+        registry.register(
+            "stockd_http_request_duration_seconds",
+            "HTTP request latency by route pattern, in seconds",
+            duration_family.clone(),
+        );
+        // Histogram handles share their data with the family's, so observing through the cached
+        // handle is what the family encodes.
+        let durations = (0..ROUTE_SLOTS)
+            .map(|slot| {
+                duration_family
+                    .get_or_create(&RouteLabels {
+                        route: route_label(slot),
+                    })
+                    .clone()
+            })
+            .collect();
+        registry.register_collector(Box::new(BackendCollector { backend }));
+        Metrics {
+            registry,
+            requests,
+            request_cells: (0..ROUTE_SLOTS * METHODS.len() * STATUSES.len())
+                .map(|_| OnceLock::new())
+                .collect(),
+            durations,
+        }
+    }
+
+    /// Counts one finished request.
+    pub(crate) fn record(
+        &self,
+        route: Option<RouteId>,
+        method: usize,
+        status: StatusCode,
+        elapsed: Duration,
+    ) {
+        let route = route_slot(route);
+        self.durations[route].observe(elapsed.as_secs_f64());
+        let status = status.as_u16();
+        let labels = || RequestLabels {
+            route: route_label(route),
+            method: METHODS[method],
+            status,
+        };
+        match STATUSES.iter().position(|&known| known == status) {
+            Some(status_slot) => {
+                let cell = (route * METHODS.len() + method) * STATUSES.len() + status_slot;
+                self.request_cells[cell]
+                    .get_or_init(|| self.requests.get_or_create(&labels()).clone())
+                    .inc();
+            }
+            None => {
+                self.requests.get_or_create(&labels()).inc();
+            }
+        }
+    }
+
+    /// The text exposition of every metric, backend stats included.
+    pub(crate) fn render(&self) -> String {
+        let mut text = String::with_capacity(16 * 1024);
+        if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
+            tracing::error!(%error, "metrics failed to encode");
+        }
+        text
+    }
+}
+
+/// Renders [`Backend::stats`] at scrape time, so the backend keeps its own counters and the
+/// server never mirrors them.
+struct BackendCollector {
+    backend: Arc<dyn Backend>,
+}
+
+impl fmt::Debug for BackendCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("BackendCollector")
+    }
+}
+
+impl Collector for BackendCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        encode_backend_stats(&self.backend.stats(), &mut encoder)
+    }
+}
+
+fn encode_backend_stats(
+    stats: &BackendStats,
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), fmt::Error> {
+    {
+        let mut metric = encoder.encode_descriptor(
+            "stockd_hold_transitions",
+            "Hold transitions by outcome",
+            None,
+            MetricType::Counter,
+        )?;
+        for (outcome, count) in &stats.hold_transitions {
+            let labels = [("outcome", *outcome)];
+            ConstCounter::new(*count).encode(metric.encode_family(&labels)?)?;
+        }
+    }
+    {
+        let buckets = expiry_lag_buckets(stats);
+        let mut metric = encoder.encode_descriptor(
+            "stockd_expiry_lag_ms",
+            "How late hold expiries ran after their deadline, in milliseconds",
+            None,
+            MetricType::Histogram,
+        )?;
+        metric.encode_histogram::<NoLabelSet>(
+            stats.expiry_lag_ms_sum,
+            stats.expiry_lag_count,
+            &buckets,
+            None,
+        )?;
+    }
+    let mut name = String::with_capacity(64);
+    for (gauge, value) in &stats.gauges {
+        if !set_metric_name(&mut name, gauge) {
+            continue;
+        }
+        let mut metric =
+            encoder.encode_descriptor(&name, "Backend gauge", None, MetricType::Gauge)?;
+        metric.encode_gauge(value)?;
+    }
+    for (counter, value) in &stats.counters {
+        // The encoder appends `_total` to counters itself.
+        let base = counter.strip_suffix("_total").unwrap_or(counter);
+        if !set_metric_name(&mut name, base) {
+            continue;
+        }
+        let mut metric =
+            encoder.encode_descriptor(&name, "Backend counter", None, MetricType::Counter)?;
+        metric.encode_counter::<NoLabelSet, u64, u64>(value, None)?;
+    }
+    Ok(())
+}
+
+/// Writes `stockd_<base>` into `name`; false (and the metric is skipped) when `base` is not a
+/// valid Prometheus name, so a backend's typo cannot corrupt the exposition.
+fn set_metric_name(name: &mut String, base: &str) -> bool {
+    let valid = !base.is_empty()
+        && base
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':');
+    if valid {
+        name.clear();
+        let _ = write!(name, "stockd_{base}");
+    }
+    valid
+}
+
+/// The backend reports cumulative counts per upper bound; the encoder wants per-bucket counts
+/// ending with a `+Inf` bucket (upper bound `f64::MAX`), which is added when missing.
+fn expiry_lag_buckets(stats: &BackendStats) -> Vec<(f64, u64)> {
+    let mut buckets = Vec::with_capacity(stats.expiry_lag_ms_buckets.len() + 1);
+    let mut previous = 0u64;
+    for &(upper_bound, cumulative) in &stats.expiry_lag_ms_buckets {
+        let upper_bound = if upper_bound.is_infinite() {
+            f64::MAX
+        } else {
+            upper_bound
+        };
+        buckets.push((upper_bound, cumulative.saturating_sub(previous)));
+        previous = previous.max(cumulative);
+    }
+    if buckets
+        .last()
+        .is_none_or(|&(upper_bound, _)| upper_bound != f64::MAX)
+    {
+        buckets.push((f64::MAX, stats.expiry_lag_count.saturating_sub(previous)));
+    }
+    buckets
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cumulative_buckets_become_per_bucket_with_inf() {
+        let stats = BackendStats {
+            expiry_lag_ms_buckets: vec![(10.0, 2), (100.0, 5)],
+            expiry_lag_count: 6,
+            ..BackendStats::default()
+        };
+        assert_eq!(
+            expiry_lag_buckets(&stats),
+            vec![(10.0, 2), (100.0, 3), (f64::MAX, 1)]
+        );
+        let stats = BackendStats {
+            expiry_lag_ms_buckets: vec![(10.0, 2), (f64::INFINITY, 4)],
+            expiry_lag_count: 4,
+            ..BackendStats::default()
+        };
+        assert_eq!(expiry_lag_buckets(&stats), vec![(10.0, 2), (f64::MAX, 2)]);
+    }
+
+    #[test]
+    fn metric_names_are_checked() {
+        let mut name = String::new();
+        assert!(set_metric_name(&mut name, "wal_syncs"));
+        assert_eq!(name, "stockd_wal_syncs");
+        assert!(!set_metric_name(&mut name, "bad name"));
+        assert!(!set_metric_name(&mut name, ""));
+    }
+}

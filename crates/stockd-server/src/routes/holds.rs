@@ -1,0 +1,145 @@
+//! `/v1/holds`: reserve, read, confirm, release, extend, refund.
+//!
+//! Each handler parses its request into one `Command` (filling the contract's defaults for
+//! `ttl_ms`, `confirm` and `wait_ms`), executes it and encodes the reply; it must never decide a
+//! transition itself.
+
+use axum::extract::State;
+use axum::response::Response;
+use stockd_core::{Command, HoldId};
+
+use super::{paths, App};
+use crate::dto::{ExtendBody, HoldBody};
+use crate::json::{EmptyBody, JsonBody, PathId};
+use crate::openapi::schemas::{EmptyObject, ErrorBody, HoldObject};
+
+#[utoipa::path(
+    post,
+    path = paths::HOLDS,
+    tag = "holds",
+    summary = "Reserve units from one or more pools, all or nothing",
+    description = "Same `hold_id` with the same request answers 200 with the hold's current \
+                   state; with a different request, 409 `hold_id_conflict`.",
+    request_body = HoldBody,
+    responses(
+        (status = 201, description = "Reserved (or reserved and confirmed)", body = HoldObject),
+        (status = 200, description = "Replay of an earlier reserve", body = HoldObject),
+        (status = 404, description = "`pool_not_found`", body = ErrorBody),
+        (status = 409, description = "`insufficient_stock`, `user_limit_exceeded`, \
+                                      `sale_not_started`, `sale_ended`, `hold_id_conflict`",
+         body = ErrorBody),
+        (status = 422, description = "`invalid_request`, `user_required`", body = ErrorBody),
+    )
+)]
+pub(crate) async fn reserve(
+    State(app): State<App>,
+    JsonBody(body): JsonBody<HoldBody>,
+) -> Response {
+    app.execute(body.into_command()).await
+}
+
+#[utoipa::path(
+    get,
+    path = paths::HOLD,
+    tag = "holds",
+    summary = "Read a hold",
+    params(("hold_id" = String, Path, description = "Hold id")),
+    responses(
+        (status = 200, description = "The hold", body = HoldObject),
+        (status = 404, description = "`hold_not_found`", body = ErrorBody),
+    )
+)]
+pub(crate) async fn get_hold(State(app): State<App>, PathId(hold_id): PathId<HoldId>) -> Response {
+    app.execute(Command::GetHold { hold_id }).await
+}
+
+#[utoipa::path(
+    post,
+    path = paths::HOLD_CONFIRM,
+    tag = "holds",
+    summary = "Confirm a held hold (paid)",
+    params(("hold_id" = String, Path, description = "Hold id")),
+    request_body(content = Option<EmptyObject>, description = "Empty, or `{}`"),
+    responses(
+        (status = 200, description = "Confirmed (repeating is a no-op)", body = HoldObject),
+        (status = 404, description = "`hold_not_found`", body = ErrorBody),
+        (status = 409, description = "`hold_expired`, `hold_released`, `hold_refunded`",
+         body = ErrorBody),
+    )
+)]
+pub(crate) async fn confirm_hold(
+    State(app): State<App>,
+    PathId(hold_id): PathId<HoldId>,
+    _: EmptyBody,
+) -> Response {
+    app.execute(Command::Confirm { hold_id }).await
+}
+
+#[utoipa::path(
+    post,
+    path = paths::HOLD_RELEASE,
+    tag = "holds",
+    summary = "Release a held hold (cancelled)",
+    params(("hold_id" = String, Path, description = "Hold id")),
+    request_body(content = Option<EmptyObject>, description = "Empty, or `{}`"),
+    responses(
+        (status = 200, description = "Released, or already expired", body = HoldObject),
+        (status = 404, description = "`hold_not_found`", body = ErrorBody),
+        (status = 409, description = "`hold_confirmed`, `hold_refunded`", body = ErrorBody),
+    )
+)]
+pub(crate) async fn release_hold(
+    State(app): State<App>,
+    PathId(hold_id): PathId<HoldId>,
+    _: EmptyBody,
+) -> Response {
+    app.execute(Command::Release { hold_id }).await
+}
+
+#[utoipa::path(
+    post,
+    path = paths::HOLD_EXTEND,
+    tag = "holds",
+    summary = "Move a held hold's deadline to now + ttl_ms",
+    params(("hold_id" = String, Path, description = "Hold id")),
+    request_body = ExtendBody,
+    responses(
+        (status = 200, description = "Extended", body = HoldObject),
+        (status = 404, description = "`hold_not_found`", body = ErrorBody),
+        (status = 409, description = "`hold_expired`, `hold_confirmed`, `hold_released`, \
+                                      `hold_refunded`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`", body = ErrorBody),
+    )
+)]
+pub(crate) async fn extend_hold(
+    State(app): State<App>,
+    PathId(hold_id): PathId<HoldId>,
+    JsonBody(body): JsonBody<ExtendBody>,
+) -> Response {
+    app.execute(Command::Extend {
+        hold_id,
+        ttl_ms: body.ttl_ms,
+    })
+    .await
+}
+
+#[utoipa::path(
+    post,
+    path = paths::HOLD_REFUND,
+    tag = "holds",
+    summary = "Refund a confirmed hold: sold units go back to available",
+    params(("hold_id" = String, Path, description = "Hold id")),
+    request_body(content = Option<EmptyObject>, description = "Empty, or `{}`"),
+    responses(
+        (status = 200, description = "Refunded (repeating is a no-op)", body = HoldObject),
+        (status = 404, description = "`hold_not_found`", body = ErrorBody),
+        (status = 409, description = "`hold_not_confirmed`, `pool_deleted`", body = ErrorBody),
+    )
+)]
+pub(crate) async fn refund_hold(
+    State(app): State<App>,
+    PathId(hold_id): PathId<HoldId>,
+    _: EmptyBody,
+) -> Response {
+    app.execute(Command::Refund { hold_id }).await
+}

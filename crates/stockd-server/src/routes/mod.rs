@@ -1,0 +1,272 @@
+//! The route table and the state every handler shares.
+//!
+//! Owns the list of paths (one constant each, used by the router, the route label of metrics and
+//! the auth rules alike, so they cannot drift apart), the router assembly, and the single
+//! "execute one command" helper. Each resource has its own file of handlers that read the same
+//! way: parse (extractors) -> `Backend::execute` -> encode (`reply`). No handler may compute
+//! anything about stock; that answer comes from the backend.
+
+pub(crate) mod batch;
+pub(crate) mod events;
+pub(crate) mod holds;
+pub(crate) mod locks;
+pub(crate) mod ops;
+pub(crate) mod pools;
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::Router;
+use stockd_core::{Backend, Command, Reply};
+
+use crate::auth::Auth;
+use crate::edge::EdgeLayer;
+use crate::error::ApiError;
+use crate::json::BodyLimit;
+use crate::metrics::Metrics;
+use crate::{openapi, reply, ServerConfig};
+
+/// Every path of the API, exactly as the router matches it.
+pub(crate) mod paths {
+    pub const HEALTHZ: &str = "/healthz";
+    pub const READYZ: &str = "/readyz";
+    pub const METRICS: &str = "/metrics";
+    pub const OPENAPI: &str = "/openapi.json";
+    pub const POOLS: &str = "/v1/pools";
+    pub const POOL: &str = "/v1/pools/{pool}";
+    pub const POOL_RESTOCK: &str = "/v1/pools/{pool}/restock";
+    pub const HOLDS: &str = "/v1/holds";
+    pub const HOLD: &str = "/v1/holds/{hold_id}";
+    pub const HOLD_CONFIRM: &str = "/v1/holds/{hold_id}/confirm";
+    pub const HOLD_RELEASE: &str = "/v1/holds/{hold_id}/release";
+    pub const HOLD_EXTEND: &str = "/v1/holds/{hold_id}/extend";
+    pub const HOLD_REFUND: &str = "/v1/holds/{hold_id}/refund";
+    pub const BATCH: &str = "/v1/batch";
+    pub const EVENTS: &str = "/v1/events";
+    pub const LOCK_ACQUIRE: &str = "/v1/locks/{name}/acquire";
+    pub const LOCK_RENEW: &str = "/v1/locks/{name}/renew";
+    pub const LOCK_RELEASE: &str = "/v1/locks/{name}/release";
+}
+
+/// A route of the API. The discriminant is the index into [`RouteId::ALL`] (metrics slots).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum RouteId {
+    Healthz,
+    Readyz,
+    Metrics,
+    OpenApi,
+    Pools,
+    Pool,
+    PoolRestock,
+    Holds,
+    Hold,
+    HoldConfirm,
+    HoldRelease,
+    HoldExtend,
+    HoldRefund,
+    Batch,
+    Events,
+    LockAcquire,
+    LockRenew,
+    LockRelease,
+}
+
+impl RouteId {
+    pub(crate) const ALL: [RouteId; 18] = [
+        RouteId::Healthz,
+        RouteId::Readyz,
+        RouteId::Metrics,
+        RouteId::OpenApi,
+        RouteId::Pools,
+        RouteId::Pool,
+        RouteId::PoolRestock,
+        RouteId::Holds,
+        RouteId::Hold,
+        RouteId::HoldConfirm,
+        RouteId::HoldRelease,
+        RouteId::HoldExtend,
+        RouteId::HoldRefund,
+        RouteId::Batch,
+        RouteId::Events,
+        RouteId::LockAcquire,
+        RouteId::LockRenew,
+        RouteId::LockRelease,
+    ];
+
+    pub(crate) fn path(self) -> &'static str {
+        match self {
+            RouteId::Healthz => paths::HEALTHZ,
+            RouteId::Readyz => paths::READYZ,
+            RouteId::Metrics => paths::METRICS,
+            RouteId::OpenApi => paths::OPENAPI,
+            RouteId::Pools => paths::POOLS,
+            RouteId::Pool => paths::POOL,
+            RouteId::PoolRestock => paths::POOL_RESTOCK,
+            RouteId::Holds => paths::HOLDS,
+            RouteId::Hold => paths::HOLD,
+            RouteId::HoldConfirm => paths::HOLD_CONFIRM,
+            RouteId::HoldRelease => paths::HOLD_RELEASE,
+            RouteId::HoldExtend => paths::HOLD_EXTEND,
+            RouteId::HoldRefund => paths::HOLD_REFUND,
+            RouteId::Batch => paths::BATCH,
+            RouteId::Events => paths::EVENTS,
+            RouteId::LockAcquire => paths::LOCK_ACQUIRE,
+            RouteId::LockRenew => paths::LOCK_RENEW,
+            RouteId::LockRelease => paths::LOCK_RELEASE,
+        }
+    }
+
+    /// The route whose pattern is `matched` (axum's `MatchedPath`).
+    pub(crate) fn from_path(matched: &str) -> Option<RouteId> {
+        Some(match matched {
+            paths::HEALTHZ => RouteId::Healthz,
+            paths::READYZ => RouteId::Readyz,
+            paths::METRICS => RouteId::Metrics,
+            paths::OPENAPI => RouteId::OpenApi,
+            paths::POOLS => RouteId::Pools,
+            paths::POOL => RouteId::Pool,
+            paths::POOL_RESTOCK => RouteId::PoolRestock,
+            paths::HOLDS => RouteId::Holds,
+            paths::HOLD => RouteId::Hold,
+            paths::HOLD_CONFIRM => RouteId::HoldConfirm,
+            paths::HOLD_RELEASE => RouteId::HoldRelease,
+            paths::HOLD_EXTEND => RouteId::HoldExtend,
+            paths::HOLD_REFUND => RouteId::HoldRefund,
+            paths::BATCH => RouteId::Batch,
+            paths::EVENTS => RouteId::Events,
+            paths::LOCK_ACQUIRE => RouteId::LockAcquire,
+            paths::LOCK_RENEW => RouteId::LockRenew,
+            paths::LOCK_RELEASE => RouteId::LockRelease,
+            _ => return None,
+        })
+    }
+
+    /// Operational routes that need no token (probes and scrapers carry none).
+    pub(crate) fn is_open(self) -> bool {
+        matches!(
+            self,
+            RouteId::Healthz | RouteId::Readyz | RouteId::Metrics | RouteId::OpenApi
+        )
+    }
+
+    /// Pool writes and deletes: admin only.
+    pub(crate) fn is_admin_only(self, method: &Method) -> bool {
+        match self {
+            RouteId::Pool => method == Method::PUT || method == Method::DELETE,
+            RouteId::PoolRestock => method == Method::POST,
+            _ => false,
+        }
+    }
+}
+
+/// What every handler shares.
+pub(crate) struct AppState {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) metrics: Arc<Metrics>,
+    /// `/openapi.json`, serialised once.
+    pub(crate) openapi_json: Bytes,
+    pub(crate) body_limit_bytes: usize,
+}
+
+pub(crate) type App = Arc<AppState>;
+
+impl BodyLimit for App {
+    fn body_limit_bytes(&self) -> usize {
+        self.body_limit_bytes
+    }
+}
+
+impl AppState {
+    /// Sends one command as a batch of one and encodes its outcome.
+    pub(crate) async fn execute(&self, command: Command) -> Response {
+        match self.execute_one(command).await {
+            Ok(reply) => reply::response(&reply),
+            Err(error) => error.into_response(),
+        }
+    }
+
+    async fn execute_one(&self, command: Command) -> Result<Reply, ApiError> {
+        let mut outcomes = self.backend.execute(vec![command]).await?;
+        match (outcomes.pop(), outcomes.is_empty()) {
+            (Some(outcome), true) => outcome.map_err(ApiError::Core),
+            // A backend that miscounts cannot be trusted to have done anything in particular.
+            _ => Err(ApiError::BackendUnavailable(
+                "backend answered with the wrong number of outcomes".into(),
+            )),
+        }
+    }
+}
+
+pub(crate) fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> Router {
+    let metrics = Arc::new(Metrics::new(Arc::clone(&backend)));
+    let auth = Arc::new(Auth::new(&config.tokens));
+    let openapi_json = match serde_json::to_vec(&openapi::document()) {
+        Ok(json) => Bytes::from(json),
+        Err(error) => {
+            tracing::error!(%error, "the OpenAPI document failed to serialise");
+            Bytes::from_static(b"{}")
+        }
+    };
+    let app: App = Arc::new(AppState {
+        backend,
+        metrics: Arc::clone(&metrics),
+        openapi_json,
+        body_limit_bytes: config.body_limit_bytes,
+    });
+    Router::new()
+        .route(paths::HEALTHZ, get(ops::healthz))
+        .route(paths::READYZ, get(ops::readyz))
+        .route(paths::METRICS, get(ops::metrics))
+        .route(paths::OPENAPI, get(ops::openapi_json))
+        .route(paths::POOLS, get(pools::list_pools))
+        .route(
+            paths::POOL,
+            put(pools::put_pool)
+                .get(pools::get_pool)
+                .delete(pools::delete_pool),
+        )
+        .route(paths::POOL_RESTOCK, post(pools::restock_pool))
+        .route(paths::HOLDS, post(holds::reserve))
+        .route(paths::HOLD, get(holds::get_hold))
+        .route(paths::HOLD_CONFIRM, post(holds::confirm_hold))
+        .route(paths::HOLD_RELEASE, post(holds::release_hold))
+        .route(paths::HOLD_EXTEND, post(holds::extend_hold))
+        .route(paths::HOLD_REFUND, post(holds::refund_hold))
+        .route(paths::BATCH, post(batch::batch))
+        .route(paths::EVENTS, get(events::events))
+        .route(paths::LOCK_ACQUIRE, post(locks::acquire_lock))
+        .route(paths::LOCK_RENEW, post(locks::renew_lock))
+        .route(paths::LOCK_RELEASE, post(locks::release_lock))
+        .fallback(not_found)
+        // Must come after every route: it replaces the default fallback of the routes present.
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(app)
+        .layer(DefaultBodyLimit::max(config.body_limit_bytes))
+        .layer(EdgeLayer::new(auth, metrics))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_table_is_consistent() {
+        for (index, route) in RouteId::ALL.iter().enumerate() {
+            assert_eq!(*route as usize, index, "{route:?} out of order in ALL");
+            assert_eq!(RouteId::from_path(route.path()), Some(*route));
+        }
+        assert_eq!(RouteId::from_path("/nope"), None);
+    }
+}

@@ -1,0 +1,88 @@
+//! Operational endpoints: liveness, readiness, Prometheus metrics, the OpenAPI document.
+//!
+//! None of them needs a token. `/readyz` asks the backend; the others never touch it (the
+//! metrics scrape only reads its stats). They must stay cheap: probes run often.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use super::{paths, App};
+use crate::error::ApiError;
+use crate::openapi::schemas::{ErrorBody, StatusBody};
+use crate::reply;
+
+#[derive(Serialize)]
+struct Status {
+    status: &'static str,
+}
+
+#[utoipa::path(
+    get,
+    path = paths::HEALTHZ,
+    tag = "ops",
+    summary = "The process is up",
+    security(()),
+    responses((status = 200, description = "Up", body = StatusBody, example = json!({"status": "ok"})))
+)]
+pub(crate) async fn healthz() -> Response {
+    reply::json(StatusCode::OK, &Status { status: "ok" })
+}
+
+#[utoipa::path(
+    get,
+    path = paths::READYZ,
+    tag = "ops",
+    summary = "The backend is reachable and can serve writes",
+    security(()),
+    responses(
+        (status = 200, description = "Ready", body = StatusBody, example = json!({"status": "ready"})),
+        (status = 503, description = "`backend_unavailable`", body = ErrorBody),
+    )
+)]
+pub(crate) async fn readyz(State(app): State<App>) -> Response {
+    match app.backend.ready().await {
+        Ok(()) => reply::json(StatusCode::OK, &Status { status: "ready" }),
+        Err(error) => ApiError::from(error).into_response(),
+    }
+}
+
+#[utoipa::path(
+    get,
+    path = paths::METRICS,
+    tag = "ops",
+    summary = "Prometheus metrics",
+    security(()),
+    responses((status = 200, description = "Text exposition format", body = String,
+               content_type = "text/plain"))
+)]
+pub(crate) async fn metrics(State(app): State<App>) -> Response {
+    let mut response = Response::new(Body::from(app.metrics.render()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}
+
+#[utoipa::path(
+    get,
+    path = paths::OPENAPI,
+    tag = "ops",
+    summary = "This API as an OpenAPI 3 document",
+    security(()),
+    responses((status = 200, description = "The document", body = Object,
+               content_type = "application/json"))
+)]
+pub(crate) async fn openapi_json(State(app): State<App>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        app.openapi_json.clone(),
+    )
+        .into_response()
+}

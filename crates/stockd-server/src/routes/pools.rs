@@ -1,0 +1,120 @@
+//! `/v1/pools`: create or replace, restock, read, list, delete.
+//!
+//! Each handler parses its request into one `Command`, executes it and encodes the reply; it must
+//! never compute stock itself (available, deltas, limits all come back from the backend).
+
+use axum::extract::State;
+use axum::response::Response;
+use stockd_core::{Command, PoolId};
+
+use super::{paths, App};
+use crate::dto::{ListPoolsQuery, PoolBody, PutPoolQuery, RestockBody};
+use crate::json::{JsonBody, PathId, QueryParams};
+use crate::openapi::schemas::{ErrorBody, PoolList, PoolObject};
+
+#[utoipa::path(
+    put,
+    path = paths::POOL,
+    tag = "pools",
+    summary = "Create or replace a pool (admin)",
+    description = "Creates the pool (201) or replaces its total and rules (200). A rule left out \
+                   is unset. Changing `total` moves `available` by the same delta.",
+    params(("pool" = String, Path, description = "Pool id"), PutPoolQuery),
+    request_body = PoolBody,
+    responses(
+        (status = 201, description = "Created", body = PoolObject),
+        (status = 200, description = "Replaced, or present with `if_absent=true`", body = PoolObject),
+        (status = 409, description = "`total_below_committed`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`", body = ErrorBody),
+    )
+)]
+pub(crate) async fn put_pool(
+    State(app): State<App>,
+    PathId(pool): PathId<PoolId>,
+    QueryParams(query): QueryParams<PutPoolQuery>,
+    JsonBody(body): JsonBody<PoolBody>,
+) -> Response {
+    app.execute(Command::PutPool {
+        pool,
+        spec: body.into_spec(),
+        if_absent: query.if_absent.unwrap_or(false),
+    })
+    .await
+}
+
+#[utoipa::path(
+    post,
+    path = paths::POOL_RESTOCK,
+    tag = "pools",
+    summary = "Change total and available by a delta (admin)",
+    params(("pool" = String, Path, description = "Pool id")),
+    request_body = RestockBody,
+    responses(
+        (status = 200, description = "Restocked", body = PoolObject),
+        (status = 404, description = "`pool_not_found`", body = ErrorBody),
+        (status = 409, description = "`insufficient_stock` for a negative delta", body = ErrorBody),
+        (status = 422, description = "`invalid_request`", body = ErrorBody),
+    )
+)]
+pub(crate) async fn restock_pool(
+    State(app): State<App>,
+    PathId(pool): PathId<PoolId>,
+    JsonBody(body): JsonBody<RestockBody>,
+) -> Response {
+    app.execute(Command::Restock {
+        pool,
+        delta: body.delta,
+    })
+    .await
+}
+
+#[utoipa::path(
+    get,
+    path = paths::POOL,
+    tag = "pools",
+    summary = "Read a pool",
+    params(("pool" = String, Path, description = "Pool id")),
+    responses(
+        (status = 200, description = "The pool", body = PoolObject),
+        (status = 404, description = "`pool_not_found`", body = ErrorBody),
+    )
+)]
+pub(crate) async fn get_pool(State(app): State<App>, PathId(pool): PathId<PoolId>) -> Response {
+    app.execute(Command::GetPool { pool }).await
+}
+
+#[utoipa::path(
+    get,
+    path = paths::POOLS,
+    tag = "pools",
+    summary = "List pools by id",
+    params(ListPoolsQuery),
+    responses(
+        (status = 200, description = "One page", body = PoolList),
+        (status = 422, description = "`invalid_request`", body = ErrorBody),
+    )
+)]
+pub(crate) async fn list_pools(
+    State(app): State<App>,
+    QueryParams(query): QueryParams<ListPoolsQuery>,
+) -> Response {
+    app.execute(query.into_command()).await
+}
+
+#[utoipa::path(
+    delete,
+    path = paths::POOL,
+    tag = "pools",
+    summary = "Delete a pool (admin)",
+    description = "Ends the pool: its holds can no longer be refunded, even if a pool with the \
+                   same id is created later.",
+    params(("pool" = String, Path, description = "Pool id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "`pool_not_found`", body = ErrorBody),
+        (status = 409, description = "`pool_has_active_holds`", body = ErrorBody),
+    )
+)]
+pub(crate) async fn delete_pool(State(app): State<App>, PathId(pool): PathId<PoolId>) -> Response {
+    app.execute(Command::DeletePool { pool }).await
+}

@@ -1,0 +1,1119 @@
+//! The HTTP contract, end to end through the router over the real core state: statuses, bodies,
+//! classification of bad input, limits, auth, batch, events, OpenAPI and metrics.
+
+mod support;
+
+use axum::http::{header, Method, StatusCode};
+use serde_json::{json, Value};
+use stockd_core::BackendStats;
+use stockd_server::ServerConfig;
+use support::*;
+
+async fn make_pool(router: &axum::Router, pool: &str, body: Value) {
+    let answer = put(router, &format!("/v1/pools/{pool}"), body).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.text());
+}
+
+async fn reserve(router: &axum::Router, body: Value) -> Answer {
+    post(router, "/v1/holds", body).await
+}
+
+fn hold(hold_id: &str, pool: &str, qty: u64) -> Value {
+    json!({"hold_id": hold_id, "items": [{"pool": pool, "qty": qty}]})
+}
+
+#[tokio::test]
+async fn pool_lifecycle_statuses_and_bodies() {
+    let (_, router) = open_server();
+    let created = put(&router, "/v1/pools/sku-1", json!({"total": 10})).await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    assert_eq!(created.content_type(), "application/json");
+    assert_eq!(
+        created.json(),
+        json!({"pool": "sku-1", "total": 10, "available": 10, "held": 0, "sold": 0,
+               "per_user_limit": null, "starts_at_ms": null, "ends_at_ms": null,
+               "low_stock_threshold": null})
+    );
+
+    let replaced = put(
+        &router,
+        "/v1/pools/sku-1",
+        json!({"total": 12, "per_user_limit": 2}),
+    )
+    .await;
+    assert_eq!(replaced.status, StatusCode::OK);
+    assert_eq!(replaced.json()["available"], 12);
+    assert_eq!(replaced.json()["per_user_limit"], 2);
+
+    let untouched = put(
+        &router,
+        "/v1/pools/sku-1?if_absent=true",
+        json!({"total": 99}),
+    )
+    .await;
+    assert_eq!(untouched.status, StatusCode::OK);
+    assert_eq!(untouched.json()["total"], 12);
+    let absent = put(
+        &router,
+        "/v1/pools/sku-2?if_absent=true",
+        json!({"total": 1}),
+    )
+    .await;
+    assert_eq!(absent.status, StatusCode::CREATED);
+
+    let restocked = post(&router, "/v1/pools/sku-1/restock", json!({"delta": -2})).await;
+    assert_eq!(restocked.status, StatusCode::OK);
+    assert_eq!(restocked.json()["total"], 10);
+
+    assert_eq!(get(&router, "/v1/pools/sku-1").await.json()["total"], 10);
+    let list = get(&router, "/v1/pools?prefix=sku&limit=1").await;
+    assert_eq!(list.status, StatusCode::OK);
+    assert_eq!(list.json()["pools"].as_array().unwrap().len(), 1);
+    assert_eq!(list.json()["next"], "sku-1");
+    let rest = get(&router, "/v1/pools?after=sku-1&unknown_param=1").await;
+    assert_eq!(rest.json()["pools"][0]["pool"], "sku-2");
+    assert_eq!(rest.json()["next"], Value::Null);
+
+    let deleted = delete(&router, "/v1/pools/sku-1").await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT);
+    assert!(deleted.bytes.is_empty());
+    let gone = get(&router, "/v1/pools/sku-1").await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        gone.json(),
+        json!({"error": "pool_not_found", "pool": "sku-1",
+               "message": "pool sku-1 does not exist"})
+    );
+}
+
+#[tokio::test]
+async fn hold_lifecycle_and_defaults() {
+    let (backend, router) = open_server();
+    make_pool(&router, "p", json!({"total": 5})).await;
+    let now = backend.now_ms();
+    let created = reserve(&router, hold("o-1", "p", 2)).await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    assert_eq!(
+        created.json(),
+        json!({"hold_id": "o-1", "status": "held", "user": null,
+               "items": [{"pool": "p", "qty": 2}], "created_at_ms": now,
+               "expires_at_ms": now + 600_000, "finished_at_ms": null})
+    );
+    let replay = reserve(&router, hold("o-1", "p", 2)).await;
+    assert_eq!(replay.status, StatusCode::OK);
+
+    let extended = post(&router, "/v1/holds/o-1/extend", json!({"ttl_ms": 5_000})).await;
+    assert_eq!(extended.status, StatusCode::OK);
+    assert_eq!(extended.json()["expires_at_ms"], now + 5_000);
+
+    let confirmed = send(&router, Method::POST, "/v1/holds/o-1/confirm", None, "").await;
+    assert_eq!(confirmed.status, StatusCode::OK);
+    assert_eq!(confirmed.json()["status"], "confirmed");
+    let again = send(&router, Method::POST, "/v1/holds/o-1/confirm", None, "{}").await;
+    assert_eq!(again.status, StatusCode::OK);
+
+    let refunded = send(&router, Method::POST, "/v1/holds/o-1/refund", None, " {} ").await;
+    assert_eq!(refunded.status, StatusCode::OK);
+    assert_eq!(refunded.json()["status"], "refunded");
+    assert_eq!(
+        get(&router, "/v1/holds/o-1").await.json()["status"],
+        "refunded"
+    );
+    assert_eq!(get(&router, "/v1/pools/p").await.json()["available"], 5);
+
+    let direct = reserve(
+        &router,
+        json!({"hold_id": "o-2", "user": "u1", "items": [{"pool": "p", "qty": 1}],
+               "confirm": true}),
+    )
+    .await;
+    assert_eq!(direct.status, StatusCode::CREATED);
+    assert_eq!(direct.json()["status"], "confirmed");
+    assert_eq!(direct.json()["user"], "u1");
+}
+
+#[tokio::test]
+async fn every_core_error_code_gets_its_status() {
+    let (backend, router) = open_server();
+    let now = backend.now_ms();
+    make_pool(&router, "stock", json!({"total": 3})).await;
+    make_pool(
+        &router,
+        "limited",
+        json!({"total": 100, "per_user_limit": 1}),
+    )
+    .await;
+    make_pool(
+        &router,
+        "later",
+        json!({"total": 5, "starts_at_ms": now + 60_000}),
+    )
+    .await;
+    make_pool(&router, "over", json!({"total": 5, "ends_at_ms": now - 1})).await;
+    make_pool(&router, "doomed", json!({"total": 5})).await;
+    let mut expectations: Vec<(&str, Answer, u16)> = Vec::new();
+
+    expectations.push((
+        "invalid_request",
+        reserve(
+            &router,
+            json!({"hold_id": "h", "items": [{"pool": "stock", "qty": 1}],
+                                "ttl_ms": 5}),
+        )
+        .await,
+        422,
+    ));
+    expectations.push((
+        "pool_not_found",
+        reserve(&router, hold("h", "nope", 1)).await,
+        404,
+    ));
+    expectations.push((
+        "user_required",
+        reserve(&router, hold("h", "limited", 1)).await,
+        422,
+    ));
+    expectations.push((
+        "sale_not_started",
+        reserve(&router, hold("h", "later", 1)).await,
+        409,
+    ));
+    expectations.push((
+        "sale_ended",
+        reserve(&router, hold("h", "over", 1)).await,
+        409,
+    ));
+    expectations.push((
+        "insufficient_stock",
+        reserve(&router, hold("h", "stock", 4)).await,
+        409,
+    ));
+    expectations.push((
+        "user_limit_exceeded",
+        reserve(
+            &router,
+            json!({"hold_id": "h", "user": "u", "items": [{"pool": "limited",
+                                "qty": 2}]}),
+        )
+        .await,
+        409,
+    ));
+    assert_eq!(
+        reserve(&router, hold("held", "stock", 2)).await.status,
+        StatusCode::CREATED
+    );
+    expectations.push((
+        "total_below_committed",
+        put(&router, "/v1/pools/stock", json!({"total": 1})).await,
+        409,
+    ));
+    expectations.push((
+        "pool_has_active_holds",
+        delete(&router, "/v1/pools/stock").await,
+        409,
+    ));
+    expectations.push((
+        "hold_id_conflict",
+        reserve(&router, hold("held", "stock", 1)).await,
+        409,
+    ));
+    expectations.push((
+        "hold_not_found",
+        post(&router, "/v1/holds/ghost/confirm", json!({})).await,
+        404,
+    ));
+    expectations.push((
+        "hold_not_confirmed",
+        post(&router, "/v1/holds/held/refund", json!({})).await,
+        409,
+    ));
+
+    assert_eq!(
+        reserve(
+            &router,
+            json!({"hold_id": "sold", "items": [{"pool": "doomed", "qty": 1}],
+                                "confirm": true})
+        )
+        .await
+        .status,
+        StatusCode::CREATED
+    );
+    expectations.push((
+        "hold_confirmed",
+        post(&router, "/v1/holds/sold/release", json!({})).await,
+        409,
+    ));
+    assert_eq!(
+        delete(&router, "/v1/pools/doomed").await.status,
+        StatusCode::NO_CONTENT
+    );
+    expectations.push((
+        "pool_deleted",
+        post(&router, "/v1/holds/sold/refund", json!({})).await,
+        409,
+    ));
+
+    assert_eq!(
+        reserve(&router, hold("gone", "stock", 1)).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        post(&router, "/v1/holds/gone/release", json!({}))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    expectations.push((
+        "hold_released",
+        post(&router, "/v1/holds/gone/confirm", json!({})).await,
+        409,
+    ));
+
+    make_pool(&router, "refundable", json!({"total": 1})).await;
+    reserve(
+        &router,
+        json!({"hold_id": "back", "items": [{"pool": "refundable", "qty": 1}],
+                            "confirm": true}),
+    )
+    .await;
+    assert_eq!(
+        post(&router, "/v1/holds/back/refund", json!({}))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    expectations.push((
+        "hold_refunded",
+        post(&router, "/v1/holds/back/confirm", json!({})).await,
+        409,
+    ));
+
+    let acquired = post(
+        &router,
+        "/v1/locks/job/acquire",
+        json!({"owner": "w1", "ttl_ms": 1000}),
+    )
+    .await;
+    assert_eq!(acquired.status, StatusCode::OK);
+    expectations.push((
+        "lock_held",
+        post(
+            &router,
+            "/v1/locks/job/acquire",
+            json!({"owner": "w2", "ttl_ms": 1000}),
+        )
+        .await,
+        409,
+    ));
+    expectations.push((
+        "not_lock_owner",
+        post(
+            &router,
+            "/v1/locks/job/renew",
+            json!({"owner": "w2", "token": 1, "ttl_ms": 1000}),
+        )
+        .await,
+        409,
+    ));
+
+    reserve(
+        &router,
+        json!({"hold_id": "late", "items": [{"pool": "stock", "qty": 1}],
+                            "ttl_ms": 1000}),
+    )
+    .await;
+    backend.advance_ms(1_001);
+    expectations.push((
+        "hold_expired",
+        post(&router, "/v1/holds/late/confirm", json!({})).await,
+        409,
+    ));
+
+    for (code, answer, status) in &expectations {
+        assert_eq!(answer.code(), *code, "{}", answer.text());
+        assert_eq!(answer.status.as_u16(), *status, "{code}");
+        assert_eq!(answer.content_type(), "application/json");
+        let body = answer.json();
+        assert!(
+            body["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{code}"
+        );
+    }
+    let insufficient = &expectations
+        .iter()
+        .find(|(c, ..)| *c == "insufficient_stock")
+        .unwrap()
+        .1;
+    assert_eq!(
+        insufficient.json(),
+        json!({"error": "insufficient_stock", "pool": "stock", "available": 3, "requested": 4,
+               "message": "pool stock has 3 available, 4 requested"})
+    );
+    let lock_held = &expectations
+        .iter()
+        .find(|(c, ..)| *c == "lock_held")
+        .unwrap()
+        .1;
+    assert_eq!(
+        lock_held.json()["expires_at_ms"],
+        acquired.json()["expires_at_ms"]
+    );
+}
+
+#[tokio::test]
+async fn malformed_json_is_400_and_bad_shape_is_422() {
+    let (_, router) = open_server();
+    let cases: [(&str, u16, &str); 12] = [
+        ("", 400, "invalid_json"),
+        ("{", 400, "invalid_json"),
+        ("{\"total\": 1,}", 400, "invalid_json"),
+        ("total=1", 400, "invalid_json"),
+        ("{\"total\": 1} trailing", 400, "invalid_json"),
+        ("{}", 422, "invalid_request"),
+        ("[]", 422, "invalid_request"),
+        ("null", 422, "invalid_request"),
+        ("{\"total\": -1}", 422, "invalid_request"),
+        ("{\"total\": \"1\"}", 422, "invalid_request"),
+        ("{\"total\": 1.5}", 422, "invalid_request"),
+        ("{\"total\": 1, \"totl\": 2}", 422, "invalid_request"),
+    ];
+    for (body, status, code) in cases {
+        let answer = send(&router, Method::PUT, "/v1/pools/p", None, body).await;
+        assert_eq!(
+            answer.status.as_u16(),
+            status,
+            "{body:?}: {}",
+            answer.text()
+        );
+        assert_eq!(answer.code(), code, "{body:?}");
+    }
+    // Objects only: serde would otherwise read an array's values by position.
+    let positional = send(&router, Method::PUT, "/v1/pools/p", None, "[10]").await;
+    assert_eq!(
+        positional.code(),
+        "invalid_request",
+        "{}",
+        positional.text()
+    );
+    let positional_item = reserve(&router, json!({"hold_id": "h", "items": [["p", 1]]})).await;
+    assert_eq!(positional_item.code(), "invalid_request");
+    let not_utf8 = send(&router, Method::PUT, "/v1/pools/p", None, vec![0xff, 0xfe]).await;
+    assert_eq!(not_utf8.status, StatusCode::BAD_REQUEST);
+
+    // A typo is caught, not ignored.
+    let typo = reserve(
+        &router,
+        json!({"hold_id": "h", "items": [{"pool": "p", "qty": 1}],
+                                       "ttl": 5000}),
+    )
+    .await;
+    assert_eq!(typo.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(typo.json()["message"].as_str().unwrap().contains("ttl"));
+    let item_typo = reserve(
+        &router,
+        json!({"hold_id": "h", "items": [{"pool": "p", "qty": 1,
+                                            "extra": 1}]}),
+    )
+    .await;
+    assert_eq!(item_typo.code(), "invalid_request");
+    let bad_id = reserve(&router, hold("-bad", "p", 1)).await;
+    assert_eq!(bad_id.code(), "invalid_request");
+    assert!(bad_id.json()["message"]
+        .as_str()
+        .unwrap()
+        .contains("HoldId"));
+}
+
+#[tokio::test]
+async fn null_is_the_same_as_absent() {
+    let (backend, router) = open_server();
+    let created = put(
+        &router,
+        "/v1/pools/p",
+        json!({"total": 5, "per_user_limit": null, "starts_at_ms": null, "ends_at_ms": null,
+               "low_stock_threshold": null}),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    assert_eq!(created.json()["per_user_limit"], Value::Null);
+    let reserved = reserve(
+        &router,
+        json!({"hold_id": "h", "user": null, "items": [{"pool": "p", "qty": 1}],
+               "ttl_ms": null, "confirm": null, "wait_ms": null}),
+    )
+    .await;
+    assert_eq!(reserved.status, StatusCode::CREATED, "{}", reserved.text());
+    assert_eq!(reserved.json()["expires_at_ms"], backend.now_ms() + 600_000);
+    assert_eq!(reserved.json()["status"], "held");
+    let lock = post(
+        &router,
+        "/v1/locks/l/acquire",
+        json!({"owner": "o", "ttl_ms": 500,
+                                                          "wait_ms": null}),
+    )
+    .await;
+    assert_eq!(lock.status, StatusCode::OK);
+    assert_eq!(lock.json()["token"].as_u64().map(|t| t > 0), Some(true));
+}
+
+#[tokio::test]
+async fn action_bodies_must_be_empty_or_an_empty_object() {
+    let (_, router) = open_server();
+    make_pool(&router, "p", json!({"total": 5})).await;
+    reserve(&router, hold("h", "p", 1)).await;
+    for (body, status) in [
+        ("{\"x\": 1}", 422),
+        ("[]", 422),
+        ("null", 422),
+        ("1", 422),
+        ("nope", 400),
+        ("{", 400),
+        ("", 200),
+        ("  \n", 200),
+        ("{}", 200),
+    ] {
+        let answer = send(&router, Method::POST, "/v1/holds/h/release", None, body).await;
+        assert_eq!(
+            answer.status.as_u16(),
+            status,
+            "{body:?}: {}",
+            answer.text()
+        );
+    }
+    let missing_ttl = post(&router, "/v1/holds/h/extend", json!({})).await;
+    assert_eq!(missing_ttl.code(), "invalid_request");
+}
+
+#[tokio::test]
+async fn path_and_query_errors_are_422() {
+    let (_, router) = open_server();
+    for uri in [
+        "/v1/pools/-leading-dash",
+        "/v1/pools/a%20b",
+        "/v1/pools/a%2Fb",
+        "/v1/pools/%FF",
+        "/v1/holds/.x",
+    ] {
+        let answer = get(&router, uri).await;
+        assert_eq!(answer.status, StatusCode::UNPROCESSABLE_ENTITY, "{uri}");
+        assert_eq!(answer.code(), "invalid_request", "{uri}");
+    }
+    let long = format!("/v1/pools/{}", "a".repeat(129));
+    assert_eq!(get(&router, &long).await.code(), "invalid_request");
+    for uri in [
+        "/v1/pools?limit=abc",
+        "/v1/pools?limit=0",
+        "/v1/pools?limit=1001",
+        "/v1/pools?limit=-1",
+        "/v1/pools?prefix=a%20b",
+        "/v1/pools?after=-x",
+        "/v1/events?limit=0",
+        "/v1/events?limit=1001",
+        "/v1/events?wait_ms=30001",
+        "/v1/events?after=-1",
+        "/v1/events?after=x",
+    ] {
+        let answer = get(&router, uri).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{uri}: {}",
+            answer.text()
+        );
+        assert_eq!(answer.code(), "invalid_request", "{uri}");
+    }
+    let bad_flag = send(
+        &router,
+        Method::PUT,
+        "/v1/pools/p?if_absent=maybe",
+        None,
+        "{\"total\":1}",
+    )
+    .await;
+    assert_eq!(bad_flag.code(), "invalid_request");
+    assert_eq!(
+        get(&router, "/v1/events?limit=1000&wait_ms=0&after=0")
+            .await
+            .status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_413() {
+    let (_, router) = open_server();
+    let mut big = b"{\"total\": 1, \"per_user_limit\": null".to_vec();
+    big.resize(stockd_server::BODY_LIMIT_BYTES_DEFAULT + 1, b' ');
+    big.push(b'}');
+    let answer = send(&router, Method::PUT, "/v1/pools/p", None, big).await;
+    assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(answer.code(), "payload_too_large");
+
+    let backend = TestBackend::new();
+    let small = stockd_server::router(
+        backend,
+        ServerConfig {
+            body_limit_bytes: 64,
+            ..ServerConfig::default()
+        },
+    );
+    let fits = format!("{{\"total\": 1{}}}", " ".repeat(50));
+    assert_eq!(
+        send(&small, Method::PUT, "/v1/pools/p", None, fits)
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    let over = format!("{{\"total\": 1{}}}", " ".repeat(60));
+    let answer = send(&small, Method::PUT, "/v1/pools/p", None, over).await;
+    assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(answer.json()["limit_bytes"], 64);
+    let batch = format!("{{\"ops\": [{}]}}", "{}, ".repeat(40));
+    assert_eq!(
+        send(&small, Method::POST, "/v1/batch", None, batch)
+            .await
+            .status,
+        StatusCode::PAYLOAD_TOO_LARGE
+    );
+}
+
+#[tokio::test]
+async fn unknown_routes_and_methods_answer_json() {
+    let (_, router) = open_server();
+    for uri in [
+        "/",
+        "/v1",
+        "/v1/pools/",
+        "/v2/pools/p",
+        "/v1/holds/h/frobnicate",
+    ] {
+        let answer = get(&router, uri).await;
+        assert_eq!(answer.status, StatusCode::NOT_FOUND, "{uri}");
+        assert_eq!(answer.content_type(), "application/json");
+        assert_eq!(answer.code(), "not_found");
+    }
+    let answer = send(&router, Method::PATCH, "/v1/pools/p", None, "{}").await;
+    assert_eq!(answer.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(answer.code(), "method_not_allowed");
+    let allow = answer.headers.get(header::ALLOW).unwrap().to_str().unwrap();
+    assert!(allow.contains("PUT") && allow.contains("DELETE"), "{allow}");
+    for (method, uri) in [
+        (Method::GET, "/v1/holds"),
+        (Method::DELETE, "/v1/holds/h"),
+        (Method::GET, "/v1/batch"),
+        (Method::POST, "/v1/events"),
+        (Method::POST, "/healthz"),
+        (Method::GET, "/v1/locks/l/acquire"),
+    ] {
+        let answer = send(&router, method.clone(), uri, None, "").await;
+        assert_eq!(
+            answer.status,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {uri}"
+        );
+        assert_eq!(answer.code(), "method_not_allowed");
+    }
+}
+
+/// Every (method, path) of the contract, with a body that parses.
+fn every_operation() -> Vec<(Method, &'static str, &'static str)> {
+    vec![
+        (Method::GET, "/healthz", ""),
+        (Method::GET, "/readyz", ""),
+        (Method::GET, "/metrics", ""),
+        (Method::GET, "/openapi.json", ""),
+        (Method::GET, "/v1/pools", ""),
+        (Method::PUT, "/v1/pools/p", "{\"total\": 5}"),
+        (Method::GET, "/v1/pools/p", ""),
+        (Method::DELETE, "/v1/pools/p", ""),
+        (Method::POST, "/v1/pools/p/restock", "{\"delta\": 1}"),
+        (
+            Method::POST,
+            "/v1/holds",
+            "{\"hold_id\": \"h\", \"items\": [{\"pool\": \"p\", \"qty\": 1}]}",
+        ),
+        (Method::GET, "/v1/holds/h", ""),
+        (Method::POST, "/v1/holds/h/confirm", ""),
+        (Method::POST, "/v1/holds/h/release", ""),
+        (Method::POST, "/v1/holds/h/extend", "{\"ttl_ms\": 5000}"),
+        (Method::POST, "/v1/holds/h/refund", ""),
+        (
+            Method::POST,
+            "/v1/batch",
+            "{\"ops\": [{\"op\": \"confirm\", \"hold_id\": \"h\"}]}",
+        ),
+        (Method::GET, "/v1/events", ""),
+        (
+            Method::POST,
+            "/v1/locks/l/acquire",
+            "{\"owner\": \"o\", \"ttl_ms\": 1000}",
+        ),
+        (
+            Method::POST,
+            "/v1/locks/l/renew",
+            "{\"owner\": \"o\", \"token\": 1, \"ttl_ms\": 1000}",
+        ),
+        (
+            Method::POST,
+            "/v1/locks/l/release",
+            "{\"owner\": \"o\", \"token\": 1}",
+        ),
+    ]
+}
+
+fn is_open(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz" | "/metrics" | "/openapi.json")
+}
+
+fn is_admin_only(method: &Method, path: &str) -> bool {
+    (path == "/v1/pools/p" && (method == Method::PUT || method == Method::DELETE))
+        || path == "/v1/pools/p/restock"
+}
+
+#[tokio::test]
+async fn auth_matrix() {
+    let (_, router) = secured_server();
+    for (method, path, body) in every_operation() {
+        let anonymous = send(&router, method.clone(), path, None, body).await;
+        let wrong = send(&router, method.clone(), path, Some("not-a-token"), body).await;
+        let client = send(&router, method.clone(), path, Some(CLIENT_TOKEN), body).await;
+        let admin = send(&router, method.clone(), path, Some(ADMIN_TOKEN), body).await;
+        if is_open(path) {
+            for answer in [&anonymous, &wrong, &client, &admin] {
+                assert_eq!(answer.status, StatusCode::OK, "{method} {path}");
+            }
+            continue;
+        }
+        for answer in [&anonymous, &wrong] {
+            assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{method} {path}");
+            assert_eq!(answer.code(), "unauthorized");
+            assert_eq!(
+                answer.headers.get(header::WWW_AUTHENTICATE).unwrap(),
+                "Bearer"
+            );
+        }
+        if is_admin_only(&method, path) {
+            assert_eq!(client.status, StatusCode::FORBIDDEN, "{method} {path}");
+            assert_eq!(client.code(), "forbidden");
+        } else {
+            assert!(
+                ![401, 403].contains(&client.status.as_u16()),
+                "{method} {path}: client got {}",
+                client.status
+            );
+        }
+        assert!(
+            ![401, 403].contains(&admin.status.as_u16()),
+            "{method} {path}: admin got {}",
+            admin.status
+        );
+    }
+    // Scheme is case-insensitive; other schemes are refused.
+    let lower = send(&router, Method::GET, "/v1/pools", None, "").await;
+    assert_eq!(lower.status, StatusCode::UNAUTHORIZED);
+    let mut request = axum::http::Request::builder()
+        .uri("/v1/pools")
+        .header(header::AUTHORIZATION, format!("bearer {CLIENT_TOKEN}"))
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = tower::ServiceExt::oneshot(router.clone(), request)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    request = axum::http::Request::builder()
+        .uri("/v1/pools")
+        .header(header::AUTHORIZATION, format!("Basic {CLIENT_TOKEN}"))
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = tower::ServiceExt::oneshot(router.clone(), request)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    // Unknown paths are 404 with or without a token.
+    assert_eq!(
+        get(&router, "/v1/nothing").await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn batch_runs_valid_ops_in_one_call_and_reports_bad_ops_alone() {
+    let (backend, router) = open_server();
+    make_pool(&router, "p", json!({"total": 3})).await;
+    let calls_before = backend.execute_calls().len();
+    let answer = post(
+        &router,
+        "/v1/batch",
+        json!({"ops": [
+            {"op": "reserve", "hold_id": "a", "items": [{"pool": "p", "qty": 2}]},
+            {"op": "frobnicate", "hold_id": "a"},
+            {"op": "reserve", "hold_id": "b", "items": [{"pool": "p", "qty": 2}]},
+            {"hold_id": "a"},
+            {"op": "confirm", "hold_id": "a"},
+            {"op": "confirm", "hold_id": "a", "extra": true},
+            {"op": "extend", "hold_id": "a", "ttl_ms": 5},
+            {"op": "release", "hold_id": "nobody"},
+            ["confirm", "a"],
+            {"op": "reserve", "hold_id": "a", "items": [{"pool": "p", "qty": 2}]},
+            {"op": "refund", "hold_id": "a"},
+            {"op": "reserve", "hold_id": "c", "items": [{"pool": "p", "qty": 3}], "ttl": 1},
+        ]}),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
+    let results = answer.json()["results"].as_array().unwrap().clone();
+    let statuses: Vec<u64> = results
+        .iter()
+        .map(|r| r["status"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        statuses,
+        [201, 422, 409, 422, 200, 422, 422, 404, 422, 200, 200, 422]
+    );
+    let codes: Vec<&str> = results
+        .iter()
+        .map(|r| r["body"]["error"].as_str().unwrap_or("-"))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            "-",
+            "invalid_request",
+            "insufficient_stock",
+            "invalid_request",
+            "-",
+            "invalid_request",
+            "invalid_request",
+            "hold_not_found",
+            "invalid_request",
+            "-",
+            "-",
+            "invalid_request"
+        ]
+    );
+    assert_eq!(results[0]["body"]["hold_id"], "a");
+    assert_eq!(results[4]["body"]["status"], "confirmed");
+    // The replay of "a" answers its state at that point of the batch: confirmed.
+    assert_eq!(results[9]["body"]["status"], "confirmed");
+    assert_eq!(results[10]["body"]["status"], "refunded");
+    assert_eq!(results[2]["body"]["available"], 1);
+    assert!(results[1]["body"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("ops[1]"));
+    // Valid ops went to the backend together.
+    assert_eq!(backend.execute_calls()[calls_before..], [7]);
+
+    // A batch must have 1..=1000 ops.
+    for body in [
+        json!({"ops": []}),
+        json!({}),
+        json!({"ops": {}}),
+        json!({"ops": [], "x": 1}),
+    ] {
+        let answer = post(&router, "/v1/batch", body.clone()).await;
+        assert_eq!(answer.status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    }
+    let too_many: Vec<Value> = (0..1001)
+        .map(|i| json!({"op": "confirm", "hold_id": format!("h{i}")}))
+        .collect();
+    let answer = post(&router, "/v1/batch", json!({"ops": too_many})).await;
+    assert_eq!(answer.code(), "invalid_request");
+    let max: Vec<Value> = (0..1000)
+        .map(|i| json!({"op": "confirm", "hold_id": format!("h{i}")}))
+        .collect();
+    let answer = post(&router, "/v1/batch", json!({"ops": max})).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.json()["results"].as_array().unwrap().len(), 1000);
+
+    // All ops invalid: no backend call at all.
+    let calls_before = backend.execute_calls().len();
+    let answer = post(&router, "/v1/batch", json!({"ops": [{"op": "nope"}]})).await;
+    assert_eq!(answer.json()["results"][0]["status"], 422);
+    assert_eq!(backend.execute_calls().len(), calls_before);
+}
+
+#[tokio::test]
+async fn events_omit_fields_that_do_not_apply() {
+    let (backend, router) = open_server();
+    make_pool(&router, "p", json!({"total": 3, "low_stock_threshold": 1})).await;
+    reserve(
+        &router,
+        json!({"hold_id": "h", "items": [{"pool": "p", "qty": 2}],
+                            "confirm": true}),
+    )
+    .await;
+    let page = get(&router, "/v1/events").await;
+    assert_eq!(page.status, StatusCode::OK);
+    let body = page.json();
+    let events = body["events"].as_array().unwrap();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    // The core emits `low_stock` right after the record that crossed the threshold.
+    assert_eq!(types, ["pool_upserted", "held", "low_stock", "confirmed"]);
+    assert_eq!(body["next_after"], events.last().unwrap()["seq"]);
+    for event in events {
+        for (key, value) in event.as_object().unwrap() {
+            assert!(!value.is_null(), "{key} is null in {event}");
+        }
+        assert!(event["seq"].is_u64() && event["at_ms"] == backend.now_ms());
+    }
+    assert_eq!(
+        events[0],
+        json!({"seq": 1, "at_ms": backend.now_ms(), "type": "pool_upserted", "pool": "p",
+               "total": 3, "available": 3})
+    );
+    let held = events[1].as_object().unwrap();
+    assert!(held.contains_key("hold_id") && held.contains_key("items"));
+    assert!(
+        !held.contains_key("user") && !held.contains_key("pool") && !held.contains_key("available")
+    );
+
+    let rest = get(&router, "/v1/events?after=2&limit=1").await.json();
+    assert_eq!(rest["events"].as_array().unwrap().len(), 1);
+    assert_eq!(rest["events"][0]["seq"], 3);
+    assert_eq!(rest["next_after"], 3);
+    let none = get(&router, "/v1/events?after=99&wait_ms=10").await.json();
+    assert_eq!(none, json!({"events": [], "next_after": 99}));
+}
+
+#[tokio::test]
+async fn locks_answer_tokens_and_release() {
+    let (_, router) = open_server();
+    let acquired = post(
+        &router,
+        "/v1/locks/job/acquire",
+        json!({"owner": "w", "ttl_ms": 1000}),
+    )
+    .await;
+    assert_eq!(acquired.status, StatusCode::OK);
+    let grant = acquired.json();
+    assert_eq!(grant.as_object().unwrap().len(), 2);
+    let token = grant["token"].as_u64().unwrap();
+    let renewed = post(
+        &router,
+        "/v1/locks/job/renew",
+        json!({"owner": "w", "token": token, "ttl_ms": 2000}),
+    )
+    .await;
+    assert_eq!(renewed.status, StatusCode::OK);
+    assert_eq!(renewed.json()["token"], token);
+    let released = post(
+        &router,
+        "/v1/locks/job/release",
+        json!({"owner": "w", "token": token}),
+    )
+    .await;
+    assert_eq!(released.status, StatusCode::OK);
+    assert_eq!(released.json(), json!({"released": true}));
+    let bad_ttl = post(
+        &router,
+        "/v1/locks/job/acquire",
+        json!({"owner": "w", "ttl_ms": 99}),
+    )
+    .await;
+    assert_eq!(bad_ttl.code(), "invalid_request");
+    let missing = post(&router, "/v1/locks/job/release", json!({"owner": "w"})).await;
+    assert_eq!(missing.code(), "invalid_request");
+}
+
+#[tokio::test]
+async fn an_unavailable_backend_is_503_and_never_a_success() {
+    let (backend, router) = open_server();
+    make_pool(&router, "p", json!({"total": 3})).await;
+    backend.set_unavailable(true);
+    for (method, path, body) in every_operation() {
+        if matches!(path, "/healthz" | "/metrics" | "/openapi.json") {
+            continue;
+        }
+        let answer = send(&router, method.clone(), path, None, body).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{method} {path}"
+        );
+        assert_eq!(answer.code(), "backend_unavailable");
+    }
+    assert_eq!(
+        get(&router, "/healthz").await.json(),
+        json!({"status": "ok"})
+    );
+    backend.set_unavailable(false);
+    assert_eq!(
+        get(&router, "/readyz").await.json(),
+        json!({"status": "ready"})
+    );
+    assert_eq!(get(&router, "/v1/pools/p").await.json()["available"], 3);
+}
+
+#[tokio::test]
+async fn no_input_gives_a_server_error() {
+    let (_, router) = open_server();
+    make_pool(&router, "p", json!({"total": 3})).await;
+    let bodies: Vec<Vec<u8>> = vec![
+        Vec::new(),
+        b"null".to_vec(),
+        b"[]".to_vec(),
+        b"{}".to_vec(),
+        b"{\"a\":1}".to_vec(),
+        b"\"string\"".to_vec(),
+        b"18446744073709551616".to_vec(),
+        b"{\"total\": 18446744073709551615, \"delta\": -9223372036854775808}".to_vec(),
+        b"{\"hold_id\": \"h\", \"items\": [], \"ttl_ms\": 18446744073709551615}".to_vec(),
+        b"{\"ops\": [null, 1, [], {\"op\": null}]}".to_vec(),
+        b"{\"owner\": \"o\", \"token\": 18446744073709551615, \"ttl_ms\": 0}".to_vec(),
+        vec![0, 159, 146, 150],
+        b"{\"total\": 1e400}".to_vec(),
+        "{\"hold_id\": \"\u{e9}\", \"items\": [{\"pool\": \"p\", \"qty\": 1}]}"
+            .as_bytes()
+            .to_vec(),
+    ];
+    for (method, path, _) in every_operation() {
+        for body in &bodies {
+            let answer = send(&router, method.clone(), path, None, body.clone()).await;
+            assert!(
+                answer.status.is_success() || answer.status.is_client_error(),
+                "{method} {path} {:?}: {}",
+                String::from_utf8_lossy(body),
+                answer.status
+            );
+            if !answer.status.is_success() {
+                answer.code();
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn openapi_lists_every_route_and_matches_the_wire() {
+    let (_, router) = open_server();
+    let served = get(&router, "/openapi.json").await;
+    assert_eq!(served.status, StatusCode::OK);
+    assert_eq!(served.content_type(), "application/json");
+    let document = served.json();
+    assert_eq!(
+        document,
+        serde_json::to_value(stockd_server::openapi()).unwrap()
+    );
+    assert!(document["openapi"].as_str().unwrap().starts_with("3."));
+    let expected: Vec<(String, String)> = every_operation()
+        .into_iter()
+        .map(|(method, path, _)| {
+            let template = path
+                .replace("/v1/pools/p", "/v1/pools/{pool}")
+                .replace("/v1/holds/h", "/v1/holds/{hold_id}")
+                .replace("/v1/locks/l", "/v1/locks/{name}");
+            (method.as_str().to_lowercase(), template)
+        })
+        .collect();
+    let paths = document["paths"].as_object().unwrap();
+    let mut documented = 0;
+    for (path, item) in paths {
+        for method in item.as_object().unwrap().keys() {
+            assert!(
+                expected.contains(&(method.clone(), path.clone())),
+                "documented but not a route: {method} {path}"
+            );
+            documented += 1;
+        }
+    }
+    for (method, path) in &expected {
+        assert!(
+            paths[path].get(method).is_some(),
+            "{method} {path} is not documented"
+        );
+    }
+    assert_eq!(documented, expected.len());
+    assert!(document["components"]["securitySchemes"]["bearer"].is_object());
+    assert_eq!(paths["/healthz"]["get"]["security"], json!([{}]));
+    assert!(paths["/healthz"]["get"]["responses"].get("401").is_none());
+    assert!(paths["/v1/holds"]["post"]["responses"]["401"].is_object());
+    assert!(paths["/v1/holds"]["post"]["responses"].get("403").is_none());
+    assert!(paths["/v1/pools/{pool}"]["put"]["responses"]["403"].is_object());
+    assert!(paths["/v1/pools/{pool}/restock"]["post"]["responses"]["403"].is_object());
+    assert!(paths["/v1/pools/{pool}"]["get"]["responses"]
+        .get("403")
+        .is_none());
+    // `required` absent means false.
+    assert_ne!(
+        paths["/v1/holds/{hold_id}/confirm"]["post"]["requestBody"]["required"],
+        json!(true)
+    );
+
+    // Response schemas name exactly the fields real responses carry.
+    let schemas = &document["components"]["schemas"];
+    let keys = |value: &Value| {
+        let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        keys
+    };
+    let pool = put(&router, "/v1/pools/p", json!({"total": 1}))
+        .await
+        .json();
+    assert_eq!(keys(&schemas["PoolObject"]["properties"]), keys(&pool));
+    let hold = reserve(&router, hold("h", "p", 1)).await.json();
+    assert_eq!(keys(&schemas["HoldObject"]["properties"]), keys(&hold));
+    let mut property_names = keys(&schemas["EventObject"]["properties"]);
+    property_names.sort();
+    let events = get(&router, "/v1/events").await.json();
+    for event in events["events"].as_array().unwrap() {
+        for key in keys(event) {
+            assert!(
+                property_names.contains(&key),
+                "event field {key} is not documented"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn metrics_count_requests_and_render_backend_stats() {
+    let (backend, router) = open_server();
+    backend.set_stats(BackendStats {
+        hold_transitions: vec![("held", 4), ("expired", 1)],
+        expiry_lag_ms_buckets: vec![(10.0, 1), (100.0, 1)],
+        expiry_lag_ms_sum: 3.0,
+        expiry_lag_count: 1,
+        gauges: vec![("pools", 2.0), ("bad name", 1.0)],
+        counters: vec![("wal_syncs_total", 7)],
+    });
+    make_pool(&router, "p", json!({"total": 1})).await;
+    get(&router, "/v1/pools/p").await;
+    get(&router, "/v1/pools/p").await;
+    get(&router, "/nowhere").await;
+    let scrape = get(&router, "/metrics").await;
+    assert_eq!(scrape.status, StatusCode::OK);
+    assert!(
+        scrape.content_type().starts_with("text/plain"),
+        "{}",
+        scrape.content_type()
+    );
+    let text = scrape.text();
+    for line in [
+        r#"stockd_http_requests_total{route="/v1/pools/{pool}",method="PUT",status="201"} 1"#,
+        r#"stockd_http_requests_total{route="/v1/pools/{pool}",method="GET",status="200"} 2"#,
+        r#"stockd_http_requests_total{route="unmatched",method="GET",status="404"} 1"#,
+        r#"stockd_hold_transitions_total{outcome="held"} 4"#,
+        r#"stockd_hold_transitions_total{outcome="expired"} 1"#,
+        r#"stockd_expiry_lag_ms_bucket{le="10.0"} 1"#,
+        r#"stockd_expiry_lag_ms_bucket{le="+Inf"} 1"#,
+        "stockd_expiry_lag_ms_count 1",
+        "stockd_pools 2.0",
+        "stockd_wal_syncs_total 7",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    assert!(text.contains(
+        "stockd_http_request_duration_seconds_bucket{le=\"0.0001\",route=\"/v1/pools/{pool}\"}"
+    ));
+    assert!(!text.contains("bad name"));
+    assert!(!text.contains("_total_total"));
+    let pool_count = text
+        .lines()
+        .find(|line| {
+            line.starts_with(
+                "stockd_http_request_duration_seconds_count{route=\"/v1/pools/{pool}\"}",
+            )
+        })
+        .unwrap();
+    assert!(pool_count.ends_with(" 3"), "{pool_count}");
+}

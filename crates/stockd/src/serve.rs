@@ -1,0 +1,256 @@
+//! `stockd serve`: settings from flags, environment and a config file, then the engine and the
+//! HTTP server, until SIGTERM or SIGINT.
+//!
+//! Precedence is flag > environment > config file > default. This module wires pieces together;
+//! it must never decide anything about stock.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use stockd_core::{Backend, StateConfig};
+use stockd_engine::{Engine, EngineConfig, SystemClock};
+use stockd_server::{Role, ServerConfig};
+
+pub const LISTEN_DEFAULT: &str = "127.0.0.1:7070";
+pub const DATA_DIR_DEFAULT: &str = "./stockd-data";
+/// Request bodies above this are refused with 413.
+pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "STOCKD_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Directory of the write-ahead log and snapshots.
+    #[arg(long, env = "STOCKD_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// TOML config file (keys: listen, data_dir, tokens, hold_retention_ms,
+    /// confirmed_retention_ms, event_retention_max, snapshot_every_records).
+    #[arg(long, env = "STOCKD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Bearer tokens as `role:secret` pairs separated by commas (roles: admin, client).
+    #[arg(long, env = "STOCKD_TOKENS", hide_env_values = true)]
+    pub tokens: Option<String>,
+    /// Serve without tokens on a non-loopback address (never do this in production).
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+    /// How long released, expired and refunded holds are kept (idempotent retries).
+    #[arg(long, env = "STOCKD_HOLD_RETENTION_MS")]
+    pub hold_retention_ms: Option<u64>,
+    /// How long confirmed holds are kept (refund window).
+    #[arg(long, env = "STOCKD_CONFIRMED_RETENTION_MS")]
+    pub confirmed_retention_ms: Option<u64>,
+    /// Events kept for the feed.
+    #[arg(long, env = "STOCKD_EVENT_RETENTION_MAX")]
+    pub event_retention_max: Option<usize>,
+    /// Records between snapshots.
+    #[arg(long, env = "STOCKD_SNAPSHOT_EVERY_RECORDS")]
+    pub snapshot_every_records: Option<u64>,
+}
+
+/// The config file. Every key is optional; unknown keys are refused so typos are caught.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    tokens: Option<Vec<String>>,
+    hold_retention_ms: Option<u64>,
+    confirmed_retention_ms: Option<u64>,
+    event_retention_max: Option<usize>,
+    snapshot_every_records: Option<u64>,
+}
+
+/// Settings after every source is merged.
+#[derive(Debug)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub engine: EngineConfig,
+    pub tokens: Vec<(String, Role)>,
+    pub insecure_no_auth: bool,
+}
+
+fn parse_token(entry: &str) -> Result<(String, Role), String> {
+    let (role, secret) = entry
+        .trim()
+        .split_once(':')
+        .ok_or_else(|| format!("token entry {entry:?} must be role:secret"))?;
+    let role = match role {
+        "admin" => Role::Admin,
+        "client" => Role::Client,
+        other => return Err(format!("unknown role {other:?} (admin or client)")),
+    };
+    if secret.len() < 8 {
+        return Err("a token secret must be at least 8 bytes".into());
+    }
+    Ok((secret.to_string(), role))
+}
+
+impl ServeArgs {
+    pub fn settings(self) -> Result<Settings, String> {
+        let file = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                toml::from_str::<FileConfig>(&text)
+                    .map_err(|e| format!("config {}: {e}", path.display()))?
+            }
+            None => FileConfig::default(),
+        };
+        let listen = self
+            .listen
+            .or(file.listen)
+            .unwrap_or_else(|| LISTEN_DEFAULT.parse().expect("valid default"));
+        let data_dir = self
+            .data_dir
+            .or(file.data_dir)
+            .unwrap_or_else(|| PathBuf::from(DATA_DIR_DEFAULT));
+        let token_entries: Vec<String> = match self.tokens {
+            Some(list) => list
+                .split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(str::to_string)
+                .collect(),
+            None => file.tokens.unwrap_or_default(),
+        };
+        let tokens = token_entries
+            .iter()
+            .map(|entry| parse_token(entry))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut engine = EngineConfig::new(data_dir);
+        let defaults = StateConfig::default();
+        engine.state = StateConfig {
+            hold_retention_ms: self
+                .hold_retention_ms
+                .or(file.hold_retention_ms)
+                .unwrap_or(defaults.hold_retention_ms),
+            confirmed_retention_ms: self
+                .confirmed_retention_ms
+                .or(file.confirmed_retention_ms)
+                .unwrap_or(defaults.confirmed_retention_ms),
+        };
+        if let Some(n) = self.event_retention_max.or(file.event_retention_max) {
+            engine.event_retention_max = n;
+        }
+        if let Some(n) = self.snapshot_every_records.or(file.snapshot_every_records) {
+            engine.snapshot_every_records = n.max(1);
+        }
+        Ok(Settings {
+            listen,
+            engine,
+            tokens,
+            insecure_no_auth: self.insecure_no_auth,
+        })
+    }
+}
+
+pub async fn run(args: ServeArgs) -> ExitCode {
+    let settings = match args.settings() {
+        Ok(settings) => settings,
+        Err(why) => {
+            eprintln!("error: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    if settings.tokens.is_empty()
+        && !settings.listen.ip().is_loopback()
+        && !settings.insecure_no_auth
+    {
+        eprintln!(
+            "error: refusing to serve without tokens on non-loopback address {}; set \
+             STOCKD_TOKENS or pass --insecure-no-auth",
+            settings.listen
+        );
+        return ExitCode::from(2);
+    }
+    let listener = match tokio::net::TcpListener::bind(settings.listen).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("error: cannot listen on {}: {error}", settings.listen);
+            return ExitCode::from(1);
+        }
+    };
+    let data_dir = settings.engine.data_dir.clone();
+    let opened =
+        tokio::task::spawn_blocking(move || Engine::open(settings.engine, Arc::new(SystemClock)))
+            .await;
+    let engine = match opened {
+        Ok(Ok(engine)) => engine,
+        Ok(Err(error)) => {
+            eprintln!(
+                "error: cannot open data dir {}: {error}",
+                data_dir.display()
+            );
+            return ExitCode::from(1);
+        }
+        Err(error) => {
+            eprintln!("error: engine start panicked: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    let backend: Arc<dyn Backend> = Arc::new(engine.clone());
+    let router = stockd_server::router(
+        backend,
+        ServerConfig {
+            tokens: settings.tokens,
+            body_limit_bytes: BODY_LIMIT_BYTES,
+        },
+    );
+    tracing::info!(listen = %settings.listen, data_dir = %data_dir.display(), "stockd serving");
+    let served = axum::serve(listener, router)
+        .with_graceful_shutdown(stop_signal())
+        .await;
+    // In-flight requests are done; make everything durable before exiting.
+    engine.shutdown().await;
+    match served {
+        Ok(()) => {
+            tracing::info!("stopped cleanly");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: server failed: {error}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn stop_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+    tracing::info!("stop signal received; finishing in-flight requests");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_entries() {
+        assert_eq!(
+            parse_token("admin:secret-123").unwrap(),
+            ("secret-123".to_string(), Role::Admin)
+        );
+        assert!(parse_token("root:secret-123").is_err());
+        assert!(parse_token("admin").is_err());
+        assert!(parse_token("client:short").is_err());
+    }
+}

@@ -1,0 +1,328 @@
+//! The `stockd pool` / `stockd hold` command line, run as a real process against a real
+//! `stockd serve` process: arguments, human and `--json` output, and exit codes (0 done,
+//! 1 refused by the server, 2 no usable answer or bad usage).
+//!
+//! Only the binary is exercised: the test starts `stockd serve` on a free loopback port with a
+//! fresh data dir, waits (bounded) until `GET /healthz` answers 200, and kills it on drop.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const STOCKD: &str = env!("CARGO_BIN_EXE_stockd");
+/// How long a fresh server may take to answer `GET /healthz` with 200.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often readiness is probed while waiting.
+const READY_POLL_EVERY: Duration = Duration::from_millis(25);
+/// Bound on one readiness probe, so a hung accept cannot stall the wait past its deadline.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Start attempts: the free port may be taken by someone else between our probe and the bind.
+const START_ATTEMPTS: usize = 3;
+
+/// A `stockd serve` child process, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+    log_path: PathBuf,
+    _scratch: tempfile::TempDir,
+}
+
+impl Server {
+    fn start() -> Server {
+        let mut last_log = String::new();
+        for _ in 0..START_ATTEMPTS {
+            match Server::try_start() {
+                Ok(server) => return server,
+                Err(log) => last_log = log,
+            }
+        }
+        panic!(
+            "stockd serve did not become ready in {START_ATTEMPTS} attempts; last log:\n{last_log}"
+        );
+    }
+
+    /// Starts one server; on failure returns its log.
+    fn try_start() -> Result<Server, String> {
+        let scratch = tempfile::tempdir().expect("create a temp dir");
+        let data_dir = scratch.path().join("data");
+        let log_path = scratch.path().join("server.log");
+        let log = File::create(&log_path).expect("create the server log");
+        let address = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let child = Command::new(STOCKD)
+            .arg("serve")
+            .arg("--listen")
+            .arg(address.to_string())
+            .arg("--data-dir")
+            .arg(&data_dir)
+            // Hermetic: no settings of the caller's environment reach this server.
+            .env_remove("STOCKD_TOKEN")
+            .env_remove("STOCKD_TOKENS")
+            .env_remove("STOCKD_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn stockd serve");
+        let mut server = Server {
+            child,
+            url: format!("http://{address}"),
+            log_path,
+            _scratch: scratch,
+        };
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                return Err(format!("exited with {status}\n{}", server.log()));
+            }
+            if healthz_is_ok(address) {
+                return Ok(server);
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "not ready after {READY_TIMEOUT:?}\n{}",
+                    server.log()
+                ));
+            }
+            thread::sleep(READY_POLL_EVERY);
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Runs `stockd ARGS` against this server (the URL comes from `STOCKD_URL`).
+    fn stockd(&self, args: &[&str]) -> Run {
+        run(&self.url, args)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback port that was free a moment ago.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("find a free port")
+        .port()
+}
+
+/// One plain HTTP/1.1 `GET /healthz`; true on a 200.
+fn healthz_is_ok(address: SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&address, PROBE_TIMEOUT) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(PROBE_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(PROBE_TIMEOUT));
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    answer.starts_with(b"HTTP/1.1 200")
+}
+
+/// The outcome of one command-line run.
+struct Run {
+    args: String,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn describe(&self) -> String {
+        format!(
+            "stockd {}\nexit: {:?}\nstdout:\n{}\nstderr:\n{}",
+            self.args, self.code, self.stdout, self.stderr
+        )
+    }
+
+    /// Asserts success and returns stdout.
+    fn ok(&self) -> &str {
+        assert_eq!(self.code, Some(0), "{}", self.describe());
+        &self.stdout
+    }
+
+    /// Asserts success and parses stdout as JSON.
+    fn ok_json(&self) -> Value {
+        let stdout = self.ok();
+        serde_json::from_str(stdout)
+            .unwrap_or_else(|error| panic!("stdout is not JSON: {error}\n{}", self.describe()))
+    }
+
+    /// Asserts exit code `code` and an `error: <error_code>: ...` line on stderr.
+    fn fails(&self, code: i32, error_code: &str) {
+        assert_eq!(self.code, Some(code), "{}", self.describe());
+        assert!(
+            self.stderr.contains(&format!("error: {error_code}: ")),
+            "expected `error: {error_code}: ` on stderr\n{}",
+            self.describe()
+        );
+    }
+}
+
+fn run(url: &str, args: &[&str]) -> Run {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(STOCKD)
+        .args(args)
+        .env("STOCKD_URL", url)
+        .env_remove("STOCKD_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run stockd");
+    Run {
+        args: args.join(" "),
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}
+
+#[test]
+fn pool_and_hold_commands_against_a_real_server() {
+    let server = Server::start();
+
+    let out = server
+        .stockd(&[
+            "pool",
+            "put",
+            "sku-1",
+            "--total",
+            "10",
+            "--low-stock-threshold",
+            "2",
+        ])
+        .ok()
+        .to_owned();
+    assert!(
+        out.contains("pool sku-1 created: total 10, available 10, held 0, sold 0"),
+        "{out}"
+    );
+    let out = server
+        .stockd(&["pool", "put", "sku-1", "--total", "99", "--if-absent"])
+        .ok()
+        .to_owned();
+    assert!(
+        out.contains("pool sku-1 exists, unchanged: total 10"),
+        "{out}"
+    );
+
+    // Client flags may follow the subcommand.
+    let pool = server.stockd(&["pool", "get", "sku-1", "--json"]).ok_json();
+    assert_eq!(pool["pool"], "sku-1");
+    assert_eq!(pool["total"], 10);
+    assert_eq!(pool["available"], 10);
+    assert_eq!(pool["held"], 0);
+    assert_eq!(pool["sold"], 0);
+    assert_eq!(pool["low_stock_threshold"], 2);
+    assert_eq!(pool["per_user_limit"], Value::Null);
+
+    let out = server
+        .stockd(&["hold", "reserve", "o-1", "--item", "sku-1=3", "--confirm"])
+        .ok()
+        .to_owned();
+    assert!(out.starts_with("hold o-1: confirmed at "), "{out}");
+    let out = server.stockd(&["hold", "get", "o-1"]).ok().to_owned();
+    assert!(out.starts_with("hold o-1: confirmed at "), "{out}");
+    assert!(out.contains("items sku-1 x3"), "{out}");
+
+    let out = server
+        .stockd(&[
+            "hold", "reserve", "o-2", "--item", "sku-1=2", "--user", "u-1",
+        ])
+        .ok()
+        .to_owned();
+    assert!(out.starts_with("hold o-2: held, expires at "), "{out}");
+    assert!(out.contains("user u-1"), "{out}");
+    let hold = server
+        .stockd(&["hold", "release", "o-2", "--json"])
+        .ok_json();
+    assert_eq!(hold["status"], "released");
+
+    // A negative delta is a value, not a flag.
+    let out = server
+        .stockd(&["pool", "restock", "sku-1", "--delta", "-2"])
+        .ok()
+        .to_owned();
+    assert!(
+        out.contains("total 8, available 5, held 0, sold 3"),
+        "{out}"
+    );
+
+    let page = server.stockd(&["pool", "list", "--json"]).ok_json();
+    assert_eq!(page["pools"].as_array().map(Vec::len), Some(1), "{page}");
+    let out = server.stockd(&["pool", "list"]).ok().to_owned();
+    assert!(out.starts_with("POOL"), "{out}");
+    assert!(out.contains("sku-1"), "{out}");
+
+    // Refusals: exit 1, `error: <code>: <message>` on stderr, nothing changed.
+    let refused = server.stockd(&["hold", "reserve", "o-3", "--item", "sku-1=100"]);
+    refused.fails(1, "insufficient_stock");
+    assert!(refused.stdout.is_empty(), "{}", refused.describe());
+    // With --json the error body, details included, is on stdout too.
+    let refused = server.stockd(&["hold", "reserve", "o-3", "--item", "sku-1=100", "--json"]);
+    refused.fails(1, "insufficient_stock");
+    let body: Value = serde_json::from_str(&refused.stdout)
+        .unwrap_or_else(|error| panic!("{error}\n{}", refused.describe()));
+    assert_eq!(body["error"], "insufficient_stock");
+    assert_eq!(body["available"], 5);
+    assert_eq!(body["requested"], 100);
+    server
+        .stockd(&["pool", "get", "nope"])
+        .fails(1, "pool_not_found");
+    server
+        .stockd(&["hold", "refund", "o-404"])
+        .fails(1, "hold_not_found");
+
+    let pool = server.stockd(&["pool", "get", "sku-1", "--json"]).ok_json();
+    assert_eq!(
+        (pool["available"].as_u64(), pool["sold"].as_u64()),
+        (Some(5), Some(3))
+    );
+}
+
+#[test]
+fn unreachable_server_exits_2() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let unreachable = run(
+        "http://127.0.0.1:9",
+        &["pool", "--url", &url, "get", "sku-1"],
+    );
+    assert_eq!(unreachable.code, Some(2), "{}", unreachable.describe());
+    assert!(
+        unreachable
+            .stderr
+            .contains("error: transport: cannot reach "),
+        "{}",
+        unreachable.describe()
+    );
+    assert!(unreachable.stdout.is_empty(), "{}", unreachable.describe());
+}
+
+#[test]
+fn malformed_item_is_a_usage_error() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let bad = run(&url, &["hold", "reserve", "o-1", "--item", "sku-1"]);
+    assert_eq!(bad.code, Some(2), "{}", bad.describe());
+    assert!(
+        bad.stderr.contains("expected POOL=QTY"),
+        "{}",
+        bad.describe()
+    );
+}
