@@ -26,7 +26,8 @@ need wrk redis-server redis-tools
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_http() { for _ in $(seq 1 200); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "not ready: $1" >&2; return 1; }
 
-cargo build --release -q -p stockd -p stockd-server --example bare_axum
+cargo build --release -q -p stockd --bin stockd
+cargo build --release -q -p stockd-server --example bare_axum
 WORK="$(mktemp -d)"
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
@@ -65,8 +66,9 @@ redis-cli -p "$PORT" set stock 1000000000000 >/dev/null
 SHA=$(redis-cli -p "$PORT" script load "local s = tonumber(redis.call('GET', KEYS[1])) if s and s >= tonumber(ARGV[1]) then redis.call('DECRBY', KEYS[1], ARGV[1]) return 1 end return 0")
 REDIS_N=$(( DURATION * 150000 ))
 redis-benchmark -p "$PORT" -c "$CONNECTIONS" -n "$REDIS_N" -q EVALSHA "$SHA" 1 stock 1 > "$WORK/redis.txt" 2>&1
-REDIS_RPS=$(tr '\r' '\n' < "$WORK/redis.txt" | awk '/requests per second/ {for(i=1;i<=NF;i++) if ($i ~ /^[0-9.]+$/) {v=$i; break}} END {print v}')
-REDIS_P99=$(tr '\r' '\n' < "$WORK/redis.txt" | awk '/p50=/ {print}' | tail -1)
+REDIS_LINE=$(tr '\r' '\n' < "$WORK/redis.txt" | grep 'requests per second' | tail -1)
+REDIS_RPS=$(sed -E 's/.*: ([0-9.]+) requests per second.*/\1/' <<< "$REDIS_LINE")
+REDIS_P50=$(sed -E 's/.*p50=([0-9.]+ msec).*/\1/' <<< "$REDIS_LINE")
 
 STOCKD_RPS=$(rps_of "$WORK/stockd.txt"); AXUM_RPS=$(rps_of "$WORK/axum.txt")
 echo
@@ -74,13 +76,12 @@ echo "== HTTP benchmark: ${DURATION}s per run, ${CONNECTIONS} connections, $(npr
 printf "%-34s %12s %10s\n" "run" "req/s" "p99"
 printf "%-34s %12s %10s\n" "stockd reserve confirm=true" "$STOCKD_RPS" "$(p99_of "$WORK/stockd.txt")"
 printf "%-34s %12s %10s\n" "bare axum JSON handler" "$AXUM_RPS" "$(p99_of "$WORK/axum.txt")"
-printf "%-34s %12s %10s\n" "redis EVALSHA check-and-deduct" "$REDIS_RPS" "-"
-echo "redis latency: ${REDIS_P99:-n/a}"
+printf "%-34s %12s %10s\n" "redis EVALSHA check-and-deduct" "$REDIS_RPS" "p50 $REDIS_P50"
 python3 - "$STOCKD_RPS" "$AXUM_RPS" "$REDIS_RPS" <<'PY'
 import sys
 s, a, r = (float(x) if x else 0.0 for x in sys.argv[1:4])
 print(f"ratio stockd / bare axum : {s / a:.2f}" if a else "ratio stockd / bare axum : n/a")
 print(f"ratio stockd / redis     : {s / r:.2f}" if r else "ratio stockd / redis     : n/a")
 PY
-echo "stockd errors (non-2xx): $(grep -c 'Non-2xx' "$WORK/stockd.txt" >/dev/null && awk '/Non-2xx/ {print $NF}' "$WORK/stockd.txt" || echo 0)"
+echo "stockd non-2xx responses: $(awk '/Non-2xx/ {print $NF}' "$WORK/stockd.txt" | grep . || echo 0)"
 echo "stockd pool after run: sold=${SOLD% *} invariant_holds=${SOLD#* }"

@@ -58,6 +58,9 @@ pub struct EngineConfig {
     pub queue_depth_max: usize,
     /// Commands the writer takes into one batch at most.
     pub batch_commands_max: usize,
+    /// Run the log stage (append, fsync, release answers) on its own thread, pipelined with
+    /// the writer, instead of inline on the writer thread.
+    pub log_thread: bool,
 }
 
 impl EngineConfig {
@@ -70,6 +73,7 @@ impl EngineConfig {
             segment_bytes_max: 64 * 1024 * 1024,
             queue_depth_max: 65_536,
             batch_commands_max: 8_192,
+            log_thread: false,
         }
     }
 }
@@ -217,29 +221,39 @@ impl Engine {
         );
 
         let (request_tx, request_rx) = mpsc::sync_channel(config.queue_depth_max);
-        let (log_tx, log_rx) = mpsc::channel::<LogJob>();
         let next_lsn = storage.last_lsn() + 1;
-        let log_shared = shared.clone();
-        let log_thread = std::thread::Builder::new()
-            .name("stockd-log".into())
-            .spawn(move || writer::run_log(storage, log_rx, log_shared))?;
+        let log = writer::Log::new(storage, shared.clone());
+        let mut threads = Vec::new();
+        let sink = if config.log_thread {
+            let (log_tx, log_rx) = mpsc::channel::<LogJob>();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("stockd-log".into())
+                    .spawn(move || writer::run_log(log, log_rx))?,
+            );
+            writer::LogSink::Thread(log_tx)
+        } else {
+            writer::LogSink::Inline(log)
+        };
         let writer = writer::Writer::new(
             state,
             config.clone(),
             clock,
             shared.clone(),
-            log_tx,
+            sink,
             next_lsn,
             replayed,
         );
-        let writer_thread = std::thread::Builder::new()
-            .name("stockd-writer".into())
-            .spawn(move || writer.run(request_rx))?;
+        threads.push(
+            std::thread::Builder::new()
+                .name("stockd-writer".into())
+                .spawn(move || writer.run(request_rx))?,
+        );
         Ok(Engine {
             requests: request_tx,
             shared,
             stopped: Arc::new(AtomicBool::new(false)),
-            threads: Arc::new(Threads(Mutex::new(vec![writer_thread, log_thread]))),
+            threads: Arc::new(Threads(Mutex::new(threads))),
         })
     }
 

@@ -5,7 +5,7 @@
 //! covers them. Neither may block on the other except through their channels.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,7 +69,7 @@ pub struct Writer {
     config: EngineConfig,
     clock: Arc<dyn Clock>,
     shared: Arc<Shared>,
-    log: Sender<LogJob>,
+    log: LogSink,
     next_lsn: u64,
     last_now_ms: u64,
     /// Parked requests by waiter id: answered when the core serves or times them out.
@@ -77,6 +77,9 @@ pub struct Writer {
     last_waiter_sweep: Instant,
     records_since_snapshot: u64,
     snapshot_in_flight: Arc<AtomicBool>,
+    /// Lsn of the last snapshot the snapshot thread finished (0: none yet to act on); the
+    /// writer then has the log drop what the snapshot covers.
+    snapshot_done_lsn: Arc<AtomicU64>,
 }
 
 impl Writer {
@@ -85,7 +88,7 @@ impl Writer {
         config: EngineConfig,
         clock: Arc<dyn Clock>,
         shared: Arc<Shared>,
-        log: Sender<LogJob>,
+        log: LogSink,
         next_lsn: u64,
         records_since_snapshot: u64,
     ) -> Self {
@@ -101,6 +104,7 @@ impl Writer {
             last_waiter_sweep: Instant::now(),
             records_since_snapshot,
             snapshot_in_flight: Arc::new(AtomicBool::new(false)),
+            snapshot_done_lsn: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -148,12 +152,12 @@ impl Writer {
             let shutdown = self.apply_batch(&mut batch, &mut effects);
             if let Some(done) = shutdown {
                 self.write_snapshot_now();
-                let _ = self.log.send(LogJob::Shutdown { done });
+                self.log.send(LogJob::Shutdown { done });
                 return;
             }
         }
         let (done, _) = oneshot::channel();
-        let _ = self.log.send(LogJob::Shutdown { done });
+        self.log.send(LogJob::Shutdown { done });
     }
 
     /// Applies one batch of requests and hands the result to the log thread. Returns the
@@ -164,6 +168,10 @@ impl Writer {
         effects: &mut Effects,
     ) -> Option<oneshot::Sender<()>> {
         let now_ms = self.now_ms();
+        let snapshot_lsn = self.snapshot_done_lsn.swap(0, Relaxed);
+        if snapshot_lsn > 0 {
+            self.log.send(LogJob::RemoveObsolete { snapshot_lsn });
+        }
         let failure = self.shared.failure();
         self.state.tick(now_ms, effects);
         let mut completions = Vec::with_capacity(batch.len());
@@ -255,7 +263,7 @@ impl Writer {
             last_seq: self.state.next_seq() - 1,
             completions,
         };
-        if self.log.send(job).is_err() {
+        if !self.log.send(job) {
             self.shared.fail("the log thread stopped".into());
         }
         self.records_since_snapshot += records;
@@ -303,7 +311,7 @@ impl Writer {
         let lsn = self.next_lsn - 1;
         let payload = encode_snapshot(&self.state, &self.shared.feed);
         let dir = self.config.data_dir.clone();
-        let log = self.log.clone();
+        let done_lsn = self.snapshot_done_lsn.clone();
         let in_flight = self.snapshot_in_flight.clone();
         let shared = self.shared.clone();
         let spawned = std::thread::Builder::new()
@@ -312,7 +320,7 @@ impl Writer {
                 match Storage::write_snapshot(&dir, lsn, &payload) {
                     Ok(()) => {
                         shared.stats.snapshots.fetch_add(1, Relaxed);
-                        let _ = log.send(LogJob::RemoveObsolete { snapshot_lsn: lsn });
+                        done_lsn.store(lsn, Relaxed);
                     }
                     // A failed snapshot loses nothing: the log still has every record.
                     Err(error) => tracing::warn!(%error, "snapshot failed; will retry later"),
@@ -339,7 +347,7 @@ impl Writer {
         match Storage::write_snapshot(&self.config.data_dir, lsn, &payload) {
             Ok(()) => {
                 self.shared.stats.snapshots.fetch_add(1, Relaxed);
-                let _ = self.log.send(LogJob::RemoveObsolete { snapshot_lsn: lsn });
+                self.log.send(LogJob::RemoveObsolete { snapshot_lsn: lsn });
             }
             Err(error) => tracing::warn!(%error, "final snapshot failed; the log has everything"),
         }
@@ -353,19 +361,60 @@ fn request_len(request: &Request) -> usize {
     }
 }
 
-/// The log thread: append, one fsync for all that queued up, then release answers in order.
-pub fn run_log(mut storage: Storage, jobs: Receiver<LogJob>, shared: Arc<Shared>) {
+/// Where the writer hands each batch: to the log thread (pipelined: the writer applies the next
+/// batch while this one syncs) or to the log stage run inline on the writer itself (one thread
+/// less to wake per batch; requests that arrive during the fsync form the next group).
+pub enum LogSink {
+    Thread(Sender<LogJob>),
+    Inline(Log),
+}
+
+impl LogSink {
+    /// Returns false if the log thread is gone.
+    fn send(&mut self, job: LogJob) -> bool {
+        match self {
+            LogSink::Thread(jobs) => jobs.send(job).is_ok(),
+            LogSink::Inline(log) => {
+                log.process(&mut vec![job]);
+                true
+            }
+        }
+    }
+}
+
+/// The log stage: append, one fsync for all that queued up, then release answers in order.
+pub struct Log {
+    storage: Storage,
+    shared: Arc<Shared>,
+}
+
+/// The log thread: takes every job queued since the last round and processes them as a group.
+pub fn run_log(mut log: Log, jobs: Receiver<LogJob>) {
     let mut pending = Vec::new();
     while let Ok(job) = jobs.recv() {
         pending.push(job);
         while let Ok(job) = jobs.try_recv() {
             pending.push(job);
         }
+        if log.process(&mut pending) {
+            return;
+        }
+    }
+}
+
+impl Log {
+    pub fn new(storage: Storage, shared: Arc<Shared>) -> Self {
+        Log { storage, shared }
+    }
+
+    /// Processes a group of jobs; returns true once a shutdown job was handled.
+    pub fn process(&mut self, pending: &mut Vec<LogJob>) -> bool {
+        let Log { storage, shared } = self;
         let mut appended = false;
         let mut last_seq = 0;
         let mut shutdown = None;
         let mut failed = shared.failure().is_some();
-        for job in &pending {
+        for job in pending.iter() {
             if let LogJob::Batch {
                 payload,
                 expected_lsn,
@@ -431,10 +480,13 @@ pub fn run_log(mut storage: Storage, jobs: Receiver<LogJob>, shared: Arc<Shared>
                 LogJob::Shutdown { done } => shutdown = Some(done),
             }
         }
-        if let Some(done) = shutdown {
-            let _ = storage.sync();
-            let _ = done.send(());
-            return;
+        match shutdown {
+            Some(done) => {
+                let _ = storage.sync();
+                let _ = done.send(());
+                true
+            }
+            None => false,
         }
     }
 }
