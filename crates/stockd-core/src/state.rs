@@ -1236,7 +1236,13 @@ impl State {
                     .expect("released hold exists");
                 assert_eq!(hold.status, HoldStatus::Held, "released a hold not held");
                 hold.status = status;
-                hold.finished_at_ms = Some(at_ms);
+                // An expired hold finished at its deadline, however late the sweep ran: the
+                // answer does not depend on sweep timing (nor on the backend).
+                let finished_at_ms = match status {
+                    HoldStatus::Expired => hold.expires_at_ms.min(at_ms),
+                    _ => at_ms,
+                };
+                hold.finished_at_ms = Some(finished_at_ms);
                 for line in &hold.lines {
                     let pool = self
                         .data
@@ -1251,7 +1257,7 @@ impl State {
                     self.pending_low_stock.push((line.pool.clone(), before));
                 }
                 self.purge_queue.push(Reverse((
-                    at_ms + self.config.hold_retention_ms,
+                    finished_at_ms + self.config.hold_retention_ms,
                     hold_id.clone(),
                 )));
                 self.push_hold_event(at_ms, kind, hold_id, events);

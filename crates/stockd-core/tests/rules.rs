@@ -1,0 +1,1332 @@
+//! Deterministic rule tests of the core state machine: what the model test (`model.rs`) does not
+//! reach. Waiters (pool and lock), retention, lazy expiry, fencing tokens, refunds of deleted
+//! pools, idempotent replays, low-stock crossings and sale-window edges, each checked against
+//! the contract (/work/shared/CONTRACT.md) with time passed in as a number.
+
+mod common;
+
+use stockd_core::limits::WAITERS_PER_KEY_MAX;
+use stockd_core::{
+    Command, Error, EventKind, HoldItemRequest, HoldItemView, HoldStatus, HoldView, Outcome,
+    PoolSpec, PoolView, Reply, ReserveRequest, Snapshot, State, StateConfig,
+};
+
+use common::*;
+
+const T0: u64 = 1_000_000;
+const HOLD_RETENTION_MS: u64 = 10_000;
+const CONFIRMED_RETENTION_MS: u64 = 50_000;
+
+fn new_state() -> State {
+    State::new(StateConfig {
+        hold_retention_ms: HOLD_RETENTION_MS,
+        confirmed_retention_ms: CONFIRMED_RETENTION_MS,
+    })
+}
+
+fn hold_view(outcome: &Outcome) -> &HoldView {
+    match outcome {
+        Ok(Reply::Hold { hold, .. }) => hold,
+        other => panic!("expected a hold, got {other:?}"),
+    }
+}
+
+fn created(outcome: &Outcome) -> bool {
+    match outcome {
+        Ok(Reply::Hold { created, .. }) => *created,
+        other => panic!("expected a hold, got {other:?}"),
+    }
+}
+
+fn status(outcome: &Outcome) -> HoldStatus {
+    hold_view(outcome).status
+}
+
+fn lock_token(outcome: &Outcome) -> u64 {
+    match outcome {
+        Ok(Reply::Lock { token, .. }) => *token,
+        other => panic!("expected a lock, got {other:?}"),
+    }
+}
+
+fn pool(state: &State, id: &str) -> PoolView {
+    state.pool(&pool_id(id)).expect("pool exists")
+}
+
+fn available(state: &State, id: &str) -> u64 {
+    pool(state, id).available
+}
+
+fn kinds(done: &Done) -> Vec<EventKind> {
+    done.events.iter().map(|e| e.kind).collect()
+}
+
+fn ok(done: Done) -> Done {
+    assert!(
+        done.outcome().is_ok(),
+        "expected success: {:?}",
+        done.outcome()
+    );
+    done
+}
+
+fn insufficient(pool: &str, available: u64, requested: u64) -> Outcome {
+    Err(Error::InsufficientStock {
+        pool: pool_id(pool),
+        available,
+        requested,
+    })
+}
+
+fn with_user(command: Command, user: &str) -> Command {
+    match command {
+        Command::Reserve(request) => Command::Reserve(ReserveRequest {
+            user: Some(user_id(user)),
+            ..request
+        }),
+        other => other,
+    }
+}
+
+fn with_confirm(command: Command) -> Command {
+    match command {
+        Command::Reserve(request) => Command::Reserve(ReserveRequest {
+            confirm: true,
+            ..request
+        }),
+        other => other,
+    }
+}
+
+fn with_ttl(command: Command, ttl_ms: u64) -> Command {
+    match command {
+        Command::Reserve(request) => Command::Reserve(ReserveRequest { ttl_ms, ..request }),
+        other => other,
+    }
+}
+
+// ------------------------------------------------------------------------------------ waiters
+
+#[test]
+fn waiting_reserve_parks_then_is_served_in_arrival_order() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 2), T0));
+    ok(run(&mut state, reserve("a", &[("p", 2)]), T0));
+
+    let first = run(&mut state, reserve_waiting("w1", &[("p", 2)], 5_000), T0);
+    let w1 = first.waiter();
+    assert!(first.records.is_empty() && first.events.is_empty());
+    let w2 = run(
+        &mut state,
+        reserve_waiting("w2", &[("p", 1)], 5_000),
+        T0 + 1,
+    )
+    .waiter();
+    assert_eq!(state.waiter_count(), 2);
+    // A parked request is not a hold yet.
+    assert_eq!(
+        run(&mut state, get_hold("w1"), T0 + 2).error_code(),
+        Some("hold_not_found")
+    );
+
+    // Both units come back: the first waiter asked for both and gets them.
+    let released = ok(run(&mut state, release("a"), T0 + 10));
+    assert_eq!(released.woken.len(), 1, "{:?}", released.woken);
+    assert_eq!(released.woken[0].0, w1);
+    let hold = hold_view(&released.woken[0].1);
+    assert_eq!(
+        (hold.status, hold.created_at_ms),
+        (HoldStatus::Held, T0 + 10)
+    );
+    assert!(created(&released.woken[0].1));
+    assert_eq!(
+        kinds(&released),
+        [EventKind::Released, EventKind::Held],
+        "the waiter's hold follows the release that fed it"
+    );
+    assert_eq!(available(&state, "p"), 0);
+    assert_eq!(state.waiter_count(), 1);
+
+    // The second waiter's deadline: nothing came back, so the final answer is the shortage.
+    assert!(tick(&mut state, T0 + 1 + 4_999).woken.is_empty());
+    let timed_out = tick(&mut state, T0 + 1 + 5_000);
+    assert_eq!(timed_out.woken, [(w2, insufficient("p", 0, 1))]);
+    assert_eq!(state.waiter_count(), 0);
+    assert!(timed_out.records.is_empty());
+}
+
+#[test]
+fn waiter_that_still_cannot_be_satisfied_is_skipped() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 3), T0));
+    ok(run(&mut state, reserve("a", &[("p", 2)]), T0));
+    ok(run(&mut state, reserve("b", &[("p", 1)]), T0));
+    let big = run(&mut state, reserve_waiting("big", &[("p", 3)], 5_000), T0).waiter();
+    let small = run(&mut state, reserve_waiting("small", &[("p", 1)], 5_000), T0).waiter();
+
+    // One unit back: the first waiter needs three, so it is skipped; the second is served.
+    let released = ok(run(&mut state, release("b"), T0 + 1));
+    assert_eq!(released.woken.len(), 1);
+    assert_eq!(released.woken[0].0, small);
+    assert_eq!(status(&released.woken[0].1), HoldStatus::Held);
+    assert_eq!(state.waiter_count(), 1);
+
+    // Nothing is left for a request that does not wait.
+    let late = run(&mut state, reserve("late", &[("p", 1)]), T0 + 2);
+    assert_eq!(late.outcome(), &insufficient("p", 0, 1));
+
+    // Two more back: still not enough for the big waiter, so a non-waiting request gets them.
+    let released = ok(run(&mut state, release("a"), T0 + 3));
+    assert!(released.woken.is_empty(), "{:?}", released.woken);
+    assert_eq!(available(&state, "p"), 2);
+    ok(run(&mut state, reserve("late", &[("p", 2)]), T0 + 4));
+
+    let timed_out = tick(&mut state, T0 + 5_000);
+    assert_eq!(timed_out.woken, [(big, insufficient("p", 0, 3))]);
+}
+
+/// Units that come back go to waiters in arrival order, also when the released hold spans
+/// several pools and the waiters each want a different subset of them.
+#[test]
+fn waiters_across_pools_are_served_in_arrival_order() {
+    // (the first waiter's items, the second waiter's items)
+    type Items = &'static [(&'static str, u64)];
+    let cases: [(Items, Items); 4] = [
+        (&[("p", 1)], &[("p", 1), ("q", 1)]),
+        (&[("q", 1)], &[("p", 1), ("q", 1)]),
+        (&[("p", 1)], &[("q", 1), ("p", 1)]),
+        (&[("q", 1)], &[("q", 1), ("p", 1)]),
+    ];
+    for (first_items, second_items) in cases {
+        let mut state = new_state();
+        ok(run(&mut state, put_pool("p", 1), T0));
+        ok(run(&mut state, put_pool("q", 1), T0));
+        ok(run(&mut state, reserve("a", &[("p", 1), ("q", 1)]), T0));
+        let first = run(&mut state, reserve_waiting("w1", first_items, 5_000), T0).waiter();
+        let second = run(&mut state, reserve_waiting("w2", second_items, 5_000), T0).waiter();
+
+        let released = ok(run(&mut state, release("a"), T0 + 1));
+        let served: Vec<_> = released.woken.iter().map(|(id, _)| *id).collect();
+        assert_eq!(
+            served,
+            [first],
+            "first waiter {first_items:?} arrived before {second_items:?} and can be satisfied"
+        );
+        assert!(released.woken[0].1.is_ok());
+        assert_eq!(state.waiter_count(), 1);
+        let timed_out = tick(&mut state, T0 + 5_000);
+        assert_eq!(timed_out.woken.len(), 1);
+        assert_eq!(timed_out.woken[0].0, second);
+        assert_eq!(
+            timed_out.woken[0].1.as_ref().unwrap_err().code(),
+            "insufficient_stock"
+        );
+    }
+}
+
+/// Every way units come back serves a parked reserve at once.
+#[test]
+fn every_return_of_units_serves_waiters() {
+    type Setup = fn(&mut State);
+    let cases: [(&str, Setup, Command, u64); 5] = [
+        ("release", |_| {}, release("a"), T0 + 1),
+        ("restock", |_| {}, restock("p", 1), T0 + 1),
+        (
+            "put pool with a larger total",
+            |_| {},
+            put_pool("p", 3),
+            T0 + 1,
+        ),
+        (
+            "refund",
+            |state| {
+                ok(run(state, confirm("a"), T0));
+            },
+            refund("a"),
+            T0 + 1,
+        ),
+        (
+            // Past its deadline, the hold expires on the first command that touches it.
+            "lazy expiry through a read",
+            |_| {},
+            get_hold("a"),
+            T0 + 10_000,
+        ),
+    ];
+    for (name, setup, command, at_ms) in cases {
+        let mut state = new_state();
+        ok(run(&mut state, put_pool("p", 2), T0));
+        ok(run(
+            &mut state,
+            with_ttl(reserve("a", &[("p", 2)]), 10_000),
+            T0,
+        ));
+        setup(&mut state);
+        let waiter = run(&mut state, reserve_waiting("w", &[("p", 1)], 30_000), T0).waiter();
+        let done = ok(run(&mut state, command, at_ms));
+        assert_eq!(done.woken.len(), 1, "{name}: {:?}", done.woken);
+        assert_eq!(done.woken[0].0, waiter, "{name}");
+        assert_eq!(status(&done.woken[0].1), HoldStatus::Held, "{name}");
+        assert_eq!(state.waiter_count(), 0, "{name}");
+    }
+}
+
+#[test]
+fn waiter_deadline_gives_success_when_stock_came_back_at_that_tick() {
+    // (tick time, hold expiry) : the hold expires at or before the tick that ends the wait.
+    // (hold ttl, waiter arrives at, tick at): the hold's deadline is at or before the tick that
+    // ends the wait, and the expiry runs before the waiter's final attempt.
+    for (ttl_ms, waits_from_ms, tick_ms) in [
+        (1_000, T0, T0 + 1_000),
+        (1_200, T0, T0 + 1_500),
+        (1_000, T0 + 100, T0 + 1_100),
+    ] {
+        let mut state = new_state();
+        ok(run(&mut state, put_pool("p", 1), T0));
+        ok(run(
+            &mut state,
+            with_ttl(reserve("a", &[("p", 1)]), ttl_ms),
+            T0,
+        ));
+        let waiter = run(
+            &mut state,
+            reserve_waiting("w", &[("p", 1)], 1_000),
+            waits_from_ms,
+        )
+        .waiter();
+        let done = tick(&mut state, tick_ms);
+        assert_eq!(done.woken.len(), 1);
+        assert_eq!(done.woken[0].0, waiter);
+        assert_eq!(status(&done.woken[0].1), HoldStatus::Held);
+        assert_eq!(kinds(&done), [EventKind::Expired, EventKind::Held]);
+        assert_eq!(pool(&state, "p").held, 1);
+    }
+}
+
+#[test]
+fn waiter_deadline_answers_with_the_first_failure_of_the_final_attempt() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 1), T0));
+    ok(run(&mut state, put_pool("q", 1), T0));
+    ok(run(&mut state, reserve("a", &[("p", 1)]), T0));
+    ok(run(&mut state, reserve("b", &[("q", 1)]), T0));
+    let waiter = run(
+        &mut state,
+        reserve_waiting("w", &[("p", 1), ("q", 1)], 2_000),
+        T0,
+    )
+    .waiter();
+    // p comes back but q is still short: the waiter keeps waiting.
+    let released = ok(run(&mut state, release("a"), T0 + 1));
+    assert!(released.woken.is_empty());
+    assert_eq!(available(&state, "p"), 1);
+    let done = tick(&mut state, T0 + 2_000);
+    assert_eq!(done.woken, [(waiter, insufficient("q", 0, 1))]);
+    assert_eq!(
+        available(&state, "p"),
+        1,
+        "a failed attempt changes nothing"
+    );
+}
+
+#[test]
+fn pool_deletion_answers_its_waiters_with_pool_not_found() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 1), T0));
+    // Sold out (confirmed), so nothing is held and the pool may be deleted.
+    ok(run(&mut state, with_confirm(reserve("a", &[("p", 1)])), T0));
+    let waiter = run(&mut state, reserve_waiting("w", &[("p", 1)], 5_000), T0).waiter();
+    let deleted = ok(run(&mut state, delete_pool("p"), T0 + 1));
+    assert_eq!(
+        deleted.woken,
+        [(waiter, Err(Error::PoolNotFound { pool: pool_id("p") }))]
+    );
+    assert_eq!(state.waiter_count(), 0);
+    assert!(tick(&mut state, T0 + 5_000).woken.is_empty());
+}
+
+#[test]
+fn only_a_shortage_parks_a_reserve() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 1), T0));
+    let cases = [
+        (
+            reserve_waiting("w", &[("nope", 1)], 5_000),
+            "pool_not_found",
+        ),
+        (reserve_waiting("w", &[("p", 0)], 5_000), "invalid_request"),
+        (reserve_waiting("w", &[("p", 1)], 30_001), "invalid_request"),
+    ];
+    for (command, code) in cases {
+        assert_eq!(run(&mut state, command, T0).error_code(), Some(code));
+    }
+    // Enough stock: a waiting reserve is answered at once.
+    let done = run(&mut state, reserve_waiting("w", &[("p", 1)], 5_000), T0);
+    assert!(created(done.outcome()));
+    assert_eq!(state.waiter_count(), 0);
+}
+
+#[test]
+fn pool_wait_queue_is_bounded() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 0), T0));
+    for i in 0..WAITERS_PER_KEY_MAX {
+        run(
+            &mut state,
+            reserve_waiting(&format!("w{i}"), &[("p", 1)], 5_000),
+            T0,
+        )
+        .waiter();
+    }
+    let refused = run(&mut state, reserve_waiting("over", &[("p", 1)], 5_000), T0);
+    assert_eq!(refused.outcome(), &insufficient("p", 0, 1));
+    // Arrival order still holds with a full queue: one unit goes to the first waiter.
+    let restocked = ok(run(&mut state, restock("p", 1), T0 + 1));
+    assert_eq!(restocked.woken.len(), 1);
+    assert_eq!(hold_view(&restocked.woken[0].1).hold_id, hold_id("w0"));
+}
+
+#[test]
+fn lock_waiters_get_the_lock_on_release_or_lapse_in_arrival_order() {
+    let mut state = new_state();
+    let first = run(&mut state, lock_acquire("l", "o1", 1_000, 0), T0);
+    let token1 = lock_token(first.outcome());
+    assert!(first.events.is_empty(), "locks give no events");
+
+    let w2 = run(&mut state, lock_acquire("l", "o2", 2_000, 5_000), T0 + 1).waiter();
+    let w3 = run(&mut state, lock_acquire("l", "o3", 500, 5_000), T0 + 2).waiter();
+
+    // Released: the first waiter gets it, with a new, larger token; the second keeps waiting.
+    let released = run(&mut state, lock_release("l", "o1", token1), T0 + 10);
+    assert_eq!(released.outcome(), &Ok(Reply::LockReleased));
+    assert_eq!(released.woken.len(), 1);
+    assert_eq!(released.woken[0].0, w2);
+    let token2 = lock_token(&released.woken[0].1);
+    assert!(token2 > token1);
+    assert_eq!(
+        released.woken[0].1,
+        Ok(Reply::Lock {
+            token: token2,
+            expires_at_ms: T0 + 10 + 2_000
+        })
+    );
+
+    // The old owner lost it for good.
+    let stale = run(&mut state, lock_renew("l", "o1", token1, 1_000), T0 + 11);
+    assert_eq!(stale.outcome(), &Err(Error::NotLockOwner));
+
+    // o2's lease lapses: the next waiter gets the lock at that tick.
+    assert!(tick(&mut state, T0 + 10 + 1_999).woken.is_empty());
+    let lapsed = tick(&mut state, T0 + 10 + 2_000);
+    assert_eq!(lapsed.woken.len(), 1);
+    assert_eq!(lapsed.woken[0].0, w3);
+    let token3 = lock_token(&lapsed.woken[0].1);
+    assert!(token3 > token2);
+    assert_eq!(
+        run(&mut state, lock_release("l", "o2", token2), T0 + 2_011).outcome(),
+        &Err(Error::NotLockOwner)
+    );
+
+    // A waiter whose wait ends while the lock is still held gets `lock_held`.
+    let w4 = run(&mut state, lock_acquire("l", "o4", 1_000, 100), T0 + 2_100).waiter();
+    let renewed = run(
+        &mut state,
+        lock_renew("l", "o3", token3, 60_000),
+        T0 + 2_150,
+    );
+    assert_eq!(
+        renewed.outcome(),
+        &Ok(Reply::Lock {
+            token: token3,
+            expires_at_ms: T0 + 2_150 + 60_000
+        })
+    );
+    let timed_out = tick(&mut state, T0 + 2_200);
+    assert_eq!(
+        timed_out.woken,
+        [(
+            w4,
+            Err(Error::LockHeld {
+                expires_at_ms: T0 + 2_150 + 60_000
+            })
+        )]
+    );
+}
+
+// ------------------------------------------------------------------------------------ retention
+
+#[test]
+fn finished_holds_are_purged_after_retention_and_the_id_can_be_reused() {
+    type Finish = fn(&mut State);
+    // (name, how the hold finishes, when, retention from then); the hold's deadline is T0 + 1000.
+    let cases: [(&str, Finish, u64, u64); 4] = [
+        (
+            "released",
+            |state| {
+                ok(run(state, release("h"), T0 + 999));
+            },
+            T0 + 999,
+            HOLD_RETENTION_MS,
+        ),
+        (
+            "expired",
+            |state| {
+                let done = tick(state, T0 + 1_000);
+                assert_eq!(kinds(&done), [EventKind::Expired]);
+            },
+            T0 + 1_000,
+            HOLD_RETENTION_MS,
+        ),
+        (
+            "confirmed",
+            |state| {
+                ok(run(state, confirm("h"), T0 + 999));
+            },
+            T0 + 999,
+            CONFIRMED_RETENTION_MS,
+        ),
+        (
+            "refunded",
+            |state| {
+                ok(run(state, confirm("h"), T0 + 500));
+                ok(run(state, refund("h"), T0 + 999));
+            },
+            T0 + 999,
+            HOLD_RETENTION_MS,
+        ),
+    ];
+    for (name, finish, finished_at_ms, retention_ms) in cases {
+        let mut state = new_state();
+        ok(run(&mut state, put_pool("p", 10), T0));
+        ok(run(
+            &mut state,
+            with_ttl(reserve("h", &[("p", 1)]), 1_000),
+            T0,
+        ));
+        finish(&mut state);
+        let view = state.hold_view(&hold_id("h")).expect("kept");
+        assert_eq!(view.finished_at_ms, Some(finished_at_ms), "{name}");
+
+        let last_kept_ms = finished_at_ms + retention_ms - 1;
+        tick(&mut state, last_kept_ms);
+        assert!(
+            state.hold_view(&hold_id("h")).is_some(),
+            "{name}: kept until retention"
+        );
+        // Idempotent while kept: the same reserve is a replay, a different one a conflict.
+        let replay = run(&mut state, reserve("h", &[("p", 1)]), last_kept_ms);
+        assert!(!created(replay.outcome()), "{name}");
+        assert_eq!(
+            run(&mut state, reserve("h", &[("p", 2)]), last_kept_ms).error_code(),
+            Some("hold_id_conflict"),
+            "{name}"
+        );
+
+        let purged = tick(&mut state, finished_at_ms + retention_ms);
+        assert!(
+            purged.records.is_empty() && purged.events.is_empty(),
+            "{name}"
+        );
+        assert_eq!(
+            run(&mut state, get_hold("h"), finished_at_ms + retention_ms).error_code(),
+            Some("hold_not_found"),
+            "{name}"
+        );
+        let reused = run(
+            &mut state,
+            reserve("h", &[("p", 2)]),
+            finished_at_ms + retention_ms,
+        );
+        assert!(created(reused.outcome()), "{name}: the id is free again");
+        assert_eq!(hold_view(reused.outcome()).items[0].qty, 2);
+        state.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn confirmed_hold_is_refundable_until_its_longer_retention() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 10), T0));
+    ok(run(&mut state, with_confirm(reserve("h", &[("p", 3)])), T0));
+    tick(&mut state, T0 + HOLD_RETENTION_MS + 1);
+    let refunded = ok(run(&mut state, refund("h"), T0 + HOLD_RETENTION_MS + 1));
+    assert_eq!(status(refunded.outcome()), HoldStatus::Refunded);
+    assert_eq!(pool(&state, "p").available, 10);
+}
+
+/// Contract silent; decision kept by the core: units sold to a user stay counted against the
+/// user's limit after the confirmed hold is forgotten (they never came back).
+#[test]
+fn purged_confirmed_hold_still_counts_against_the_user_limit() {
+    let mut state = new_state();
+    ok(run(
+        &mut state,
+        put_pool_with(
+            "p",
+            PoolSpec {
+                total: 10,
+                per_user_limit: Some(2),
+                ..PoolSpec::default()
+            },
+        ),
+        T0,
+    ));
+    ok(run(
+        &mut state,
+        with_user(with_confirm(reserve("h", &[("p", 2)])), "u"),
+        T0,
+    ));
+    tick(&mut state, T0 + CONFIRMED_RETENTION_MS);
+    assert!(state.hold_view(&hold_id("h")).is_none());
+    let again = run(
+        &mut state,
+        with_user(reserve("h2", &[("p", 1)]), "u"),
+        T0 + CONFIRMED_RETENTION_MS,
+    );
+    assert_eq!(
+        again.outcome(),
+        &Err(Error::UserLimitExceeded {
+            pool: pool_id("p"),
+            limit: 2,
+            used: 2,
+            requested: 1
+        })
+    );
+}
+
+// ------------------------------------------------------------------------------------ expiry
+
+#[test]
+fn a_hold_past_its_deadline_is_expired_without_a_sweep() {
+    // (command at the deadline, expected outcome: Ok(status) or Err(code))
+    let cases: [(Command, Result<HoldStatus, &str>); 6] = [
+        (confirm("h"), Err("hold_expired")),
+        (release("h"), Ok(HoldStatus::Expired)),
+        (extend("h", 5_000), Err("hold_expired")),
+        (refund("h"), Err("hold_not_confirmed")),
+        (get_hold("h"), Ok(HoldStatus::Expired)),
+        (
+            with_ttl(reserve("h", &[("p", 2)]), 1_000),
+            Ok(HoldStatus::Expired),
+        ),
+    ];
+    for (command, expected) in cases {
+        let name = format!("{command:?}");
+        let mut state = new_state();
+        ok(run(&mut state, put_pool("p", 5), T0));
+        ok(run(
+            &mut state,
+            with_ttl(reserve("h", &[("p", 2)]), 1_000),
+            T0,
+        ));
+        // One millisecond before the deadline it is still held.
+        assert_eq!(
+            run(&mut state, get_hold("h"), T0 + 999)
+                .outcome()
+                .as_ref()
+                .map(|r| match r {
+                    Reply::Hold { hold, .. } => hold.status,
+                    _ => unreachable!(),
+                }),
+            Ok(HoldStatus::Held)
+        );
+        let done = run(&mut state, command, T0 + 1_000);
+        match expected {
+            Ok(expected) => assert_eq!(status(done.outcome()), expected, "{name}"),
+            Err(code) => assert_eq!(done.error_code(), Some(code), "{name}"),
+        }
+        assert_eq!(kinds(&done), [EventKind::Expired], "{name}");
+        assert_eq!(done.records.len(), 1, "{name}: the expiry is logged");
+        let view = state.hold_view(&hold_id("h")).unwrap();
+        assert_eq!(
+            (view.status, view.finished_at_ms),
+            (HoldStatus::Expired, Some(T0 + 1_000)),
+            "{name}"
+        );
+        let p = pool(&state, "p");
+        assert_eq!((p.available, p.held), (5, 0), "{name}: the units are back");
+        // A later sweep finds nothing more to do.
+        let swept = tick(&mut state, T0 + 1_000);
+        assert!(swept.events.is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn extend_moves_the_deadline_from_now() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 5), T0));
+    ok(run(
+        &mut state,
+        with_ttl(reserve("h", &[("p", 2)]), 1_000),
+        T0,
+    ));
+    let extended = ok(run(&mut state, extend("h", 3_000), T0 + 900));
+    assert_eq!(hold_view(extended.outcome()).expires_at_ms, T0 + 3_900);
+    assert_eq!(kinds(&extended), [EventKind::Extended]);
+    assert!(tick(&mut state, T0 + 3_899).events.is_empty());
+    assert_eq!(kinds(&tick(&mut state, T0 + 3_900)), [EventKind::Expired]);
+}
+
+/// Holds that expire in one sweep expire in deadline order, whatever their history (extended,
+/// id reused), and the same order comes out after a restart from a snapshot.
+#[test]
+fn one_sweep_expires_holds_in_deadline_order() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 10), T0));
+    // "a" first had the earliest deadline, then was extended past "b"'s.
+    ok(run(
+        &mut state,
+        with_ttl(reserve("a", &[("p", 1)]), 1_000),
+        T0,
+    ));
+    ok(run(
+        &mut state,
+        with_ttl(reserve("b", &[("p", 1)]), 1_500),
+        T0,
+    ));
+    ok(run(&mut state, extend("a", 1_000), T0 + 900));
+    let restored_from = postcard::to_allocvec(state.snapshot()).unwrap();
+    let mut restored = State::from_snapshot(
+        state.config(),
+        postcard::from_bytes::<Snapshot>(&restored_from).unwrap(),
+    );
+    for state in [&mut state, &mut restored] {
+        let done = tick(state, T0 + 3_000);
+        let expired: Vec<_> = done
+            .events
+            .iter()
+            .map(|e| e.hold_id.clone().unwrap())
+            .collect();
+        assert_eq!(expired, [hold_id("b"), hold_id("a")]);
+    }
+}
+
+// ------------------------------------------------------------------------------------ locks
+
+/// Acquires `name` and checks the token is above every earlier one of that name.
+fn acquire_fenced(state: &mut State, name: &str, owner: &str, at_ms: u64, seen: &mut Vec<u64>) {
+    let token = lock_token(run(state, lock_acquire(name, owner, 1_000, 0), at_ms).outcome());
+    if let Some(last) = seen.last() {
+        assert!(token > *last, "token {token} after {last}");
+    }
+    seen.push(token);
+}
+
+#[test]
+fn fencing_tokens_strictly_increase_per_name_across_everything() {
+    let mut state = new_state();
+    let mut seen = Vec::new();
+    acquire_fenced(&mut state, "l", "o1", T0, &mut seen);
+    // Another name's acquisitions do not get in the way.
+    lock_token(run(&mut state, lock_acquire("other", "o1", 1_000, 0), T0).outcome());
+    assert_eq!(
+        run(&mut state, lock_acquire("l", "o1", 1_000, 0), T0 + 1).error_code(),
+        Some("lock_held"),
+        "acquiring a lock one holds is lock_held"
+    );
+    ok(run(&mut state, lock_release("l", "o1", seen[0]), T0 + 2));
+    acquire_fenced(&mut state, "l", "o1", T0 + 3, &mut seen);
+    // Lapsed without any tick: free by the clock, and a new token.
+    acquire_fenced(&mut state, "l", "o2", T0 + 1_003, &mut seen);
+    // Lapsed and swept.
+    tick(&mut state, T0 + 2_003);
+    acquire_fenced(&mut state, "l", "o1", T0 + 2_003, &mut seen);
+
+    // Restart from a snapshot: tokens keep increasing.
+    let bytes = postcard::to_allocvec(state.snapshot()).unwrap();
+    let snapshot: Snapshot = postcard::from_bytes(&bytes).unwrap();
+    let mut restored = State::from_snapshot(state.config(), snapshot);
+    acquire_fenced(&mut restored, "l", "o3", T0 + 5_000, &mut seen.clone());
+
+    // Restart from the log: the same.
+    let mut replayed = new_state();
+    let mut events = Vec::new();
+    let mut live = new_state();
+    let mut live_seen = Vec::new();
+    let mut log = Vec::new();
+    for (owner, at_ms) in [("o1", T0), ("o2", T0 + 1_000), ("o1", T0 + 2_000)] {
+        let done = run(&mut live, lock_acquire("l", owner, 1_000, 0), at_ms);
+        live_seen.push(lock_token(done.outcome()));
+        log.extend(done.records);
+    }
+    for record in &log {
+        replayed.apply_record(record, &mut events);
+    }
+    assert!(events.is_empty(), "locks give no events");
+    acquire_fenced(&mut replayed, "l", "o2", T0 + 3_000, &mut live_seen);
+}
+
+#[test]
+fn lock_renew_and_release_need_owner_and_token() {
+    let mut state = new_state();
+    let token = lock_token(run(&mut state, lock_acquire("l", "o1", 1_000, 0), T0).outcome());
+    let cases = [
+        (lock_renew("l", "o2", token, 1_000), T0 + 1),
+        (lock_renew("l", "o1", token + 1, 1_000), T0 + 1),
+        (lock_release("l", "o2", token), T0 + 1),
+        (lock_release("l", "o1", token - 1), T0 + 1),
+        (lock_release("nope", "o1", token), T0 + 1),
+        // At the end of the lease it is free: the old owner cannot act on it.
+        (lock_renew("l", "o1", token, 1_000), T0 + 1_000),
+        (lock_release("l", "o1", token), T0 + 1_000),
+    ];
+    for (command, at_ms) in cases {
+        let name = format!("{command:?}");
+        assert_eq!(
+            run(&mut state, command, at_ms).outcome(),
+            &Err(Error::NotLockOwner),
+            "{name}"
+        );
+    }
+    let renewed = run(&mut state, lock_renew("l", "o1", token, 2_000), T0 + 999);
+    assert_eq!(
+        renewed.outcome(),
+        &Ok(Reply::Lock {
+            token,
+            expires_at_ms: T0 + 2_999
+        })
+    );
+}
+
+// ------------------------------------------------------------------------------------ refunds
+
+#[test]
+fn refund_after_pool_delete_and_recreate_is_pool_deleted() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 5), T0));
+    ok(run(&mut state, put_pool("q", 5), T0));
+    ok(run(
+        &mut state,
+        with_confirm(reserve("h", &[("q", 1), ("p", 2)])),
+        T0,
+    ));
+    ok(run(&mut state, delete_pool("p"), T0 + 1));
+    let expected = Err(Error::PoolDeleted { pool: pool_id("p") });
+    assert_eq!(run(&mut state, refund("h"), T0 + 2).outcome(), &expected);
+    ok(run(&mut state, put_pool("p", 5), T0 + 3));
+    let refused = run(&mut state, refund("h"), T0 + 4);
+    assert_eq!(
+        refused.outcome(),
+        &expected,
+        "a pool created again is a new pool"
+    );
+    assert!(refused.records.is_empty() && refused.events.is_empty());
+    let p = pool(&state, "p");
+    assert_eq!((p.total, p.available, p.sold), (5, 5, 0));
+    let q = pool(&state, "q");
+    assert_eq!((q.available, q.sold), (4, 1), "nothing changes anywhere");
+    assert_eq!(
+        state.hold_view(&hold_id("h")).unwrap().status,
+        HoldStatus::Confirmed
+    );
+    // Confirming again is still the idempotent answer.
+    assert_eq!(
+        status(run(&mut state, confirm("h"), T0 + 5).outcome()),
+        HoldStatus::Confirmed
+    );
+}
+
+#[test]
+fn pool_with_held_units_cannot_be_deleted_but_one_with_sold_units_can() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 5), T0));
+    ok(run(&mut state, reserve("h", &[("p", 2)]), T0));
+    assert_eq!(
+        run(&mut state, delete_pool("p"), T0).outcome(),
+        &Err(Error::PoolHasActiveHolds {
+            pool: pool_id("p"),
+            held: 2
+        })
+    );
+    ok(run(&mut state, confirm("h"), T0));
+    let deleted = ok(run(&mut state, delete_pool("p"), T0));
+    assert_eq!(kinds(&deleted), [EventKind::PoolDeleted]);
+    assert_eq!(
+        run(&mut state, get_pool("p"), T0).outcome(),
+        &Err(Error::PoolNotFound { pool: pool_id("p") })
+    );
+}
+
+// ------------------------------------------------------------------------------------ replays
+
+#[test]
+fn same_request_in_any_item_order_replays_and_anything_else_conflicts() {
+    let original = ReserveRequest {
+        user: Some(user_id("u1")),
+        ttl_ms: 60_000,
+        ..reserve_request("h", &[("p", 1), ("q", 2), ("r", 3)])
+    };
+    let variant = |change: fn(&mut ReserveRequest)| {
+        let mut request = original.clone();
+        change(&mut request);
+        Command::Reserve(request)
+    };
+    // (variant, replay?)
+    let cases: [(&str, Command, bool); 11] = [
+        ("same", variant(|_| {}), true),
+        ("reversed", variant(|r| r.items.reverse()), true),
+        ("rotated", variant(|r| r.items.rotate_left(1)), true),
+        ("other ttl", variant(|r| r.ttl_ms = 1_000), true),
+        ("waiting", variant(|r| r.wait_ms = 5_000), true),
+        ("other qty", variant(|r| r.items[1].qty = 1), false),
+        (
+            "fewer items",
+            variant(|r| {
+                r.items.pop();
+            }),
+            false,
+        ),
+        ("more items", variant(|r| r.items.push(item("s", 1))), false),
+        ("no user", variant(|r| r.user = None), false),
+        (
+            "other user",
+            variant(|r| r.user = Some(user_id("u2"))),
+            false,
+        ),
+        ("confirm", variant(|r| r.confirm = true), false),
+    ];
+    let mut state = new_state();
+    for pool in ["p", "q", "r", "s"] {
+        ok(run(&mut state, put_pool(pool, 10), T0));
+    }
+    let first = ok(run(&mut state, Command::Reserve(original.clone()), T0));
+    assert!(created(first.outcome()));
+    let stored = hold_view(first.outcome()).clone();
+    let pools_before: Vec<PoolView> = state.pools().collect();
+    for (name, command, replay) in cases {
+        let done = run(&mut state, command, T0 + 10);
+        if replay {
+            assert_eq!(
+                done.outcome(),
+                &Ok(Reply::Hold {
+                    hold: stored.clone(),
+                    created: false
+                }),
+                "{name}"
+            );
+        } else {
+            assert_eq!(
+                done.outcome(),
+                &Err(Error::HoldIdConflict {
+                    hold_id: hold_id("h")
+                }),
+                "{name}"
+            );
+        }
+        assert!(
+            done.records.is_empty() && done.events.is_empty(),
+            "{name}: nothing changes"
+        );
+    }
+    assert_eq!(state.pools().collect::<Vec<_>>(), pools_before);
+
+    // Validation still comes first, before the idempotency lookup.
+    let invalid = variant(|r| r.items[0].qty = 0);
+    assert_eq!(
+        run(&mut state, invalid, T0 + 10).error_code(),
+        Some("invalid_request")
+    );
+
+    // A replay answers with the hold's current state, whatever it is now.
+    ok(run(&mut state, confirm("h"), T0 + 20));
+    let replay = run(&mut state, Command::Reserve(original.clone()), T0 + 30);
+    assert_eq!(status(replay.outcome()), HoldStatus::Confirmed);
+    assert!(!created(replay.outcome()));
+    assert_eq!(hold_view(replay.outcome()).items, stored.items);
+}
+
+#[test]
+fn a_failed_reserve_is_not_remembered() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 1), T0));
+    let refused = run(&mut state, reserve("h", &[("p", 2)]), T0);
+    assert_eq!(refused.outcome(), &insufficient("p", 1, 2));
+    assert!(refused.records.is_empty() && refused.events.is_empty());
+    ok(run(&mut state, restock("p", 1), T0));
+    let retried = ok(run(&mut state, reserve("h", &[("p", 2)]), T0));
+    assert!(created(retried.outcome()));
+}
+
+fn item(pool: &str, qty: u64) -> HoldItemRequest {
+    HoldItemRequest {
+        pool: pool_id(pool),
+        qty,
+    }
+}
+
+// ------------------------------------------------------------------------------------ events
+
+#[test]
+fn low_stock_fires_on_each_crossing_and_on_upserts_at_or_below() {
+    let mut state = new_state();
+    let spec = |total| PoolSpec {
+        total,
+        low_stock_threshold: Some(3),
+        ..PoolSpec::default()
+    };
+    let low = EventKind::LowStock;
+    // (command, at, event kinds, available after)
+    let steps: Vec<(Command, Vec<EventKind>, u64)> = vec![
+        (
+            put_pool_with("p", spec(10)),
+            vec![EventKind::PoolUpserted],
+            10,
+        ),
+        (reserve("a", &[("p", 6)]), vec![EventKind::Held], 4),
+        (reserve("b", &[("p", 1)]), vec![EventKind::Held, low], 3),
+        (reserve("c", &[("p", 1)]), vec![EventKind::Held], 2),
+        (confirm("c"), vec![EventKind::Confirmed], 2),
+        (release("b"), vec![EventKind::Released], 3),
+        (release("a"), vec![EventKind::Released], 9),
+        (restock("p", -6), vec![EventKind::Restocked, low], 3),
+        (restock("p", 1), vec![EventKind::Restocked], 4),
+        // Updated at or below: fires even when nothing crossed.
+        (
+            put_pool_with("p", spec(4)),
+            vec![EventKind::PoolUpserted, low],
+            3,
+        ),
+        (
+            put_pool_with("p", spec(4)),
+            vec![EventKind::PoolUpserted, low],
+            3,
+        ),
+        (
+            put_pool_with(
+                "p",
+                PoolSpec {
+                    total: 4,
+                    ..PoolSpec::default()
+                },
+            ),
+            vec![EventKind::PoolUpserted],
+            3,
+        ),
+        (
+            put_pool_with("q", spec(0)),
+            vec![EventKind::PoolUpserted, low],
+            0,
+        ),
+        (
+            Command::PutPool {
+                pool: pool_id("q"),
+                spec: spec(0),
+                if_absent: true,
+            },
+            vec![],
+            0,
+        ),
+        (
+            put_pool_with("p", spec(20)),
+            vec![EventKind::PoolUpserted],
+            19,
+        ),
+        // confirm=true gives held then confirmed; the crossing follows the event that caused it.
+        (
+            with_confirm(reserve("d", &[("p", 16)])),
+            vec![EventKind::Held, low, EventKind::Confirmed],
+            3,
+        ),
+        (refund("d"), vec![EventKind::Refunded], 19),
+    ];
+    let mut last_seq = 0;
+    for (index, (command, expected, available_after)) in steps.into_iter().enumerate() {
+        let name = format!("step {index}: {command:?}");
+        let target = match &command {
+            Command::PutPool { pool, .. } if pool.as_str() == "q" => "q",
+            _ => "p",
+        };
+        let done = run(&mut state, command, T0 + index as u64);
+        assert_eq!(kinds(&done), expected, "{name}");
+        assert_eq!(available(&state, target), available_after, "{name}");
+        for event in &done.events {
+            assert_eq!(
+                event.seq,
+                last_seq + 1,
+                "{name}: seq starts at 1 and has no gaps"
+            );
+            last_seq = event.seq;
+            assert_eq!(event.at_ms, T0 + index as u64);
+            if event.kind == low {
+                assert_eq!(event.pool, Some(pool_id(target)));
+                assert_eq!(event.available, Some(available_after));
+                assert_eq!(event.low_stock_threshold, Some(3));
+            }
+        }
+    }
+}
+
+#[test]
+fn hold_events_carry_hold_user_and_items() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 5), T0));
+    ok(run(&mut state, put_pool("q", 5), T0));
+    let done = ok(run(
+        &mut state,
+        with_user(with_confirm(reserve("h", &[("q", 2), ("p", 1)])), "u"),
+        T0,
+    ));
+    assert_eq!(kinds(&done), [EventKind::Held, EventKind::Confirmed]);
+    let items = vec![
+        HoldItemView {
+            pool: pool_id("q"),
+            qty: 2,
+        },
+        HoldItemView {
+            pool: pool_id("p"),
+            qty: 1,
+        },
+    ];
+    for event in &done.events {
+        assert_eq!(event.hold_id, Some(hold_id("h")));
+        assert_eq!(event.user, Some(user_id("u")));
+        assert_eq!(event.items.as_ref(), Some(&items));
+    }
+}
+
+// ------------------------------------------------------------------------------------ windows
+
+#[test]
+fn sale_window_is_half_open_and_checks_come_item_by_item() {
+    let window = |starts_at_ms, ends_at_ms| PoolSpec {
+        total: 5,
+        starts_at_ms,
+        ends_at_ms,
+        ..PoolSpec::default()
+    };
+    // (window, reserve time, expected error code or None for success)
+    let cases: [(PoolSpec, u64, Option<&str>); 7] = [
+        (window(Some(T0), None), T0 - 1, Some("sale_not_started")),
+        (window(Some(T0), None), T0, None),
+        (window(None, Some(T0)), T0 - 1, None),
+        (window(None, Some(T0)), T0, Some("sale_ended")),
+        (window(Some(T0), Some(T0 + 10)), T0 + 9, None),
+        (window(Some(T0), Some(T0 + 10)), T0 + 10, Some("sale_ended")),
+        // A window that can never open.
+        (
+            window(Some(T0 + 10), Some(T0)),
+            T0 + 5,
+            Some("sale_not_started"),
+        ),
+    ];
+    for (spec, at_ms, expected) in cases {
+        let name = format!("{spec:?} at {at_ms}");
+        let mut state = new_state();
+        ok(run(&mut state, put_pool_with("p", spec), 0));
+        let done = run(&mut state, reserve("h", &[("p", 1)]), at_ms);
+        assert_eq!(done.error_code(), expected, "{name}");
+    }
+
+    // Item by item, first failure wins: the second item's failure is reported only when the
+    // first item passes every check.
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("open", 1), 0));
+    ok(run(
+        &mut state,
+        put_pool_with("closed", window(None, Some(T0))),
+        0,
+    ));
+    ok(run(
+        &mut state,
+        put_pool_with(
+            "limited",
+            PoolSpec {
+                total: 5,
+                per_user_limit: Some(1),
+                ..PoolSpec::default()
+            },
+        ),
+        0,
+    ));
+    let cases: [(&[(&str, u64)], Error); 4] = [
+        (
+            &[("open", 2), ("closed", 1)],
+            Error::InsufficientStock {
+                pool: pool_id("open"),
+                available: 1,
+                requested: 2,
+            },
+        ),
+        (
+            &[("closed", 1), ("open", 2)],
+            Error::SaleEnded {
+                pool: pool_id("closed"),
+                ends_at_ms: T0,
+            },
+        ),
+        (
+            &[("open", 1), ("limited", 1)],
+            Error::UserRequired {
+                pool: pool_id("limited"),
+            },
+        ),
+        (
+            &[("missing", 1), ("limited", 1)],
+            Error::PoolNotFound {
+                pool: pool_id("missing"),
+            },
+        ),
+    ];
+    for (items, expected) in cases {
+        let done = run(&mut state, reserve("h", items), T0);
+        assert_eq!(done.outcome(), &Err(expected), "{items:?}");
+    }
+    assert_eq!(
+        available(&state, "open"),
+        1,
+        "a failed reserve changes nothing"
+    );
+}
+
+// ------------------------------------------------------------------------------------ limits
+
+/// Every range of the contract, at its edge and one past it. A refused command changes nothing.
+#[test]
+fn limits_are_enforced_at_their_edges() {
+    use stockd_core::limits::*;
+
+    let spec = |total| PoolSpec {
+        total,
+        ..PoolSpec::default()
+    };
+    let many_items = |n: usize| {
+        let items: Vec<(String, u64)> = (0..n).map(|i| (format!("m{i}"), 1)).collect();
+        let items: Vec<(&str, u64)> = items.iter().map(|(p, q)| (p.as_str(), *q)).collect();
+        reserve("many", &items)
+    };
+    let reserve_with = |change: fn(&mut ReserveRequest)| {
+        let mut request = reserve_request("edge", &[("big", 1)]);
+        change(&mut request);
+        Command::Reserve(request)
+    };
+    let list = |prefix: &str, after: Option<&str>, limit| Command::ListPools {
+        prefix: prefix.to_string(),
+        after: after.map(str::to_string),
+        limit,
+    };
+    // (command, accepted?)
+    let cases: Vec<(Command, bool)> = vec![
+        (put_pool_with("t", spec(TOTAL_MAX)), true),
+        (put_pool_with("t", spec(TOTAL_MAX + 1)), false),
+        (
+            put_pool_with(
+                "t",
+                PoolSpec {
+                    per_user_limit: Some(0),
+                    ..spec(1)
+                },
+            ),
+            false,
+        ),
+        (
+            put_pool_with(
+                "t",
+                PoolSpec {
+                    per_user_limit: Some(PER_USER_LIMIT_MAX),
+                    ..spec(1)
+                },
+            ),
+            true,
+        ),
+        (
+            put_pool_with(
+                "t",
+                PoolSpec {
+                    per_user_limit: Some(PER_USER_LIMIT_MAX + 1),
+                    ..spec(1)
+                },
+            ),
+            false,
+        ),
+        (
+            put_pool_with(
+                "t",
+                PoolSpec {
+                    low_stock_threshold: Some(0),
+                    ..spec(1)
+                },
+            ),
+            true,
+        ),
+        (
+            put_pool_with(
+                "t",
+                PoolSpec {
+                    starts_at_ms: Some(TIME_MS_MAX),
+                    ..spec(1)
+                },
+            ),
+            true,
+        ),
+        (
+            put_pool_with(
+                "t",
+                PoolSpec {
+                    ends_at_ms: Some(TIME_MS_MAX + 1),
+                    ..spec(1)
+                },
+            ),
+            false,
+        ),
+        (put_pool_with("t", spec(0)), true),
+        (restock("t", 0), false),
+        (restock("t", TOTAL_MAX as i64), true),
+        (restock("t", 1), false),
+        (restock("t", -(TOTAL_MAX as i64) - 1), false),
+        (restock("t", -(TOTAL_MAX as i64)), true),
+        (many_items(HOLD_ITEMS_MAX), true),
+        (many_items(HOLD_ITEMS_MAX + 1), false),
+        (many_items(0), false),
+        (reserve_with(|r| r.items[0].qty = QTY_MAX), true),
+        (reserve_with(|r| r.items[0].qty = QTY_MAX + 1), false),
+        (reserve_with(|r| r.items[0].qty = 0), false),
+        (reserve_with(|r| r.ttl_ms = HOLD_TTL_MS_MIN - 1), false),
+        (reserve_with(|r| r.ttl_ms = HOLD_TTL_MS_MAX + 1), false),
+        (reserve_with(|r| r.wait_ms = WAIT_MS_MAX + 1), false),
+        (
+            reserve_with(|r| {
+                r.ttl_ms = HOLD_TTL_MS_MAX;
+                r.wait_ms = WAIT_MS_MAX;
+                r.hold_id = hold_id("edge2");
+            }),
+            true,
+        ),
+        (extend("edge", HOLD_TTL_MS_MIN), true),
+        (extend("edge", HOLD_TTL_MS_MIN - 1), false),
+        (extend("edge", HOLD_TTL_MS_MAX + 1), false),
+        (lock_acquire("l", "o", LOCK_TTL_MS_MIN - 1, 0), false),
+        (lock_acquire("l", "o", LOCK_TTL_MS_MAX + 1, 0), false),
+        (
+            lock_acquire("l", "o", LOCK_TTL_MS_MAX, WAIT_MS_MAX + 1),
+            false,
+        ),
+        (lock_acquire("l", "o", LOCK_TTL_MS_MIN, WAIT_MS_MAX), true),
+        (lock_renew("l", "o", 1, LOCK_TTL_MS_MAX + 1), false),
+        (list("", None, 0), false),
+        (list("", None, POOL_LIST_LIMIT_MAX), true),
+        (list("", None, POOL_LIST_LIMIT_MAX + 1), false),
+        (list("a/b", None, 1), false),
+        (list("", Some("-x"), 1), false),
+        (list("", Some("m1"), 1), true),
+        // Validation comes before any lookup.
+        (extend("missing", 1), false),
+        (restock("missing", 0), false),
+        (reserve("missing", &[("nope", 0)]), false),
+    ];
+    let mut state = new_state();
+    for i in 0..=HOLD_ITEMS_MAX {
+        ok(run(&mut state, put_pool(&format!("m{i}"), 1), T0));
+    }
+    ok(run(&mut state, put_pool("big", QTY_MAX * 3), T0));
+    for (command, accepted) in cases {
+        let name = format!("{command:?}");
+        let name = &name[..name.len().min(160)];
+        let done = run(&mut state, command, T0);
+        if accepted {
+            assert!(done.outcome().is_ok(), "{name}: {:?}", done.outcome());
+        } else {
+            assert_eq!(done.error_code(), Some("invalid_request"), "{name}");
+            assert!(done.records.is_empty() && done.events.is_empty(), "{name}");
+        }
+    }
+}
