@@ -49,7 +49,7 @@ pub(crate) async fn read_body<S: BodyLimit + Send + Sync>(
 pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice::<Object<T>>(bytes)
         .map(|Object(value)| value)
-        .map_err(classify)
+        .map_err(|error| classify(error, bytes))
 }
 
 /// A `T` that must be written as a JSON object. serde's derived structs also accept an array of
@@ -91,10 +91,15 @@ where
 }
 
 /// Syntax and truncation are "not JSON" (400); anything serde found while mapping valid JSON onto
-/// the request type is a shape error (422).
-pub(crate) fn classify(error: serde_json::Error) -> ApiError {
+/// the request type is a shape error (422). serde stops at the first problem it meets, so a
+/// shape error early in a body that is broken later (`{"ttl": 1,}`) would pass for a 422: on
+/// the error path only, the whole body is checked for well-formedness first.
+pub(crate) fn classify(error: serde_json::Error, bytes: &[u8]) -> ApiError {
     match error.classify() {
-        Category::Data => ApiError::invalid(error.to_string()),
+        Category::Data => match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+            Ok(_) => ApiError::invalid(error.to_string()),
+            Err(syntax) => ApiError::InvalidJson(syntax.to_string()),
+        },
         Category::Syntax | Category::Eof | Category::Io => ApiError::InvalidJson(error.to_string()),
     }
 }

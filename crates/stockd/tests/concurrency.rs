@@ -1,0 +1,436 @@
+//! Concurrency: the no-oversell invariant, idempotency and per-user limits under a burst of
+//! simultaneous requests, waiters served first-come first-served, and expiry with no traffic.
+//!
+//! Each test starts its own `stockd` and only speaks HTTP to it. Tests that measure real time
+//! (waiting, expiry) use bounded polling with deadlines, never a fixed sleep as a proof.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{now_ms, short, Api, Server};
+use tokio::sync::Barrier;
+use tokio::task::JoinHandle;
+
+async fn put_pool(api: &Api, pool: &str, body: Value) {
+    let (status, reply) = api
+        .call("PUT", &format!("/v1/pools/{pool}"), Some(body))
+        .await;
+    assert_eq!(status, 201, "create pool {pool}: {reply}");
+}
+
+async fn join_all<T: Send + 'static>(handles: Vec<JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::with_capacity(handles.len());
+    for handle in handles {
+        out.push(handle.await.expect("task panicked"));
+    }
+    out
+}
+
+/// Sends every body to `POST /v1/holds` at once: all tasks wait on a barrier, then fire.
+async fn reserve_all_at_once(api: &Api, bodies: Vec<Value>) -> Vec<(u16, Value)> {
+    let barrier = Arc::new(Barrier::new(bodies.len()));
+    let handles = bodies
+        .into_iter()
+        .map(|body| {
+            let (api, barrier) = (api.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                api.call("POST", "/v1/holds", Some(body)).await
+            })
+        })
+        .collect();
+    join_all(handles).await
+}
+
+fn tally(replies: &[(u16, Value)]) -> HashMap<(u16, String), usize> {
+    let mut counts = HashMap::new();
+    for (status, body) in replies {
+        let code = body
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        *counts.entry((*status, code)).or_insert(0) += 1;
+    }
+    counts
+}
+
+fn assert_pool(pool: &Value, total: u64, available: u64, held: u64, sold: u64) {
+    let got = (
+        &pool["total"],
+        &pool["available"],
+        &pool["held"],
+        &pool["sold"],
+    );
+    assert_eq!(
+        got,
+        (&json!(total), &json!(available), &json!(held), &json!(sold)),
+        "pool (total, available, held, sold): {pool}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_concurrent_reserves_on_five_units_sell_exactly_five() {
+    let server = Server::start().await;
+    let api = server.api();
+    put_pool(&api, "burst", json!({"total": 5})).await;
+
+    let bodies = (0..1000)
+        .map(|i| json!({"hold_id": format!("burst-h{i}"), "items": [{"pool": "burst", "qty": 1}]}))
+        .collect();
+    let replies = reserve_all_at_once(&api, bodies).await;
+
+    let counts = tally(&replies);
+    assert_eq!(
+        counts.get(&(201, String::new())),
+        Some(&5),
+        "exactly 5 reserves succeed: {counts:?}"
+    );
+    assert_eq!(
+        counts.get(&(409, "insufficient_stock".to_string())),
+        Some(&995),
+        "995 are insufficient_stock: {counts:?}"
+    );
+    assert_eq!(counts.len(), 2, "no other outcome: {counts:?}");
+    for (status, body) in &replies {
+        if *status == 409 {
+            assert_eq!(
+                (&body["pool"], &body["available"], &body["requested"]),
+                (&json!("burst"), &json!(0), &json!(1)),
+                "insufficient_stock details: {body}"
+            );
+        }
+    }
+
+    assert_pool(&api.pool("burst").await, 5, 0, 5, 0);
+    let winners: Vec<&str> = replies
+        .iter()
+        .filter(|(s, _)| *s == 201)
+        .map(|(_, b)| b["hold_id"].as_str().unwrap())
+        .collect();
+    for hold in &winners {
+        let (status, body) = api.call("GET", &format!("/v1/holds/{hold}"), None).await;
+        assert_eq!(
+            (status, &body["status"]),
+            (200, &json!("held")),
+            "winner {hold}: {body}"
+        );
+    }
+    let held_events: Vec<Value> = api
+        .events_after(0)
+        .await
+        .into_iter()
+        .filter(|e| e["type"] == "held")
+        .collect();
+    assert_eq!(
+        held_events.len(),
+        5,
+        "one held event per success: {}",
+        short(&Value::Array(held_events.clone()))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_copies_of_one_request_make_one_hold() {
+    let server = Server::start().await;
+    let api = server.api();
+    put_pool(&api, "same", json!({"total": 10})).await;
+
+    let body = json!({"hold_id": "same-h", "user": "u1", "items": [{"pool": "same", "qty": 1}]});
+    let replies = reserve_all_at_once(&api, vec![body; 200]).await;
+
+    let counts = tally(&replies);
+    assert_eq!(
+        counts.get(&(201, String::new())),
+        Some(&1),
+        "exactly one 201: {counts:?}"
+    );
+    assert_eq!(
+        counts.get(&(200, String::new())),
+        Some(&199),
+        "199 replays answer 200: {counts:?}"
+    );
+    let created = &replies.iter().find(|(s, _)| *s == 201).unwrap().1;
+    for (_, body) in &replies {
+        assert_eq!(body["hold_id"], "same-h", "{body}");
+        assert_eq!(body["status"], "held", "{body}");
+        assert_eq!(
+            body["created_at_ms"], created["created_at_ms"],
+            "every answer is the same hold: {body}"
+        );
+        assert_eq!(
+            body["expires_at_ms"], created["expires_at_ms"],
+            "every answer is the same hold: {body}"
+        );
+    }
+    assert_pool(&api.pool("same").await, 10, 9, 1, 0);
+    let held = api
+        .events_after(0)
+        .await
+        .into_iter()
+        .filter(|e| e["type"] == "held")
+        .count();
+    assert_eq!(held, 1, "one held event");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn per_user_limit_holds_under_concurrency() {
+    let server = Server::start().await;
+    let api = server.api();
+    put_pool(&api, "lim", json!({"total": 100, "per_user_limit": 3})).await;
+
+    let mut bodies: Vec<Value> = (0..100)
+        .map(|i| json!({"hold_id": format!("lim-u1-{i}"), "user": "u1", "items": [{"pool": "lim", "qty": 1}]}))
+        .collect();
+    // A second user in the same burst must be unaffected by the first one's limit.
+    bodies.extend((0..3).map(|i| json!({"hold_id": format!("lim-u2-{i}"), "user": "u2", "items": [{"pool": "lim", "qty": 1}]})));
+    let replies = reserve_all_at_once(&api, bodies).await;
+
+    let (u1, u2) = replies.split_at(100);
+    let counts = tally(u1);
+    assert_eq!(
+        counts.get(&(201, String::new())),
+        Some(&3),
+        "user u1 gets exactly its limit: {counts:?}"
+    );
+    assert_eq!(
+        counts.get(&(409, "user_limit_exceeded".to_string())),
+        Some(&97),
+        "{counts:?}"
+    );
+    assert_eq!(counts.len(), 2, "{counts:?}");
+    for (status, body) in u1 {
+        if *status == 409 {
+            assert_eq!(
+                (
+                    &body["pool"],
+                    &body["limit"],
+                    &body["used"],
+                    &body["requested"]
+                ),
+                (&json!("lim"), &json!(3), &json!(3), &json!(1)),
+                "{body}"
+            );
+        }
+    }
+    assert!(
+        u2.iter().all(|(status, _)| *status == 201),
+        "user u2 unaffected: {u2:?}"
+    );
+    assert_pool(&api.pool("lim").await, 100, 94, 6, 0);
+}
+
+/// Spawns a reserve that waits for stock, returning its answer and how long it took.
+fn spawn_waiter(
+    api: &Api,
+    hold_id: &str,
+    pool: &str,
+    qty: u64,
+    wait_ms: u64,
+) -> JoinHandle<((u16, Value), Duration)> {
+    let api = api.clone();
+    let body =
+        json!({"hold_id": hold_id, "items": [{"pool": pool, "qty": qty}], "wait_ms": wait_ms});
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let reply = api.call("POST", "/v1/holds", Some(body)).await;
+        (reply, started.elapsed())
+    })
+}
+
+/// Arrival order is defined by real time, so the test spaces arrivals by this much. The outcome
+/// asserted does not depend on this gap being exact, only on the first waiter being first.
+const ARRIVAL_GAP: Duration = Duration::from_millis(300);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_units_go_to_the_first_waiter_before_anyone_else() {
+    let server = Server::start().await;
+    let api = server.api();
+    put_pool(&api, "w", json!({"total": 1})).await;
+    let (status, _) = api
+        .call(
+            "POST",
+            "/v1/holds",
+            Some(json!({"hold_id": "w-a", "items": [{"pool": "w", "qty": 1}]})),
+        )
+        .await;
+    assert_eq!(status, 201);
+
+    let first = spawn_waiter(&api, "w-first", "w", 1, 10_000);
+    tokio::time::sleep(ARRIVAL_GAP).await;
+    let second = spawn_waiter(&api, "w-second", "w", 1, 2_000);
+    tokio::time::sleep(ARRIVAL_GAP).await;
+    assert!(
+        !first.is_finished() && !second.is_finished(),
+        "waiters must still be waiting: no stock yet"
+    );
+
+    let (status, body) = api.call("POST", "/v1/holds/w-a/release", None).await;
+    assert_eq!(status, 200, "{body}");
+    // The unit went to a waiter as part of the release: a request that does not wait gets nothing.
+    let (status, body) = api
+        .call(
+            "POST",
+            "/v1/holds",
+            Some(json!({"hold_id": "w-nowait", "items": [{"pool": "w", "qty": 1}]})),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["error"]),
+        (409, &json!("insufficient_stock")),
+        "waiters are served first: {body}"
+    );
+
+    let ((status, body), waited) = first.await.unwrap();
+    assert_eq!(status, 201, "the first waiter gets the unit: {body}");
+    assert!(
+        waited < Duration::from_secs(5),
+        "the first waiter was served late: {waited:?}"
+    );
+    let ((status, body), waited) = second.await.unwrap();
+    assert_eq!(
+        (status, &body["error"]),
+        (409, &json!("insufficient_stock")),
+        "the second waiter times out: {body}"
+    );
+    assert!(
+        waited >= Duration::from_millis(1_800),
+        "the second waiter gave up early: {waited:?}"
+    );
+    assert_pool(&api.pool("w").await, 1, 0, 1, 0);
+    let (_, hold) = api.call("GET", "/v1/holds/w-first", None).await;
+    assert_eq!(hold["status"], "held", "{hold}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_cannot_be_satisfied_is_skipped() {
+    let server = Server::start().await;
+    let api = server.api();
+    put_pool(&api, "s", json!({"total": 2})).await;
+    for hold in ["s-a1", "s-a2"] {
+        let (status, _) = api
+            .call(
+                "POST",
+                "/v1/holds",
+                Some(json!({"hold_id": hold, "items": [{"pool": "s", "qty": 1}]})),
+            )
+            .await;
+        assert_eq!(status, 201);
+    }
+
+    let big = spawn_waiter(&api, "s-big", "s", 2, 2_500);
+    tokio::time::sleep(ARRIVAL_GAP).await;
+    let small = spawn_waiter(&api, "s-small", "s", 1, 10_000);
+    tokio::time::sleep(ARRIVAL_GAP).await;
+
+    let (status, _) = api.call("POST", "/v1/holds/s-a1/release", None).await;
+    assert_eq!(status, 200);
+    let ((status, body), waited) = small.await.unwrap();
+    assert_eq!(
+        status, 201,
+        "one unit back: the waiter for 2 is skipped, the waiter for 1 served: {body}"
+    );
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    let ((status, body), _) = big.await.unwrap();
+    assert_eq!(
+        (status, &body["error"]),
+        (409, &json!("insufficient_stock")),
+        "{body}"
+    );
+    assert_pool(&api.pool("s").await, 2, 0, 2, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_fails_after_wait_ms_when_nothing_comes_back_and_gets_expired_units() {
+    let server = Server::start().await;
+    let api = server.api();
+    put_pool(&api, "t", json!({"total": 1})).await;
+    let (status, _) = api
+        .call(
+            "POST",
+            "/v1/holds",
+            Some(json!({"hold_id": "t-a", "items": [{"pool": "t", "qty": 1}], "ttl_ms": 1000})),
+        )
+        .await;
+    assert_eq!(status, 201);
+
+    // Nothing comes back within 300 ms (the hold lives 1 s): the waiter fails after waiting.
+    let ((status, body), waited) = spawn_waiter(&api, "t-short", "t", 1, 300).await.unwrap();
+    assert_eq!(
+        (status, &body["error"]),
+        (409, &json!("insufficient_stock")),
+        "{body}"
+    );
+    assert!(
+        waited >= Duration::from_millis(250),
+        "wait_ms=300 gave up after {waited:?}"
+    );
+
+    // The expiring hold's unit goes to a waiter.
+    let ((status, body), waited) = spawn_waiter(&api, "t-long", "t", 1, 5_000).await.unwrap();
+    assert_eq!(
+        status, 201,
+        "units from an expired hold go to the waiter: {body}"
+    );
+    assert!(
+        waited < Duration::from_millis(4_000),
+        "served {waited:?} after asking; expiry lag too large"
+    );
+    let (_, hold) = api.call("GET", "/v1/holds/t-a", None).await;
+    assert_eq!(hold["status"], "expired", "{hold}");
+    assert_pool(&api.pool("t").await, 1, 0, 1, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_expires_without_traffic_within_a_second_of_its_deadline() {
+    let server = Server::start().await;
+    let api = server.api();
+    put_pool(&api, "x", json!({"total": 3})).await;
+
+    let started = Instant::now();
+    let (status, hold) = api
+        .call(
+            "POST",
+            "/v1/holds",
+            Some(json!({"hold_id": "x-h", "items": [{"pool": "x", "qty": 2}], "ttl_ms": 1000})),
+        )
+        .await;
+    assert_eq!(status, 201, "{hold}");
+    let expires_at_ms = hold["expires_at_ms"].as_u64().expect("expires_at_ms");
+
+    // Only the pool is polled, never the hold: expiry must not depend on touching the hold.
+    let deadline = started + Duration::from_millis(2_500);
+    loop {
+        let pool = api.pool("x").await;
+        let seen_at_ms = now_ms();
+        if pool["held"] == 0 {
+            assert_pool(&pool, 3, 3, 0, 0);
+            assert!(
+                seen_at_ms + 5 >= expires_at_ms,
+                "units came back before the deadline ({seen_at_ms} < {expires_at_ms})"
+            );
+            break;
+        }
+        assert_pool(&pool, 3, 1, 2, 0);
+        assert!(
+            Instant::now() < deadline,
+            "units still held {:?} after the reserve (deadline {expires_at_ms}, now {seen_at_ms})",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, hold) = api.call("GET", "/v1/holds/x-h", None).await;
+    assert_eq!(
+        (status, &hold["status"]),
+        (200, &json!("expired")),
+        "{hold}"
+    );
+    assert!(
+        hold["finished_at_ms"].as_u64().is_some(),
+        "finished_at_ms set: {hold}"
+    );
+}

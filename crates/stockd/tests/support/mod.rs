@@ -1,0 +1,857 @@
+//! Test harness shared by the black-box suites: starts a real `stockd` process, talks JSON over
+//! HTTP to it, and compares answers against expected shapes.
+//!
+//! It owns the process lifecycle (free port, readiness, SIGKILL on drop, restart on the same data
+//! dir and port, graceful SIGTERM) and must never reach into the server's crates: every suite
+//! here tests the binary through its public HTTP contract only, so the same tests can run against
+//! any backend. A backend is "a way to start a `stockd` process with extra args and env"
+//! ([`TestBackend`]); pick one with `STOCKD_TEST_BACKEND` (default `embedded`).
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+/// How long a fresh process may take to answer `GET /healthz` with 200.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a process may take to exit after SIGTERM.
+pub const GRACEFUL_EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Per-request timeout; above the largest `wait_ms` (30 s) any test uses, so a long-poll is never
+/// cut short by the client.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(45);
+/// Start attempts when the chosen port turns out to be taken (another test grabbed it between our
+/// probe and the server's bind).
+const START_ATTEMPTS: usize = 5;
+
+/// Admin and client secrets used by [`ServerConfig::with_auth`].
+pub const ADMIN_TOKEN: &str = "admin-secret-0123";
+pub const CLIENT_TOKEN: &str = "client-secret-4567";
+
+/// Wall clock in Unix epoch milliseconds, the unit of every `*_ms` field.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock before 1970")
+        .as_millis() as u64
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backends
+// ---------------------------------------------------------------------------------------------
+
+/// A way to run `stockd` against some storage backend. The embedded engine needs nothing extra; a
+/// Redis backend would own a `redis-server` child (started on construction, killed on drop) and
+/// answer with `--backend redis --redis-url ...` here. The harness keeps the backend alive for as
+/// long as any server started with it.
+pub trait TestBackend: Send + Sync {
+    /// Short name, shown in failure messages.
+    fn name(&self) -> &str;
+    /// Arguments appended after `serve --listen ... --data-dir ...`.
+    fn extra_args(&self) -> Vec<String>;
+    /// Environment variables set on the child.
+    fn extra_env(&self) -> Vec<(String, String)>;
+}
+
+/// The default backend: the embedded engine, storing everything under `--data-dir`.
+pub struct EmbeddedBackend;
+
+impl TestBackend for EmbeddedBackend {
+    fn name(&self) -> &str {
+        "embedded"
+    }
+    fn extra_args(&self) -> Vec<String> {
+        Vec::new()
+    }
+    fn extra_env(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+}
+
+/// The backend chosen by `STOCKD_TEST_BACKEND` (unset or `embedded`: the embedded engine).
+pub fn backend_from_env() -> Arc<dyn TestBackend> {
+    match std::env::var("STOCKD_TEST_BACKEND").as_deref() {
+        Err(_) | Ok("") | Ok("embedded") => Arc::new(EmbeddedBackend),
+        Ok(other) => panic!("STOCKD_TEST_BACKEND={other}: unknown backend (known: embedded)"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server process
+// ---------------------------------------------------------------------------------------------
+
+/// How to start one server.
+#[derive(Clone)]
+pub struct ServerConfig {
+    pub backend: Arc<dyn TestBackend>,
+    /// `STOCKD_TOKENS` value; `None` runs without auth.
+    pub tokens: Option<String>,
+    /// Token the plain `call` helpers send (`None`: no Authorization header).
+    pub default_token: Option<String>,
+    pub extra_args: Vec<String>,
+    /// Host part of `--listen`; requests always go to 127.0.0.1, so `0.0.0.0` also works.
+    pub listen_host: String,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            backend: backend_from_env(),
+            tokens: None,
+            default_token: None,
+            extra_args: Vec::new(),
+            listen_host: "127.0.0.1".to_string(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Auth on, with one admin and one client token; plain calls go out as admin.
+    pub fn with_auth(mut self) -> Self {
+        self.tokens = Some(format!("admin:{ADMIN_TOKEN},client:{CLIENT_TOKEN}"));
+        self.default_token = Some(ADMIN_TOKEN.to_string());
+        self
+    }
+
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.extra_args.push(arg.into());
+        self
+    }
+}
+
+/// One `stockd serve` child process with its own temporary data dir. Killed (SIGKILL) on drop.
+pub struct Server {
+    config: ServerConfig,
+    root: tempfile::TempDir,
+    data_dir: PathBuf,
+    log_path: PathBuf,
+    port: u16,
+    child: Option<Child>,
+    api: Api,
+}
+
+impl Server {
+    /// Starts a server with the default config (no auth, backend from the environment).
+    pub async fn start() -> Server {
+        Server::start_with(ServerConfig::default()).await
+    }
+
+    pub async fn start_with(config: ServerConfig) -> Server {
+        let root = tempfile::Builder::new()
+            .prefix("stockd-test-")
+            .tempdir()
+            .expect("tempdir");
+        let data_dir = root.path().join("data");
+        std::fs::create_dir_all(&data_dir).expect("create data dir");
+        let log_path = root.path().join("stockd.log");
+        let api = Api::new(0, config.default_token.clone());
+        let mut server = Server {
+            config,
+            root,
+            data_dir,
+            log_path,
+            port: 0,
+            child: None,
+            api,
+        };
+        let mut last_error = String::new();
+        for _ in 0..START_ATTEMPTS {
+            server.port = free_port();
+            match server.spawn_and_wait_ready().await {
+                Ok(()) => return server,
+                Err(error) => last_error = error,
+            }
+        }
+        panic!("stockd did not start after {START_ATTEMPTS} attempts: {last_error}");
+    }
+
+    /// A cheap, cloneable handle for requests, usable from spawned tasks.
+    pub fn api(&self) -> Api {
+        self.api.clone()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn backend_name(&self) -> String {
+        self.config.backend.name().to_string()
+    }
+
+    /// The process id of the running child (panics when stopped).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server is not running").id()
+    }
+
+    /// SIGKILL and reap the child; a no-op when already stopped.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGKILL, then start again on the same data dir and port.
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.start_again().await;
+    }
+
+    /// SIGTERM, wait for the exit (bounded) and insist on exit status 0. The server stays stopped;
+    /// [`Server::start_again`] brings it back.
+    pub async fn stop_graceful(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("server is not running");
+        let signal = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .expect("run kill -TERM");
+        assert!(signal.success(), "kill -TERM failed: {signal}");
+        let deadline = Instant::now() + GRACEFUL_EXIT_TIMEOUT;
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                assert!(
+                    status.success(),
+                    "stockd exited with {status} after SIGTERM, expected 0\n{}",
+                    self.log_tail()
+                );
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "stockd did not exit within {GRACEFUL_EXIT_TIMEOUT:?} of SIGTERM\n{}",
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Start a stopped server again on the same data dir and port. The port can be briefly
+    /// unavailable right after a kill, so a failed bind is retried a few times.
+    pub async fn start_again(&mut self) {
+        assert!(self.child.is_none(), "start_again on a running server");
+        let mut last_error = String::new();
+        for attempt in 0..START_ATTEMPTS {
+            match self.spawn_and_wait_ready().await {
+                Ok(()) => return,
+                Err(error) => last_error = error,
+            }
+            tokio::time::sleep(Duration::from_millis(100 * (attempt as u64 + 1))).await;
+        }
+        panic!(
+            "stockd did not start again on port {}: {last_error}",
+            self.port
+        );
+    }
+
+    /// Whether the child is still running (it has not crashed).
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => child.try_wait().expect("try_wait").is_none(),
+            None => false,
+        }
+    }
+
+    /// The last 16 KiB of the server's stderr/stdout, for failure messages.
+    pub fn log_tail(&self) -> String {
+        read_tail(&self.log_path, 16 * 1024)
+    }
+
+    /// The last `max_bytes` of the server's log.
+    pub fn log_tail_bytes(&self, max_bytes: u64) -> String {
+        read_tail(&self.log_path, max_bytes)
+    }
+
+    /// Spawn the child and wait until `/healthz` answers 200. On failure the child is reaped and
+    /// the error carries its log.
+    async fn spawn_and_wait_ready(&mut self) -> Result<(), String> {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .expect("open server log");
+        let log_start = log.metadata().map(|meta| meta.len()).unwrap_or(0);
+        let mut command = Command::new(env!("CARGO_BIN_EXE_stockd"));
+        command
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("{}:{}", self.config.listen_host, self.port))
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .args(self.config.backend.extra_args())
+            .args(&self.config.extra_args)
+            .env_remove("STOCKD_TOKENS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone().expect("clone log handle")))
+            .stderr(Stdio::from(log));
+        for (key, value) in self.config.backend.extra_env() {
+            command.env(key, value);
+        }
+        if let Some(tokens) = &self.config.tokens {
+            command.env("STOCKD_TOKENS", tokens);
+        }
+        let child = command
+            .spawn()
+            .map_err(|error| format!("spawn stockd: {error}"))?;
+        self.child = Some(child);
+        // A fresh client per process: pooled connections to a killed process are dead.
+        self.api = Api::new(self.port, self.config.default_token.clone());
+
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().expect("try_wait") {
+                self.child = None;
+                return Err(format!(
+                    "stockd exited before ready ({status}):\n{}",
+                    read_from(&self.log_path, log_start)
+                ));
+            }
+            if let Ok((200, _)) = self.api.try_call_as(None, "GET", "/healthz", None).await {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                return Err(format!(
+                    "stockd not ready within {READY_TIMEOUT:?}:\n{}",
+                    read_from(&self.log_path, log_start)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A port that was free a moment ago: bind port 0, read it, drop the listener.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}
+
+fn read_from(path: &Path, offset: u64) -> String {
+    let mut text = String::new();
+    if let Ok(mut file) = File::open(path) {
+        let _ = file.seek(SeekFrom::Start(offset));
+        let mut bytes = Vec::new();
+        let _ = file.read_to_end(&mut bytes);
+        text = String::from_utf8_lossy(&bytes).into_owned();
+    }
+    if text.len() > 16 * 1024 {
+        let cut = text.len() - 16 * 1024;
+        let cut = (cut..text.len())
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(0);
+        text = format!("...{}", &text[cut..]);
+    }
+    format!("---- stockd log ----\n{text}\n---- end of log ----")
+}
+
+fn read_tail(path: &Path, max_bytes: u64) -> String {
+    let len = std::fs::metadata(path).map(|meta| meta.len()).unwrap_or(0);
+    read_from(path, len.saturating_sub(max_bytes))
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP helpers
+// ---------------------------------------------------------------------------------------------
+
+/// JSON-over-HTTP handle on one server. Cloning is cheap (the connection pool is shared).
+#[derive(Clone)]
+pub struct Api {
+    client: reqwest::Client,
+    base_url: String,
+    default_token: Option<String>,
+}
+
+/// A response: status code and body (JSON when it parses, the text as a JSON string otherwise,
+/// `null` when empty).
+pub type Reply = (u16, Value);
+
+impl Api {
+    pub fn new(port: u16, default_token: Option<String>) -> Api {
+        let client = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()
+            .expect("build reqwest client");
+        Api {
+            client,
+            base_url: format!("http://127.0.0.1:{port}"),
+            default_token,
+        }
+    }
+
+    /// The same server, through a client that opens a new connection for every request. Garbage
+    /// can leave a connection in a state the server closes; with a fresh connection each time a
+    /// transport error belongs to the request that got it, not to whatever came before it.
+    pub fn without_connection_reuse(&self) -> Api {
+        let client = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("build reqwest client");
+        Api {
+            client,
+            base_url: self.base_url.clone(),
+            default_token: self.default_token.clone(),
+        }
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    pub fn default_token(&self) -> Option<&str> {
+        self.default_token.as_deref()
+    }
+
+    /// Send JSON (or no body) with the default token; panics on a transport error.
+    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Reply {
+        let token = self.default_token.clone();
+        self.call_as(token.as_deref(), method, path, body).await
+    }
+
+    /// Like [`Api::call`] with an explicit bearer token (`None`: no Authorization header).
+    pub async fn call_as(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Reply {
+        match self.try_call_as(token, method, path, body).await {
+            Ok(reply) => reply,
+            Err(error) => panic!("{method} {path}: {error}"),
+        }
+    }
+
+    /// Like [`Api::call`], returning transport errors instead of panicking.
+    pub async fn try_call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Reply, String> {
+        let token = self.default_token.clone();
+        self.try_call_as(token.as_deref(), method, path, body).await
+    }
+
+    pub async fn try_call_as(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Reply, String> {
+        let bytes = body.map(|value| serde_json::to_vec(&value).expect("serialise body"));
+        self.send(token, method, path, bytes, Some("application/json"))
+            .await
+    }
+
+    /// Send raw bytes as the body (for malformed JSON and garbage), with the default token and a
+    /// JSON content type.
+    pub async fn send_raw(&self, method: &str, path: &str, body: Vec<u8>) -> Result<Reply, String> {
+        let token = self.default_token.clone();
+        self.send(
+            token.as_deref(),
+            method,
+            path,
+            Some(body),
+            Some("application/json"),
+        )
+        .await
+    }
+
+    /// The general form: any token, any body bytes, any content type (`None`: no header).
+    pub async fn send(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        content_type: Option<&str>,
+    ) -> Result<Reply, String> {
+        let authorization = token.map(|token| format!("Bearer {token}"));
+        self.send_with_authorization(authorization.as_deref(), method, path, body, content_type)
+            .await
+    }
+
+    /// Like [`Api::send`] with a raw `Authorization` header value (for malformed schemes).
+    pub async fn send_with_authorization(
+        &self,
+        authorization: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        content_type: Option<&str>,
+    ) -> Result<Reply, String> {
+        let method = reqwest::Method::from_bytes(method.as_bytes())
+            .map_err(|error| format!("bad method {method:?}: {error}"))?;
+        let mut request = self
+            .client
+            .request(method, format!("{}{}", self.base_url, path));
+        if let Some(authorization) = authorization {
+            request = request.header("authorization", authorization);
+        }
+        if let Some(bytes) = body {
+            if let Some(content_type) = content_type {
+                request = request.header("content-type", content_type);
+            }
+            request = request.body(bytes);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|error| format!("transport error: {error:?}"))?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|error| format!("reading body: {error:?}"))?;
+        Ok((status, parse_body(&bytes)))
+    }
+
+    /// GET a pool and return its object, panicking unless the answer is 200.
+    pub async fn pool(&self, pool: &str) -> Value {
+        let (status, body) = self.call("GET", &format!("/v1/pools/{pool}"), None).await;
+        assert_eq!(status, 200, "GET pool {pool}: {body}");
+        body
+    }
+
+    /// Every event after `after`, paging with the largest page.
+    pub async fn events_after(&self, after: u64) -> Vec<Value> {
+        let mut events = Vec::new();
+        let mut cursor = after;
+        loop {
+            let path = format!("/v1/events?after={cursor}&limit=1000");
+            let (status, body) = self.call("GET", &path, None).await;
+            assert_eq!(status, 200, "GET {path}: {body}");
+            let page = body["events"]
+                .as_array()
+                .cloned()
+                .unwrap_or_else(|| panic!("no events array: {body}"));
+            let next = body["next_after"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no next_after: {body}"));
+            if page.is_empty() {
+                assert_eq!(
+                    next, cursor,
+                    "next_after of an empty page must be the given after"
+                );
+                return events;
+            }
+            cursor = next;
+            events.extend(page);
+        }
+    }
+}
+
+pub fn parse_body(bytes: &[u8]) -> Value {
+    if bytes.is_empty() {
+        return Value::Null;
+    }
+    serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// Checks the contract's error shape: `{"error": CODE, "message": TEXT, ...}`.
+pub fn error_shape_problem(status: u16, body: &Value) -> Option<String> {
+    if status < 400 {
+        return None;
+    }
+    let ok = body.get("error").is_some_and(Value::is_string)
+        && body.get("message").is_some_and(Value::is_string);
+    (!ok).then(|| {
+        format!(
+            "error body of a {status} must have string \"error\" and \"message\": {}",
+            short(body)
+        )
+    })
+}
+
+/// A compact rendering of a JSON value for messages, cut at 600 characters.
+pub fn short(value: &Value) -> String {
+    let text = value.to_string();
+    if text.len() <= 600 {
+        return text;
+    }
+    let cut = (0..=600)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    format!("{}...({} bytes)", &text[..cut], text.len())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Subset matching
+// ---------------------------------------------------------------------------------------------
+
+/// Values captured by `$save:NAME` markers, referred to by `$same:NAME`, `$gt:NAME` and `{$NAME}`.
+pub type Vars = HashMap<String, Value>;
+
+/// The wall-clock window around the request that produced a value, for `$now` markers.
+#[derive(Clone, Copy, Debug)]
+pub struct TimeWindow {
+    pub before_ms: u64,
+    pub after_ms: u64,
+}
+
+impl TimeWindow {
+    /// Slack for clock granularity; the server reads the same clock as the test.
+    pub const SLACK_MS: u64 = 50;
+}
+
+/// Checks that `actual` contains `expected`:
+/// - objects: every expected key present in actual and matching (extra actual keys are fine);
+/// - arrays: same length, element-wise; `{"$unordered": [...]}` matches in any order;
+///   `{"$len": N}` matches any array of length N;
+/// - strings starting with `$` are markers: `$any` (present, anything), `$int` (an integer),
+///   `$now` / `$now+N` (an integer within the request's time window, plus N), `$save:NAME`
+///   (anything, captured), `$same:NAME` (equal to the captured value), `$gt:NAME` (an integer
+///   greater than the captured one), `$contains:TEXT` and `$prefix:TEXT` (strings);
+/// - anything else: equality.
+///
+/// Returns the first mismatch as `path: explanation`.
+pub fn match_subset(
+    expected: &Value,
+    actual: &Value,
+    vars: &mut Vars,
+    window: TimeWindow,
+) -> Result<(), String> {
+    match_at("$", expected, actual, vars, window)
+}
+
+fn match_at(
+    path: &str,
+    expected: &Value,
+    actual: &Value,
+    vars: &mut Vars,
+    window: TimeWindow,
+) -> Result<(), String> {
+    match expected {
+        Value::String(text) if text.starts_with('$') => {
+            match_marker(path, text, actual, vars, window)
+        }
+        Value::Object(map) if map.len() == 1 && map.contains_key("$unordered") => {
+            let wanted = map["$unordered"]
+                .as_array()
+                .expect("$unordered takes an array");
+            let got = actual
+                .as_array()
+                .ok_or_else(|| format!("{path}: expected an array, got {}", short(actual)))?;
+            if wanted.len() != got.len() {
+                return Err(format!(
+                    "{path}: expected {} elements (any order), got {}",
+                    wanted.len(),
+                    short(actual)
+                ));
+            }
+            let mut used = vec![false; got.len()];
+            if match_unordered(path, wanted, got, &mut used, vars, window) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{path}: no ordering of {} matches {}",
+                    short(actual),
+                    short(&map["$unordered"])
+                ))
+            }
+        }
+        Value::Object(map) if map.len() == 1 && map.contains_key("$len") => {
+            let want = map["$len"].as_u64().expect("$len takes an integer") as usize;
+            match actual.as_array() {
+                Some(items) if items.len() == want => Ok(()),
+                _ => Err(format!(
+                    "{path}: expected an array of {want} elements, got {}",
+                    short(actual)
+                )),
+            }
+        }
+        Value::Object(map) => {
+            let object = actual
+                .as_object()
+                .ok_or_else(|| format!("{path}: expected an object, got {}", short(actual)))?;
+            for (key, want) in map {
+                let got = object
+                    .get(key)
+                    .ok_or_else(|| format!("{path}.{key}: missing in {}", short(actual)))?;
+                match_at(&format!("{path}.{key}"), want, got, vars, window)?;
+            }
+            Ok(())
+        }
+        Value::Array(wanted) => {
+            let got = actual
+                .as_array()
+                .ok_or_else(|| format!("{path}: expected an array, got {}", short(actual)))?;
+            if wanted.len() != got.len() {
+                return Err(format!(
+                    "{path}: expected {} elements, got {}: {}",
+                    wanted.len(),
+                    got.len(),
+                    short(actual)
+                ));
+            }
+            for (index, (want, have)) in wanted.iter().zip(got).enumerate() {
+                match_at(&format!("{path}[{index}]"), want, have, vars, window)?;
+            }
+            Ok(())
+        }
+        _ if expected == actual => Ok(()),
+        _ => Err(format!(
+            "{path}: expected {}, got {}",
+            short(expected),
+            short(actual)
+        )),
+    }
+}
+
+fn match_unordered(
+    path: &str,
+    wanted: &[Value],
+    got: &[Value],
+    used: &mut [bool],
+    vars: &mut Vars,
+    window: TimeWindow,
+) -> bool {
+    let Some((first, rest)) = wanted.split_first() else {
+        return true;
+    };
+    for index in 0..got.len() {
+        if used[index] {
+            continue;
+        }
+        let mut trial = vars.clone();
+        if match_at(path, first, &got[index], &mut trial, window).is_ok() {
+            used[index] = true;
+            if match_unordered(path, rest, got, used, &mut trial, window) {
+                *vars = trial;
+                return true;
+            }
+            used[index] = false;
+        }
+    }
+    false
+}
+
+fn match_marker(
+    path: &str,
+    marker: &str,
+    actual: &Value,
+    vars: &mut Vars,
+    window: TimeWindow,
+) -> Result<(), String> {
+    let fail = |why: String| Err(format!("{path}: {why}, got {}", short(actual)));
+    let (name, arg) = marker.split_once(':').unwrap_or((marker, ""));
+    match name {
+        "$any" => Ok(()),
+        "$int" if actual.is_u64() || actual.is_i64() => Ok(()),
+        "$int" => fail("expected an integer".into()),
+        "$save" => {
+            vars.insert(arg.to_string(), actual.clone());
+            Ok(())
+        }
+        "$same" => match vars.get(arg) {
+            Some(saved) if saved == actual => Ok(()),
+            Some(saved) => fail(format!(
+                "expected the value saved as {arg} ({})",
+                short(saved)
+            )),
+            None => fail(format!("nothing saved as {arg}")),
+        },
+        "$gt" => match (vars.get(arg).and_then(Value::as_u64), actual.as_u64()) {
+            (Some(saved), Some(now)) if now > saved => Ok(()),
+            (Some(saved), _) => fail(format!("expected an integer greater than {arg} = {saved}")),
+            (None, _) => fail(format!("no integer saved as {arg}")),
+        },
+        "$contains" => match actual.as_str() {
+            Some(text) if text.contains(arg) => Ok(()),
+            _ => fail(format!("expected a string containing {arg:?}")),
+        },
+        "$prefix" => match actual.as_str() {
+            Some(text) if text.starts_with(arg) => Ok(()),
+            _ => fail(format!("expected a string starting with {arg:?}")),
+        },
+        _ if marker == "$now" || marker.starts_with("$now+") => {
+            let offset: u64 = marker
+                .strip_prefix("$now+")
+                .map_or(0, |n| n.parse().expect("$now+N"));
+            let low = window.before_ms + offset - TimeWindow::SLACK_MS;
+            let high = window.after_ms + offset + TimeWindow::SLACK_MS;
+            match actual.as_u64() {
+                Some(at) if (low..=high).contains(&at) => Ok(()),
+                _ => fail(format!(
+                    "expected now+{offset}, i.e. within [{low}, {high}]"
+                )),
+            }
+        }
+        _ => panic!("unknown marker {marker:?} at {path}"),
+    }
+}
+
+/// Replace `{$NAME}` in a string with the captured value (a string's text, or any other JSON).
+pub fn substitute_vars(text: &str, vars: &Vars) -> String {
+    let mut out = text.to_string();
+    while let Some(start) = out.find("{$") {
+        let end = out[start..]
+            .find('}')
+            .map(|i| start + i)
+            .expect("unterminated {$");
+        let name = &out[start + 2..end];
+        let value = vars
+            .get(name)
+            .unwrap_or_else(|| panic!("nothing saved as {name}"));
+        let text = match value {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        out.replace_range(start..=end, &text);
+    }
+    out
+}
+
+/// Percent-encodes everything but unreserved characters, for ids and cursors in paths and queries.
+pub fn percent_encode(text: &str) -> String {
+    let mut out = String::new();
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// `total = available + held + sold`, every term an integer >= 0.
+pub fn pool_invariant_problem(pool: &Value) -> Option<String> {
+    let term = |key: &str| pool.get(key).and_then(Value::as_u64);
+    match (term("total"), term("available"), term("held"), term("sold")) {
+        (Some(total), Some(available), Some(held), Some(sold))
+            if total == available + held + sold =>
+        {
+            None
+        }
+        _ => Some(format!(
+            "pool breaks total = available + held + sold (all >= 0): {}",
+            short(pool)
+        )),
+    }
+}
