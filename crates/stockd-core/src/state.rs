@@ -122,7 +122,10 @@ struct Lock {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
     pools: BTreeMap<PoolId, Pool>,
-    holds: HashMap<HoldId, Hold>,
+    /// Boxed so that a table slot is 24 bytes: growing a table of millions of holds then moves
+    /// a quarter of the bytes (a shorter pause for the requests queued behind it), and empty
+    /// slots cost less memory.
+    holds: HashMap<HoldId, Box<Hold>>,
     locks: HashMap<LockName, Lock>,
     next_seq: u64,
     next_generation: u64,
@@ -1176,7 +1179,7 @@ impl State {
                 // been forgotten (past retention) before the id was used again.
                 self.data.holds.insert(
                     hold_id.clone(),
-                    Hold {
+                    Box::new(Hold {
                         user: user.clone(),
                         lines,
                         confirm: *confirm,
@@ -1184,7 +1187,7 @@ impl State {
                         created_at_ms: at_ms,
                         expires_at_ms: *expires_at_ms,
                         finished_at_ms: None,
-                    },
+                    }),
                 );
                 // A hold confirmed on creation is confirmed by the very next record of the
                 // same command; it never needs an expiry slot.
