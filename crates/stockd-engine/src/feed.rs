@@ -70,7 +70,7 @@ impl Feed {
         let Some(first_seq) = events.front().map(|e| e.seq) else {
             return Vec::new();
         };
-        let start = (after + 1).saturating_sub(first_seq) as usize;
+        let start = after.saturating_add(1).saturating_sub(first_seq) as usize;
         events
             .range(start.min(events.len())..)
             .take_while(|e| e.seq <= durable)

@@ -24,6 +24,8 @@ pub struct Stats {
     pub wal_records: AtomicU64,
     pub wal_bytes: AtomicU64,
     pub snapshots: AtomicU64,
+    /// How long the writer paused to encode the last snapshot.
+    pub snapshot_encode_ms_last: AtomicU64,
     pub batches: AtomicU64,
     pub commands: AtomicU64,
     pub pools: AtomicU64,
@@ -89,6 +91,10 @@ impl Stats {
                 ("holds", self.holds.load(Relaxed) as f64),
                 ("waiters", self.waiters.load(Relaxed) as f64),
                 ("events_retained", self.events_retained.load(Relaxed) as f64),
+                (
+                    "snapshot_encode_ms_last",
+                    self.snapshot_encode_ms_last.load(Relaxed) as f64,
+                ),
             ],
             counters: vec![
                 ("wal_syncs_total", self.wal_syncs.load(Relaxed)),

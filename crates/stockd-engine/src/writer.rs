@@ -309,7 +309,22 @@ impl Writer {
         }
         self.records_since_snapshot = 0;
         let lsn = self.next_lsn - 1;
+        // Requests wait while this runs (the state cannot change under the encoder); the
+        // pause is logged and exported so that `snapshot_every_records` can be tuned.
+        let started = Instant::now();
         let payload = encode_snapshot(&self.state, &self.shared.feed);
+        let encode_ms = started.elapsed().as_millis() as u64;
+        self.shared
+            .stats
+            .snapshot_encode_ms_last
+            .store(encode_ms, Relaxed);
+        tracing::info!(
+            lsn,
+            encode_ms,
+            bytes = payload.len(),
+            holds = self.state.hold_count(),
+            "snapshot encoded; writing in the background"
+        );
         let dir = self.config.data_dir.clone();
         let done_lsn = self.snapshot_done_lsn.clone();
         let in_flight = self.snapshot_in_flight.clone();

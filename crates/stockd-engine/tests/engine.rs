@@ -403,3 +403,16 @@ async fn a_data_dir_serves_one_engine_at_a_time() {
     // The lock goes with the engine.
     h.open().shutdown().await;
 }
+
+#[tokio::test]
+async fn events_after_the_largest_seq_are_empty_not_a_panic() {
+    let h = Harness::new();
+    let engine = h.open();
+    one(&engine, put("sku", 1)).await.unwrap();
+    let page = engine.events(u64::MAX, 10, 0).await;
+    assert!(page.events.is_empty());
+    assert_eq!(page.next_after, u64::MAX);
+    let page = engine.events(u64::MAX, 10, 20).await;
+    assert!(page.events.is_empty());
+    engine.shutdown().await;
+}
