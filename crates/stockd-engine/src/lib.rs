@@ -9,8 +9,9 @@
 //! - the **log** thread appends each batch's records to the log and fsyncs once for everything
 //!   that queued up meanwhile (group commit), and only then releases the answers and events.
 //!   No client ever sees a change, even in a read, before it is on disk.
-//! - the **snapshot** thread writes snapshots the writer serialised, so that restart time stays
-//!   bounded and old log segments can go.
+//! - the **snapshot** thread builds snapshots by rolling the newest snapshot on disk forward
+//!   through the fsync'd log (the same replay recovery does), so that restart time stays
+//!   bounded and old log segments can go, without the writer ever pausing to encode its state.
 //!
 //! The writer runs ahead of the fsync (it applies batch N+1 while batch N syncs). That is safe
 //! because answers leave in log order: an answer that depends on batch N is released only after
@@ -23,8 +24,9 @@ mod stats;
 pub mod storage;
 mod writer;
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -113,6 +115,8 @@ struct Shared {
     /// Set when the log could not be written: from then on nothing is acknowledged, since the
     /// in-memory state may be ahead of the disk (fail-stop).
     failure: Mutex<Option<String>>,
+    /// Every record up to this lsn is fsync'd; snapshots are built from those only.
+    durable_lsn: AtomicU64,
 }
 
 impl Shared {
@@ -179,33 +183,11 @@ impl Engine {
             feed: Feed::new(config.event_retention_max),
             stats: Stats::default(),
             failure: Mutex::new(None),
+            durable_lsn: AtomicU64::new(0),
         });
-        let mut state = match &recovered.snapshot {
-            Some(bytes) => {
-                let snapshot: SnapshotOwned =
-                    postcard::from_bytes(bytes).map_err(|source| EngineError::Decode {
-                        what: "snapshot",
-                        source,
-                    })?;
-                shared.feed.append(snapshot.events);
-                State::from_snapshot(config.state, snapshot.state)
-            }
-            None => State::new(config.state),
-        };
-        let mut events = Vec::new();
-        let mut replayed = 0u64;
-        for (_lsn, payload) in &recovered.records {
-            let records: Vec<stockd_core::Record> =
-                postcard::from_bytes(payload).map_err(|source| EngineError::Decode {
-                    what: "log record",
-                    source,
-                })?;
-            for record in &records {
-                state.apply_record(record, &mut events);
-            }
-            replayed += records.len() as u64;
-            shared.feed.append(events.drain(..));
-        }
+        let (state, events, replayed) =
+            rebuild(&recovered, config.state, config.event_retention_max)?;
+        shared.feed.append(events);
         state.check_invariants().map_err(EngineError::Invariant)?;
         shared.feed.mark_durable(state.next_seq() - 1);
         shared
@@ -220,6 +202,9 @@ impl Engine {
             "recovered"
         );
 
+        shared
+            .durable_lsn
+            .store(storage.last_lsn(), Ordering::Relaxed);
         let (request_tx, request_rx) = mpsc::sync_channel(config.queue_depth_max);
         let next_lsn = storage.last_lsn() + 1;
         let log = writer::Log::new(storage, shared.clone());
@@ -378,11 +363,72 @@ impl Backend for Engine {
     }
 }
 
-fn encode_snapshot(state: &State, feed: &Feed) -> Vec<u8> {
-    let retained = feed.retained();
+fn encode_snapshot<'a>(
+    state: &State,
+    events: impl Iterator<Item = &'a stockd_core::Event>,
+) -> Vec<u8> {
     let snapshot = SnapshotRef {
         state: state.snapshot(),
-        events: retained.iter().map(|e| &**e).collect(),
+        events: events.collect(),
     };
     postcard::to_allocvec(&snapshot).expect("serialising to memory cannot fail")
+}
+
+/// Rebuilds the state and the retained feed from a snapshot and the log records after it, by
+/// replaying the records through the same `apply_record` that applied them live. Recovery
+/// uses it at start; the snapshot builder uses it in the background to roll the last snapshot
+/// forward, so the writer never stops to encode its own state.
+fn rebuild(
+    recovered: &storage::Recovered,
+    config: StateConfig,
+    event_retention_max: usize,
+) -> Result<(State, VecDeque<stockd_core::Event>, u64), EngineError> {
+    let mut events = VecDeque::new();
+    let mut state = match &recovered.snapshot {
+        Some(bytes) => {
+            let snapshot: SnapshotOwned =
+                postcard::from_bytes(bytes).map_err(|source| EngineError::Decode {
+                    what: "snapshot",
+                    source,
+                })?;
+            events.extend(snapshot.events);
+            State::from_snapshot(config, snapshot.state)
+        }
+        None => State::new(config),
+    };
+    let mut new_events = Vec::new();
+    let mut replayed = 0u64;
+    for (_lsn, payload) in &recovered.records {
+        let records: Vec<stockd_core::Record> =
+            postcard::from_bytes(payload).map_err(|source| EngineError::Decode {
+                what: "log record",
+                source,
+            })?;
+        for record in &records {
+            state.apply_record(record, &mut new_events);
+        }
+        replayed += records.len() as u64;
+        events.extend(new_events.drain(..));
+        let excess = events.len().saturating_sub(event_retention_max.max(1));
+        events.drain(..excess);
+    }
+    Ok((state, events, replayed))
+}
+
+/// Builds a snapshot covering every record up to `up_to_lsn` from the newest snapshot on disk
+/// and the durable log after it, and writes it. Runs on the snapshot thread.
+fn build_snapshot(
+    dir: &std::path::Path,
+    up_to_lsn: u64,
+    config: StateConfig,
+    event_retention_max: usize,
+) -> Result<(), EngineError> {
+    let recovered = storage::read_durable(dir, up_to_lsn)?;
+    if recovered.snapshot_lsn >= up_to_lsn {
+        return Ok(());
+    }
+    let (state, events, _) = rebuild(&recovered, config, event_retention_max)?;
+    let payload = encode_snapshot(&state, events.iter());
+    Storage::write_snapshot(dir, up_to_lsn, &payload)?;
+    Ok(())
 }

@@ -24,8 +24,9 @@ pub struct Stats {
     pub wal_records: AtomicU64,
     pub wal_bytes: AtomicU64,
     pub snapshots: AtomicU64,
-    /// How long the writer paused to encode the last snapshot.
-    pub snapshot_encode_ms_last: AtomicU64,
+    /// How long the snapshot thread took to build and write the last snapshot (the writer
+    /// does not wait for it).
+    pub snapshot_build_ms_last: AtomicU64,
     pub batches: AtomicU64,
     pub commands: AtomicU64,
     pub pools: AtomicU64,
@@ -92,8 +93,8 @@ impl Stats {
                 ("waiters", self.waiters.load(Relaxed) as f64),
                 ("events_retained", self.events_retained.load(Relaxed) as f64),
                 (
-                    "snapshot_encode_ms_last",
-                    self.snapshot_encode_ms_last.load(Relaxed) as f64,
+                    "snapshot_build_ms_last",
+                    self.snapshot_build_ms_last.load(Relaxed) as f64,
                 ),
             ],
             counters: vec![

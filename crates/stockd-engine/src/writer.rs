@@ -301,41 +301,33 @@ impl Writer {
         }
     }
 
-    /// Serialises the state here (the writer is the only one who may read it) and lets the
-    /// snapshot thread do the slow part, the writing.
+    /// Starts building a snapshot of everything durable so far on the snapshot thread, which
+    /// rolls the newest snapshot on disk forward through the log (the same replay recovery
+    /// does). The writer hands over only an lsn: it never stops to encode its own state, so a
+    /// snapshot of millions of holds costs requests no pause.
     fn start_snapshot(&mut self) {
         if self.snapshot_in_flight.swap(true, Relaxed) {
             return;
         }
         self.records_since_snapshot = 0;
-        let lsn = self.next_lsn - 1;
-        // Requests wait while this runs (the state cannot change under the encoder); the
-        // pause is logged and exported so that `snapshot_every_records` can be tuned.
-        let started = Instant::now();
-        let payload = encode_snapshot(&self.state, &self.shared.feed);
-        let encode_ms = started.elapsed().as_millis() as u64;
-        self.shared
-            .stats
-            .snapshot_encode_ms_last
-            .store(encode_ms, Relaxed);
-        tracing::info!(
-            lsn,
-            encode_ms,
-            bytes = payload.len(),
-            holds = self.state.hold_count(),
-            "snapshot encoded; writing in the background"
-        );
+        let up_to_lsn = self.shared.durable_lsn.load(Relaxed);
         let dir = self.config.data_dir.clone();
+        let state_config = self.config.state;
+        let event_retention_max = self.config.event_retention_max;
         let done_lsn = self.snapshot_done_lsn.clone();
         let in_flight = self.snapshot_in_flight.clone();
         let shared = self.shared.clone();
         let spawned = std::thread::Builder::new()
             .name("stockd-snapshot".into())
             .spawn(move || {
-                match Storage::write_snapshot(&dir, lsn, &payload) {
+                let started = Instant::now();
+                match crate::build_snapshot(&dir, up_to_lsn, state_config, event_retention_max) {
                     Ok(()) => {
+                        let build_ms = started.elapsed().as_millis() as u64;
                         shared.stats.snapshots.fetch_add(1, Relaxed);
-                        done_lsn.store(lsn, Relaxed);
+                        shared.stats.snapshot_build_ms_last.store(build_ms, Relaxed);
+                        tracing::info!(lsn = up_to_lsn, build_ms, "snapshot written");
+                        done_lsn.store(up_to_lsn, Relaxed);
                     }
                     // A failed snapshot loses nothing: the log still has every record.
                     Err(error) => tracing::warn!(%error, "snapshot failed; will retry later"),
@@ -357,8 +349,10 @@ impl Writer {
         if self.records_since_snapshot == 0 || self.shared.failure().is_some() {
             return;
         }
+        // Stopping anyway: encoding the live state here costs no request a pause.
         let lsn = self.next_lsn - 1;
-        let payload = encode_snapshot(&self.state, &self.shared.feed);
+        let retained = self.shared.feed.retained();
+        let payload = encode_snapshot(&self.state, retained.iter().map(|e| &**e));
         match Storage::write_snapshot(&self.config.data_dir, lsn, &payload) {
             Ok(()) => {
                 self.shared.stats.snapshots.fetch_add(1, Relaxed);
@@ -463,6 +457,7 @@ impl Log {
             match storage.sync() {
                 Ok(()) => {
                     shared.stats.wal_syncs.fetch_add(1, Relaxed);
+                    shared.durable_lsn.store(storage.durable_lsn(), Relaxed);
                 }
                 Err(error) => {
                     shared.fail(format!("fsync of the log: {error}"));

@@ -85,6 +85,15 @@ async fn status(engine: &Engine, id: &str) -> HoldStatus {
     }
 }
 
+fn counter(engine: &Engine, name: &str) -> u64 {
+    engine
+        .stats()
+        .counters
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(0, |(_, v)| *v)
+}
+
 /// Polls (bounded) until the engine reports a parked waiter.
 async fn wait_for_parked_waiter(engine: &Engine) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
@@ -199,7 +208,31 @@ async fn periodic_snapshots_keep_state_and_feed() {
         }
     }
     let events = engine.events(0, 1000, 0).await.events;
+    // Snapshots are built in the background; make sure at least two exist (so old segments
+    // were dropped and recovery starts from a built snapshot, not from the log alone).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while counter(&engine, "snapshots_total") < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no snapshot was built"
+        );
+        one(&engine, Command::GetPool { pool: pool("sku") })
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     drop(engine);
+    let first_segment = std::fs::read_dir(h.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("wal-"))
+        .min()
+        .unwrap();
+    assert_ne!(
+        first_segment,
+        format!("wal-{:020}.log", 1),
+        "old segments are removed"
+    );
     let engine = h.open_with(config);
     assert_eq!(pool_counts(&engine, "sku").await, (1000, 850, 100, 50));
     assert_eq!(engine.events(0, 1000, 0).await.events, events);

@@ -598,6 +598,63 @@ fn recover_wal(
     Ok(recovery)
 }
 
+/// Reads, and changes nothing: the newest valid snapshot and every record after it up to and
+/// including `up_to_lsn`, all of which the caller knows to be durable. This is for building a
+/// new snapshot off the writer's path while the appender keeps writing past `up_to_lsn`: bytes
+/// beyond it are not looked at, nothing is truncated, and no lock is taken. Snapshot thread.
+pub fn read_durable(dir: &Path, up_to_lsn: u64) -> Result<Recovered, StorageError> {
+    let listing = list_directory(dir)?;
+    let (snapshot_lsn, snapshot) = load_newest_snapshot(dir, &listing.snapshot_lsns)?;
+    let mut records = Vec::new();
+    let mut next_lsn = snapshot_lsn + 1;
+    if up_to_lsn > snapshot_lsn {
+        let segments = &listing.segment_first_lsns;
+        let Some(start) = segments
+            .iter()
+            .rposition(|&first_lsn| first_lsn <= snapshot_lsn + 1)
+        else {
+            let reason = format!("no segment holds lsn {}", snapshot_lsn + 1);
+            return Err(corrupt(dir, 0, reason));
+        };
+        for &first_lsn in &segments[start..] {
+            if first_lsn > up_to_lsn {
+                break;
+            }
+            let path = segment_path(dir, first_lsn);
+            let bytes = fs::read(&path)?;
+            if let SegmentHeader::Invalid(reason) = wal::check_segment_header(&bytes, first_lsn) {
+                return Err(corrupt(&path, 0, reason));
+            }
+            for (lsn, payload) in wal::scan_segment(&bytes, first_lsn).records {
+                if lsn < next_lsn {
+                    continue;
+                }
+                if lsn > up_to_lsn {
+                    break;
+                }
+                if lsn != next_lsn {
+                    let reason = format!("expected lsn {next_lsn}, found {lsn}");
+                    return Err(corrupt(&path, 0, reason));
+                }
+                records.push((lsn, bytes[payload].to_vec()));
+                next_lsn += 1;
+            }
+        }
+        if next_lsn != up_to_lsn + 1 {
+            let reason = format!(
+                "records {next_lsn}..={up_to_lsn} were acknowledged durable but are not readable"
+            );
+            return Err(corrupt(dir, 0, reason));
+        }
+    }
+    Ok(Recovered {
+        snapshot,
+        snapshot_lsn,
+        records,
+        truncated_tail_bytes: 0,
+    })
+}
+
 /// Cuts the last segment at `len_bytes` and fsyncs. The cut must be durable before new records
 /// are appended after it: otherwise a crash could bring the old tail back behind shorter new
 /// records, where its stale frames could pass for the records that follow.
