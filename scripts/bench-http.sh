@@ -3,7 +3,9 @@
 #   1. stockd (release build, embedded engine, fsync'd log): POST /v1/holds confirm=true, unique
 #      hold ids, one hot pool, wrk with 50 keep-alive connections;
 #   2. a bare axum JSON handler (no state, no log) under the same wrk load: the HTTP ceiling;
-#   3. redis-benchmark -c 50 running EVALSHA of a Lua check-and-deduct on one key.
+#   3. redis-benchmark -c 50 running EVALSHA of a Lua check-and-deduct on one key, without
+#      persistence (Redis's fastest, and what most hand-written Lua setups run), and
+#   4. the same with AOF appendfsync always: Redis as durable as stockd.
 # Usage: scripts/bench-http.sh [seconds per run, default 10]
 # Installs wrk, redis-server and redis-tools from Debian's packages when missing.
 set -euo pipefail
@@ -70,6 +72,22 @@ REDIS_LINE=$(tr '\r' '\n' < "$WORK/redis.txt" | grep 'requests per second' | tai
 REDIS_RPS=$(sed -E 's/.*: ([0-9.]+) requests per second.*/\1/' <<< "$REDIS_LINE")
 REDIS_P50=$(sed -E 's/.*p50=([0-9.]+ msec).*/\1/' <<< "$REDIS_LINE")
 
+kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
+
+# 4. the same, with Redis as durable as stockd: AOF with an fsync before every reply.
+PORT=$(free_port)
+mkdir -p "$WORK/redis-aof"
+redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly yes --appendfsync always \
+    --dir "$WORK/redis-aof" --daemonize no >/dev/null &
+PIDS+=($!)
+for _ in $(seq 1 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+redis-cli -p "$PORT" set stock 1000000000000 >/dev/null
+SHA=$(redis-cli -p "$PORT" script load "local s = tonumber(redis.call('GET', KEYS[1])) if s and s >= tonumber(ARGV[1]) then redis.call('DECRBY', KEYS[1], ARGV[1]) return 1 end return 0")
+redis-benchmark -p "$PORT" -c "$CONNECTIONS" -n $(( DURATION * 40000 )) -q EVALSHA "$SHA" 1 stock 1 > "$WORK/redis-aof.txt" 2>&1
+AOF_LINE=$(tr '\r' '\n' < "$WORK/redis-aof.txt" | grep 'requests per second' | tail -1)
+AOF_RPS=$(sed -E 's/.*: ([0-9.]+) requests per second.*/\1/' <<< "$AOF_LINE")
+AOF_P50=$(sed -E 's/.*p50=([0-9.]+ msec).*/\1/' <<< "$AOF_LINE")
+
 STOCKD_RPS=$(rps_of "$WORK/stockd.txt"); AXUM_RPS=$(rps_of "$WORK/axum.txt")
 echo
 echo "== HTTP benchmark: ${DURATION}s per run, ${CONNECTIONS} connections, $(nproc) cores"
@@ -77,11 +95,15 @@ printf "%-34s %12s %10s\n" "run" "req/s" "p99"
 printf "%-34s %12s %10s\n" "stockd reserve confirm=true" "$STOCKD_RPS" "$(p99_of "$WORK/stockd.txt")"
 printf "%-34s %12s %10s\n" "bare axum JSON handler" "$AXUM_RPS" "$(p99_of "$WORK/axum.txt")"
 printf "%-34s %12s %10s\n" "redis EVALSHA check-and-deduct" "$REDIS_RPS" "p50 $REDIS_P50"
-python3 - "$STOCKD_RPS" "$AXUM_RPS" "$REDIS_RPS" <<'PY'
+printf "%-34s %12s %10s\n" "redis EVALSHA, appendfsync always" "$AOF_RPS" "p50 $AOF_P50"
+python3 - "$STOCKD_RPS" "$AXUM_RPS" "$REDIS_RPS" "$AOF_RPS" <<'PY'
 import sys
-s, a, r = (float(x) if x else 0.0 for x in sys.argv[1:4])
-print(f"ratio stockd / bare axum : {s / a:.2f}" if a else "ratio stockd / bare axum : n/a")
-print(f"ratio stockd / redis     : {s / r:.2f}" if r else "ratio stockd / redis     : n/a")
+s, a, r, f = (float(x) if x else 0.0 for x in sys.argv[1:5])
+def ratio(name, base):
+    print(f"ratio stockd / {name:<27}: {s / base:.2f}" if base else f"ratio stockd / {name}: n/a")
+ratio("bare axum", a)
+ratio("redis (no persistence)", r)
+ratio("redis (appendfsync always)", f)
 PY
 echo "stockd non-2xx responses: $(awk '/Non-2xx/ {print $NF}' "$WORK/stockd.txt" | grep . || echo 0)"
 echo "stockd pool after run: sold=${SOLD% *} invariant_holds=${SOLD#* }"

@@ -53,10 +53,16 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    // HTTP worker threads (default: one per core).
+    if let Some(threads) = std::env::var("STOCKD_WORKER_THREADS")
+        .ok()
+        .and_then(|value| value.parse::<usize>().ok())
+        .filter(|&threads| threads > 0)
     {
+        runtime.worker_threads(threads);
+    }
+    let runtime = match runtime.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");
