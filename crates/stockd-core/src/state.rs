@@ -20,7 +20,8 @@ use crate::command::{Command, LockRequest, Outcome, PoolSpec, Reply, ReserveRequ
 use crate::error::Error;
 use crate::ids::{HoldId, LockName, OwnerId, PoolId, UserId};
 use crate::limits::{
-    CONFIRMED_RETENTION_MS_DEFAULT, HOLD_RETENTION_MS_DEFAULT, WAITERS_PER_KEY_MAX,
+    CONFIRMED_RETENTION_MS_DEFAULT, EXPIRIES_PER_TICK_MAX, HOLD_RETENTION_MS_DEFAULT,
+    PURGES_PER_TICK_MAX, WAITERS_PER_KEY_MAX,
 };
 use crate::record::{Change, Event, EventKind, Record};
 use crate::view::{HoldItemView, HoldStatus, HoldView, PoolView};
@@ -209,7 +210,8 @@ impl State {
                     .expiry_queue
                     .push(Reverse((hold.expires_at_ms, hold_id.clone()))),
                 Some(finished_at_ms) => {
-                    let purge_at_ms = finished_at_ms + state.retention_ms(hold.status);
+                    let purge_at_ms =
+                        finished_at_ms.saturating_add(state.retention_ms(hold.status));
                     state
                         .purge_queue
                         .push(Reverse((purge_at_ms, hold_id.clone())));
@@ -786,8 +788,13 @@ impl State {
     /// frees lapsed leases, answers waiters whose wait is over, and forgets finished holds past
     /// retention.
     pub fn tick(&mut self, now_ms: u64, effects: &mut Effects) {
+        // Bounded, so that one tick's records fit in a log frame and its pause stays short even
+        // when a million holds lapse at once (after downtime or a clock step): the rest are
+        // still due, so the caller's next tick comes at once. Commands meanwhile see any such
+        // hold as expired anyway (lazy expiry).
+        let mut expired = 0;
         while let Some(Reverse((expires_at_ms, _))) = self.expiry_queue.peek() {
-            if *expires_at_ms > now_ms {
+            if *expires_at_ms > now_ms || expired == EXPIRIES_PER_TICK_MAX {
                 break;
             }
             let Reverse((queued_ms, hold_id)) = self.expiry_queue.pop().expect("peeked");
@@ -800,8 +807,41 @@ impl State {
                 .is_some_and(|hold| hold.expires_at_ms == queued_ms);
             if current {
                 self.expire_if_due(&hold_id, now_ms, effects);
+                expired += 1;
             }
         }
+        self.drop_lapsed_locks(now_ms);
+        self.serve_freed(now_ms, effects);
+        while let Some(Reverse((deadline_ms, _))) = self.waiter_deadlines.peek() {
+            if *deadline_ms > now_ms {
+                break;
+            }
+            let Reverse((_, id)) = self.waiter_deadlines.pop().expect("peeked");
+            let Some(waiter) = self.waiters.remove(&id) else {
+                continue;
+            };
+            // The wait is over: one last attempt gives the final answer, success included.
+            let outcome = match &waiter.wait_for {
+                WaitFor::Stock(request) => self.try_reserve(request, now_ms, effects),
+                WaitFor::Lock(request) => self.try_lock_acquire(request, now_ms, effects),
+            };
+            effects.woken.push((id, outcome));
+        }
+        self.purge_retained(now_ms, PURGES_PER_TICK_MAX);
+        self.serve_freed(now_ms, effects);
+    }
+
+    /// What time does without a record: forgets finished holds past retention and lapsed
+    /// leases, all of them. Recovery and the snapshot builder call it after replaying records
+    /// (replay alone keeps them, since forgetting writes nothing to the log); it answers no
+    /// waiter.
+    pub fn forget_past_retention(&mut self, now_ms: u64) {
+        self.drop_lapsed_locks(now_ms);
+        self.freed_locks.clear();
+        self.purge_retained(now_ms, usize::MAX);
+    }
+
+    fn drop_lapsed_locks(&mut self, now_ms: u64) {
         while let Some(Reverse((expires_at_ms, _))) = self.lock_expiry_queue.peek() {
             if *expires_at_ms > now_ms {
                 break;
@@ -819,36 +859,24 @@ impl State {
                 self.freed_locks.push(name);
             }
         }
-        self.serve_freed(now_ms, effects);
-        while let Some(Reverse((deadline_ms, _))) = self.waiter_deadlines.peek() {
-            if *deadline_ms > now_ms {
-                break;
-            }
-            let Reverse((_, id)) = self.waiter_deadlines.pop().expect("peeked");
-            let Some(waiter) = self.waiters.remove(&id) else {
-                continue;
-            };
-            // The wait is over: one last attempt gives the final answer, success included.
-            let outcome = match &waiter.wait_for {
-                WaitFor::Stock(request) => self.try_reserve(request, now_ms, effects),
-                WaitFor::Lock(request) => self.try_lock_acquire(request, now_ms, effects),
-            };
-            effects.woken.push((id, outcome));
-        }
+    }
+
+    fn purge_retained(&mut self, now_ms: u64, purges_max: usize) {
+        let mut purged = 0;
         while let Some(Reverse((purge_at_ms, _))) = self.purge_queue.peek() {
-            if *purge_at_ms > now_ms {
+            if *purge_at_ms > now_ms || purged == purges_max {
                 break;
             }
             let Reverse((_, hold_id)) = self.purge_queue.pop().expect("peeked");
             let purge = self.data.holds.get(&hold_id).is_some_and(|hold| {
                 hold.finished_at_ms
-                    .is_some_and(|at| at + self.retention_ms(hold.status) <= now_ms)
+                    .is_some_and(|at| at.saturating_add(self.retention_ms(hold.status)) <= now_ms)
             });
             if purge {
                 self.data.holds.remove(&hold_id);
+                purged += 1;
             }
         }
-        self.serve_freed(now_ms, effects);
     }
 
     /// The earliest time at which [`State::tick`] has something to do, if any.
@@ -1222,7 +1250,7 @@ impl State {
                     pool.sold += line.qty;
                 }
                 self.purge_queue.push(Reverse((
-                    at_ms + self.config.confirmed_retention_ms,
+                    at_ms.saturating_add(self.config.confirmed_retention_ms),
                     hold_id.clone(),
                 )));
                 self.push_hold_event(at_ms, EventKind::Confirmed, hold_id, events);
@@ -1260,7 +1288,7 @@ impl State {
                     self.pending_low_stock.push((line.pool.clone(), before));
                 }
                 self.purge_queue.push(Reverse((
-                    finished_at_ms + self.config.hold_retention_ms,
+                    finished_at_ms.saturating_add(self.config.hold_retention_ms),
                     hold_id.clone(),
                 )));
                 self.push_hold_event(at_ms, kind, hold_id, events);
@@ -1290,7 +1318,7 @@ impl State {
                     self.pending_low_stock.push((line.pool.clone(), before));
                 }
                 self.purge_queue.push(Reverse((
-                    at_ms + self.config.hold_retention_ms,
+                    at_ms.saturating_add(self.config.hold_retention_ms),
                     hold_id.clone(),
                 )));
                 self.push_hold_event(at_ms, EventKind::Refunded, hold_id, events);

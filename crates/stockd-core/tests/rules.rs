@@ -1330,3 +1330,57 @@ fn limits_are_enforced_at_their_edges() {
         }
     }
 }
+
+#[test]
+fn a_crowd_of_lapsed_holds_expires_over_several_bounded_ticks() {
+    use stockd_core::limits::EXPIRIES_PER_TICK_MAX;
+    let holds = EXPIRIES_PER_TICK_MAX * 2 + 500;
+    let mut state = new_state();
+    let mut effects = stockd_core::Effects::default();
+    state.execute(put_pool("p", holds as u64), T0, &mut effects);
+    for n in 0..holds {
+        state.execute(
+            with_ttl(reserve(&format!("h{n}"), &[("p", 1)]), 1_000),
+            T0,
+            &mut effects,
+        );
+    }
+    let later = T0 + 60_000;
+    // Each tick expires at most the bound; what is left is still due at once.
+    let expected = [EXPIRIES_PER_TICK_MAX, EXPIRIES_PER_TICK_MAX, 500, 0];
+    for (round, expected) in expected.into_iter().enumerate() {
+        let done = tick(&mut state, later);
+        assert_eq!(done.records.len(), expected, "tick {round}");
+        if expected == EXPIRIES_PER_TICK_MAX {
+            assert!(state.next_deadline_ms().is_some_and(|t| t <= later));
+        }
+    }
+    assert_eq!(available(&state, "p"), holds as u64);
+    // Commands never waited for the sweep: lazy expiry already saw them as expired.
+}
+
+#[test]
+fn forgetting_past_retention_drops_finished_holds_and_lapsed_leases() {
+    let mut state = new_state();
+    run(&mut state, put_pool("p", 10), T0);
+    run(&mut state, reserve("h1", &[("p", 1)]), T0);
+    run(&mut state, release("h1"), T0);
+    run(&mut state, reserve("h2", &[("p", 1)]), T0);
+    let token = lock_token(run(&mut state, lock_acquire("l", "o", 1_000, 0), T0).outcome());
+    state.forget_past_retention(T0 + HOLD_RETENTION_MS);
+    assert_eq!(state.hold_count(), 1, "only the held hold is left");
+    assert!(get_hold_outcome(&mut state, "h1").is_err());
+    // The lapsed lease is gone: its old owner no longer holds it, a newcomer gets a new token.
+    let again = run(
+        &mut state,
+        lock_acquire("l", "o2", 1_000, 0),
+        T0 + HOLD_RETENTION_MS,
+    );
+    assert!(lock_token(again.outcome()) > token);
+}
+
+fn get_hold_outcome(state: &mut State, id: &str) -> Outcome {
+    run(state, get_hold(id), T0 + HOLD_RETENTION_MS)
+        .outcome()
+        .clone()
+}

@@ -120,6 +120,8 @@ struct Shared {
     failure: Mutex<Option<String>>,
     /// Every record up to this lsn is fsync'd; snapshots are built from those only.
     durable_lsn: AtomicU64,
+    /// Cleared when the writer thread ends, however it ends, so `/readyz` tells the truth.
+    writer_alive: AtomicBool,
 }
 
 impl Shared {
@@ -187,6 +189,7 @@ impl Engine {
             stats: Stats::default(),
             failure: Mutex::new(None),
             durable_lsn: AtomicU64::new(0),
+            writer_alive: AtomicBool::new(true),
         });
         let (state, events, replayed) =
             rebuild(&recovered, config.state, config.event_retention_max)?;
@@ -349,6 +352,9 @@ impl Backend for Engine {
                 None if self.stopped.load(Ordering::SeqCst) => {
                     Err(BackendError::Unavailable("the engine is stopping".into()))
                 }
+                None if !self.shared.writer_alive.load(Ordering::SeqCst) => Err(
+                    BackendError::Unavailable("the engine writer stopped".into()),
+                ),
                 None => Ok(()),
             }
         })
@@ -401,6 +407,7 @@ fn rebuild(
     };
     let mut new_events = Vec::new();
     let mut replayed = 0u64;
+    let mut last_at_ms = None;
     for (_lsn, payload) in &recovered.records {
         let records: Vec<stockd_core::Record> =
             postcard::from_bytes(payload).map_err(|source| EngineError::Decode {
@@ -410,10 +417,16 @@ fn rebuild(
         for record in &records {
             state.apply_record(record, &mut new_events);
         }
+        last_at_ms = records.last().map(|r| r.at_ms).or(last_at_ms);
         replayed += records.len() as u64;
         events.extend(new_events.drain(..));
         let excess = events.len().saturating_sub(event_retention_max.max(1));
         events.drain(..excess);
+    }
+    // Forgetting finished holds past retention writes no record, so replay alone would keep
+    // every hold ever made; forget them as the live engine did, as of the last record's time.
+    if let Some(at_ms) = last_at_ms {
+        state.forget_past_retention(at_ms);
     }
     Ok((state, events, replayed))
 }
@@ -434,4 +447,90 @@ fn build_snapshot(
     let payload = encode_snapshot(&state, events.iter());
     Storage::write_snapshot(dir, up_to_lsn, &payload)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use stockd_core::{Command, HoldId, HoldItemRequest, PoolId, PoolSpec, ReserveRequest};
+
+    use super::*;
+
+    const T0: u64 = 1_700_000_000_000;
+
+    fn reserve(n: usize) -> Command {
+        Command::Reserve(ReserveRequest {
+            hold_id: HoldId::parse(&format!("h{n}")).unwrap(),
+            user: None,
+            items: vec![HoldItemRequest {
+                pool: PoolId::parse("p").unwrap(),
+                qty: 1,
+            }],
+            ttl_ms: 60_000,
+            confirm: false,
+            wait_ms: 0,
+        })
+    }
+
+    /// Holds in the newest snapshot on disk.
+    fn snapshot_holds(dir: &std::path::Path, config: StateConfig) -> usize {
+        let recovered = storage::read_durable(dir, 0).unwrap();
+        let (state, _, _) = rebuild(&recovered, config, 1000).unwrap();
+        state.hold_count()
+    }
+
+    #[tokio::test]
+    async fn snapshots_built_by_replay_forget_holds_past_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(T0));
+        let mut config = EngineConfig::new(dir.path());
+        config.state.hold_retention_ms = 1_000;
+        config.snapshot_every_records = 100;
+        let engine = Engine::open(config.clone(), clock.clone()).unwrap();
+        let put = Command::PutPool {
+            pool: PoolId::parse("p").unwrap(),
+            spec: PoolSpec {
+                total: 1_000,
+                ..PoolSpec::default()
+            },
+            if_absent: false,
+        };
+        engine.execute(vec![put]).await.unwrap();
+        for n in 0..150 {
+            let release = Command::Release {
+                hold_id: HoldId::parse(&format!("h{n}")).unwrap(),
+            };
+            engine.execute(vec![reserve(n), release]).await.unwrap();
+        }
+        // Past retention, more traffic: the next snapshot must not carry the 150 finished holds.
+        clock.advance(5_000);
+        let snapshots = |engine: &Engine| {
+            engine
+                .stats()
+                .counters
+                .iter()
+                .find(|(name, _)| *name == "snapshots_total")
+                .map_or(0, |(_, value)| *value)
+        };
+        let before = snapshots(&engine);
+        let mut n = 1_000;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        // Two more builds: a build already running when the clock moved may finish first, and
+        // it only saw records from before; the next one starts after it, with newer records.
+        while snapshots(&engine) < before + 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no snapshot was built"
+            );
+            engine.execute(vec![reserve(n)]).await.unwrap();
+            n += 1;
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        // Dropped, not shut down: no final snapshot, so the newest one is the built one.
+        drop(engine);
+        let held = n - 1_000;
+        assert!(
+            snapshot_holds(dir.path(), config.state) <= held,
+            "finished holds past retention leaked into the snapshot"
+        );
+    }
 }

@@ -39,10 +39,12 @@ pub struct Completion {
 
 pub enum LogJob {
     Batch {
-        /// Encoded records of the batch; empty when the batch changed nothing (reads must still
-        /// wait for earlier batches to be durable, so they travel the same way).
-        payload: Vec<u8>,
-        expected_lsn: u64,
+        /// Encoded records of the batch, one log frame each (a big batch is split); none when
+        /// the batch changed nothing (reads must still wait for earlier batches to be durable,
+        /// so they travel the same way).
+        payloads: Vec<Vec<u8>>,
+        /// Lsn of the first frame; the others follow consecutively.
+        first_lsn: u64,
         records: u64,
         /// Seq of the last event the batch produced (or earlier): durable once this is synced.
         last_seq: u64,
@@ -74,12 +76,14 @@ pub struct Writer {
     last_now_ms: u64,
     /// Parked requests by waiter id: answered when the core serves or times them out.
     parked: HashMap<WaiterId, Reply>,
-    last_waiter_sweep: Instant,
     records_since_snapshot: u64,
     snapshot_in_flight: Arc<AtomicBool>,
     /// Lsn of the last snapshot the snapshot thread finished (0: none yet to act on); the
     /// writer then has the log drop what the snapshot covers.
     snapshot_done_lsn: Arc<AtomicU64>,
+    /// The snapshot thread in flight, joined before the writer ends so that no snapshot is
+    /// still being written into the directory once the engine has let go of it.
+    snapshot_thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Writer {
@@ -101,10 +105,10 @@ impl Writer {
             next_lsn,
             last_now_ms: 0,
             parked: HashMap::new(),
-            last_waiter_sweep: Instant::now(),
             records_since_snapshot,
             snapshot_in_flight: Arc::new(AtomicBool::new(false)),
             snapshot_done_lsn: Arc::new(AtomicU64::new(0)),
+            snapshot_thread: None,
         }
     }
 
@@ -127,6 +131,7 @@ impl Writer {
     }
 
     pub fn run(mut self, requests: Receiver<Request>) {
+        let _alive = AliveGuard(self.shared.clone());
         let mut effects = Effects::default();
         let mut batch = Vec::new();
         loop {
@@ -156,8 +161,15 @@ impl Writer {
                 return;
             }
         }
+        self.join_snapshot_thread();
         let (done, _) = oneshot::channel();
         self.log.send(LogJob::Shutdown { done });
+    }
+
+    fn join_snapshot_thread(&mut self) {
+        if let Some(thread) = self.snapshot_thread.take() {
+            let _ = thread.join();
+        }
     }
 
     /// Applies one batch of requests and hands the result to the log thread. Returns the
@@ -167,6 +179,9 @@ impl Writer {
         batch: &mut Vec<Request>,
         effects: &mut Effects,
     ) -> Option<oneshot::Sender<()>> {
+        // First, forget waiters whose client went away, so that units freed in this batch go
+        // to someone still listening (a ghost hold would lock them for its whole ttl).
+        self.sweep_gone_waiters();
         let now_ms = self.now_ms();
         let snapshot_lsn = self.snapshot_done_lsn.swap(0, Relaxed);
         if snapshot_lsn > 0 {
@@ -223,7 +238,6 @@ impl Writer {
                 });
             }
         }
-        self.sweep_gone_waiters();
         self.check_invariants();
 
         let stats = &self.shared.stats;
@@ -240,25 +254,17 @@ impl Writer {
         if records == 0 && completions.is_empty() {
             return shutdown;
         }
-        let payload = if records == 0 {
-            Vec::new()
-        } else {
-            postcard::to_allocvec(&effects.records).expect("serialising to memory cannot fail")
-        };
-        let expected_lsn = if records == 0 {
-            0
-        } else {
-            self.next_lsn += 1;
-            self.next_lsn - 1
-        };
+        let payloads = encode_frames(&effects.records);
+        let first_lsn = self.next_lsn;
+        self.next_lsn += payloads.len() as u64;
         self.shared.feed.append(effects.events.drain(..));
         stats
             .events_retained
             .store(self.shared.feed.retained_count() as u64, Relaxed);
         effects.clear();
         let job = LogJob::Batch {
-            payload,
-            expected_lsn,
+            payloads,
+            first_lsn,
             records,
             last_seq: self.state.next_seq() - 1,
             completions,
@@ -274,11 +280,11 @@ impl Writer {
     }
 
     /// Forgets parked requests whose client went away, so they take no stock when served.
+    /// One atomic load per parked request.
     fn sweep_gone_waiters(&mut self) {
-        if self.parked.is_empty() || self.last_waiter_sweep.elapsed() < WAITER_SWEEP_INTERVAL {
+        if self.parked.is_empty() {
             return;
         }
-        self.last_waiter_sweep = Instant::now();
         let state = &mut self.state;
         self.parked.retain(|id, reply| {
             if reply.is_closed() {
@@ -317,9 +323,13 @@ impl Writer {
         let done_lsn = self.snapshot_done_lsn.clone();
         let in_flight = self.snapshot_in_flight.clone();
         let shared = self.shared.clone();
+        // A finished thread is joined here; at most one runs (`snapshot_in_flight`).
+        self.join_snapshot_thread();
         let spawned = std::thread::Builder::new()
             .name("stockd-snapshot".into())
             .spawn(move || {
+                // Clears the in-flight flag however the thread ends, a panic included.
+                let _in_flight = FlagGuard(in_flight);
                 let started = Instant::now();
                 match crate::build_snapshot(&dir, up_to_lsn, state_config, event_retention_max) {
                     Ok(()) => {
@@ -332,20 +342,20 @@ impl Writer {
                     // A failed snapshot loses nothing: the log still has every record.
                     Err(error) => tracing::warn!(%error, "snapshot failed; will retry later"),
                 }
-                in_flight.store(false, Relaxed);
             });
-        if let Err(error) = spawned {
-            tracing::warn!(%error, "cannot start the snapshot thread");
-            self.snapshot_in_flight.store(false, Relaxed);
+        match spawned {
+            Ok(thread) => self.snapshot_thread = Some(thread),
+            Err(error) => {
+                tracing::warn!(%error, "cannot start the snapshot thread");
+                self.snapshot_in_flight.store(false, Relaxed);
+            }
         }
     }
 
     /// At shutdown: a snapshot of everything so the next start replays nothing.
     fn write_snapshot_now(&mut self) {
         // Wait for a snapshot still being written, so the two never race on the files.
-        while self.snapshot_in_flight.load(Relaxed) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        self.join_snapshot_thread();
         if self.records_since_snapshot == 0 || self.shared.failure().is_some() {
             return;
         }
@@ -360,6 +370,61 @@ impl Writer {
             }
             Err(error) => tracing::warn!(%error, "final snapshot failed; the log has everything"),
         }
+    }
+}
+
+/// A log frame is closed once its encoded records pass this size; far below the storage's
+/// record limit, so that no batch (a mass expiry, a restock serving thousands of waiters) can
+/// produce a frame the log refuses.
+const FRAME_BYTES_TARGET: usize = 4 << 20;
+
+/// Encodes a batch's records as one or more log frames, each a postcard `Vec<Record>`.
+///
+/// A frame may end after any record except a `Held` with `confirm`: the `Confirmed` that
+/// follows it is the same command, and a crash between two frames must never leave half of one
+/// command on disk (a hold reserved "with confirm" but only held). Every other record is a
+/// consistent state change on its own, and none of the batch was acknowledged before all its
+/// frames are synced.
+fn encode_frames(records: &[stockd_core::Record]) -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    let mut body = Vec::new();
+    let mut count = 0usize;
+    for (index, record) in records.iter().enumerate() {
+        body = postcard::to_extend(record, body).expect("serialising to memory cannot fail");
+        count += 1;
+        let splittable = !matches!(
+            record.change,
+            stockd_core::Change::Held { confirm: true, .. }
+        );
+        let last = index + 1 == records.len();
+        if last || (splittable && body.len() >= FRAME_BYTES_TARGET) {
+            // postcard encodes a Vec as its length (varint) followed by the elements.
+            let mut frame =
+                postcard::to_allocvec(&count).expect("serialising to memory cannot fail");
+            frame.extend_from_slice(&body);
+            frames.push(frame);
+            body.clear();
+            count = 0;
+        }
+    }
+    frames
+}
+
+/// Clears an atomic flag when dropped.
+struct FlagGuard(Arc<AtomicBool>);
+
+impl Drop for FlagGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Relaxed);
+    }
+}
+
+/// Marks the writer gone when dropped, whether it returned or panicked.
+struct AliveGuard(Arc<Shared>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.writer_alive.store(false, Relaxed);
     }
 }
 
@@ -425,32 +490,39 @@ impl Log {
         let mut failed = shared.failure().is_some();
         for job in pending.iter() {
             if let LogJob::Batch {
-                payload,
-                expected_lsn,
+                payloads,
+                first_lsn,
                 records,
                 last_seq: seq,
                 ..
             } = job
             {
                 last_seq = last_seq.max(*seq);
-                if payload.is_empty() || failed {
+                if failed {
                     continue;
                 }
-                match storage.append(payload) {
-                    Ok(lsn) => {
-                        debug_assert_eq!(lsn, *expected_lsn, "writer and log disagree on lsn");
-                        appended = true;
-                        shared.stats.wal_records.fetch_add(*records, Relaxed);
-                        shared
-                            .stats
-                            .wal_bytes
-                            .fetch_add(payload.len() as u64, Relaxed);
-                    }
-                    Err(error) => {
-                        shared.fail(format!("appending to the log: {error}"));
-                        failed = true;
+                for (index, payload) in payloads.iter().enumerate() {
+                    match storage.append(payload) {
+                        Ok(lsn) => {
+                            debug_assert_eq!(
+                                lsn,
+                                first_lsn + index as u64,
+                                "writer and log disagree on lsn"
+                            );
+                            appended = true;
+                            shared
+                                .stats
+                                .wal_bytes
+                                .fetch_add(payload.len() as u64, Relaxed);
+                        }
+                        Err(error) => {
+                            shared.fail(format!("appending to the log: {error}"));
+                            failed = true;
+                            break;
+                        }
                     }
                 }
+                shared.stats.wal_records.fetch_add(*records, Relaxed);
             }
         }
         if appended && !failed {
@@ -498,5 +570,67 @@ impl Log {
             }
             None => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use stockd_core::{Change, HoldId, HoldItemView, PoolId, Record};
+
+    use super::*;
+
+    fn claim(n: usize) -> [Record; 2] {
+        let hold_id = HoldId::parse(&format!("{n:0>120}")).unwrap();
+        [
+            Record {
+                at_ms: 1,
+                change: Change::Held {
+                    hold_id: hold_id.clone(),
+                    user: None,
+                    items: vec![HoldItemView {
+                        pool: PoolId::parse("p").unwrap(),
+                        qty: 1,
+                    }],
+                    confirm: true,
+                    expires_at_ms: 2,
+                },
+            },
+            Record {
+                at_ms: 1,
+                change: Change::Confirmed { hold_id },
+            },
+        ]
+    }
+
+    #[test]
+    fn big_batches_split_into_frames_between_commands() {
+        // ~300 bytes per claim: 40,000 claims is about three frames' worth.
+        let records: Vec<Record> = (0..40_000).flat_map(claim).collect();
+        let frames = encode_frames(&records);
+        assert!(frames.len() >= 2, "{} frames", frames.len());
+        let mut decoded = Vec::new();
+        for frame in &frames {
+            assert!(frame.len() < FRAME_BYTES_TARGET + 4096);
+            let part: Vec<Record> = postcard::from_bytes(frame).unwrap();
+            // No frame ends between a confirm-on-create Held and its Confirmed.
+            assert!(matches!(
+                part.last().unwrap().change,
+                Change::Confirmed { .. }
+            ));
+            decoded.extend(part);
+        }
+        assert_eq!(decoded, records);
+    }
+
+    #[test]
+    fn a_small_batch_is_one_frame_and_an_empty_one_none() {
+        let records: Vec<Record> = (0..3).flat_map(claim).collect();
+        let frames = encode_frames(&records);
+        assert_eq!(frames.len(), 1);
+        assert_eq!(
+            postcard::from_bytes::<Vec<Record>>(&frames[0]).unwrap(),
+            records
+        );
+        assert!(encode_frames(&[]).is_empty());
     }
 }

@@ -449,3 +449,44 @@ async fn events_after_the_largest_seq_are_empty_not_a_panic() {
     assert!(page.events.is_empty());
     engine.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_crowd_of_holds_lapsing_during_downtime_expires_after_restart() {
+    use stockd_core::Backend;
+    let h = Harness::new();
+    let engine = h.open();
+    let holds = 25_000;
+    one(&engine, put("sku", holds)).await.unwrap();
+    for chunk in 0..(holds / 1_000) {
+        let batch = (0..1_000)
+            .map(|i| {
+                let n = chunk * 1_000 + i;
+                // Long ids make the expiry records big, as order UUIDs would.
+                reserve(&format!("{n:0>120}"), "sku", 1, 1_000, 0)
+            })
+            .collect();
+        let outcomes = engine.execute(batch).await.unwrap();
+        assert!(outcomes.iter().all(|o| o.is_ok()));
+    }
+    drop(engine);
+    h.clock.advance(3_600_000);
+    let engine = h.open();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, available, held, _) = pool_counts(&engine, "sku").await;
+        if available == holds {
+            assert_eq!(held, 0);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "holds never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        Backend::ready(&engine).await.is_ok(),
+        "the engine still takes writes"
+    );
+    engine.shutdown().await;
+}

@@ -53,6 +53,7 @@ pub(crate) struct RestockBody {
 /// `?if_absent=true` on `PUT /v1/pools/{pool}`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct PutPoolQuery {
     /// Create only when missing; an existing pool is returned unchanged (200).
     pub if_absent: Option<bool>,
@@ -61,6 +62,7 @@ pub(crate) struct PutPoolQuery {
 /// `GET /v1/pools` paging.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct ListPoolsQuery {
     /// Only pools whose id starts with this (default: all).
     pub prefix: Option<String>,
@@ -83,6 +85,7 @@ impl ListPoolsQuery {
 /// `GET /v1/events` paging and long-poll.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct EventsQuery {
     /// Return events with seq greater than this (default 0).
     pub after: Option<u64>,

@@ -177,7 +177,9 @@ impl<S: Send + Sync, T: PathSegment> FromRequestParts<S> for PathId<T> {
     }
 }
 
-/// Query parameters of type `T`; unknown parameters are ignored, a bad value is 422.
+/// Query parameters of type `T`; a bad value is 422, and so is an unknown parameter (the query
+/// types refuse them): a typo such as `?ifabsent=true` must not turn a create-only PUT into a
+/// replace.
 pub(crate) struct QueryParams<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T> {

@@ -70,7 +70,7 @@ async fn pool_lifecycle_statuses_and_bodies() {
     assert_eq!(list.status, StatusCode::OK);
     assert_eq!(list.json()["pools"].as_array().unwrap().len(), 1);
     assert_eq!(list.json()["next"], "sku-1");
-    let rest = get(&router, "/v1/pools?after=sku-1&unknown_param=1").await;
+    let rest = get(&router, "/v1/pools?after=sku-1").await;
     assert_eq!(rest.json()["pools"][0]["pool"], "sku-2");
     assert_eq!(rest.json()["next"], Value::Null);
 
@@ -512,6 +512,9 @@ async fn path_and_query_errors_are_422() {
         "/v1/events?wait_ms=30001",
         "/v1/events?after=-1",
         "/v1/events?after=x",
+        // Unknown parameters are refused like unknown body fields.
+        "/v1/pools?limit=10&page=2",
+        "/v1/events?afer=5",
     ] {
         let answer = get(&router, uri).await;
         assert_eq!(
@@ -531,6 +534,21 @@ async fn path_and_query_errors_are_422() {
     )
     .await;
     assert_eq!(bad_flag.code(), "invalid_request");
+    // A typo of if_absent must not turn a create-only PUT into a replace.
+    let typo = send(
+        &router,
+        Method::PUT,
+        "/v1/pools/p?ifabsent=true",
+        None,
+        "{\"total\":1}",
+    )
+    .await;
+    assert_eq!(typo.code(), "invalid_request");
+    assert_eq!(
+        get(&router, "/v1/pools/p").await.status,
+        StatusCode::NOT_FOUND,
+        "the refused PUT changed nothing"
+    );
     assert_eq!(
         get(&router, "/v1/events?limit=1000&wait_ms=0&after=0")
             .await
