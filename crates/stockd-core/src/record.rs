@@ -8,6 +8,8 @@
 //! records while they are applied; a record may yield none (locks), one, or several (a hold that
 //! brings a pool to its low-stock threshold yields `held` then `low_stock`).
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::command::PoolSpec;
@@ -36,7 +38,7 @@ pub enum Change {
     Held {
         hold_id: HoldId,
         user: Option<UserId>,
-        items: Vec<HoldItemView>,
+        items: Arc<[HoldItemView]>,
         confirm: bool,
         expires_at_ms: u64,
     },
@@ -96,7 +98,7 @@ pub struct Event {
     pub pool: Option<PoolId>,
     pub hold_id: Option<HoldId>,
     pub user: Option<UserId>,
-    pub items: Option<Vec<HoldItemView>>,
+    pub items: Option<Arc<[HoldItemView]>>,
     pub available: Option<u64>,
     pub total: Option<u64>,
     pub delta: Option<i64>,

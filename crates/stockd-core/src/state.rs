@@ -12,6 +12,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::ops::Bound;
+use std::sync::Arc;
 
 use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
@@ -94,16 +95,14 @@ struct Pool {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct HoldLine {
-    pool: PoolId,
-    qty: u64,
-    generation: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Hold {
     user: Option<UserId>,
-    lines: Vec<HoldLine>,
+    /// Shared with the hold's record, events and views: one allocation per hold.
+    items: Arc<[HoldItemView]>,
+    /// `next_generation` when the hold was made. Generations come from one counter, so a pool
+    /// is the very pool this hold reserved from iff its generation is below this: a pool
+    /// deleted and created again since then has a newer one.
+    generation_watermark: u64,
     /// The `confirm` flag of the reserve, part of the idempotency identity.
     confirm: bool,
     status: HoldStatus,
@@ -620,15 +619,15 @@ impl State {
         match self.hold_status(&hold_id)? {
             HoldStatus::Confirmed => {
                 let hold = &self.data.holds[&hold_id];
-                for line in &hold.lines {
+                for item in hold.items.iter() {
                     let alive = self
                         .data
                         .pools
-                        .get(&line.pool)
-                        .is_some_and(|pool| pool.generation == line.generation);
+                        .get(&item.pool)
+                        .is_some_and(|pool| pool.generation < hold.generation_watermark);
                     if !alive {
                         return Err(Error::PoolDeleted {
-                            pool: line.pool.clone(),
+                            pool: item.pool.clone(),
                         });
                     }
                 }
@@ -1055,14 +1054,7 @@ impl State {
             hold_id: hold_id.clone(),
             status: hold.status,
             user: hold.user.clone(),
-            items: hold
-                .lines
-                .iter()
-                .map(|line| HoldItemView {
-                    pool: line.pool.clone(),
-                    qty: line.qty,
-                })
-                .collect(),
+            items: hold.items.clone(),
             created_at_ms: hold.created_at_ms,
             expires_at_ms: hold.expires_at_ms,
             finished_at_ms: hold.finished_at_ms,
@@ -1182,8 +1174,7 @@ impl State {
                 confirm,
                 expires_at_ms,
             } => {
-                let mut lines = Vec::with_capacity(items.len());
-                for item in items {
+                for item in items.iter() {
                     let pool = self
                         .data
                         .pools
@@ -1196,11 +1187,6 @@ impl State {
                     if let Some(user) = user {
                         *pool.usage.entry(user.clone()).or_insert(0) += item.qty;
                     }
-                    lines.push(HoldLine {
-                        pool: item.pool.clone(),
-                        qty: item.qty,
-                        generation: pool.generation,
-                    });
                     self.note_available_later(&item.pool, before);
                 }
                 // A finished hold with this id may still be here in recovery: live, it had
@@ -1209,7 +1195,8 @@ impl State {
                     hold_id.clone(),
                     Box::new(Hold {
                         user: user.clone(),
-                        lines,
+                        items: items.clone(),
+                        generation_watermark: self.data.next_generation,
                         confirm: *confirm,
                         status: HoldStatus::Held,
                         created_at_ms: at_ms,
@@ -1240,7 +1227,7 @@ impl State {
                 assert_eq!(hold.status, HoldStatus::Held, "confirmed a hold not held");
                 hold.status = HoldStatus::Confirmed;
                 hold.finished_at_ms = Some(at_ms);
-                for line in &hold.lines {
+                for line in hold.items.iter() {
                     let pool = self
                         .data
                         .pools
@@ -1274,7 +1261,7 @@ impl State {
                     _ => at_ms,
                 };
                 hold.finished_at_ms = Some(finished_at_ms);
-                for line in &hold.lines {
+                for line in hold.items.iter() {
                     let pool = self
                         .data
                         .pools
@@ -1307,9 +1294,12 @@ impl State {
                 );
                 hold.status = HoldStatus::Refunded;
                 hold.finished_at_ms = Some(at_ms);
-                for line in &hold.lines {
+                for line in hold.items.iter() {
                     let pool = self.data.pools.get_mut(&line.pool).expect("pool of refund");
-                    assert_eq!(pool.generation, line.generation, "refund into a new pool");
+                    assert!(
+                        pool.generation < hold.generation_watermark,
+                        "refund into a new pool"
+                    );
                     let before = pool.available;
                     pool.sold -= line.qty;
                     pool.available += line.qty;
@@ -1393,14 +1383,7 @@ impl State {
         let hold = &self.data.holds[hold_id];
         let user = hold.user.clone();
         let expires_at_ms = hold.expires_at_ms;
-        let items = hold
-            .lines
-            .iter()
-            .map(|line| HoldItemView {
-                pool: line.pool.clone(),
-                qty: line.qty,
-            })
-            .collect();
+        let items = hold.items.clone();
         let mut event = self.event(at_ms, kind);
         event.hold_id = Some(hold_id.clone());
         event.user = user;
@@ -1465,12 +1448,12 @@ impl State {
         let mut held: HashMap<&PoolId, u64> = HashMap::new();
         let mut usage: HashMap<(&PoolId, &UserId), u64> = HashMap::new();
         for (hold_id, hold) in &self.data.holds {
-            for line in &hold.lines {
+            for line in hold.items.iter() {
                 let alive = self
                     .data
                     .pools
                     .get(&line.pool)
-                    .is_some_and(|p| p.generation == line.generation);
+                    .is_some_and(|p| p.generation < hold.generation_watermark);
                 if hold.status == HoldStatus::Held {
                     if !alive {
                         return Err(format!("held hold {hold_id} on a missing pool"));
@@ -1534,13 +1517,13 @@ fn give_back_usage(pool: &mut Pool, user: Option<&UserId>, qty: u64) {
 fn hold_matches(hold: &Hold, request: &ReserveRequest) -> bool {
     if hold.user != request.user
         || hold.confirm != request.confirm
-        || hold.lines.len() != request.items.len()
+        || hold.items.len() != request.items.len()
     {
         return false;
     }
     request.items.iter().all(|item| {
-        hold.lines
+        hold.items
             .iter()
-            .any(|line| line.pool == item.pool && line.qty == item.qty)
+            .any(|held| held.pool == item.pool && held.qty == item.qty)
     })
 }

@@ -1,5 +1,7 @@
 //! What clients see of pools and holds: plain data, built from the state on demand.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{HoldId, PoolId, UserId};
@@ -50,7 +52,7 @@ pub struct HoldView {
     pub hold_id: HoldId,
     pub status: HoldStatus,
     pub user: Option<UserId>,
-    pub items: Vec<HoldItemView>,
+    pub items: Arc<[HoldItemView]>,
     pub created_at_ms: u64,
     pub expires_at_ms: u64,
     pub finished_at_ms: Option<u64>,

@@ -1080,7 +1080,7 @@ fn hold_events_carry_hold_user_and_items() {
     for event in &done.events {
         assert_eq!(event.hold_id, Some(hold_id("h")));
         assert_eq!(event.user, Some(user_id("u")));
-        assert_eq!(event.items.as_ref(), Some(&items));
+        assert_eq!(event.items.as_deref(), Some(&items[..]));
     }
 }
 

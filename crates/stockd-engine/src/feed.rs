@@ -7,13 +7,13 @@
 //! across I/O or a wait.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use stockd_core::Event;
 use tokio::sync::watch;
 
 pub struct Feed {
-    events: Mutex<VecDeque<Arc<Event>>>,
+    events: Mutex<VecDeque<Event>>,
     retention_max: usize,
     durable_seq: watch::Sender<u64>,
 }
@@ -27,7 +27,7 @@ impl Feed {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, VecDeque<Arc<Event>>> {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Event>> {
         // A panic while holding this lock cannot leave the deque half-written (push/pop are
         // atomic with respect to panics), so a poisoned lock is still consistent.
         self.events.lock().unwrap_or_else(|e| e.into_inner())
@@ -36,9 +36,7 @@ impl Feed {
     /// Appends events in seq order, dropping the oldest past the retention bound.
     pub fn append(&self, new_events: impl IntoIterator<Item = Event>) {
         let mut events = self.lock();
-        for event in new_events {
-            events.push_back(Arc::new(event));
-        }
+        events.extend(new_events);
         let excess = events.len().saturating_sub(self.retention_max);
         events.drain(..excess);
     }
@@ -75,12 +73,12 @@ impl Feed {
             .range(start.min(events.len())..)
             .take_while(|e| e.seq <= durable)
             .take(limit)
-            .map(|e| Event::clone(e))
+            .cloned()
             .collect()
     }
 
-    /// Every retained event, for a snapshot.
-    pub fn retained(&self) -> Vec<Arc<Event>> {
+    /// Every retained event, for the snapshot written at shutdown.
+    pub fn retained(&self) -> Vec<Event> {
         self.lock().iter().cloned().collect()
     }
 

@@ -362,7 +362,7 @@ impl Writer {
         // Stopping anyway: encoding the live state here costs no request a pause.
         let lsn = self.next_lsn - 1;
         let retained = self.shared.feed.retained();
-        let payload = encode_snapshot(&self.state, retained.iter().map(|e| &**e));
+        let payload = encode_snapshot(&self.state, retained.iter());
         match Storage::write_snapshot(&self.config.data_dir, lsn, &payload) {
             Ok(()) => {
                 self.shared.stats.snapshots.fetch_add(1, Relaxed);
@@ -590,7 +590,8 @@ mod tests {
                     items: vec![HoldItemView {
                         pool: PoolId::parse("p").unwrap(),
                         qty: 1,
-                    }],
+                    }]
+                    .into(),
                     confirm: true,
                     expires_at_ms: 2,
                 },
