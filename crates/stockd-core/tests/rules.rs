@@ -1067,7 +1067,7 @@ fn hold_events_carry_hold_user_and_items() {
         T0,
     ));
     assert_eq!(kinds(&done), [EventKind::Held, EventKind::Confirmed]);
-    let items = vec![
+    let items = [
         HoldItemView {
             pool: pool_id("q"),
             qty: 2,
