@@ -299,7 +299,7 @@ impl State {
                 Step::Done(self.extend(hold_id, ttl_ms, now_ms, effects))
             }
             Command::GetHold { hold_id } => {
-                self.expire_if_due(&hold_id, now_ms, effects);
+                self.settle(&hold_id, now_ms, effects);
                 Step::Done(self.hold_reply(&hold_id, false))
             }
             Command::LockRenew {
@@ -487,6 +487,7 @@ impl State {
         now_ms: u64,
         effects: &mut Effects,
     ) -> Outcome {
+        self.forget_if_past_retention(&request.hold_id, now_ms);
         if self.data.holds.contains_key(&request.hold_id) {
             self.expire_if_due(&request.hold_id, now_ms, effects);
             let hold = &self.data.holds[&request.hold_id];
@@ -574,7 +575,7 @@ impl State {
     }
 
     fn confirm(&mut self, hold_id: HoldId, now_ms: u64, effects: &mut Effects) -> Outcome {
-        self.expire_if_due(&hold_id, now_ms, effects);
+        self.settle(&hold_id, now_ms, effects);
         let status = self.hold_status(&hold_id)?;
         match status {
             HoldStatus::Held => {
@@ -595,7 +596,7 @@ impl State {
     }
 
     fn release(&mut self, hold_id: HoldId, now_ms: u64, effects: &mut Effects) -> Outcome {
-        self.expire_if_due(&hold_id, now_ms, effects);
+        self.settle(&hold_id, now_ms, effects);
         match self.hold_status(&hold_id)? {
             HoldStatus::Held => {
                 self.commit(
@@ -615,7 +616,7 @@ impl State {
     }
 
     fn refund(&mut self, hold_id: HoldId, now_ms: u64, effects: &mut Effects) -> Outcome {
-        self.expire_if_due(&hold_id, now_ms, effects);
+        self.settle(&hold_id, now_ms, effects);
         match self.hold_status(&hold_id)? {
             HoldStatus::Confirmed => {
                 let hold = &self.data.holds[&hold_id];
@@ -654,7 +655,7 @@ impl State {
         now_ms: u64,
         effects: &mut Effects,
     ) -> Outcome {
-        self.expire_if_due(&hold_id, now_ms, effects);
+        self.settle(&hold_id, now_ms, effects);
         match self.hold_status(&hold_id)? {
             HoldStatus::Held => {
                 self.commit(
@@ -899,6 +900,27 @@ impl State {
     /// Ids of every parked waiter, for a caller that checks which clients are still there.
     pub fn waiter_ids(&self) -> impl Iterator<Item = WaiterId> + '_ {
         self.waiters.keys().copied()
+    }
+
+    /// Brings one hold up to date before a command looks at it: forgotten if past retention,
+    /// expired if held past its deadline, whether or not the sweeps ran.
+    fn settle(&mut self, hold_id: &HoldId, now_ms: u64, effects: &mut Effects) {
+        self.forget_if_past_retention(hold_id, now_ms);
+        self.expire_if_due(hold_id, now_ms, effects);
+    }
+
+    /// A finished hold past retention is gone for every command, even before the purge sweep
+    /// (which is bounded per tick) reaches it. This keeps live behaviour equal to a state
+    /// rebuilt by replay, which forgets all of them at once: no command can write a record
+    /// (a refund) about a hold that a snapshot may already have dropped.
+    fn forget_if_past_retention(&mut self, hold_id: &HoldId, now_ms: u64) {
+        let past = self.data.holds.get(hold_id).is_some_and(|hold| {
+            hold.finished_at_ms
+                .is_some_and(|at| at.saturating_add(self.retention_ms(hold.status)) <= now_ms)
+        });
+        if past {
+            self.data.holds.remove(hold_id);
+        }
     }
 
     /// A held hold whose deadline has passed is expired now, whether or not a sweep ran.

@@ -1384,3 +1384,30 @@ fn get_hold_outcome(state: &mut State, id: &str) -> Outcome {
         .outcome()
         .clone()
 }
+
+#[test]
+fn a_hold_past_retention_is_gone_for_commands_before_any_sweep() {
+    let mut state = new_state();
+    run(&mut state, put_pool("p", 10), T0);
+    run(&mut state, with_confirm(reserve("c", &[("p", 1)])), T0);
+    run(&mut state, reserve("r", &[("p", 1)]), T0);
+    run(&mut state, release("r"), T0);
+    // No tick: the purge sweep never ran, yet both are past retention.
+    let refund_late = run(&mut state, refund("c"), T0 + CONFIRMED_RETENTION_MS);
+    assert_eq!(refund_late.error_code(), Some("hold_not_found"));
+    assert!(
+        refund_late.records.is_empty(),
+        "no record about a forgotten hold"
+    );
+    let get_late = run(&mut state, get_hold("r"), T0 + HOLD_RETENTION_MS);
+    assert_eq!(get_late.error_code(), Some("hold_not_found"));
+    // The id is free again: a reserve with it makes a new hold.
+    let again = run(
+        &mut state,
+        reserve("r", &[("p", 2)]),
+        T0 + HOLD_RETENTION_MS,
+    );
+    assert!(created(again.outcome()));
+    // Sold units of the forgotten confirmed hold stay sold.
+    assert_eq!(pool(&state, "p").sold, 1);
+}

@@ -1,7 +1,7 @@
 //! The event feed as readers see it: a bounded window of recent events plus the durable
 //! watermark.
 //!
-//! The writer appends events as it applies records; the log thread raises `durable_seq` after
+//! The writer appends events as it applies records; the log stage raises `durable_seq` after
 //! each fsync. Readers only ever see events at or below `durable_seq`, so a consumer can never
 //! act on a change that a crash could still take back. This module must never hold its lock
 //! across I/O or a wait.

@@ -1,24 +1,20 @@
 //! The embedded backend: the whole stockd state in memory, made durable by a write-ahead log.
 //!
-//! Three stages, each with one job:
+//! Two threads and a stage, each with one job:
 //! - the **writer** thread owns the [`stockd_core::State`] and is the only code that decides.
 //!   It takes every queued request at once (a batch), reads the clock once, applies expiry and
 //!   the commands through the core, and hands the batch's records and answers to the log stage.
 //!   One ordered writer means no locks around stock arithmetic and no way to interleave two
 //!   decisions on the same pool.
-//! - the **log** stage appends each batch's records to the log and fsyncs once for everything
-//!   that queued up meanwhile (group commit), and only then releases the answers and events.
-//!   No client ever sees a change, even in a read, before it is on disk. By default it runs
-//!   inline on the writer thread (requests arriving during an fsync form the next group; one
-//!   thread less to wake per batch, which measured as fast or faster on small machines); with
-//!   [`EngineConfig::log_thread`] it runs on its own thread, pipelined with the writer.
+//! - the **log** stage, on the writer thread, appends the batch's records to the log and
+//!   fsyncs, and only then releases the answers and events. Requests that arrive during the
+//!   fsync queue up and form the next batch (group commit). No client ever sees a change, even
+//!   in a read, before it is on disk.
 //! - the **snapshot** thread builds snapshots by rolling the newest snapshot on disk forward
 //!   through the fsync'd log (the same replay recovery does), so that restart time stays
 //!   bounded and old log segments can go, without the writer ever pausing to encode its state.
 //!
-//! Pipelined, the writer runs ahead of the fsync (it applies batch N+1 while batch N syncs).
-//! That is safe because answers leave in log order: an answer that depends on batch N is released only after
-//! batch N is durable. This crate must never decide a business rule; it only orders, persists
+//! This crate must never decide a business rule; it only orders, persists
 //! and times what the core decides.
 
 pub mod clock;
@@ -45,7 +41,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 use feed::Feed;
 use stats::Stats;
 use storage::{Storage, StorageConfig, StorageError};
-use writer::{LogJob, Request};
+use writer::Request;
 
 /// Settings of the embedded engine.
 #[derive(Debug, Clone)]
@@ -63,9 +59,6 @@ pub struct EngineConfig {
     pub queue_depth_max: usize,
     /// Commands the writer takes into one batch at most.
     pub batch_commands_max: usize,
-    /// Run the log stage (append, fsync, release answers) on its own thread, pipelined with
-    /// the writer, instead of inline on the writer thread.
-    pub log_thread: bool,
 }
 
 impl EngineConfig {
@@ -78,7 +71,6 @@ impl EngineConfig {
             segment_bytes_max: 64 * 1024 * 1024,
             queue_depth_max: 65_536,
             batch_commands_max: 8_192,
-            log_thread: false,
         }
     }
 }
@@ -92,26 +84,39 @@ pub enum EngineError {
         what: &'static str,
         source: postcard::Error,
     },
+    #[error(
+        "snapshot payload format {found:#x} is not the supported {SNAPSHOT_FORMAT:#x}: written \
+         by another stockd version"
+    )]
+    SnapshotFormat { found: u32 },
     #[error("recovered state breaks an invariant: {0}")]
     Invariant(String),
     #[error("cannot start engine thread: {0}")]
     Thread(#[from] std::io::Error),
 }
 
+/// Tags the payload layout of a snapshot. Change it whenever the serialised shape of the core's
+/// state or of an event changes, so an older snapshot is refused clearly instead of being
+/// misread (postcard is not self-describing). Distinctive on purpose: an untagged payload
+/// starts with a small count.
+const SNAPSHOT_FORMAT: u32 = 0x5354_4B02;
+
 /// The on-disk shape of a snapshot: the core's durable state plus the retained event feed.
 #[derive(serde::Serialize)]
 struct SnapshotRef<'a> {
+    format: u32,
     state: &'a stockd_core::Snapshot,
     events: Vec<&'a stockd_core::Event>,
 }
 
 #[derive(serde::Deserialize)]
 struct SnapshotOwned {
+    format: u32,
     state: stockd_core::Snapshot,
     events: Vec<stockd_core::Event>,
 }
 
-/// Shared between the handle, the writer and the log thread.
+/// Shared between the handle, the writer thread and the snapshot thread.
 struct Shared {
     feed: Feed,
     stats: Stats,
@@ -215,23 +220,12 @@ impl Engine {
         let next_lsn = storage.last_lsn() + 1;
         let log = writer::Log::new(storage, shared.clone());
         let mut threads = Vec::new();
-        let sink = if config.log_thread {
-            let (log_tx, log_rx) = mpsc::channel::<LogJob>();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("stockd-log".into())
-                    .spawn(move || writer::run_log(log, log_rx))?,
-            );
-            writer::LogSink::Thread(log_tx)
-        } else {
-            writer::LogSink::Inline(log)
-        };
         let writer = writer::Writer::new(
             state,
             config.clone(),
             clock,
             shared.clone(),
-            sink,
+            log,
             next_lsn,
             replayed,
         );
@@ -377,6 +371,7 @@ fn encode_snapshot<'a>(
     events: impl Iterator<Item = &'a stockd_core::Event>,
 ) -> Vec<u8> {
     let snapshot = SnapshotRef {
+        format: SNAPSHOT_FORMAT,
         state: state.snapshot(),
         events: events.collect(),
     };
@@ -395,11 +390,19 @@ fn rebuild(
     let mut events = VecDeque::new();
     let mut state = match &recovered.snapshot {
         Some(bytes) => {
+            // The tag is checked first: an untagged or older payload may not decode at all.
+            let format = postcard::take_from_bytes::<u32>(bytes).map(|(format, _)| format);
+            if format != Ok(SNAPSHOT_FORMAT) {
+                return Err(EngineError::SnapshotFormat {
+                    found: format.unwrap_or(0),
+                });
+            }
             let snapshot: SnapshotOwned =
                 postcard::from_bytes(bytes).map_err(|source| EngineError::Decode {
                     what: "snapshot",
                     source,
                 })?;
+            debug_assert_eq!(snapshot.format, SNAPSHOT_FORMAT);
             events.extend(snapshot.events);
             State::from_snapshot(config, snapshot.state)
         }
@@ -476,6 +479,30 @@ mod tests {
         let recovered = storage::read_durable(dir, 0).unwrap();
         let (state, _, _) = rebuild(&recovered, config, 1000).unwrap();
         state.hold_count()
+    }
+
+    #[test]
+    fn a_snapshot_of_another_format_is_refused_not_misread() {
+        let untagged = postcard::to_allocvec(&(
+            stockd_core::State::new(StateConfig::default()).snapshot(),
+            Vec::<stockd_core::Event>::new(),
+        ))
+        .unwrap();
+        let recovered = storage::Recovered {
+            snapshot: Some(untagged),
+            snapshot_lsn: 1,
+            records: Vec::new(),
+            truncated_tail_bytes: 0,
+        };
+        let rebuilt = rebuild(&recovered, StateConfig::default(), 10);
+        assert!(matches!(rebuilt, Err(EngineError::SnapshotFormat { .. })));
+        let state = stockd_core::State::new(StateConfig::default());
+        let tagged = encode_snapshot(&state, std::iter::empty());
+        let recovered = storage::Recovered {
+            snapshot: Some(tagged),
+            ..recovered
+        };
+        assert!(rebuild(&recovered, StateConfig::default(), 10).is_ok());
     }
 
     #[tokio::test]

@@ -405,25 +405,6 @@ async fn batch_keeps_order_around_a_waiting_command() {
 }
 
 #[tokio::test]
-async fn pipelined_log_thread_is_as_durable() {
-    let h = Harness::new();
-    let mut config = h.config();
-    config.log_thread = true;
-    config.snapshot_every_records = 5;
-    let engine = h.open_with(config.clone());
-    one(&engine, put("sku", 10)).await.unwrap();
-    for i in 0..6 {
-        one(&engine, reserve(&format!("o-{i}"), "sku", 1, 60_000, 0))
-            .await
-            .unwrap();
-    }
-    drop(engine);
-    let engine = h.open_with(config);
-    assert_eq!(pool_counts(&engine, "sku").await, (10, 4, 6, 0));
-    engine.shutdown().await;
-}
-
-#[tokio::test]
 async fn a_data_dir_serves_one_engine_at_a_time() {
     let h = Harness::new();
     let engine = h.open();

@@ -49,10 +49,6 @@ pub struct ServeArgs {
     /// Records between snapshots.
     #[arg(long, env = "STOCKD_SNAPSHOT_EVERY_RECORDS")]
     pub snapshot_every_records: Option<u64>,
-    /// Run the log stage (append, fsync, answers) on its own thread, pipelined with the writer,
-    /// instead of inline on the writer thread. Inline is faster on small machines.
-    #[arg(long, env = "STOCKD_PIPELINED_LOG")]
-    pub pipelined_log: bool,
 }
 
 /// The config file. Every key is optional; unknown keys are refused so typos are caught.
@@ -66,7 +62,6 @@ struct FileConfig {
     confirmed_retention_ms: Option<u64>,
     event_retention_max: Option<usize>,
     snapshot_every_records: Option<u64>,
-    pipelined_log: Option<bool>,
 }
 
 /// Settings after every source is merged.
@@ -143,7 +138,6 @@ impl ServeArgs {
         if let Some(n) = self.snapshot_every_records.or(file.snapshot_every_records) {
             engine.snapshot_every_records = n.max(1);
         }
-        engine.log_thread = self.pipelined_log || file.pipelined_log.unwrap_or(false);
         Ok(Settings {
             listen,
             engine,
