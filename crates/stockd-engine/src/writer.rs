@@ -361,7 +361,7 @@ impl Writer {
         // Stopping anyway: encoding the live state here costs no request a pause.
         let lsn = self.next_lsn - 1;
         let retained = self.shared.feed.retained();
-        let payload = encode_snapshot(&self.state, retained.iter());
+        let payload = encode_snapshot(&self.state, retained.iter().map(|event| &**event));
         match Storage::write_snapshot(&self.config.data_dir, lsn, &payload) {
             Ok(()) => {
                 self.shared.stats.snapshots.fetch_add(1, Relaxed);
