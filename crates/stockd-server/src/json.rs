@@ -45,6 +45,35 @@ pub(crate) async fn read_body<S: BodyLimit + Send + Sync>(
         })
 }
 
+/// Middleware, outermost: reads the whole request body (up to the limit) before anything can
+/// answer. A 401, a 404, or a 422 for a bad path id would otherwise be sent while the client is
+/// still writing its body; hyper then closes the connection, and the client sees a broken pipe
+/// instead of the answer, and loses its keep-alive connection. Handlers read whole bodies
+/// anyway, so this only moves the read earlier. Over the limit: 413 at once.
+pub(crate) async fn buffer_body(
+    axum::extract::State(limit_bytes): axum::extract::State<usize>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (parts, body) = request.into_parts();
+    match axum::body::to_bytes(body, limit_bytes).await {
+        Ok(bytes) => {
+            let request = Request::from_parts(parts, axum::body::Body::from(bytes));
+            next.run(request).await
+        }
+        Err(error) => {
+            let too_large = std::error::Error::source(&error)
+                .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                ApiError::PayloadTooLarge { limit_bytes }.into_response()
+            } else {
+                ApiError::InvalidJson(format!("could not read the body: {error}")).into_response()
+            }
+        }
+    }
+}
+
 /// Parses `bytes` as a JSON object of type `T`, classifying serde_json's error.
 pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice::<Object<T>>(bytes)

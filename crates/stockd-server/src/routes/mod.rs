@@ -247,6 +247,10 @@ pub(crate) fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> Router 
         .with_state(app)
         .layer(DefaultBodyLimit::max(config.body_limit_bytes))
         .layer(EdgeLayer::new(auth, metrics))
+        .layer(axum::middleware::from_fn_with_state(
+            config.body_limit_bytes,
+            crate::json::buffer_body,
+        ))
 }
 
 async fn not_found() -> ApiError {
