@@ -268,29 +268,10 @@ impl Engine {
         })
     }
 
-    /// Applies commands in order. Commands that may wait go alone to the writer, so that a
-    /// parked command never holds up unrelated commands of other requests; the rest of the
-    /// batch waits for it, which keeps the batch in order.
+    /// Applies commands in order, as one request: a command that waits (`wait_ms`) holds the
+    /// rest of its batch back in the writer, never other clients' requests.
     pub async fn execute(&self, commands: Vec<Command>) -> Result<Vec<Outcome>, BackendError> {
-        if !commands.iter().any(Command::may_wait) {
-            return self.submit_and_wait(commands).await;
-        }
-        let mut outcomes = Vec::with_capacity(commands.len());
-        let mut chunk = Vec::new();
-        for command in commands {
-            if command.may_wait() {
-                if !chunk.is_empty() {
-                    outcomes.extend(self.submit_and_wait(std::mem::take(&mut chunk)).await?);
-                }
-                outcomes.extend(self.submit_and_wait(vec![command]).await?);
-            } else {
-                chunk.push(command);
-            }
-        }
-        if !chunk.is_empty() {
-            outcomes.extend(self.submit_and_wait(chunk).await?);
-        }
-        Ok(outcomes)
+        self.submit_and_wait(commands).await
     }
 
     /// Durable events with seq > `after`; waits up to `wait_ms` for one to arrive.

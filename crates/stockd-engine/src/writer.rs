@@ -32,6 +32,15 @@ pub enum Request {
     },
 }
 
+/// A request part-way through its commands: answered so far, and what is left. A request whose
+/// command parks (`wait_ms`) waits here as a whole, so a batch stays one request: queued once,
+/// applied in order, answered once.
+pub struct Parked {
+    reply: Reply,
+    outcomes: Vec<Outcome>,
+    rest: std::vec::IntoIter<Command>,
+}
+
 /// Answers to release once a batch is durable.
 pub struct Completion {
     reply: Reply,
@@ -75,8 +84,9 @@ pub struct Writer {
     log: Log,
     next_lsn: u64,
     last_now_ms: u64,
-    /// Parked requests by waiter id: answered when the core serves or times them out.
-    parked: HashMap<WaiterId, Reply>,
+    /// Requests parked behind a waiting command, by waiter id: resumed when the core serves
+    /// or times the waiter out.
+    parked: HashMap<WaiterId, Parked>,
     records_since_snapshot: u64,
     snapshot_in_flight: Arc<AtomicBool>,
     /// Lsn of the last snapshot the snapshot thread finished (0: none yet to act on); the
@@ -201,42 +211,30 @@ impl Writer {
                         continue;
                     }
                     command_count += commands.len() as u64;
-                    let single = commands.len() == 1;
-                    let mut outcomes = Vec::with_capacity(commands.len());
-                    let mut parked_as = None;
-                    for command in commands {
-                        match self.state.execute(command, now_ms, effects) {
-                            Step::Done(outcome) => outcomes.push(outcome),
-                            Step::Waiting(id) => {
-                                // Engine::execute sends a command that may wait alone.
-                                debug_assert!(single, "a waiting command shared a request");
-                                parked_as = Some(id);
-                            }
-                        }
-                    }
-                    match parked_as {
-                        Some(id) if single => {
-                            self.parked.insert(id, reply);
-                        }
-                        Some(id) => {
-                            self.state.cancel_waiter(id);
-                            let _ = reply.send(Err(BackendError::Unavailable(
-                                "a waiting command must be sent alone".into(),
-                            )));
-                        }
-                        None => completions.push(Completion { reply, outcomes }),
-                    }
+                    let outcomes = Vec::with_capacity(commands.len());
+                    let parked = Parked {
+                        reply,
+                        outcomes,
+                        rest: commands.into_iter(),
+                    };
+                    self.run_commands(parked, now_ms, effects, &mut completions);
                 }
                 Request::Tick => {}
                 Request::Shutdown { done } => shutdown = Some(done),
             }
         }
-        for (id, outcome) in effects.woken.drain(..) {
-            if let Some(reply) = self.parked.remove(&id) {
-                completions.push(Completion {
-                    reply,
-                    outcomes: vec![outcome],
-                });
+        // Answers for parked commands: each resumes the rest of its request, which may wake
+        // further waiters (a release later in the same batch), hence the loop.
+        loop {
+            let woken = std::mem::take(&mut effects.woken);
+            if woken.is_empty() {
+                break;
+            }
+            for (id, outcome) in woken {
+                if let Some(mut parked) = self.parked.remove(&id) {
+                    parked.outcomes.push(outcome);
+                    self.run_commands(parked, now_ms, effects, &mut completions);
+                }
             }
         }
         self.check_invariants();
@@ -278,6 +276,30 @@ impl Writer {
         shutdown
     }
 
+    /// Runs a request's remaining commands in order until one parks (the request waits in
+    /// `parked`) or all are done (its answer joins `completions`).
+    fn run_commands(
+        &mut self,
+        mut request: Parked,
+        now_ms: u64,
+        effects: &mut Effects,
+        completions: &mut Vec<Completion>,
+    ) {
+        while let Some(command) = request.rest.next() {
+            match self.state.execute(command, now_ms, effects) {
+                Step::Done(outcome) => request.outcomes.push(outcome),
+                Step::Waiting(id) => {
+                    self.parked.insert(id, request);
+                    return;
+                }
+            }
+        }
+        completions.push(Completion {
+            reply: request.reply,
+            outcomes: request.outcomes,
+        });
+    }
+
     /// Forgets parked requests whose client went away, so they take no stock when served.
     /// One atomic load per parked request.
     fn sweep_gone_waiters(&mut self) {
@@ -285,8 +307,8 @@ impl Writer {
             return;
         }
         let state = &mut self.state;
-        self.parked.retain(|id, reply| {
-            if reply.is_closed() {
+        self.parked.retain(|id, parked| {
+            if parked.reply.is_closed() {
                 state.cancel_waiter(*id);
                 false
             } else {

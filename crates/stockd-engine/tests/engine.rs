@@ -554,3 +554,45 @@ async fn a_bit_flip_in_the_last_frame_drops_it_and_in_a_middle_frame_refuses_to_
         .to_string();
     assert!(error.contains("storage"), "{error}");
 }
+
+#[tokio::test]
+async fn a_batch_parks_behind_its_waiting_command_and_resumes_in_order() {
+    let h = Harness::new();
+    let engine = h.open();
+    one(&engine, put("sku", 0)).await.unwrap();
+    let batch = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            engine
+                .execute(vec![
+                    reserve("w", "sku", 1, 60_000, 10_000),
+                    Command::GetPool { pool: pool("sku") },
+                ])
+                .await
+                .unwrap()
+        })
+    };
+    wait_for_parked_waiter(&engine).await;
+    // Other clients are not held up by the parked batch.
+    assert_eq!(pool_counts(&engine, "sku").await, (0, 0, 0, 0));
+    one(
+        &engine,
+        Command::Restock {
+            pool: pool("sku"),
+            delta: 1,
+        },
+    )
+    .await
+    .unwrap();
+    let outcomes = batch.await.unwrap();
+    assert!(matches!(
+        &outcomes[0],
+        Ok(Reply::Hold { created: true, .. })
+    ));
+    // The GetPool ran after the waiter was served, so it sees the unit held.
+    match &outcomes[1] {
+        Ok(Reply::Pool { pool, .. }) => assert_eq!((pool.available, pool.held), (0, 1)),
+        other => panic!("get pool: {other:?}"),
+    }
+    engine.shutdown().await;
+}
