@@ -230,21 +230,4 @@ impl Command {
             | Command::LockRelease { .. } => Ok(()),
         }
     }
-
-    /// Whether this command may park until stock or a lock frees up (`wait_ms` > 0).
-    pub fn may_wait(&self) -> bool {
-        match self {
-            Command::Reserve(request) => request.wait_ms > 0,
-            Command::LockAcquire(request) => request.wait_ms > 0,
-            _ => false,
-        }
-    }
-
-    /// Whether this command only reads (it may still expire a hold whose deadline passed).
-    pub fn is_read(&self) -> bool {
-        matches!(
-            self,
-            Command::GetPool { .. } | Command::ListPools { .. } | Command::GetHold { .. }
-        )
-    }
 }

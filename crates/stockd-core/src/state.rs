@@ -897,11 +897,6 @@ impl State {
         self.waiters.remove(&id).is_some()
     }
 
-    /// Ids of every parked waiter, for a caller that checks which clients are still there.
-    pub fn waiter_ids(&self) -> impl Iterator<Item = WaiterId> + '_ {
-        self.waiters.keys().copied()
-    }
-
     /// Brings one hold up to date before a command looks at it: forgotten if past retention,
     /// expired if held past its deadline, whether or not the sweeps ran.
     fn settle(&mut self, hold_id: &HoldId, now_ms: u64, effects: &mut Effects) {
@@ -1088,7 +1083,7 @@ impl State {
         self.pool_view(id)
     }
 
-    /// Every pool, ordered by id.
+    /// Every pool, ordered by id (for tests and tools).
     pub fn pools(&self) -> impl Iterator<Item = PoolView> + '_ {
         self.data
             .pools

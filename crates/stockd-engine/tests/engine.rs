@@ -596,3 +596,33 @@ async fn a_batch_parks_behind_its_waiting_command_and_resumes_in_order() {
     }
     engine.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_feed_keeps_the_newest_events_up_to_its_retention() {
+    let h = Harness::new();
+    let mut config = h.config();
+    config.event_retention_max = 5;
+    let engine = h.open_with(config.clone());
+    one(&engine, put("sku", 100)).await.unwrap();
+    for i in 0..6 {
+        one(&engine, reserve(&format!("o-{i}"), "sku", 1, 60_000, 0))
+            .await
+            .unwrap();
+    }
+    // 7 events so far (seq 1..=7); the 5 newest are kept.
+    let seqs =
+        |page: &stockd_core::EventPage| page.events.iter().map(|e| e.seq).collect::<Vec<_>>();
+    let page = engine.events(0, 100, 0).await;
+    assert_eq!(
+        seqs(&page),
+        [3, 4, 5, 6, 7],
+        "a consumer far behind resumes at the oldest kept"
+    );
+    assert_eq!(page.next_after, 7);
+    assert_eq!(seqs(&engine.events(5, 100, 0).await), [6, 7]);
+    drop(engine);
+    // The same window after recovery by replay.
+    let engine = h.open_with(config);
+    assert_eq!(seqs(&engine.events(0, 100, 0).await), [3, 4, 5, 6, 7]);
+    engine.shutdown().await;
+}
