@@ -41,9 +41,9 @@ use serde_json::Value;
 pub use error::{ClientError, Result};
 pub use stockd_core::{Event, EventKind, HoldItemView, HoldStatus, HoldView, PoolView};
 pub use types::{
-    BatchAnswer, BatchBody, BatchResult, EventPage, ExtendBody, HoldItemBody, LockAcquireBody,
-    LockLease, LockReleaseBody, LockReleased, LockRenewBody, PoolPage, PoolSpecBody, ReserveBody,
-    RestockBody,
+    BatchAnswer, BatchBody, BatchResult, EventPage, EventPartitions, ExtendBody, HoldItemBody,
+    LockAcquireBody, LockLease, LockReleaseBody, LockReleased, LockRenewBody, PoolPage,
+    PoolSpecBody, ReserveBody, RestockBody,
 };
 
 /// How long to wait for a TCP connection. Short, so that an unreachable server is reported
@@ -276,15 +276,39 @@ impl Client {
         Ok(batch.results)
     }
 
-    /// `GET /v1/events`: events with seq > `after`, at most `limit`; with `wait_ms`, long-polls
-    /// until at least one arrives or the wait ends.
+    /// `GET /v1/events/partitions`: how many partitions the event feed has (P >= 1). A consumer
+    /// reads each of `0..P` with [`Client::events`].
+    pub async fn partitions(&self) -> Result<u32> {
+        let answer = self
+            .send(
+                Method::GET,
+                &["v1", "events", "partitions"],
+                &[],
+                NO_BODY,
+                0,
+            )
+            .await?;
+        let count: EventPartitions = decode(&answer)?;
+        Ok(count.partitions)
+    }
+
+    /// `GET /v1/events`: events of `partition` with seq > `after`, at most `limit`; with
+    /// `wait_ms`, long-polls until at least one arrives or the wait ends. `partition` may be left
+    /// out only when the feed has one partition (else `partition_required`). A consumer whose
+    /// `after` is older than the kept window gets `Api { status: 410, code: "events_expired" }`
+    /// with the `oldest_seq` detail: repair, then resume from `oldest_seq - 1`.
     pub async fn events(
         &self,
+        partition: Option<u32>,
         after: u64,
         limit: Option<usize>,
         wait_ms: Option<u64>,
     ) -> Result<EventPage> {
-        let mut query = vec![("after", after.to_string())];
+        let mut query = Vec::new();
+        if let Some(partition) = partition {
+            query.push(("partition", partition.to_string()));
+        }
+        query.push(("after", after.to_string()));
         if let Some(limit) = limit {
             query.push(("limit", limit.to_string()));
         }

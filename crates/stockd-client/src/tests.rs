@@ -101,8 +101,8 @@ fn answer_one(stream: TcpStream, status: u16, body: &str) -> Seen {
     }
 }
 
-const POOL: &str = r#"{"pool":"sku-1","total":100,"available":100,"held":0,"sold":0,"per_user_limit":null,"starts_at_ms":null,"ends_at_ms":null,"low_stock_threshold":null}"#;
-const HOLD: &str = r#"{"hold_id":"o-1","status":"held","user":null,"items":[{"pool":"sku-1","qty":2}],"created_at_ms":1000,"expires_at_ms":601000,"finished_at_ms":null}"#;
+const POOL: &str = r#"{"pool":"sku-1","total":100,"available":100,"held":0,"sold":0,"per_user_limit":null,"starts_at_ms":null,"ends_at_ms":null,"low_stock_threshold":null,"partition":0}"#;
+const HOLD: &str = r#"{"hold_id":"o-1","status":"held","user":null,"items":[{"pool":"sku-1","qty":2}],"created_at_ms":1000,"expires_at_ms":601000,"finished_at_ms":null,"partition":2}"#;
 
 #[tokio::test]
 async fn put_pool_sends_the_contract_request_and_reads_created() {
@@ -116,6 +116,7 @@ async fn put_pool_sends_the_contract_request_and_reads_created() {
     assert!(created);
     assert_eq!(pool.pool.as_str(), "sku-1");
     assert_eq!(pool.available, 100);
+    assert_eq!(pool.partition, 0);
     let request = seen.recv().expect("request");
     assert_eq!(request.method, "PUT");
     assert_eq!(request.target, "/v1/pools/sku-1?if_absent=true");
@@ -144,6 +145,7 @@ async fn reserve_replay_is_not_created_and_sends_no_token_when_none() {
     assert!(!created);
     assert_eq!(hold.status, HoldStatus::Held);
     assert_eq!(hold.items[0].qty, 2);
+    assert_eq!(hold.partition, 2, "the partition is read, not assumed");
     let request = seen.recv().expect("request");
     assert_eq!(request.method, "POST");
     assert_eq!(
@@ -239,6 +241,12 @@ async fn queries_lists_deletes_and_locks_map_to_the_contract() {
         (200, r#"{"pools":[],"next":null}"#),
         (204, ""),
         (200, r#"{"events":[],"next_after":7}"#),
+        (200, r#"{"partitions":3}"#),
+        (200, r#"{"events":[],"next_after":0}"#),
+        (
+            410,
+            r#"{"error":"events_expired","message":"m","after":0,"oldest_seq":5}"#,
+        ),
         (200, r#"{"token":3,"expires_at_ms":99}"#),
         (200, r#"{"released":true}"#),
         (
@@ -264,10 +272,33 @@ async fn queries_lists_deletes_and_locks_map_to_the_contract() {
         ("DELETE", "/v1/pools/sku-1")
     );
 
-    let events = client.events(7, Some(10), Some(0)).await.expect("events");
+    let events = client
+        .events(None, 7, Some(10), Some(0))
+        .await
+        .expect("events");
     assert_eq!(events.next_after, 7);
     let request = seen.recv().expect("request");
     assert_eq!(request.target, "/v1/events?after=7&limit=10&wait_ms=0");
+
+    assert_eq!(client.partitions().await.expect("partitions"), 3);
+    let request = seen.recv().expect("request");
+    assert_eq!(request.target, "/v1/events/partitions");
+    client
+        .events(Some(2), 0, None, None)
+        .await
+        .expect("events of one partition");
+    let request = seen.recv().expect("request");
+    assert_eq!(request.target, "/v1/events?partition=2&after=0");
+    let expired = client
+        .events(Some(0), 0, None, None)
+        .await
+        .expect_err("410");
+    assert_eq!(
+        (expired.status(), expired.code()),
+        (Some(410), Some("events_expired"))
+    );
+    assert_eq!(expired.detail("oldest_seq"), Some(&json!(5)));
+    seen.recv().expect("request");
 
     let lease = client
         .lock_acquire("job:nightly", "w-1", 1_000, None)

@@ -121,11 +121,18 @@ pub struct PoolPage {
     pub next: Option<String>,
 }
 
-/// Answer of `GET /v1/events`. `next_after` is the `after` of the following call.
+/// Answer of `GET /v1/events`: one page of one partition. `next_after` is the `after` of the
+/// following call on the same partition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventPage {
     pub events: Vec<Event>,
     pub next_after: u64,
+}
+
+/// Answer of `GET /v1/events/partitions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventPartitions {
+    pub partitions: u32,
 }
 
 /// One op's answer inside a batch: the status and body the single endpoint would have given.
@@ -287,13 +294,14 @@ mod tests {
             "pools": [{
                 "pool": "sku-1", "total": 10, "available": 7, "held": 2, "sold": 1,
                 "per_user_limit": null, "starts_at_ms": null, "ends_at_ms": null,
-                "low_stock_threshold": 3
+                "low_stock_threshold": 3, "partition": 1
             }],
             "next": "sku-1"
         }))
         .unwrap();
         assert_eq!(pools.pools[0].available, 7);
         assert_eq!(pools.pools[0].low_stock_threshold, Some(3));
+        assert_eq!(pools.pools[0].partition, 1);
         assert_eq!(pools.next.as_deref(), Some("sku-1"));
 
         // Event fields that do not apply to a type are absent, not null.

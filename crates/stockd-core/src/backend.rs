@@ -9,6 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::command::{Command, Outcome};
+use crate::error::Error;
 use crate::record::Event;
 
 pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, BackendError>> + Send + 'a>>;
@@ -20,7 +21,7 @@ pub enum BackendError {
     Unavailable(String),
 }
 
-/// One page of the ordered event feed.
+/// One page of one partition of the ordered event feed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventPage {
     pub events: Vec<Event>,
@@ -49,8 +50,18 @@ pub trait Backend: Send + Sync + 'static {
     /// acquire with `wait_ms` may wait, and later commands of the batch wait for it.
     fn execute(&self, commands: Vec<Command>) -> BackendFuture<'_, Vec<Outcome>>;
 
-    /// Events with seq > `after`, at most `limit`; waits up to `wait_ms` for the first one.
-    fn events(&self, after: u64, limit: usize, wait_ms: u64) -> BackendFuture<'_, EventPage>;
+    /// How many partitions the event feed has (1 on the embedded engine and a single Redis).
+    fn partitions(&self) -> u32;
+
+    /// Events of `partition` with seq > `after`, at most `limit`; waits up to `wait_ms` for the first one.
+    /// `Err(Error::EventsExpired{..})` when some event after `after` is no longer kept.
+    fn events(
+        &self,
+        partition: u32,
+        after: u64,
+        limit: usize,
+        wait_ms: u64,
+    ) -> BackendFuture<'_, Result<EventPage, Error>>;
 
     /// Ok when the backend can serve writes now.
     fn ready(&self) -> BackendFuture<'_, ()>;

@@ -66,6 +66,14 @@ pub enum Error {
     LockHeld { expires_at_ms: u64 },
     #[error("not the current owner and token of this lock")]
     NotLockOwner,
+    /// The feed no longer keeps some event after `after`: reading on would skip it silently.
+    /// `oldest_seq` >= `after` + 2 whenever this is returned, so the resume point is >= 1.
+    #[error(
+        "events after {after} are no longer kept; the oldest kept is {oldest_seq}: repair your \
+         copy (for example with a reconcile), then resume from after={}",
+        .oldest_seq.saturating_sub(1)
+    )]
+    EventsExpired { after: u64, oldest_seq: u64 },
 }
 
 impl Error {
@@ -97,6 +105,7 @@ impl Error {
             Error::HoldNotConfirmed { .. } => "hold_not_confirmed",
             Error::LockHeld { .. } => "lock_held",
             Error::NotLockOwner => "not_lock_owner",
+            Error::EventsExpired { .. } => "events_expired",
         }
     }
 }

@@ -1045,6 +1045,8 @@ impl State {
             starts_at_ms: pool.starts_at_ms,
             ends_at_ms: pool.ends_at_ms,
             low_stock_threshold: pool.low_stock_threshold,
+            // One state feeds one event partition; a partitioned backend sets its own.
+            partition: 0,
         })
     }
 
@@ -1075,6 +1077,8 @@ impl State {
             created_at_ms: hold.created_at_ms,
             expires_at_ms: hold.expires_at_ms,
             finished_at_ms: hold.finished_at_ms,
+            // One state feeds one event partition; a partitioned backend sets its own.
+            partition: 0,
         })
     }
 

@@ -17,6 +17,8 @@ pub struct PoolView {
     pub starts_at_ms: Option<u64>,
     pub ends_at_ms: Option<u64>,
     pub low_stock_threshold: Option<u64>,
+    /// The event-feed partition that carries this pool's events (0 with one partition).
+    pub partition: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,4 +58,6 @@ pub struct HoldView {
     pub created_at_ms: u64,
     pub expires_at_ms: u64,
     pub finished_at_ms: Option<u64>,
+    /// The event-feed partition that carries this hold's events (0 with one partition).
+    pub partition: u32,
 }

@@ -223,6 +223,7 @@ impl Model {
             starts_at_ms: pool.starts_at_ms,
             ends_at_ms: pool.ends_at_ms,
             low_stock_threshold: pool.low_stock_threshold,
+            partition: 0,
         })
     }
 
@@ -258,6 +259,7 @@ impl Model {
             created_at_ms: hold.created_at_ms,
             expires_at_ms: hold.expires_at_ms,
             finished_at_ms: hold.finished_at_ms,
+            partition: 0,
         })
     }
 

@@ -3,13 +3,14 @@
 //!
 //! The writer appends events as it applies records; the log stage raises `durable_seq` after
 //! each fsync. Readers only ever see events at or below `durable_seq`, so a consumer can never
-//! act on a change that a crash could still take back. This module must never hold its lock
+//! act on a change that a crash could still take back. A reader whose `after` is older than the
+//! window gets `events_expired`, never a silent gap. This module must never hold its lock
 //! across I/O or a wait.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use stockd_core::Event;
+use stockd_core::{Error, Event};
 use tokio::sync::watch;
 
 pub struct Feed {
@@ -64,20 +65,29 @@ impl Feed {
         self.durable_seq.subscribe()
     }
 
-    /// Durable events with seq > `after`, at most `limit`.
-    pub fn read(&self, after: u64, limit: usize) -> Vec<Event> {
+    /// Durable events with seq > `after`, at most `limit`; `EventsExpired` when the window has
+    /// already dropped some event after `after` (the oldest kept is past `after + 1`), so that
+    /// a consumer that fell behind learns of its gap instead of skipping it. Checked under the
+    /// same lock as the read, so a window that moves during a long poll is caught too.
+    pub fn read(&self, after: u64, limit: usize) -> Result<Vec<Event>, Error> {
         let durable = self.durable_seq();
         let events = self.lock();
         let Some(first_seq) = events.front().map(|e| e.seq) else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
+        if after.saturating_add(1) < first_seq {
+            return Err(Error::EventsExpired {
+                after,
+                oldest_seq: first_seq,
+            });
+        }
         let start = after.saturating_add(1).saturating_sub(first_seq) as usize;
-        events
+        Ok(events
             .range(start.min(events.len())..)
             .take_while(|e| e.seq <= durable)
             .take(limit)
             .map(|event| Event::clone(event))
-            .collect()
+            .collect())
     }
 
     /// Every retained event, for the snapshot written at shutdown.

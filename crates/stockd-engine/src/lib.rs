@@ -32,7 +32,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use stockd_core::{
-    Backend, BackendError, BackendFuture, BackendStats, Command, EventPage, Outcome, State,
+    Backend, BackendError, BackendFuture, BackendStats, Command, Error, EventPage, Outcome, State,
     StateConfig,
 };
 use tokio::sync::oneshot;
@@ -274,17 +274,33 @@ impl Engine {
         self.submit_and_wait(commands).await
     }
 
-    /// Durable events with seq > `after`; waits up to `wait_ms` for one to arrive.
-    pub async fn events(&self, after: u64, limit: usize, wait_ms: u64) -> EventPage {
-        let mut events = self.shared.feed.read(after, limit);
+    /// The engine's feed is one partition: every event is in partition 0.
+    pub const PARTITIONS: u32 = 1;
+
+    /// Durable events of `partition` with seq > `after`; waits up to `wait_ms` for one to
+    /// arrive. `EventsExpired` when the retained window no longer reaches back to `after + 1`.
+    pub async fn events(
+        &self,
+        partition: u32,
+        after: u64,
+        limit: usize,
+        wait_ms: u64,
+    ) -> Result<EventPage, Error> {
+        if partition >= Self::PARTITIONS {
+            return Err(Error::invalid(format!(
+                "partition must be in 0..={}, got {partition}",
+                Self::PARTITIONS - 1
+            )));
+        }
+        let mut events = self.shared.feed.read(after, limit)?;
         if events.is_empty() && wait_ms > 0 {
             let mut durable = self.shared.feed.subscribe();
             let arrived = durable.wait_for(|&seq| seq > after);
             let _ = tokio::time::timeout(Duration::from_millis(wait_ms), arrived).await;
-            events = self.shared.feed.read(after, limit);
+            events = self.shared.feed.read(after, limit)?;
         }
         let next_after = events.last().map_or(after, |e| e.seq);
-        EventPage { events, next_after }
+        Ok(EventPage { events, next_after })
     }
 
     /// Wakes the writer so it applies what time did (for tests with a [`ManualClock`]).
@@ -316,8 +332,18 @@ impl Backend for Engine {
         Box::pin(Engine::execute(self, commands))
     }
 
-    fn events(&self, after: u64, limit: usize, wait_ms: u64) -> BackendFuture<'_, EventPage> {
-        Box::pin(async move { Ok(Engine::events(self, after, limit, wait_ms).await) })
+    fn partitions(&self) -> u32 {
+        Self::PARTITIONS
+    }
+
+    fn events(
+        &self,
+        partition: u32,
+        after: u64,
+        limit: usize,
+        wait_ms: u64,
+    ) -> BackendFuture<'_, Result<EventPage, Error>> {
+        Box::pin(async move { Ok(Engine::events(self, partition, after, limit, wait_ms).await) })
     }
 
     fn ready(&self) -> BackendFuture<'_, ()> {

@@ -131,7 +131,7 @@ async fn acknowledged_changes_survive_restart() {
     )
     .await
     .unwrap();
-    let before = engine.events(0, 1000, 0).await.events;
+    let before = engine.events(0, 0, 1000, 0).await.unwrap().events;
     // Dropped without shutdown: no final snapshot, recovery must replay the log.
     drop(engine);
 
@@ -139,7 +139,7 @@ async fn acknowledged_changes_survive_restart() {
     assert_eq!(pool_counts(&engine, "sku").await, (10, 5, 3, 2));
     assert_eq!(status(&engine, "o-1").await, HoldStatus::Held);
     assert_eq!(status(&engine, "o-2").await, HoldStatus::Confirmed);
-    let after = engine.events(0, 1000, 0).await.events;
+    let after = engine.events(0, 0, 1000, 0).await.unwrap().events;
     assert_eq!(before, after, "the event feed is rebuilt exactly");
     one(
         &engine,
@@ -149,7 +149,10 @@ async fn acknowledged_changes_survive_restart() {
     )
     .await
     .unwrap();
-    let next = engine.events(before.last().unwrap().seq, 10, 0).await;
+    let next = engine
+        .events(0, before.last().unwrap().seq, 10, 0)
+        .await
+        .unwrap();
     assert_eq!(next.events[0].seq, before.last().unwrap().seq + 1);
     assert_eq!(next.events[0].kind, EventKind::Released);
     engine.shutdown().await;
@@ -207,7 +210,7 @@ async fn periodic_snapshots_keep_state_and_feed() {
             .unwrap();
         }
     }
-    let events = engine.events(0, 1000, 0).await.events;
+    let events = engine.events(0, 0, 1000, 0).await.unwrap().events;
     // Snapshots are built in the background; make sure at least two exist (so old segments
     // were dropped and recovery starts from a built snapshot, not from the log alone).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -235,7 +238,7 @@ async fn periodic_snapshots_keep_state_and_feed() {
     );
     let engine = h.open_with(config);
     assert_eq!(pool_counts(&engine, "sku").await, (1000, 850, 100, 50));
-    assert_eq!(engine.events(0, 1000, 0).await.events, events);
+    assert_eq!(engine.events(0, 0, 1000, 0).await.unwrap().events, events);
     engine.shutdown().await;
 }
 
@@ -250,11 +253,11 @@ async fn holds_expire_without_traffic_and_across_restart() {
     one(&engine, reserve("o-2", "sku", 3, 5_000, 0))
         .await
         .unwrap();
-    let seen = engine.events(0, 100, 0).await.next_after;
+    let seen = engine.events(0, 0, 100, 0).await.unwrap().next_after;
 
     h.clock.advance(1_000);
     engine.poke();
-    let page = engine.events(seen, 100, 5_000).await;
+    let page = engine.events(0, seen, 100, 5_000).await.unwrap();
     assert_eq!(page.events[0].kind, EventKind::Expired);
     assert_eq!(page.events[0].hold_id, Some(hold("o-1")));
     assert_eq!(pool_counts(&engine, "sku").await, (5, 2, 3, 0));
@@ -263,7 +266,7 @@ async fn holds_expire_without_traffic_and_across_restart() {
     // o-2's deadline passes while the engine is down: it expires on start, with no request.
     h.clock.advance(10_000);
     let engine = h.open();
-    let page = engine.events(page.next_after, 100, 5_000).await;
+    let page = engine.events(0, page.next_after, 100, 5_000).await.unwrap();
     assert_eq!(page.events[0].kind, EventKind::Expired);
     assert_eq!(page.events[0].hold_id, Some(hold("o-2")));
     assert_eq!(pool_counts(&engine, "sku").await, (5, 5, 0, 0));
@@ -423,10 +426,10 @@ async fn events_after_the_largest_seq_are_empty_not_a_panic() {
     let h = Harness::new();
     let engine = h.open();
     one(&engine, put("sku", 1)).await.unwrap();
-    let page = engine.events(u64::MAX, 10, 0).await;
+    let page = engine.events(0, u64::MAX, 10, 0).await.unwrap();
     assert!(page.events.is_empty());
     assert_eq!(page.next_after, u64::MAX);
-    let page = engine.events(u64::MAX, 10, 20).await;
+    let page = engine.events(0, u64::MAX, 10, 20).await.unwrap();
     assert!(page.events.is_empty());
     engine.shutdown().await;
 }
@@ -609,20 +612,74 @@ async fn the_feed_keeps_the_newest_events_up_to_its_retention() {
             .await
             .unwrap();
     }
-    // 7 events so far (seq 1..=7); the 5 newest are kept.
+    // 7 events so far (seq 1..=7); the 5 newest (3..=7) are kept.
     let seqs =
         |page: &stockd_core::EventPage| page.events.iter().map(|e| e.seq).collect::<Vec<_>>();
-    let page = engine.events(0, 100, 0).await;
+    let expired = Err(Error::EventsExpired {
+        after: 0,
+        oldest_seq: 3,
+    });
+    assert_eq!(
+        engine.events(0, 0, 100, 0).await,
+        expired,
+        "a consumer far behind learns of its gap, even from the very start"
+    );
+    assert_eq!(
+        engine.events(0, 1, 100, 0).await,
+        Err(Error::EventsExpired {
+            after: 1,
+            oldest_seq: 3
+        }),
+        "seq 2 is gone"
+    );
+    // Waiting changes nothing: the gap is reported at once.
+    assert_eq!(engine.events(0, 0, 100, 5_000).await, expired);
+    let page = engine.events(0, 2, 100, 0).await.unwrap();
     assert_eq!(
         seqs(&page),
         [3, 4, 5, 6, 7],
-        "a consumer far behind resumes at the oldest kept"
+        "resuming from oldest_seq - 1 reads the whole window"
     );
     assert_eq!(page.next_after, 7);
-    assert_eq!(seqs(&engine.events(5, 100, 0).await), [6, 7]);
+    assert_eq!(seqs(&engine.events(0, 5, 100, 0).await.unwrap()), [6, 7]);
+    assert!(engine.events(0, 7, 100, 0).await.unwrap().events.is_empty());
+    assert!(engine
+        .events(0, 99, 100, 0)
+        .await
+        .unwrap()
+        .events
+        .is_empty());
     drop(engine);
     // The same window after recovery by replay.
     let engine = h.open_with(config);
-    assert_eq!(seqs(&engine.events(0, 100, 0).await), [3, 4, 5, 6, 7]);
+    assert_eq!(engine.events(0, 0, 100, 0).await, expired);
+    assert_eq!(
+        seqs(&engine.events(0, 2, 100, 0).await.unwrap()),
+        [3, 4, 5, 6, 7]
+    );
+    engine.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_feed_is_one_partition_and_an_empty_feed_never_expires() {
+    let h = Harness::new();
+    let engine = h.open();
+    assert_eq!(stockd_core::Backend::partitions(&engine), 1);
+    let empty = engine.events(0, 0, 100, 0).await.unwrap();
+    assert!(empty.events.is_empty());
+    assert_eq!(empty.next_after, 0);
+    assert!(engine.events(0, 5, 100, 0).await.unwrap().events.is_empty());
+    match engine.events(1, 0, 100, 0).await {
+        Err(Error::InvalidRequest { message }) => {
+            assert!(message.contains("partition"), "{message}")
+        }
+        other => panic!("partition 1 of a one-partition feed: {other:?}"),
+    }
+    one(&engine, put("sku", 1)).await.unwrap();
+    let page = stockd_core::Backend::events(&engine, 0, 0, 100, 0)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(page.events.len(), 1);
     engine.shutdown().await;
 }

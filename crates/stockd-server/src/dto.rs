@@ -82,11 +82,15 @@ impl ListPoolsQuery {
     }
 }
 
-/// `GET /v1/events` paging and long-poll.
+/// `GET /v1/events` partition, paging and long-poll.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EventsQuery {
+    /// The partition to read: 0..P-1 (`GET /v1/events/partitions` gives P). Optional only when
+    /// P is 1. Kept as text here so that a bad value is refused with the range it must be in.
+    #[param(value_type = Option<u32>, minimum = 0)]
+    pub partition: Option<String>,
     /// Return events with seq greater than this (default 0).
     pub after: Option<u64>,
     /// Events per page: 1..=1000, default 100.

@@ -37,6 +37,9 @@ pub enum ApiError {
     /// The backend could not be reached or could not tell what happened; 503. No state change
     /// may be claimed.
     BackendUnavailable(String),
+    /// An events call named no partition of a feed that has several; 422. Defaulting to 0 would
+    /// let a consumer miss every other partition without noticing.
+    PartitionRequired { partitions: u32 },
 }
 
 impl ApiError {
@@ -55,6 +58,7 @@ impl ApiError {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden => StatusCode::FORBIDDEN,
             ApiError::BackendUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::PartitionRequired { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         }
     }
 
@@ -69,6 +73,7 @@ impl ApiError {
             ApiError::Unauthorized => "unauthorized",
             ApiError::Forbidden => "forbidden",
             ApiError::BackendUnavailable(_) => "backend_unavailable",
+            ApiError::PartitionRequired { .. } => "partition_required",
         }
     }
 }
@@ -96,6 +101,8 @@ fn core_status(error: &Error) -> StatusCode {
         | Error::HoldNotConfirmed { .. }
         | Error::LockHeld { .. }
         | Error::NotLockOwner => StatusCode::CONFLICT,
+        // The consumer's position is gone for good: 410, not a retryable conflict.
+        Error::EventsExpired { .. } => StatusCode::GONE,
     }
 }
 
@@ -112,6 +119,11 @@ impl fmt::Display for ApiError {
             ApiError::Unauthorized => f.write_str("missing or invalid bearer token"),
             ApiError::Forbidden => f.write_str("this token's role may not do this"),
             ApiError::BackendUnavailable(why) => write!(f, "{why}"),
+            ApiError::PartitionRequired { partitions } => write!(
+                f,
+                "this feed has {partitions} partitions; name one with partition=K, K from 0 to {}",
+                partitions.saturating_sub(1)
+            ),
         }
     }
 }
@@ -148,7 +160,7 @@ struct CoreErrorBody<'a> {
 }
 
 /// The error body. Core errors carry their details; edge errors carry a code and a message
-/// (and `limit_bytes` for 413).
+/// (and `limit_bytes` for 413, `partitions` for `partition_required`).
 impl Serialize for ApiError {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         if let ApiError::Core(error) = self {
@@ -161,8 +173,14 @@ impl Serialize for ApiError {
         let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("error", self.code())?;
         map.serialize_entry("message", &Message(self))?;
-        if let ApiError::PayloadTooLarge { limit_bytes } = self {
-            map.serialize_entry("limit_bytes", limit_bytes)?;
+        match self {
+            ApiError::PayloadTooLarge { limit_bytes } => {
+                map.serialize_entry("limit_bytes", limit_bytes)?;
+            }
+            ApiError::PartitionRequired { partitions } => {
+                map.serialize_entry("partitions", partitions)?;
+            }
+            _ => {}
         }
         map.end()
     }
@@ -256,6 +274,13 @@ mod tests {
             (Error::HoldNotConfirmed { hold_id: hold() }, 409),
             (Error::LockHeld { expires_at_ms: 9 }, 409),
             (Error::NotLockOwner, 409),
+            (
+                Error::EventsExpired {
+                    after: 0,
+                    oldest_seq: 3,
+                },
+                410,
+            ),
         ]
     }
 
@@ -293,6 +318,11 @@ mod tests {
                 503,
                 "backend_unavailable",
             ),
+            (
+                ApiError::PartitionRequired { partitions: 4 },
+                422,
+                "partition_required",
+            ),
         ];
         for (error, status, code) in table {
             assert_eq!(error.status().as_u16(), status);
@@ -300,5 +330,30 @@ mod tests {
             assert_eq!(body["error"], code);
             assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()));
         }
+    }
+
+    #[test]
+    fn events_expired_says_where_to_resume_and_partition_required_how_many() {
+        let expired = ApiError::Core(Error::EventsExpired {
+            after: 4,
+            oldest_seq: 10,
+        });
+        let body = serde_json::to_value(&expired).unwrap();
+        assert_eq!(body["error"], "events_expired");
+        assert_eq!(body["oldest_seq"], 10);
+        let message = body["message"].as_str().unwrap();
+        assert!(message.contains("after=9"), "{message}");
+        // Never an underflow, even for a value no backend should send.
+        let odd = Error::EventsExpired {
+            after: 0,
+            oldest_seq: 0,
+        };
+        assert!(odd.to_string().contains("after=0"), "{odd}");
+
+        let required = serde_json::to_value(ApiError::PartitionRequired { partitions: 4 }).unwrap();
+        assert_eq!(required["partitions"], 4);
+        let message = required["message"].as_str().unwrap();
+        assert!(message.contains("4 partitions"), "{message}");
+        assert!(message.contains("0 to 3"), "{message}");
     }
 }

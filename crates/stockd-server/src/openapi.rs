@@ -40,6 +40,7 @@ use crate::routes::{batch, events, holds, locks, ops, paths, pools};
         holds::refund_hold,
         batch::batch,
         events::events,
+        events::partitions,
         locks::acquire_lock,
         locks::renew_lock,
         locks::release_lock,
@@ -68,6 +69,7 @@ use crate::routes::{batch, events, holds, locks, ops, paths, pools};
         schemas::EventType,
         schemas::EventObject,
         schemas::EventPage,
+        schemas::EventPartitions,
         schemas::ErrorBody,
         schemas::StatusBody,
     )),
@@ -174,6 +176,8 @@ pub(crate) mod schemas {
         pub starts_at_ms: Option<u64>,
         pub ends_at_ms: Option<u64>,
         pub low_stock_threshold: Option<u64>,
+        /// The event-feed partition that carries this pool's events (0 with one partition).
+        pub partition: u32,
     }
 
     /// One page of pools, ordered by id.
@@ -210,6 +214,8 @@ pub(crate) mod schemas {
         pub created_at_ms: u64,
         pub expires_at_ms: u64,
         pub finished_at_ms: Option<u64>,
+        /// The event-feed partition that carries this hold's events (0 with one partition).
+        pub partition: u32,
     }
 
     /// A granted lease: `token` is the fencing token, strictly increasing per lock name.
@@ -290,6 +296,7 @@ pub(crate) mod schemas {
         pub expires_at_ms: Option<u64>,
     }
 
+    /// One page of one partition of the feed.
     #[derive(Serialize, ToSchema)]
     pub(crate) struct EventPage {
         pub events: Vec<EventObject>,
@@ -297,8 +304,15 @@ pub(crate) mod schemas {
         pub next_after: u64,
     }
 
+    /// How many partitions the feed has (P >= 1); read each with `partition=0..P-1`.
+    #[derive(Serialize, ToSchema)]
+    pub(crate) struct EventPartitions {
+        pub partitions: u32,
+    }
+
     /// Every error: a stable code, a human message, and details depending on the code
-    /// (`pool`, `available`, `requested`, `limit`, `used`, `expires_at_ms`, ...).
+    /// (`pool`, `available`, `requested`, `limit`, `used`, `expires_at_ms`, `oldest_seq`,
+    /// `partitions`, ...).
     #[derive(Serialize, ToSchema)]
     pub(crate) struct ErrorBody {
         pub error: String,

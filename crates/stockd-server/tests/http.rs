@@ -32,7 +32,7 @@ async fn pool_lifecycle_statuses_and_bodies() {
         created.json(),
         json!({"pool": "sku-1", "total": 10, "available": 10, "held": 0, "sold": 0,
                "per_user_limit": null, "starts_at_ms": null, "ends_at_ms": null,
-               "low_stock_threshold": null})
+               "low_stock_threshold": null, "partition": 0})
     );
 
     let replaced = put(
@@ -97,7 +97,7 @@ async fn hold_lifecycle_and_defaults() {
         created.json(),
         json!({"hold_id": "o-1", "status": "held", "user": null,
                "items": [{"pool": "p", "qty": 2}], "created_at_ms": now,
-               "expires_at_ms": now + 600_000, "finished_at_ms": null})
+               "expires_at_ms": now + 600_000, "finished_at_ms": null, "partition": 0})
     );
     let replay = reserve(&router, hold("o-1", "p", 2)).await;
     assert_eq!(replay.status, StatusCode::OK);
@@ -512,6 +512,11 @@ async fn path_and_query_errors_are_422() {
         "/v1/events?wait_ms=30001",
         "/v1/events?after=-1",
         "/v1/events?after=x",
+        "/v1/events?partition=1",
+        "/v1/events?partition=abc",
+        "/v1/events?partition=-1",
+        "/v1/events?partition=4294967296",
+        "/v1/events?partition=",
         // Unknown parameters are refused like unknown body fields.
         "/v1/pools?limit=10&page=2",
         "/v1/events?afer=5",
@@ -661,6 +666,7 @@ fn every_operation() -> Vec<(Method, &'static str, &'static str)> {
             "{\"ops\": [{\"op\": \"confirm\", \"hold_id\": \"h\"}]}",
         ),
         (Method::GET, "/v1/events", ""),
+        (Method::GET, "/v1/events/partitions", ""),
         (
             Method::POST,
             "/v1/locks/l/acquire",
@@ -895,6 +901,105 @@ async fn events_omit_fields_that_do_not_apply() {
 }
 
 #[tokio::test]
+async fn one_partition_is_the_default_and_others_are_refused_with_the_range() {
+    let (_, router) = open_server();
+    make_pool(&router, "p", json!({"total": 1})).await;
+    let count = get(&router, "/v1/events/partitions").await;
+    assert_eq!(count.status, StatusCode::OK);
+    assert_eq!(count.json(), json!({"partitions": 1}));
+    let named = get(&router, "/v1/events?partition=0").await;
+    assert_eq!(named.status, StatusCode::OK);
+    assert_eq!(named.json(), get(&router, "/v1/events").await.json());
+    for (uri, sent) in [
+        ("/v1/events?partition=1", "\"1\""),
+        ("/v1/events?partition=abc", "\"abc\""),
+        ("/v1/events?partition=-1", "\"-1\""),
+    ] {
+        let refused = get(&router, uri).await;
+        assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{uri}");
+        assert_eq!(refused.code(), "invalid_request", "{uri}");
+        let message = refused.json()["message"].as_str().unwrap().to_string();
+        for part in ["partition", "from 0 to 0", sent] {
+            assert!(message.contains(part), "{uri}: {part} not in {message}");
+        }
+    }
+    let long = format!("/v1/events?partition={}", "9".repeat(200));
+    let message = get(&router, &long).await.json()["message"].to_string();
+    assert!(
+        message.len() < 200,
+        "a refused value is echoed short: {message}"
+    );
+}
+
+#[tokio::test]
+async fn several_partitions_must_be_named() {
+    let (backend, router) = open_server();
+    make_pool(&router, "p", json!({"total": 1})).await;
+    backend.set_partitions(3);
+    assert_eq!(
+        get(&router, "/v1/events/partitions").await.json(),
+        json!({"partitions": 3})
+    );
+    let unnamed = get(&router, "/v1/events?after=0").await;
+    assert_eq!(unnamed.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(unnamed.code(), "partition_required");
+    let body = unnamed.json();
+    assert_eq!(body["partitions"], 3);
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("3 partitions") && message.contains("0 to 2"),
+        "{message}"
+    );
+    assert_eq!(
+        get(&router, "/v1/events?partition=0").await.json()["events"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        get(&router, "/v1/events?partition=2&after=5").await.json(),
+        json!({"events": [], "next_after": 5})
+    );
+    let outside = get(&router, "/v1/events?partition=3").await;
+    assert_eq!(outside.code(), "invalid_request");
+    assert!(outside.json()["message"]
+        .as_str()
+        .unwrap()
+        .contains("from 0 to 2"));
+    // Bad paging is still reported as such, before the partition.
+    let bad_limit = get(&router, "/v1/events?limit=0").await;
+    assert_eq!(bad_limit.code(), "invalid_request");
+}
+
+#[tokio::test]
+async fn a_consumer_behind_the_window_gets_410_with_the_oldest_kept() {
+    let (backend, router) = open_server();
+    make_pool(&router, "p", json!({"total": 10})).await;
+    for _ in 0..4 {
+        post(&router, "/v1/pools/p/restock", json!({"delta": 1})).await;
+    }
+    backend.drop_events_before(3);
+    for after in [0, 1] {
+        let gone = get(&router, &format!("/v1/events?after={after}")).await;
+        assert_eq!(gone.status, StatusCode::GONE, "after={after}");
+        let body = gone.json();
+        assert_eq!(body["error"], "events_expired");
+        assert_eq!(body["oldest_seq"], 3);
+        let message = body["message"].as_str().unwrap();
+        assert!(message.contains("after=2"), "{message}");
+    }
+    let resumed = get(&router, "/v1/events?after=2").await.json();
+    let seqs: Vec<u64> = resumed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| event["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, [3, 4, 5]);
+}
+
+#[tokio::test]
 async fn locks_answer_tokens_and_release() {
     let (_, router) = open_server();
     let acquired = post(
@@ -940,7 +1045,11 @@ async fn an_unavailable_backend_is_503_and_never_a_success() {
     make_pool(&router, "p", json!({"total": 3})).await;
     backend.set_unavailable(true);
     for (method, path, body) in every_operation() {
-        if matches!(path, "/healthz" | "/metrics" | "/openapi.json") {
+        // The partition count is the backend's configuration, known without reaching it.
+        if matches!(
+            path,
+            "/healthz" | "/metrics" | "/openapi.json" | "/v1/events/partitions"
+        ) {
             continue;
         }
         let answer = send(&router, method.clone(), path, None, body).await;
@@ -1070,6 +1179,28 @@ async fn openapi_lists_every_route_and_matches_the_wire() {
     assert_eq!(keys(&schemas["PoolObject"]["properties"]), keys(&pool));
     let hold = reserve(&router, hold("h", "p", 1)).await.json();
     assert_eq!(keys(&schemas["HoldObject"]["properties"]), keys(&hold));
+    let partitions = get(&router, "/v1/events/partitions").await.json();
+    assert_eq!(
+        keys(&schemas["EventPartitions"]["properties"]),
+        keys(&partitions)
+    );
+    let events_get = &paths["/v1/events"]["get"];
+    assert!(
+        events_get["responses"]["410"].is_object(),
+        "410 events_expired"
+    );
+    let parameters: Vec<&str> = events_get["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|parameter| parameter["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(parameters, ["partition", "after", "limit", "wait_ms"]);
+    assert_eq!(
+        events_get["parameters"][0]["schema"]["type"],
+        json!("integer"),
+        "partition is documented as the integer it is"
+    );
     let mut property_names = keys(&schemas["EventObject"]["properties"]);
     property_names.sort();
     let events = get(&router, "/v1/events").await.json();

@@ -698,7 +698,7 @@ mod tests {
         serde_json::from_value(serde_json::json!({
             "pool": pool, "total": total, "available": available, "held": held, "sold": sold,
             "per_user_limit": null, "starts_at_ms": null, "ends_at_ms": null,
-            "low_stock_threshold": null,
+            "low_stock_threshold": null, "partition": 0,
         }))
         .expect("a valid pool view")
     }
@@ -745,6 +745,7 @@ mod tests {
             "hold_id": "o-1", "status": "held", "user": null,
             "items": [{"pool": "sku-1", "qty": 2}, {"pool": "sku-2", "qty": 1}],
             "created_at_ms": 1000, "expires_at_ms": 601000, "finished_at_ms": null,
+            "partition": 0,
         }))
         .expect("a valid hold view");
         assert_eq!(

@@ -47,6 +47,7 @@ pub(crate) mod paths {
     pub const HOLD_REFUND: &str = "/v1/holds/{hold_id}/refund";
     pub const BATCH: &str = "/v1/batch";
     pub const EVENTS: &str = "/v1/events";
+    pub const EVENT_PARTITIONS: &str = "/v1/events/partitions";
     pub const LOCK_ACQUIRE: &str = "/v1/locks/{name}/acquire";
     pub const LOCK_RENEW: &str = "/v1/locks/{name}/renew";
     pub const LOCK_RELEASE: &str = "/v1/locks/{name}/release";
@@ -70,13 +71,14 @@ pub(crate) enum RouteId {
     HoldRefund,
     Batch,
     Events,
+    EventPartitions,
     LockAcquire,
     LockRenew,
     LockRelease,
 }
 
 impl RouteId {
-    pub(crate) const ALL: [RouteId; 18] = [
+    pub(crate) const ALL: [RouteId; 19] = [
         RouteId::Healthz,
         RouteId::Readyz,
         RouteId::Metrics,
@@ -92,6 +94,7 @@ impl RouteId {
         RouteId::HoldRefund,
         RouteId::Batch,
         RouteId::Events,
+        RouteId::EventPartitions,
         RouteId::LockAcquire,
         RouteId::LockRenew,
         RouteId::LockRelease,
@@ -114,6 +117,7 @@ impl RouteId {
             RouteId::HoldRefund => paths::HOLD_REFUND,
             RouteId::Batch => paths::BATCH,
             RouteId::Events => paths::EVENTS,
+            RouteId::EventPartitions => paths::EVENT_PARTITIONS,
             RouteId::LockAcquire => paths::LOCK_ACQUIRE,
             RouteId::LockRenew => paths::LOCK_RENEW,
             RouteId::LockRelease => paths::LOCK_RELEASE,
@@ -138,6 +142,7 @@ impl RouteId {
             paths::HOLD_REFUND => RouteId::HoldRefund,
             paths::BATCH => RouteId::Batch,
             paths::EVENTS => RouteId::Events,
+            paths::EVENT_PARTITIONS => RouteId::EventPartitions,
             paths::LOCK_ACQUIRE => RouteId::LockAcquire,
             paths::LOCK_RENEW => RouteId::LockRenew,
             paths::LOCK_RELEASE => RouteId::LockRelease,
@@ -238,6 +243,7 @@ pub(crate) fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> Router 
         .route(paths::HOLD_REFUND, post(holds::refund_hold))
         .route(paths::BATCH, post(batch::batch))
         .route(paths::EVENTS, get(events::events))
+        .route(paths::EVENT_PARTITIONS, get(events::partitions))
         .route(paths::LOCK_ACQUIRE, post(locks::acquire_lock))
         .route(paths::LOCK_RENEW, post(locks::renew_lock))
         .route(paths::LOCK_RELEASE, post(locks::release_lock))

@@ -3,11 +3,12 @@
 //!
 //! It never waits: a reserve or lock acquire with `wait_ms` gets the answer it would get at once.
 //! It can be switched "unavailable" to exercise 503s, and counts `execute` calls so tests can see
-//! that a batch is one call.
+//! that a batch is one call. Its feed can claim several partitions (every event is in partition
+//! 0, the others are empty) and can drop its oldest events, to exercise the feed's edges.
 
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::body::Body;
@@ -15,7 +16,7 @@ use axum::http::{header, HeaderMap, Method, Request, StatusCode};
 use axum::Router;
 use serde_json::Value;
 use stockd_core::{
-    Backend, BackendError, BackendFuture, BackendStats, Command, Effects, Event, EventPage,
+    Backend, BackendError, BackendFuture, BackendStats, Command, Effects, Error, Event, EventPage,
     Outcome, State, StateConfig, Step,
 };
 use stockd_server::{Role, ServerConfig};
@@ -34,6 +35,7 @@ pub struct TestBackend {
     inner: Mutex<Inner>,
     now_ms: AtomicU64,
     unavailable: AtomicBool,
+    partitions: AtomicU32,
     stats: Mutex<BackendStats>,
     execute_calls: Mutex<Vec<usize>>,
 }
@@ -53,6 +55,7 @@ impl TestBackend {
             }),
             now_ms: AtomicU64::new(START_MS),
             unavailable: AtomicBool::new(false),
+            partitions: AtomicU32::new(1),
             stats: Mutex::new(BackendStats::default()),
             execute_calls: Mutex::new(Vec::new()),
         })
@@ -68,6 +71,18 @@ impl TestBackend {
 
     pub fn set_unavailable(&self, unavailable: bool) {
         self.unavailable.store(unavailable, Ordering::SeqCst);
+    }
+
+    /// How many partitions the feed claims to have.
+    pub fn set_partitions(&self, partitions: u32) {
+        self.partitions.store(partitions, Ordering::SeqCst);
+    }
+
+    /// Forgets the events with seq < `oldest_seq`, as a bounded window would.
+    pub fn drop_events_before(&self, oldest_seq: u64) {
+        lock(&self.inner)
+            .events
+            .retain(|event| event.seq >= oldest_seq);
     }
 
     pub fn set_stats(&self, stats: BackendStats) {
@@ -125,9 +140,38 @@ impl Backend for TestBackend {
         Box::pin(async move { result })
     }
 
-    fn events(&self, after: u64, limit: usize, _wait_ms: u64) -> BackendFuture<'_, EventPage> {
+    fn partitions(&self) -> u32 {
+        self.partitions.load(Ordering::SeqCst)
+    }
+
+    fn events(
+        &self,
+        partition: u32,
+        after: u64,
+        limit: usize,
+        _wait_ms: u64,
+    ) -> BackendFuture<'_, Result<EventPage, Error>> {
         let result = self.check_available().map(|()| {
+            assert!(
+                partition < self.partitions(),
+                "the server asked for partition {partition} of {}",
+                self.partitions()
+            );
+            if partition > 0 {
+                return Ok(EventPage {
+                    events: Vec::new(),
+                    next_after: after,
+                });
+            }
             let inner = lock(&self.inner);
+            if let Some(oldest) = inner.events.first() {
+                if after.saturating_add(1) < oldest.seq {
+                    return Err(Error::EventsExpired {
+                        after,
+                        oldest_seq: oldest.seq,
+                    });
+                }
+            }
             let events: Vec<Event> = inner
                 .events
                 .iter()
@@ -136,7 +180,7 @@ impl Backend for TestBackend {
                 .cloned()
                 .collect();
             let next_after = events.last().map_or(after, |event| event.seq);
-            EventPage { events, next_after }
+            Ok(EventPage { events, next_after })
         });
         Box::pin(async move { result })
     }
