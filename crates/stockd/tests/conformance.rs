@@ -731,6 +731,7 @@ fn full_pool(pool: &str, total: u64) -> Value {
     json!({
         "pool": pool, "total": total, "available": total, "held": 0, "sold": 0,
         "per_user_limit": null, "starts_at_ms": null, "ends_at_ms": null, "low_stock_threshold": null,
+        "partition": 0,
     })
 }
 
@@ -947,11 +948,13 @@ fn hold_cases() -> Vec<Case> {
             .reserve(hold_req("{p}-h", &[(a, 3)], none.clone()), 201, json!({
                 "hold_id": "{p}-h", "status": "held", "user": null, "items": [{"pool": a, "qty": 3}],
                 "created_at_ms": "$now", "expires_at_ms": "$now+600000", "finished_at_ms": null,
+                "partition": 0,
             }))
             .get_pool(a, counts(10, 7, 3, 0))
             .get_hold("{p}-h", 200, json!({
                 "hold_id": "{p}-h", "status": "held", "user": null, "items": [{"pool": a, "qty": 3}],
                 "created_at_ms": "$save:created", "expires_at_ms": "$save:expires", "finished_at_ms": null,
+                "partition": 0,
             }))
             .get_hold("{p}-h", 200, json!({"created_at_ms": "$same:created", "expires_at_ms": "$same:expires"})),
         case("hold: a multi-item reserve takes every item")
@@ -1661,6 +1664,37 @@ fn event_cases() -> Vec<Case> {
     let b = "{p}-b";
     let none = json!({});
     vec![
+        case("partitions: the feed has one partition, and partition=0 reads it")
+            .get("/v1/events/partitions", 200, json!({"partitions": 1}))
+            .put_pool(a, json!({"total": 1}), 201, json!({}))
+            .get("/v1/events?partition=0&after=0&limit=1", 200, json!({"events": {"$len": 1}, "next_after": "$int"}))
+            .get("/v1/events?partition=0&after=0&limit=1000", 200, json!({"events": "$any", "next_after": "$int"}))
+            .events(json!([ev("pool_upserted", json!({"pool": a}))])),
+        case("partitions: a partition outside 0..P-1 is 422 invalid_request naming the field and the value")
+            .get("/v1/events?partition=1", 422, json!({"error": "invalid_request", "message": "$contains:partition"}))
+            .get("/v1/events?partition=7&after=0", 422, json!({"error": "invalid_request", "message": "$contains:7"}))
+            .get("/v1/events?partition=abc", 422, json!({"error": "invalid_request", "message": "$contains:abc"}))
+            .get("/v1/events?partition=-1", 422, err("invalid_request"))
+            .get("/v1/events?partition=4294967296", 422, err("invalid_request"))
+            .get("/v1/events?partition=0.5", 422, err("invalid_request"))
+            .get("/v1/events?partition=", 422, err("invalid_request")),
+        case("partitions: pool and hold objects carry partition 0, in every answer")
+            .put_pool(a, json!({"total": 5}), 201, json!({"partition": 0}))
+            .put_pool("{p}-a?if_absent=true", json!({"total": 5}), 200, json!({"partition": 0}))
+            .restock(a, 1, 200, json!({"partition": 0}))
+            .get_pool(a, json!({"partition": 0}))
+            .get("/v1/pools?prefix={p}", 200, json!({"pools": [{"pool": a, "partition": 0}], "next": null}))
+            .reserve(hold_req("{p}-h", &[(a, 1)], none.clone()), 201, json!({"partition": 0}))
+            .reserve(hold_req("{p}-h", &[(a, 1)], none.clone()), 200, json!({"partition": 0}))
+            .get_hold("{p}-h", 200, json!({"partition": 0}))
+            .extend("{p}-h", 60_000, 200, json!({"partition": 0}))
+            .confirm("{p}-h", 200, json!({"partition": 0}))
+            .refund("{p}-h", 200, json!({"partition": 0}))
+            .batch(
+                json!([{"op": "reserve", "hold_id": "{p}-h2", "items": [{"pool": a, "qty": 1}]}, {"op": "release", "hold_id": "{p}-h2"}]),
+                200,
+                json!({"results": [{"status": 201, "body": {"partition": 0}}, {"status": 200, "body": {"status": "released", "partition": 0}}]}),
+            ),
         case("events: every change appends one event of its type, in order, with its fields")
             .put_pool(a, json!({"total": 10}), 201, json!({}))
             .restock(a, 5, 200, json!({}))
@@ -2589,7 +2623,10 @@ fn error_cases() -> Vec<Case> {
             .get("/v1/events?after=-1", 422, invalid())
             .get("/v1/events?after=x", 422, invalid())
             .get("/v1/events?after=0&wait_ms=1.5", 422, invalid())
-            .get("/v1/events?after=0&wait_ms=-1", 422, invalid()),
+            .get("/v1/events?after=0&wait_ms=-1", 422, invalid())
+            .get("/v1/events?after=0&partition=0", 200, json!({"events": "$any", "next_after": "$int"}))
+            .get("/v1/events?after=0&partition=1", 422, invalid())
+            .get("/v1/events?after=0&partition=x", 422, invalid()),
     );
     cases.push(
         case("pools list query: limit 1000 accepted; 1001 and bad values refused")
@@ -2710,6 +2747,8 @@ fn error_cases() -> Vec<Case> {
         ("DELETE", "/v1/pools"),
         ("GET", "/v1/batch"),
         ("POST", "/v1/events"),
+        ("POST", "/v1/events/partitions"),
+        ("DELETE", "/v1/events/partitions"),
         ("GET", "/v1/locks/{p}-l/acquire"),
         ("POST", "/healthz"),
     ] {
@@ -2731,7 +2770,7 @@ fn auth_cases() -> Vec<Case> {
     let a = "{p}-a";
     let unauthorized = || err("unauthorized");
     let forbidden = || err("forbidden");
-    let api_routes: [(&'static str, &str, Option<Value>); 10] = [
+    let api_routes: [(&'static str, &str, Option<Value>); 11] = [
         ("GET", "/v1/pools/{p}-a", None),
         ("GET", "/v1/pools", None),
         ("PUT", "/v1/pools/{p}-a", Some(json!({"total": 1}))),
@@ -2749,6 +2788,7 @@ fn auth_cases() -> Vec<Case> {
             Some(json!({"ops": [{"op": "confirm", "hold_id": "{p}-h"}]})),
         ),
         ("GET", "/v1/events?after=0", None),
+        ("GET", "/v1/events/partitions", None),
         (
             "POST",
             "/v1/locks/{p}-l/acquire",
@@ -2844,7 +2884,9 @@ fn auth_cases() -> Vec<Case> {
             .req_as(CLIENT, "GET", "/v1/pools/{p}-a", None, 200, counts(5, 5, 0, 0))
             .req_as(CLIENT, "GET", "/v1/pools?prefix={p}", None, 200, json!({"pools": [{"pool": a}], "next": null}))
             .req_as(CLIENT, "POST", "/v1/batch", Some(json!({"ops": [{"op": "reserve", "hold_id": "{p}-h3", "items": [{"pool": a, "qty": 1}]}]})), 200, json!({"results": [{"status": 201, "body": status("held")}]}))
-            .req_as(CLIENT, "GET", "/v1/events?after=0&limit=1", None, 200, json!({"events": {"$len": 1}, "next_after": "$int"})),
+            .req_as(CLIENT, "GET", "/v1/events?after=0&limit=1", None, 200, json!({"events": {"$len": 1}, "next_after": "$int"}))
+            .req_as(CLIENT, "GET", "/v1/events?partition=0&after=0&limit=1", None, 200, json!({"events": {"$len": 1}}))
+            .req_as(CLIENT, "GET", "/v1/events/partitions", None, 200, json!({"partitions": 1})),
         case("auth: a client token can use locks")
             .req_as(CLIENT, "POST", "/v1/locks/{p}-l/acquire", Some(json!({"owner": "o1", "ttl_ms": 5000})), 200, json!({"token": "$save:t1"}))
             .req_as(CLIENT, "POST", "/v1/locks/{p}-l/renew", Some(json!({"owner": "o1", "token": "{$t1}", "ttl_ms": 5000})), 200, json!({"token": "$same:t1"}))
@@ -2855,6 +2897,7 @@ fn auth_cases() -> Vec<Case> {
             .req_as(ADMIN, "POST", "/v1/holds", Some(hold_req("{p}-h", &[(a, 1)], json!({"confirm": true}))), 201, status("confirmed"))
             .req_as(ADMIN, "POST", "/v1/holds/{p}-h/refund", None, 200, status("refunded"))
             .req_as(ADMIN, "GET", "/v1/events?after=0&limit=1", None, 200, json!({"events": {"$len": 1}}))
+            .req_as(ADMIN, "GET", "/v1/events/partitions", None, 200, json!({"partitions": 1}))
             .req_as(ADMIN, "POST", "/v1/locks/{p}-l/acquire", Some(json!({"owner": "o1", "ttl_ms": 5000})), 200, json!({"token": "$int"}))
             .req_as(ADMIN, "DELETE", "/v1/pools/{p}-a", None, 204, Value::Null)
             .req_as(ADMIN, "GET", "/v1/pools/{p}-a", None, 404, err("pool_not_found")),
@@ -2875,7 +2918,7 @@ fn auth_cases() -> Vec<Case> {
             .req_as(Auth::NoToken, "GET", "/openapi.json", None, 200, json!({
                 "openapi": "$prefix:3",
                 "info": "$any",
-                "paths": {"/v1/holds": "$any", "/v1/batch": "$any", "/v1/events": "$any"},
+                "paths": {"/v1/holds": "$any", "/v1/batch": "$any", "/v1/events": "$any", "/v1/events/partitions": "$any"},
             })),
     ]
 }
@@ -3071,6 +3114,93 @@ async fn events_feed_on_a_fresh_server() {
     assert_eq!(events.len(), 1, "{}", short(&page));
     assert!(events[0]["seq"].as_u64().unwrap() > head);
     assert_eq!(events[0]["type"], "confirmed");
+}
+
+/// The feed keeps a bounded window (`--event-retention-max`). A consumer whose `after` is older
+/// than the window gets 410 `events_expired` with `oldest_seq`, never a silent gap, including a
+/// consumer starting from 0; `after = oldest_seq - 1` resumes with the whole window; the window
+/// and the answer survive a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_behind_the_window_are_410_with_the_oldest_kept() {
+    const WINDOW: u64 = 5;
+    let config = ServerConfig::default()
+        .arg("--event-retention-max")
+        .arg(WINDOW.to_string());
+    let mut server = Server::start_with(config).await;
+    let api = server.api();
+    let (status, body) = api.call("GET", "/v1/events?after=0", None).await;
+    expect_subset(
+        status,
+        &body,
+        json!({"events": [], "next_after": 0}),
+        "an empty feed has dropped nothing",
+    );
+
+    // Seq 1 (pool_upserted) and 2..=8 (restocked): 8 events, the newest 5 (4..=8) kept.
+    let (status, body) = api
+        .call("PUT", "/v1/pools/win-a", Some(json!({"total": 1})))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    for _ in 0..7 {
+        let (status, body) = api
+            .call("POST", "/v1/pools/win-a/restock", Some(json!({"delta": 1})))
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let oldest_seq = 8 - WINDOW + 1;
+
+    for pass in ["before a restart", "after a restart"] {
+        for query in [
+            "after=0".to_string(),
+            "after=1".to_string(),
+            format!("after={}", oldest_seq - 2),
+            "partition=0&after=0".to_string(),
+            "after=0&wait_ms=30000".to_string(),
+        ] {
+            let started = Instant::now();
+            let (status, body) = api.call("GET", &format!("/v1/events?{query}"), None).await;
+            assert_eq!(status, 410, "{pass}, {query}: {body}");
+            assert_eq!(body["error"], "events_expired", "{query}: {body}");
+            assert_eq!(body["oldest_seq"], oldest_seq, "{query}: {body}");
+            assert!(
+                error_shape_problem(status, &body).is_none(),
+                "{query}: {body}"
+            );
+            let resume = format!("after={}", oldest_seq - 1);
+            assert!(
+                body["message"].as_str().unwrap_or("").contains(&resume),
+                "{query}: the message says where to resume: {body}"
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{query}: a long poll behind the window is answered at once"
+            );
+        }
+
+        // Resuming from oldest_seq - 1 reads the whole window, then the head as usual.
+        let (status, page) = api
+            .call("GET", &format!("/v1/events?after={}", oldest_seq - 1), None)
+            .await;
+        assert_eq!(status, 200, "{page}");
+        let seqs: Vec<u64> = page["events"]
+            .as_array()
+            .expect("events array")
+            .iter()
+            .map(|event| event["seq"].as_u64().expect("integer seq"))
+            .collect();
+        assert_eq!(seqs, (oldest_seq..=8).collect::<Vec<_>>(), "{pass}: {page}");
+        assert_eq!(page["next_after"], 8);
+        for after in [oldest_seq, 8, 1000] {
+            let (status, page) = api
+                .call("GET", &format!("/v1/events?after={after}"), None)
+                .await;
+            assert_eq!(status, 200, "{pass}, after={after}: {page}");
+        }
+        if pass == "before a restart" {
+            // SIGKILL: the window comes back from the log, as it was.
+            server.restart().await;
+        }
+    }
 }
 
 /// `wait_ms` long-polls: with nothing new it waits about that long and returns empty; when an
