@@ -88,7 +88,9 @@ impl ListPoolsQuery {
 #[serde(deny_unknown_fields)]
 pub(crate) struct EventsQuery {
     /// The partition to read: 0..P-1 (`GET /v1/events/partitions` gives P). Optional only when
-    /// P is 1. Kept as text here so that a bad value is refused with the range it must be in.
+    /// P is 1.
+    // Kept as text so that a bad value is refused with the range it must be in, not a parser's
+    // message; documented as the integer it must be.
     #[param(value_type = Option<u32>, minimum = 0)]
     pub partition: Option<String>,
     /// Return events with seq greater than this (default 0).
