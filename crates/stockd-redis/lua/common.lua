@@ -1,0 +1,315 @@
+-- common.lua: what every command shares: the call context, key names, numbers, JSON, events,
+-- pool and hold records, and the transitions that move units. Mirrors stockd-core's state.rs
+-- (records and apply_record); the commands in the other files decide, these helpers apply.
+--
+-- Every number written to Redis or into a reply goes through S.int (string.format '%d'):
+-- Lua 5.1 prints doubles with 14 significant digits, which would round a 16-digit time.
+
+local S = {}  -- helpers and the per-call context
+local C = {}  -- commands by op name, each returning a reply table (see S.reply_*)
+
+-- Limits the scripts need (the rest are checked by Command::validate before a call).
+S.TOTAL_MAX = 1000000000000
+S.WAITERS_PER_KEY_MAX = 10000
+S.EXPIRIES_PER_SWEEP_MAX = 1000
+
+function S.int(n)
+    return string.format('%d', n)
+end
+
+function S.num(text)
+    if text == false or text == nil then return nil end
+    return tonumber(text)
+end
+
+-- ---------------------------------------------------------------- call context
+
+-- KEYS[1] is the partition's meta key, `stockd:{tag}:meta`; every other key of the partition
+-- shares its prefix and so its hash slot.
+function S.begin(meta_key, argv)
+    S.prefix = string.sub(meta_key, 1, -5)
+    S.meta = meta_key
+    S.partition = tonumber(argv[1])
+    S.dataset = argv[2]
+    S.seq_floor = tonumber(argv[3])
+    if argv[4] ~= '' then
+        S.now = tonumber(argv[4])
+    else
+        local t = redis.call('TIME')
+        S.now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    S.hold_retention_ms = tonumber(argv[5])
+    S.confirmed_retention_ms = tonumber(argv[6])
+    S.event_retention_max = tonumber(argv[7])
+    S.freed_pools = {}
+    S.freed_locks = {}
+    S.woken = {}
+    S.published = false
+end
+
+-- The dataset this server knows must be the one in Redis, and no older than what it has seen:
+-- a Redis back with less (restarted empty, an old backup, a lagging replica) is refused before
+-- anything is read or written.
+function S.check_dataset()
+    local meta = redis.call('HMGET', S.meta, 'dataset', 'seq', 'layout')
+    if meta[1] ~= S.dataset then
+        return 'dataset_mismatch'
+    end
+    if meta[3] ~= '1' then
+        return 'layout_unknown'
+    end
+    if tonumber(meta[2] or '0') < S.seq_floor then
+        return 'dataset_regressed'
+    end
+    return nil
+end
+
+function S.key(kind, id)
+    if id then
+        return S.prefix .. kind .. ':' .. id
+    end
+    return S.prefix .. kind
+end
+
+-- ---------------------------------------------------------------- JSON (ids never need escaping)
+
+function S.json_string(text)
+    return '"' .. string.gsub(text, '[%c"\\]', function(c)
+        return string.format('\\u%04x', string.byte(c))
+    end) .. '"'
+end
+
+-- `fields` is a list of {name, value, kind} with kind 's' (string), 'n' (integer), 'b'
+-- (boolean), 'j' (already JSON); a nil value is written as null.
+function S.json_object(fields)
+    local parts = {}
+    for i, f in ipairs(fields) do
+        local value = f[2]
+        local text
+        if value == nil then
+            text = 'null'
+        elseif f[3] == 's' then
+            text = S.json_string(value)
+        elseif f[3] == 'n' then
+            text = S.int(value)
+        elseif f[3] == 'b' then
+            text = value and 'true' or 'false'
+        else
+            text = value
+        end
+        parts[i] = '"' .. f[1] .. '":' .. text
+    end
+    return '{' .. table.concat(parts, ',') .. '}'
+end
+
+-- ---------------------------------------------------------------- pools
+
+-- Pool hash fields: g generation, t total, a available, h held, s sold, l per_user_limit,
+-- sa starts_at_ms, ea ends_at_ms, th low_stock_threshold (rule fields absent when unset).
+function S.pool_get(id)
+    local v = redis.call('HMGET', S.key('pool', id), 'g', 't', 'a', 'h', 's', 'l', 'sa', 'ea', 'th')
+    if not v[1] then return nil end
+    return {
+        id = id, generation = tonumber(v[1]), total = tonumber(v[2]), available = tonumber(v[3]),
+        held = tonumber(v[4]), sold = tonumber(v[5]), per_user_limit = S.num(v[6]),
+        starts_at_ms = S.num(v[7]), ends_at_ms = S.num(v[8]), low_stock_threshold = S.num(v[9]),
+    }
+end
+
+function S.pool_put_counts(pool)
+    redis.call('HSET', S.key('pool', pool.id), 't', S.int(pool.total), 'a', S.int(pool.available),
+        'h', S.int(pool.held), 's', S.int(pool.sold))
+end
+
+function S.pool_json(pool)
+    return S.json_object({
+        { 'pool', pool.id, 's' }, { 'total', pool.total, 'n' },
+        { 'available', pool.available, 'n' }, { 'held', pool.held, 'n' },
+        { 'sold', pool.sold, 'n' }, { 'per_user_limit', pool.per_user_limit, 'n' },
+        { 'starts_at_ms', pool.starts_at_ms, 'n' }, { 'ends_at_ms', pool.ends_at_ms, 'n' },
+        { 'low_stock_threshold', pool.low_stock_threshold, 'n' },
+        { 'partition', S.partition, 'n' },
+    })
+end
+
+function S.usage_get(pool_id, user)
+    return tonumber(redis.call('HGET', S.key('usage', pool_id), user) or '0')
+end
+
+function S.usage_add(pool_id, user, qty)
+    if user then
+        redis.call('HINCRBY', S.key('usage', pool_id), user, S.int(qty))
+    end
+end
+
+function S.usage_give_back(pool_id, user, qty)
+    if not user then return end
+    local key = S.key('usage', pool_id)
+    local used = tonumber(redis.call('HGET', key, user) or '0')
+    if used <= qty then
+        redis.call('HDEL', key, user)
+    else
+        redis.call('HSET', key, user, S.int(used - qty))
+    end
+end
+
+function S.note_freed_pool(id)
+    S.freed_pools[#S.freed_pools + 1] = id
+end
+
+-- ---------------------------------------------------------------- events
+
+-- Appends one event to the partition's feed: seq from the partition's counter, in the same
+-- atomic call as the change, so an acknowledged change's event is never lost.
+function S.emit(kind, fields)
+    local seq = redis.call('HINCRBY', S.meta, 'seq', 1)
+    local all = { { 'seq', seq, 'n' }, { 'at_ms', S.now, 'n' }, { 'type', kind, 's' } }
+    for _, f in ipairs(fields) do all[#all + 1] = f end
+    redis.call('XADD', S.key('events'), 'MAXLEN', S.int(S.event_retention_max),
+        '0-' .. S.int(seq), 'e', S.json_object(all))
+    S.published = true
+end
+
+function S.emit_low_stock(pool)
+    S.emit('low_stock', {
+        { 'pool', pool.id, 's' }, { 'available', pool.available, 'n' },
+        { 'total', pool.total, 'n' }, { 'low_stock_threshold', pool.low_stock_threshold, 'n' },
+    })
+end
+
+-- low_stock fires when available goes from above the threshold to at or below it.
+function S.low_stock_crossed(pool, before)
+    local t = pool.low_stock_threshold
+    return t ~= nil and before > t and pool.available <= t
+end
+
+-- ---------------------------------------------------------------- holds
+
+-- Hold hash fields: st status, u user (absent when none), it items ("pool qty generation ..."),
+-- cf confirm flag, c created_at_ms, e expires_at_ms, f finished_at_ms (absent while held).
+function S.hold_get(id)
+    local v = redis.call('HMGET', S.key('hold', id), 'st', 'u', 'it', 'cf', 'c', 'e', 'f')
+    if not v[1] then return nil end
+    local items = {}
+    local words = {}
+    for w in string.gmatch(v[3], '%S+') do words[#words + 1] = w end
+    for i = 1, #words, 3 do
+        items[#items + 1] = { pool = words[i], qty = tonumber(words[i + 1]),
+            generation = tonumber(words[i + 2]) }
+    end
+    return {
+        id = id, status = v[1], user = v[2] or nil, items = items, confirm = v[4] == '1',
+        created_at_ms = tonumber(v[5]), expires_at_ms = tonumber(v[6]), finished_at_ms = S.num(v[7]),
+    }
+end
+
+function S.items_json(items)
+    local parts = {}
+    for i, item in ipairs(items) do
+        parts[i] = '{"pool":' .. S.json_string(item.pool) .. ',"qty":' .. S.int(item.qty) .. '}'
+    end
+    return '[' .. table.concat(parts, ',') .. ']'
+end
+
+function S.hold_json(hold)
+    return S.json_object({
+        { 'hold_id', hold.id, 's' }, { 'status', hold.status, 's' }, { 'user', hold.user, 's' },
+        { 'items', S.items_json(hold.items), 'j' }, { 'created_at_ms', hold.created_at_ms, 'n' },
+        { 'expires_at_ms', hold.expires_at_ms, 'n' }, { 'finished_at_ms', hold.finished_at_ms, 'n' },
+        { 'partition', S.partition, 'n' },
+    })
+end
+
+function S.hold_event(kind, hold)
+    S.emit(kind, {
+        { 'hold_id', hold.id, 's' }, { 'user', hold.user, 's' },
+        { 'items', S.items_json(hold.items), 'j' }, { 'expires_at_ms', hold.expires_at_ms, 'n' },
+    })
+end
+
+-- A finished hold is kept for its retention, then Redis forgets it (the key's expiry).
+function S.hold_finish(hold, status, finished_at_ms)
+    local key = S.key('hold', hold.id)
+    hold.status = status
+    hold.finished_at_ms = finished_at_ms
+    redis.call('HSET', key, 'st', status, 'f', S.int(finished_at_ms))
+    local retention = S.hold_retention_ms
+    if status == 'confirmed' then retention = S.confirmed_retention_ms end
+    redis.call('PEXPIREAT', key, S.int(finished_at_ms + retention))
+    redis.call('ZREM', S.key('expiry'), hold.id)
+end
+
+-- held -> confirmed: held units become sold.
+function S.apply_confirmed(hold)
+    for _, item in ipairs(hold.items) do
+        local pool = S.pool_get(item.pool)
+        pool.held = pool.held - item.qty
+        pool.sold = pool.sold + item.qty
+        S.pool_put_counts(pool)
+    end
+    S.hold_finish(hold, 'confirmed', S.now)
+    S.hold_event('confirmed', hold)
+end
+
+-- held -> released or expired: held units go back to available, and the user's usage with them.
+function S.apply_returned(hold, status)
+    for _, item in ipairs(hold.items) do
+        local pool = S.pool_get(item.pool)
+        pool.held = pool.held - item.qty
+        pool.available = pool.available + item.qty
+        S.pool_put_counts(pool)
+        S.usage_give_back(item.pool, hold.user, item.qty)
+        S.note_freed_pool(item.pool)
+    end
+    -- An expired hold finished at its deadline, however late the sweep ran.
+    local finished_at_ms = S.now
+    if status == 'expired' then finished_at_ms = math.min(hold.expires_at_ms, S.now) end
+    S.hold_finish(hold, status, finished_at_ms)
+    S.hold_event(status, hold)
+end
+
+-- A held hold whose deadline has passed is expired now, whether or not a sweep ran.
+function S.expire_if_due(hold)
+    if hold and hold.status == 'held' and S.now >= hold.expires_at_ms then
+        S.apply_returned(hold, 'expired')
+    end
+    return hold
+end
+
+function S.hold_reply(hold, created)
+    return { kind = 'hold', json = S.hold_json(hold), created = created }
+end
+
+function S.hold_not_found(id)
+    return S.error('hold_not_found', { { 'hold_id', id, 's' } })
+end
+
+-- ---------------------------------------------------------------- replies
+
+function S.error(code, fields)
+    return { kind = 'error', code = code, fields = fields or {} }
+end
+
+function S.reply_json(reply)
+    if reply.kind == 'error' then
+        local all = { { 'error', reply.code, 's' } }
+        for _, f in ipairs(reply.fields) do all[#all + 1] = f end
+        return S.json_object(all)
+    elseif reply.kind == 'hold' then
+        return '{"hold":' .. reply.json .. ',"created":' .. (reply.created and 'true' or 'false') .. '}'
+    elseif reply.kind == 'pool' then
+        return '{"pool":' .. reply.json .. ',"created":' .. (reply.created and 'true' or 'false') .. '}'
+    elseif reply.kind == 'pools' then
+        return '{"pools":[' .. table.concat(reply.list, ',') .. '],"more":'
+            .. (reply.more and 'true' or 'false') .. '}'
+    elseif reply.kind == 'deleted' then
+        return '{"deleted":true}'
+    elseif reply.kind == 'lock' then
+        return S.json_object({ { 'token', reply.token, 'n' }, { 'expires_at_ms', reply.expires_at_ms, 'n' } })
+    elseif reply.kind == 'lock_released' then
+        return '{"released":true}'
+    elseif reply.kind == 'wait' then
+        return '{"wait":' .. S.int(reply.ticket) .. '}'
+    end
+    error('unknown reply kind ' .. tostring(reply.kind))
+end

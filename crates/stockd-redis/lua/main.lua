@@ -1,0 +1,92 @@
+-- main.lua: the library's entry points. `stockd_v1_call` runs a batch of commands in one atomic
+-- step; `stockd_v1_events` reads the feed; `stockd_v1_init` and `stockd_v1_accept` write the
+-- dataset marker. Nothing here decides a rule: it frames calls and dispatches to C.*.
+
+-- FCALL stockd_v1_call 1 META PARTITION DATASET SEQ_FLOOR NOW HOLD_RET CONFIRMED_RET EVENTS_MAX
+--   then groups: GROUP_LEN, then GROUP_LEN commands each as OP ARGC ARGS...
+-- A group is one client request: its commands run in order, and a command that parks (a wait)
+-- ends its group's run; the server sends the rest once the wait is over. Groups are independent.
+-- Returns { next_seq, reply_1, ..., reply_n } with '~' for a command not run, or { '!' .. why }
+-- when the dataset is not the one the server knows (nothing was read or written).
+local function call(keys, argv)
+    S.begin(keys[1], argv)
+    local refused = S.check_dataset()
+    if refused then return { '!' .. refused } end
+    local out = { 0 }
+    local i = 8
+    while i <= #argv do
+        local group_len = tonumber(argv[i])
+        i = i + 1
+        local parked = false
+        for _ = 1, group_len do
+            local op, argc = argv[i], tonumber(argv[i + 1])
+            local args = {}
+            for j = 1, argc do args[j] = argv[i + 1 + j] end
+            i = i + 2 + argc
+            if parked then
+                out[#out + 1] = '~'
+            else
+                local handler = C[op]
+                if not handler then error('stockd: unknown op ' .. tostring(op)) end
+                local reply = handler(args)
+                S.serve_freed()
+                if reply.kind == 'wait' then parked = true end
+                if reply.kind == 'raw' then
+                    out[#out + 1] = reply.json
+                elseif reply.kind == 'swept' then
+                    out[#out + 1] = '{"expired":' .. S.int(reply.expired) .. ',"more":'
+                        .. (reply.more and 'true' or 'false') .. '}'
+                else
+                    out[#out + 1] = S.reply_json(reply)
+                end
+            end
+        end
+    end
+    local seq = tonumber(redis.call('HGET', S.meta, 'seq') or '0')
+    out[1] = seq
+    if S.published or #S.woken > 0 then
+        redis.call('PUBLISH', 'stockd:wake', S.int(S.partition) .. ' ' .. S.int(seq) .. ' '
+            .. table.concat(S.woken, ' '))
+    end
+    return out
+end
+
+-- FCALL_RO stockd_v1_events 1 META PARTITION DATASET SEQ_FLOOR AFTER LIMIT
+-- Returns { '!' .. why } or { next_seq, oldest_kept_seq, json_1, ..., json_n } with the events
+-- of seq > AFTER; oldest_kept_seq is 0 when nothing is kept.
+local function events(keys, argv)
+    S.begin(keys[1], { argv[1], argv[2], argv[3], '0', '0', '0', '0' })
+    local refused = S.check_dataset()
+    if refused then return { '!' .. refused } end
+    local stream = S.key('events')
+    local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', '1')
+    local oldest = 0
+    if #first > 0 then oldest = tonumber(string.match(first[1][1], '^0%-(%d+)$')) end
+    local out = { tonumber(redis.call('HGET', S.meta, 'seq') or '0'), oldest }
+    local entries = redis.call('XRANGE', stream, '(0-' .. argv[4], '+', 'COUNT', argv[5])
+    for _, entry in ipairs(entries) do out[#out + 1] = entry[2][2] end
+    return out
+end
+
+-- FCALL stockd_v1_init 1 META DATASET PARTITIONS: writes the marker of a new dataset unless one is
+-- there. Returns the marker in place and the partition count it was made with.
+local function init(keys, argv)
+    local meta = redis.call('HMGET', keys[1], 'dataset', 'partitions', 'layout')
+    if meta[1] then return { meta[1], meta[2], meta[3] } end
+    redis.call('HSET', keys[1], 'dataset', argv[1], 'partitions', argv[2], 'layout', '1')
+    return { argv[1], argv[2], '1' }
+end
+
+-- FCALL stockd_v1_accept 1 META DATASET PARTITIONS: an operator accepts the dataset Redis has now
+-- (after a restart with less, a restore or a failover): a new marker, so that every server
+-- forgets the seqs it saw and serves this data.
+local function accept(keys, argv)
+    redis.call('HSET', keys[1], 'dataset', argv[1], 'partitions', argv[2], 'layout', '1')
+    return 'OK'
+end
+
+redis.register_function('stockd_v1_call', call)
+redis.register_function { function_name = 'stockd_v1_events', callback = events,
+    flags = { 'no-writes' } }
+redis.register_function('stockd_v1_init', init)
+redis.register_function('stockd_v1_accept', accept)

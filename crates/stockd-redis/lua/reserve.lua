@@ -1,0 +1,131 @@
+-- reserve.lua: reserve (POST /v1/holds), with waiting for released stock.
+-- Mirrors stockd-core: State::reserve, try_reserve, check_reserve, hold_matches and
+-- apply_record's Held (and Confirmed for confirm: true).
+
+-- reserve HOLD USER CONFIRM TTL_MS WAIT_MS N POOL1 QTY1 ... ('-' for no user: ids start with a
+-- letter or digit)
+function S.parse_reserve(a, from)
+    local request = {
+        hold_id = a[from], user = a[from + 1] ~= '-' and a[from + 1] or nil,
+        confirm = a[from + 2] == '1', ttl_ms = tonumber(a[from + 3]),
+        wait_ms = tonumber(a[from + 4]), items = {},
+    }
+    local n = tonumber(a[from + 5])
+    for i = 1, n do
+        request.items[i] = { pool = a[from + 4 + 2 * i], qty = tonumber(a[from + 5 + 2 * i]) }
+    end
+    return request, from + 6 + 2 * n
+end
+
+-- Same user, same items in any order, same confirm flag.
+local function hold_matches(hold, request)
+    if hold.user ~= request.user or hold.confirm ~= request.confirm
+        or #hold.items ~= #request.items then
+        return false
+    end
+    for _, item in ipairs(request.items) do
+        local found = false
+        for _, held in ipairs(hold.items) do
+            if held.pool == item.pool and held.qty == item.qty then found = true end
+        end
+        if not found then return false end
+    end
+    return true
+end
+
+-- Item by item in the order given, the first failure wins. Reads only. Returns the pools read.
+local function check_reserve(request)
+    local pools = {}
+    for i, item in ipairs(request.items) do
+        local pool = S.pool_get(item.pool)
+        if not pool then
+            return nil, S.error('pool_not_found', { { 'pool', item.pool, 's' } })
+        end
+        if pool.per_user_limit and not request.user then
+            return nil, S.error('user_required', { { 'pool', item.pool, 's' } })
+        end
+        if pool.starts_at_ms and S.now < pool.starts_at_ms then
+            return nil, S.error('sale_not_started', { { 'pool', item.pool, 's' },
+                { 'starts_at_ms', pool.starts_at_ms, 'n' } })
+        end
+        if pool.ends_at_ms and S.now >= pool.ends_at_ms then
+            return nil, S.error('sale_ended', { { 'pool', item.pool, 's' },
+                { 'ends_at_ms', pool.ends_at_ms, 'n' } })
+        end
+        if pool.available < item.qty then
+            return nil, S.error('insufficient_stock', { { 'pool', item.pool, 's' },
+                { 'available', pool.available, 'n' }, { 'requested', item.qty, 'n' } })
+        end
+        if pool.per_user_limit and request.user then
+            local used = S.usage_get(item.pool, request.user)
+            if used + item.qty > pool.per_user_limit then
+                return nil, S.error('user_limit_exceeded', { { 'pool', item.pool, 's' },
+                    { 'limit', pool.per_user_limit, 'n' }, { 'used', used, 'n' },
+                    { 'requested', item.qty, 'n' } })
+            end
+        end
+        pools[i] = pool
+    end
+    return pools, nil
+end
+
+-- One attempt, without waiting: replay, conflict, or check and take.
+function S.try_reserve(request)
+    local hold = S.expire_if_due(S.hold_get(request.hold_id))
+    if hold then
+        if hold_matches(hold, request) then return S.hold_reply(hold, false) end
+        return S.error('hold_id_conflict', { { 'hold_id', request.hold_id, 's' } })
+    end
+    local pools, failure = check_reserve(request)
+    if failure then return failure end
+    local expires_at_ms = S.now + request.ttl_ms
+    local words, befores = {}, {}
+    for i, item in ipairs(request.items) do
+        local pool = pools[i]
+        befores[i] = pool.available
+        pool.available = pool.available - item.qty
+        pool.held = pool.held + item.qty
+        S.pool_put_counts(pool)
+        S.usage_add(item.pool, request.user, item.qty)
+        words[#words + 1] = item.pool .. ' ' .. S.int(item.qty) .. ' ' .. S.int(pool.generation)
+    end
+    hold = {
+        id = request.hold_id, status = 'held', user = request.user, items = request.items,
+        confirm = request.confirm, created_at_ms = S.now, expires_at_ms = expires_at_ms,
+    }
+    local key = S.key('hold', hold.id)
+    redis.call('HSET', key, 'st', 'held', 'it', table.concat(words, ' '),
+        'cf', request.confirm and '1' or '0', 'c', S.int(S.now), 'e', S.int(expires_at_ms))
+    if request.user then redis.call('HSET', key, 'u', request.user) end
+    -- A hold confirmed on creation is confirmed at once; it never needs an expiry slot.
+    if not request.confirm then
+        redis.call('ZADD', S.key('expiry'), S.int(expires_at_ms), hold.id)
+    end
+    S.hold_event('held', hold)
+    for i, pool in ipairs(pools) do
+        if S.low_stock_crossed(pool, befores[i]) then S.emit_low_stock(pool) end
+    end
+    if request.confirm then S.apply_confirmed(hold) end
+    return S.hold_reply(hold, true)
+end
+
+C.reserve = function(a)
+    local request = S.parse_reserve(a, 1)
+    local reply = S.try_reserve(request)
+    if request.wait_ms == 0 or reply.code ~= 'insufficient_stock' then
+        return reply
+    end
+    -- Park the request on every pool it names: units coming back to any of them may be what it
+    -- lacks. A full queue means the crowd is already larger than any stock that could come back
+    -- soon; answer now rather than grow the queue.
+    for _, item in ipairs(request.items) do
+        if not S.waiter_room(S.key('waitq', item.pool)) then return reply end
+    end
+    local pools = {}
+    for i, item in ipairs(request.items) do pools[i] = item.pool end
+    local ticket = S.park('stock', a, S.now + request.wait_ms)
+    for _, pool in ipairs(pools) do
+        redis.call('ZADD', S.key('waitq', pool), S.int(ticket), S.int(ticket))
+    end
+    return { kind = 'wait', ticket = ticket }
+end

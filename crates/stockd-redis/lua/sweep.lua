@@ -1,0 +1,33 @@
+-- sweep.lua: what time alone does, run by every stockd server on every partition a few times a
+-- second: expire held holds past their deadline and free lapsed leases, then serve the waiters
+-- they free. Mirrors stockd-core: State::tick. Each hold expires exactly once, whoever sweeps:
+-- the call is atomic and re-checks the hold's status and deadline.
+
+-- sweep: returns how many holds it expired (at most S.EXPIRIES_PER_SWEEP_MAX, so one call
+-- stays short when a crowd of holds lapses at once; the next sweep continues at once).
+C.sweep = function()
+    local expired = 0
+    local due = redis.call('ZRANGEBYSCORE', S.key('expiry'), '-inf', S.int(S.now),
+        'LIMIT', '0', S.int(S.EXPIRIES_PER_SWEEP_MAX))
+    for _, id in ipairs(due) do
+        local hold = S.hold_get(id)
+        if hold and hold.status == 'held' and S.now >= hold.expires_at_ms then
+            S.apply_returned(hold, 'expired')
+            expired = expired + 1
+        else
+            -- Stale: the hold finished, was extended (it has a later entry) or was forgotten.
+            if not hold or hold.status ~= 'held' then redis.call('ZREM', S.key('expiry'), id) end
+        end
+    end
+    local lapsed = redis.call('ZRANGEBYSCORE', S.key('lockexp'), '-inf', S.int(S.now))
+    for _, name in ipairs(lapsed) do
+        local key = S.key('lock', name)
+        local expires = S.num(redis.call('HGET', key, 'e'))
+        if not expires or expires <= S.now then
+            redis.call('DEL', key)
+            S.freed_locks[#S.freed_locks + 1] = name
+        end
+        redis.call('ZREM', S.key('lockexp'), name)
+    end
+    return { kind = 'swept', expired = expired, more = #due == S.EXPIRIES_PER_SWEEP_MAX }
+end

@@ -1,0 +1,612 @@
+//! The Redis backend of stockd: any number of stateless `stockd serve` processes in front of one
+//! Redis behave as one server.
+//!
+//! Every state change is one atomic call into the `stockd_v1` function library (`lua/`), which
+//! mirrors stockd-core's rules file for file; the Rust side validates commands
+//! (`Command::validate`, before any lookup), frames them, batches concurrent requests into one
+//! call per partition ([`dispatch`]), waits for parked requests (woken over pub/sub), reads the
+//! feed and sweeps expiries. It must never decide a rule itself: every decision is the library's,
+//! and every time (`now`, deadlines) is the Redis server's clock.
+//!
+//! Fail closed: a Redis that cannot be reached, an answer that was lost, or a Redis that came
+//! back with less than this server saw (its dataset marker missing or changed, its event seq
+//! lower) is `BackendError::Unavailable` (503), never a guess.
+
+mod dataset;
+mod dispatch;
+pub mod keys;
+pub mod library;
+mod link;
+mod waits;
+pub mod wire;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use redis::Value;
+use stockd_core::limits::{CONFIRMED_RETENTION_MS_DEFAULT, HOLD_RETENTION_MS_DEFAULT};
+use stockd_core::{
+    Backend, BackendError, BackendFuture, BackendStats, Command, Error, Event, EventPage, Outcome,
+    Reply,
+};
+use tokio::sync::{oneshot, watch};
+
+pub use dataset::{accept, Marker};
+pub use link::Target;
+use wire::{Answer, Op};
+
+/// How often each server sweeps each partition for holds past their deadline (the contract
+/// allows 1 s of lag; several servers sweeping only make it shorter).
+pub const SWEEP_INTERVAL: Duration = Duration::from_millis(100);
+/// Events kept per partition by default (the stream is trimmed to exactly this many).
+pub const EVENT_RETENTION_MAX_DEFAULT: usize = 1_000_000;
+
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    pub target: Target,
+    pub hold_retention_ms: u64,
+    pub confirmed_retention_ms: u64,
+    pub event_retention_max: usize,
+}
+
+impl RedisConfig {
+    pub fn new(target: Target) -> Self {
+        RedisConfig {
+            target,
+            hold_retention_ms: HOLD_RETENTION_MS_DEFAULT,
+            confirmed_retention_ms: CONFIRMED_RETENTION_MS_DEFAULT,
+            event_retention_max: EVENT_RETENTION_MAX_DEFAULT,
+        }
+    }
+}
+
+/// Why the backend could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot reach Redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("{0}")]
+    Dataset(String),
+}
+
+/// State shared by the backend, its dispatch tasks, its sweeper and its pub/sub listener.
+pub(crate) struct Shared {
+    config: RedisConfig,
+    link: link::Link,
+    partitions: u32,
+    keys: Vec<keys::PartitionKeys>,
+    marker: Mutex<Marker>,
+    /// Per partition: the highest event seq this server has seen. Redis answering with less is
+    /// a dataset that lost acknowledged changes.
+    seq_seen: Vec<AtomicU64>,
+    /// Per partition: the latest seq known, for long-polls.
+    seq_watch: Vec<watch::Sender<u64>>,
+    waits: waits::Waits,
+    /// Whether the last call reached Redis and was accepted.
+    healthy: AtomicBool,
+    queues: OnceLock<Vec<dispatch::Queue>>,
+    calls_total: AtomicU64,
+    commands_total: AtomicU64,
+}
+
+impl Shared {
+    fn call_args(&self, function: &str, partition: u32) -> redis::Cmd {
+        let marker = self.marker.lock().expect("marker lock").text.clone();
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(function)
+            .arg(1)
+            .arg(self.keys[partition as usize].meta())
+            .arg(partition)
+            .arg(marker)
+            .arg(self.seq_seen[partition as usize].load(Ordering::Acquire));
+        cmd
+    }
+
+    /// One `stockd_v1_call` carrying `groups`; returns the answers in order.
+    async fn call(&self, partition: u32, groups: &[&[Op]]) -> Result<Vec<String>, BackendError> {
+        let result = self.call_once(partition, groups).await;
+        let result = match result {
+            Err(CallError::Refused(why)) if self.adopt_newer_marker(&why).await => {
+                self.call_once(partition, groups).await
+            }
+            other => other,
+        };
+        match result {
+            Ok(answers) => {
+                self.healthy.store(true, Ordering::Release);
+                Ok(answers)
+            }
+            Err(error) => {
+                self.healthy.store(false, Ordering::Release);
+                let error = error.into_backend_error();
+                tracing::warn!(partition, %error, "redis call failed");
+                Err(error)
+            }
+        }
+    }
+
+    async fn call_once(&self, partition: u32, groups: &[&[Op]]) -> Result<Vec<String>, CallError> {
+        let mut cmd = self.call_args(library::FN_CALL, partition);
+        cmd.arg("")
+            .arg(self.config.hold_retention_ms)
+            .arg(self.config.confirmed_retention_ms)
+            .arg(self.config.event_retention_max);
+        let mut commands = 0;
+        for group in groups {
+            cmd.arg(group.len());
+            for op in *group {
+                cmd.arg(op.name).arg(op.args.len()).arg(&op.args);
+            }
+            commands += group.len();
+        }
+        self.calls_total.fetch_add(1, Ordering::Relaxed);
+        self.commands_total
+            .fetch_add(commands as u64, Ordering::Relaxed);
+        let value = self.link.fcall(&cmd).await.map_err(CallError::Redis)?;
+        let mut values = into_array(value)?;
+        if values.is_empty() {
+            return Err(CallError::Protocol("empty reply".into()));
+        }
+        let head = values.remove(0);
+        let seq = match head {
+            Value::Int(seq) => seq as u64,
+            other => return Err(refusal(other)),
+        };
+        self.saw_seq(partition, seq);
+        let answers = dispatch::answers(values).map_err(|e| CallError::Protocol(e.to_string()))?;
+        if answers.len() != commands {
+            return Err(CallError::Protocol(format!(
+                "{} answers for {commands} commands",
+                answers.len()
+            )));
+        }
+        Ok(answers)
+    }
+
+    fn saw_seq(&self, partition: u32, seq: u64) {
+        self.seq_seen[partition as usize].fetch_max(seq, Ordering::AcqRel);
+        self.seq_watch[partition as usize].send_if_modified(|known| {
+            let newer = seq > *known;
+            if newer {
+                *known = seq;
+            }
+            newer
+        });
+    }
+
+    /// After a refusal: if an operator accepted a dataset (a marker of a later epoch), adopt it
+    /// and forget the seqs seen on the old one. Returns whether it adopted one.
+    async fn adopt_newer_marker(&self, why: &str) -> bool {
+        if why != "dataset_mismatch" {
+            return false;
+        }
+        let Ok(Some(found)) = dataset::read(&self.link, &self.keys[0]).await else {
+            return false;
+        };
+        let mut marker = self.marker.lock().expect("marker lock");
+        if found.epoch <= marker.epoch {
+            return false;
+        }
+        tracing::warn!(old = %marker.text, new = %found.text, "adopting a dataset accepted by an operator");
+        *marker = found;
+        for seen in &self.seq_seen {
+            seen.store(0, Ordering::Release);
+        }
+        true
+    }
+
+    /// Sends one request's commands to a partition's queue and waits for their answers.
+    async fn submit(&self, partition: u32, ops: Vec<Op>) -> Result<Vec<String>, BackendError> {
+        let (reply, answer) = oneshot::channel();
+        let queue = &self.queues.get().expect("queues started")[partition as usize];
+        queue
+            .try_send(dispatch::Job { ops, reply })
+            .map_err(|_| BackendError::Unavailable("too many requests queued for Redis".into()))?;
+        answer
+            .await
+            .map_err(|_| BackendError::Unavailable("the Redis dispatcher stopped".into()))?
+    }
+
+    async fn submit_one(&self, partition: u32, op: Op) -> Result<Answer, BackendError> {
+        let answers = self.submit(partition, vec![op]).await?;
+        decode(&answers[0])
+    }
+}
+
+enum CallError {
+    Redis(redis::RedisError),
+    Refused(String),
+    Protocol(String),
+}
+
+impl CallError {
+    fn into_backend_error(self) -> BackendError {
+        BackendError::Unavailable(match self {
+            CallError::Redis(error) => format!("redis: {error}"),
+            CallError::Refused(why) => format!(
+                "Redis does not hold the dataset this server served ({why}): it may have \
+                 restarted empty, been restored from an old backup or failed over to a lagging \
+                 replica; check it, then run `stockd redis accept`"
+            ),
+            CallError::Protocol(what) => format!("redis library protocol: {what}"),
+        })
+    }
+}
+
+fn into_array(value: Value) -> Result<Vec<Value>, CallError> {
+    match value {
+        Value::Array(values) => Ok(values),
+        other => Err(CallError::Protocol(format!(
+            "expected an array, got {other:?}"
+        ))),
+    }
+}
+
+fn refusal(value: Value) -> CallError {
+    match value {
+        Value::BulkString(bytes) => {
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            match text.strip_prefix('!') {
+                Some(why) => CallError::Refused(why.to_string()),
+                None => CallError::Protocol(text),
+            }
+        }
+        other => CallError::Protocol(format!("{other:?}")),
+    }
+}
+
+fn decode(text: &str) -> Result<Answer, BackendError> {
+    wire::decode(text).map_err(|e| BackendError::Unavailable(e.to_string()))
+}
+
+/// The Redis backend. Cheap to share; background tasks stop on [`Backend::shutdown`].
+pub struct RedisBackend {
+    shared: Arc<Shared>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl RedisBackend {
+    /// Connects, loads the function library, checks (or, on an empty Redis, writes) the dataset
+    /// marker, and starts the dispatchers, the sweeper and the pub/sub listener.
+    pub async fn connect(config: RedisConfig) -> Result<RedisBackend, StartError> {
+        let link = link::Link::connect(&config.target).await?;
+        link.load_library().await?;
+        let partitions = 1;
+        let keys: Vec<keys::PartitionKeys> = (0..partitions)
+            .map(|k| keys::PartitionKeys::new(k, partitions))
+            .collect();
+        let marker = dataset::init(&link, &keys, partitions).await?;
+        let shared = Arc::new(Shared {
+            config,
+            link,
+            partitions,
+            keys,
+            marker: Mutex::new(marker),
+            seq_seen: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
+            seq_watch: (0..partitions).map(|_| watch::channel(0).0).collect(),
+            waits: waits::Waits::default(),
+            healthy: AtomicBool::new(true),
+            queues: OnceLock::new(),
+            calls_total: AtomicU64::new(0),
+            commands_total: AtomicU64::new(0),
+        });
+        let mut tasks = Vec::new();
+        let mut queues = Vec::new();
+        for partition in 0..partitions {
+            let (queue, task) = dispatch::start(shared.clone(), partition);
+            queues.push(queue);
+            tasks.push(task);
+        }
+        let _ = shared.queues.set(queues);
+        tasks.push(tokio::spawn(sweep(shared.clone())));
+        tasks.push(tokio::spawn(waits::listen(shared.clone())));
+        Ok(RedisBackend {
+            shared,
+            tasks: Mutex::new(tasks),
+        })
+    }
+
+    /// The partition a command goes to (one partition on a single Redis).
+    fn partition_of(&self, _command: &Command) -> u32 {
+        0
+    }
+
+    async fn run(&self, commands: Vec<Command>) -> Result<Vec<Outcome>, BackendError> {
+        let mut outcomes: Vec<Option<Outcome>> = commands
+            .iter()
+            .map(|command| command.validate().err().map(Err))
+            .collect();
+        let mut next = 0;
+        while next < commands.len() {
+            if outcomes[next].is_some() {
+                next += 1;
+                continue;
+            }
+            if let Command::ListPools { .. } = &commands[next] {
+                outcomes[next] = Some(self.list_pools(&commands[next]).await?);
+                next += 1;
+                continue;
+            }
+            // The rest of the request, up to the next command that needs another route.
+            let partition = self.partition_of(&commands[next]);
+            let group: Vec<usize> = (next..commands.len())
+                .take_while(|&i| {
+                    !matches!(commands[i], Command::ListPools { .. })
+                        && self.partition_of(&commands[i]) == partition
+                })
+                .filter(|&i| outcomes[i].is_none())
+                .collect();
+            let last = *group.last().expect("group has the first command");
+            let ops = group.iter().map(|&i| wire::encode(&commands[i])).collect();
+            let answers = self.shared.submit(partition, ops).await?;
+            let mut resume_at = last + 1;
+            for (&i, text) in group.iter().zip(&answers) {
+                match decode(text)? {
+                    Answer::Done(outcome) => outcomes[i] = Some(outcome),
+                    Answer::Parked(ticket) => {
+                        let outcome = self.wait(partition, ticket, &commands[i]).await?;
+                        outcomes[i] = Some(outcome);
+                        resume_at = i + 1;
+                        break;
+                    }
+                    other => {
+                        return Err(BackendError::Unavailable(format!(
+                            "unexpected answer {other:?}"
+                        )))
+                    }
+                }
+            }
+            next = resume_at;
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| outcome.expect("every command answered"))
+            .collect())
+    }
+
+    /// Waits for a parked command until it is served or its wait is over, then collects its
+    /// final answer. A client that goes away cancels its waiter.
+    async fn wait(
+        &self,
+        partition: u32,
+        ticket: u64,
+        command: &Command,
+    ) -> Result<Outcome, BackendError> {
+        let (kind, wait_ms) = match command {
+            Command::Reserve(request) => ("stock", request.wait_ms),
+            Command::LockAcquire(request) => ("lock", request.wait_ms),
+            _ => {
+                return Err(BackendError::Unavailable(
+                    "parked a command that cannot wait".into(),
+                ))
+            }
+        };
+        let words = wire::encode(command).args;
+        let guard =
+            waits::CancelGuard::new(self.shared.clone(), partition, ticket, kind, words.clone());
+        let woken = self.shared.waits.register(partition, ticket);
+        let _ = tokio::time::timeout(Duration::from_millis(wait_ms), woken).await;
+        let mut args = vec![ticket.to_string(), kind.to_string()];
+        args.extend(words);
+        let answer = self
+            .shared
+            .submit_one(
+                partition,
+                Op {
+                    name: "wait_end",
+                    args,
+                },
+            )
+            .await;
+        self.shared.waits.forget(partition, ticket);
+        guard.disarm();
+        match answer? {
+            Answer::Done(outcome) => Ok(outcome),
+            other => Err(BackendError::Unavailable(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+
+    /// Lists pools across every partition: each gives its page in id order, merged here.
+    async fn list_pools(&self, command: &Command) -> Result<Outcome, BackendError> {
+        let Command::ListPools { limit, .. } = command else {
+            unreachable!("list_pools takes ListPools")
+        };
+        let mut pools = Vec::new();
+        let mut more = false;
+        for partition in 0..self.shared.partitions {
+            match self
+                .shared
+                .submit_one(partition, wire::encode(command))
+                .await?
+            {
+                Answer::PoolPage {
+                    pools: page,
+                    more: page_more,
+                } => {
+                    pools.extend(page);
+                    more |= page_more;
+                }
+                Answer::Done(Err(error)) => return Ok(Err(error)),
+                other => {
+                    return Err(BackendError::Unavailable(format!(
+                        "unexpected answer {other:?}"
+                    )))
+                }
+            }
+        }
+        pools.sort_by(|a, b| a.pool.cmp(&b.pool));
+        if pools.len() > *limit {
+            pools.truncate(*limit);
+            more = true;
+        }
+        let next = if more {
+            pools.last().map(|p| p.pool.clone())
+        } else {
+            None
+        };
+        Ok(Ok(Reply::PoolList { pools, next }))
+    }
+
+    async fn read_events(
+        &self,
+        partition: u32,
+        after: u64,
+        limit: usize,
+    ) -> Result<Result<EventPage, Error>, BackendError> {
+        let shared = &self.shared;
+        let mut cmd = shared.call_args(library::FN_EVENTS, partition);
+        cmd.arg(after).arg(limit);
+        let value = shared
+            .link
+            .fcall(&cmd)
+            .await
+            .map_err(|e| CallError::Redis(e).into_backend_error())?;
+        let mut values = into_array(value).map_err(CallError::into_backend_error)?;
+        if values.len() < 2 {
+            return Err(refusal(values.pop().unwrap_or(Value::Nil)).into_backend_error());
+        }
+        let mut rest = values.split_off(2);
+        let (Value::Int(seq), Value::Int(oldest)) = (&values[0], &values[1]) else {
+            return Err(refusal(values.swap_remove(0)).into_backend_error());
+        };
+        let (seq, oldest) = (*seq as u64, *oldest as u64);
+        shared.saw_seq(partition, seq);
+        if oldest > 0 && after + 1 < oldest {
+            return Ok(Err(Error::EventsExpired {
+                after,
+                oldest_seq: oldest,
+            }));
+        }
+        let texts = dispatch::answers(std::mem::take(&mut rest))?;
+        let events = texts
+            .iter()
+            .map(|text| serde_json::from_str::<Event>(text))
+            .collect::<Result<Vec<Event>, _>>()
+            .map_err(|e| BackendError::Unavailable(format!("unreadable event: {e}")))?;
+        let next_after = events.last().map_or(after, |event| event.seq);
+        Ok(Ok(EventPage { events, next_after }))
+    }
+}
+
+impl Backend for RedisBackend {
+    fn execute(&self, commands: Vec<Command>) -> BackendFuture<'_, Vec<Outcome>> {
+        Box::pin(self.run(commands))
+    }
+
+    fn partitions(&self) -> u32 {
+        self.shared.partitions
+    }
+
+    fn events(
+        &self,
+        partition: u32,
+        after: u64,
+        limit: usize,
+        wait_ms: u64,
+    ) -> BackendFuture<'_, Result<EventPage, Error>> {
+        Box::pin(async move {
+            let mut newer = self.shared.seq_watch[partition as usize].subscribe();
+            let page = self.read_events(partition, after, limit).await?;
+            let waiting = matches!(&page, Ok(page) if page.events.is_empty()) && wait_ms > 0;
+            if !waiting {
+                return Ok(page);
+            }
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+            let arrived = tokio::time::timeout_at(deadline, async {
+                newer.wait_for(|seq| *seq > after).await.is_ok()
+            })
+            .await
+            .unwrap_or(false);
+            if arrived {
+                self.read_events(partition, after, limit).await
+            } else {
+                Ok(page)
+            }
+        })
+    }
+
+    fn ready(&self) -> BackendFuture<'_, ()> {
+        Box::pin(async move {
+            let shared = &self.shared;
+            for partition in 0..shared.partitions {
+                shared.call(partition, &[]).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn stats(&self) -> BackendStats {
+        let shared = &self.shared;
+        BackendStats {
+            gauges: vec![
+                ("redis_partitions", f64::from(shared.partitions)),
+                (
+                    "redis_healthy",
+                    if shared.healthy.load(Ordering::Acquire) {
+                        1.0
+                    } else {
+                        0.0
+                    },
+                ),
+            ],
+            counters: vec![
+                (
+                    "redis_calls_total",
+                    shared.calls_total.load(Ordering::Relaxed),
+                ),
+                (
+                    "redis_commands_total",
+                    shared.commands_total.load(Ordering::Relaxed),
+                ),
+            ],
+            ..BackendStats::default()
+        }
+    }
+
+    fn shutdown(&self) -> BackendFuture<'_, ()> {
+        Box::pin(async move {
+            for task in self.tasks.lock().expect("tasks lock").drain(..) {
+                task.abort();
+            }
+            Ok(())
+        })
+    }
+}
+
+impl Drop for RedisBackend {
+    fn drop(&mut self) {
+        for task in self.tasks.lock().expect("tasks lock").drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// Expires holds past their deadline and frees lapsed leases on every partition, a few times a
+/// second, with or without traffic. Every server runs one; the library makes each expiry happen
+/// exactly once whoever sweeps.
+async fn sweep(shared: Arc<Shared>) {
+    let mut interval = tokio::time::interval(SWEEP_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        for partition in 0..shared.partitions {
+            loop {
+                let op = Op {
+                    name: "sweep",
+                    args: Vec::new(),
+                };
+                match shared.submit_one(partition, op).await {
+                    Ok(Answer::Swept { more: true, .. }) => continue,
+                    Ok(_) => break,
+                    Err(error) => {
+                        tracing::debug!(partition, %error, "sweep failed");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! The wire between the Rust side and the Lua library: commands as words, answers as JSON.
+//!
+//! A command becomes `OP ARGC ARGS...` (numbers in decimal, `-` for an unset optional value: ids
+//! start with a letter or digit, so `-` is never an id). An answer comes back as one JSON object
+//! per command and becomes the core's `Outcome`. Both directions are written once, here.
+
+use serde::Deserialize;
+use serde_json::Value;
+use stockd_core::{Command, Error, HoldId, HoldView, PoolId, PoolView, Reply};
+
+/// One command as the library's `call` takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Op {
+    pub name: &'static str,
+    pub args: Vec<String>,
+}
+
+fn opt(value: Option<u64>) -> String {
+    value.map_or_else(|| "-".to_string(), |v| v.to_string())
+}
+
+/// Encodes a validated command. `ListPools` asks one partition; the caller merges.
+pub fn encode(command: &Command) -> Op {
+    let (name, args): (&'static str, Vec<String>) = match command {
+        Command::PutPool {
+            pool,
+            spec,
+            if_absent,
+        } => (
+            "put_pool",
+            vec![
+                pool.to_string(),
+                spec.total.to_string(),
+                opt(spec.per_user_limit),
+                opt(spec.starts_at_ms),
+                opt(spec.ends_at_ms),
+                opt(spec.low_stock_threshold),
+                if *if_absent { "1" } else { "0" }.to_string(),
+            ],
+        ),
+        Command::Restock { pool, delta } => ("restock", vec![pool.to_string(), delta.to_string()]),
+        Command::GetPool { pool } => ("get_pool", vec![pool.to_string()]),
+        Command::ListPools {
+            prefix,
+            after,
+            limit,
+        } => (
+            "list_pools",
+            vec![
+                prefix.clone(),
+                after.clone().unwrap_or_default(),
+                limit.to_string(),
+            ],
+        ),
+        Command::DeletePool { pool } => ("delete_pool", vec![pool.to_string()]),
+        Command::Reserve(request) => {
+            let mut args = vec![
+                request.hold_id.to_string(),
+                request
+                    .user
+                    .as_ref()
+                    .map_or_else(|| "-".to_string(), |u| u.to_string()),
+                if request.confirm { "1" } else { "0" }.to_string(),
+                request.ttl_ms.to_string(),
+                request.wait_ms.to_string(),
+                request.items.len().to_string(),
+            ];
+            for item in &request.items {
+                args.push(item.pool.to_string());
+                args.push(item.qty.to_string());
+            }
+            ("reserve", args)
+        }
+        Command::Confirm { hold_id } => ("confirm", vec![hold_id.to_string()]),
+        Command::Release { hold_id } => ("release", vec![hold_id.to_string()]),
+        Command::Refund { hold_id } => ("refund", vec![hold_id.to_string()]),
+        Command::Extend { hold_id, ttl_ms } => {
+            ("extend", vec![hold_id.to_string(), ttl_ms.to_string()])
+        }
+        Command::GetHold { hold_id } => ("get_hold", vec![hold_id.to_string()]),
+        Command::LockAcquire(request) => (
+            "lock_acquire",
+            vec![
+                request.name.to_string(),
+                request.owner.to_string(),
+                request.ttl_ms.to_string(),
+                request.wait_ms.to_string(),
+            ],
+        ),
+        Command::LockRenew {
+            name,
+            owner,
+            token,
+            ttl_ms,
+        } => (
+            "lock_renew",
+            vec![
+                name.to_string(),
+                owner.to_string(),
+                token.to_string(),
+                ttl_ms.to_string(),
+            ],
+        ),
+        Command::LockRelease { name, owner, token } => (
+            "lock_release",
+            vec![name.to_string(), owner.to_string(), token.to_string()],
+        ),
+    };
+    Op { name, args }
+}
+
+/// What the library answered for one command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Done(Result<Reply, Error>),
+    /// One partition's page of `list_pools`: its pools in id order, and whether more follow.
+    PoolPage {
+        pools: Vec<PoolView>,
+        more: bool,
+    },
+    /// Parked until stock or the lock comes back; the ticket names the waiter.
+    Parked(u64),
+    /// Not run: an earlier command of the same request parked.
+    NotRun,
+    /// A sweep's result: holds expired, and whether more are due.
+    Swept {
+        expired: u64,
+        more: bool,
+    },
+}
+
+/// Why an answer could not be read: a library that does not speak this wire is a bug or a
+/// foreign library, never a client error.
+#[derive(Debug, thiserror::Error)]
+#[error("unreadable answer from the Redis library: {0}")]
+pub struct DecodeError(pub String);
+
+#[derive(Deserialize)]
+struct PoolAnswer {
+    pool: PoolView,
+    created: bool,
+}
+
+#[derive(Deserialize)]
+struct HoldAnswer {
+    hold: HoldView,
+    created: bool,
+}
+
+#[derive(Deserialize)]
+struct PoolsAnswer {
+    pools: Vec<PoolView>,
+    more: bool,
+}
+
+pub fn decode(text: &str) -> Result<Answer, DecodeError> {
+    if text == "~" {
+        return Ok(Answer::NotRun);
+    }
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| DecodeError(format!("{e}: {text}")))?;
+    let bad = |e: serde_json::Error| DecodeError(format!("{e}: {text}"));
+    let object = value
+        .as_object()
+        .ok_or_else(|| DecodeError(text.to_string()))?;
+    if let Some(code) = object.get("error").and_then(Value::as_str) {
+        return Ok(Answer::Done(Err(error(code, &value)?)));
+    }
+    if object.contains_key("hold") {
+        let answer: HoldAnswer = serde_json::from_value(value).map_err(bad)?;
+        return Ok(Answer::Done(Ok(Reply::Hold {
+            hold: answer.hold,
+            created: answer.created,
+        })));
+    }
+    if object.contains_key("pools") {
+        let answer: PoolsAnswer = serde_json::from_value(value).map_err(bad)?;
+        return Ok(Answer::PoolPage {
+            pools: answer.pools,
+            more: answer.more,
+        });
+    }
+    if object.contains_key("pool") {
+        let answer: PoolAnswer = serde_json::from_value(value).map_err(bad)?;
+        return Ok(Answer::Done(Ok(Reply::Pool {
+            pool: answer.pool,
+            created: answer.created,
+        })));
+    }
+    let number = |name: &str| object.get(name).and_then(Value::as_u64);
+    if let (Some(token), Some(expires_at_ms)) = (number("token"), number("expires_at_ms")) {
+        return Ok(Answer::Done(Ok(Reply::Lock {
+            token,
+            expires_at_ms,
+        })));
+    }
+    if let Some(ticket) = number("wait") {
+        return Ok(Answer::Parked(ticket));
+    }
+    if let Some(expired) = number("expired") {
+        let more = object.get("more").and_then(Value::as_bool).unwrap_or(false);
+        return Ok(Answer::Swept { expired, more });
+    }
+    if object.contains_key("deleted") {
+        return Ok(Answer::Done(Ok(Reply::PoolDeleted)));
+    }
+    if object.contains_key("released") {
+        return Ok(Answer::Done(Ok(Reply::LockReleased)));
+    }
+    Err(DecodeError(text.to_string()))
+}
+
+/// The core's error for a code and its detail fields.
+fn error(code: &str, value: &Value) -> Result<Error, DecodeError> {
+    let missing = || DecodeError(format!("error {code} without its details: {value}"));
+    let text = |name: &str| value.get(name).and_then(Value::as_str).ok_or_else(missing);
+    let number = |name: &str| value.get(name).and_then(Value::as_u64).ok_or_else(missing);
+    let pool = || -> Result<PoolId, DecodeError> {
+        PoolId::parse(text("pool")?).map_err(|e| DecodeError(e.to_string()))
+    };
+    let hold_id = || -> Result<HoldId, DecodeError> {
+        HoldId::parse(text("hold_id")?).map_err(|e| DecodeError(e.to_string()))
+    };
+    Ok(match code {
+        "invalid_request" => Error::invalid(text("message")?),
+        "pool_not_found" => Error::PoolNotFound { pool: pool()? },
+        "user_required" => Error::UserRequired { pool: pool()? },
+        "sale_not_started" => Error::SaleNotStarted {
+            pool: pool()?,
+            starts_at_ms: number("starts_at_ms")?,
+        },
+        "sale_ended" => Error::SaleEnded {
+            pool: pool()?,
+            ends_at_ms: number("ends_at_ms")?,
+        },
+        "insufficient_stock" => Error::InsufficientStock {
+            pool: pool()?,
+            available: number("available")?,
+            requested: number("requested")?,
+        },
+        "user_limit_exceeded" => Error::UserLimitExceeded {
+            pool: pool()?,
+            limit: number("limit")?,
+            used: number("used")?,
+            requested: number("requested")?,
+        },
+        "total_below_committed" => Error::TotalBelowCommitted {
+            pool: pool()?,
+            total: number("total")?,
+            committed: number("committed")?,
+        },
+        "pool_has_active_holds" => Error::PoolHasActiveHolds {
+            pool: pool()?,
+            held: number("held")?,
+        },
+        "pool_deleted" => Error::PoolDeleted { pool: pool()? },
+        "hold_not_found" => Error::HoldNotFound {
+            hold_id: hold_id()?,
+        },
+        "hold_id_conflict" => Error::HoldIdConflict {
+            hold_id: hold_id()?,
+        },
+        "hold_expired" => Error::HoldExpired {
+            hold_id: hold_id()?,
+        },
+        "hold_released" => Error::HoldReleased {
+            hold_id: hold_id()?,
+        },
+        "hold_confirmed" => Error::HoldConfirmed {
+            hold_id: hold_id()?,
+        },
+        "hold_refunded" => Error::HoldRefunded {
+            hold_id: hold_id()?,
+        },
+        "hold_not_confirmed" => Error::HoldNotConfirmed {
+            hold_id: hold_id()?,
+        },
+        "lock_held" => Error::LockHeld {
+            expires_at_ms: number("expires_at_ms")?,
+        },
+        "not_lock_owner" => Error::NotLockOwner,
+        other => return Err(DecodeError(format!("unknown error code {other}"))),
+    })
+}
