@@ -26,8 +26,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the stockd server (embedded engine).
+    /// Run the stockd server (embedded engine by default, or --backend redis://...).
     Serve(serve::ServeArgs),
+    /// Operate the Redis dataset behind a fleet of servers.
+    Redis {
+        #[command(subcommand)]
+        command: serve::RedisCommand,
+    },
     /// Create, read, restock, list and delete pools over HTTP.
     Pool {
         #[command(flatten)]
@@ -72,6 +77,7 @@ fn main() -> ExitCode {
     runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => serve::run(args).await,
+            Command::Redis { command } => serve::run_redis(command).await,
             Command::Pool { client, command } => cli::run_pool(&client, command).await,
             Command::Hold { client, command } => cli::run_hold(&client, command).await,
         }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use stockd_core::{Backend, StateConfig};
 use stockd_engine::{Engine, EngineConfig, SystemClock};
+use stockd_redis::{RedisBackend, RedisConfig, Target};
 use stockd_server::{Role, ServerConfig};
 
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:7070";
@@ -21,13 +22,17 @@ pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
+    /// Where the data lives: `embedded` (the default: this process, its --data-dir), or
+    /// `redis://[:PASSWORD@]HOST:PORT[/DB]` (one Redis primary shared by any number of servers).
+    #[arg(long, env = "STOCKD_BACKEND")]
+    pub backend: Option<String>,
     /// Address to listen on.
     #[arg(long, env = "STOCKD_LISTEN")]
     pub listen: Option<SocketAddr>,
     /// Directory of the write-ahead log and snapshots.
     #[arg(long, env = "STOCKD_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// TOML config file (keys: listen, data_dir, tokens, hold_retention_ms,
+    /// TOML config file (keys: backend, listen, data_dir, tokens, hold_retention_ms,
     /// confirmed_retention_ms, event_retention_max, snapshot_every_records).
     #[arg(long, env = "STOCKD_CONFIG")]
     pub config: Option<PathBuf>,
@@ -55,6 +60,7 @@ pub struct ServeArgs {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
+    backend: Option<String>,
     listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
     tokens: Option<Vec<String>>,
@@ -64,11 +70,18 @@ struct FileConfig {
     snapshot_every_records: Option<u64>,
 }
 
+/// Which backend, with its settings.
+#[derive(Debug)]
+pub enum BackendSettings {
+    Embedded(EngineConfig),
+    Redis(RedisConfig),
+}
+
 /// Settings after every source is merged.
 #[derive(Debug)]
 pub struct Settings {
     pub listen: SocketAddr,
-    pub engine: EngineConfig,
+    pub backend: BackendSettings,
     pub tokens: Vec<(String, Role)>,
     pub insecure_no_auth: bool,
 }
@@ -138,9 +151,19 @@ impl ServeArgs {
         if let Some(n) = self.snapshot_every_records.or(file.snapshot_every_records) {
             engine.snapshot_every_records = n.max(1);
         }
+        let backend = match self.backend.or(file.backend).as_deref() {
+            None | Some("embedded") => BackendSettings::Embedded(engine),
+            Some(url) => {
+                let mut redis = RedisConfig::new(Target::parse(url)?);
+                redis.hold_retention_ms = engine.state.hold_retention_ms;
+                redis.confirmed_retention_ms = engine.state.confirmed_retention_ms;
+                redis.event_retention_max = engine.event_retention_max;
+                BackendSettings::Redis(redis)
+            }
+        };
         Ok(Settings {
             listen,
-            engine,
+            backend,
             tokens,
             insecure_no_auth: self.insecure_no_auth,
         })
@@ -173,38 +196,37 @@ pub async fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let data_dir = settings.engine.data_dir.clone();
-    let opened =
-        tokio::task::spawn_blocking(move || Engine::open(settings.engine, Arc::new(SystemClock)))
-            .await;
-    let engine = match opened {
-        Ok(Ok(engine)) => engine,
-        Ok(Err(error)) => {
-            eprintln!(
-                "error: cannot open data dir {}: {error}",
-                data_dir.display()
-            );
-            return ExitCode::from(1);
-        }
-        Err(error) => {
-            eprintln!("error: engine start panicked: {error}");
-            return ExitCode::from(1);
-        }
+    let backend: Arc<dyn Backend> = match settings.backend {
+        BackendSettings::Embedded(engine) => match open_engine(engine).await {
+            Ok(engine) => Arc::new(engine),
+            Err(code) => return code,
+        },
+        BackendSettings::Redis(config) => match RedisBackend::connect(config).await {
+            Ok(backend) => {
+                tracing::info!("backend: redis");
+                Arc::new(backend)
+            }
+            Err(error) => {
+                eprintln!("error: cannot start the Redis backend: {error}");
+                return ExitCode::from(1);
+            }
+        },
     };
-    let backend: Arc<dyn Backend> = Arc::new(engine.clone());
     let router = stockd_server::router(
-        backend,
+        backend.clone(),
         ServerConfig {
             tokens: settings.tokens,
             body_limit_bytes: BODY_LIMIT_BYTES,
         },
     );
-    tracing::info!(listen = %settings.listen, data_dir = %data_dir.display(), "stockd serving");
+    tracing::info!(listen = %settings.listen, "stockd serving");
     let served = axum::serve(listener, router)
         .with_graceful_shutdown(stop_signal())
         .await;
     // In-flight requests are done; make everything durable before exiting.
-    engine.shutdown().await;
+    if let Err(error) = backend.shutdown().await {
+        tracing::warn!(%error, "backend shutdown");
+    }
     match served {
         Ok(()) => {
             tracing::info!("stopped cleanly");
@@ -213,6 +235,65 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         Err(error) => {
             eprintln!("error: server failed: {error}");
             ExitCode::from(1)
+        }
+    }
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum RedisCommand {
+    /// Accept the data Redis holds now as the dataset, after it came back with less than it had
+    /// (restarted empty, restored from a backup, failed over to a lagging replica). Servers
+    /// answer 503 until this is run; check what was lost first (see docs/redis.md).
+    Accept {
+        /// The Redis to accept: `redis://[:PASSWORD@]HOST:PORT[/DB]`.
+        #[arg(long, env = "STOCKD_BACKEND")]
+        backend: String,
+    },
+}
+
+pub async fn run_redis(command: RedisCommand) -> ExitCode {
+    match command {
+        RedisCommand::Accept { backend } => {
+            let target = match Target::parse(&backend) {
+                Ok(target) => target,
+                Err(why) => {
+                    eprintln!("error: {why}");
+                    return ExitCode::from(2);
+                }
+            };
+            match stockd_redis::accept(&target).await {
+                Ok(marker) => {
+                    println!("accepted: dataset marker is now {}", marker.text);
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}
+
+async fn open_engine(config: EngineConfig) -> Result<Engine, ExitCode> {
+    let data_dir = config.data_dir.clone();
+    let opened =
+        tokio::task::spawn_blocking(move || Engine::open(config, Arc::new(SystemClock))).await;
+    match opened {
+        Ok(Ok(engine)) => {
+            tracing::info!(data_dir = %data_dir.display(), "backend: embedded");
+            Ok(engine)
+        }
+        Ok(Err(error)) => {
+            eprintln!(
+                "error: cannot open data dir {}: {error}",
+                data_dir.display()
+            );
+            Err(ExitCode::from(1))
+        }
+        Err(error) => {
+            eprintln!("error: engine start panicked: {error}");
+            Err(ExitCode::from(1))
         }
     }
 }
