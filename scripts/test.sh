@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every check and test of stockd on a fresh machine: formatting, lints, and the whole test
-# suite (unit, property, engine, HTTP conformance, concurrency, crash and garbage tests).
-# Tests start their own stockd processes on free loopback ports; nothing else needs installing
-# for the embedded backend.
+# suite (unit, property, engine, HTTP conformance, concurrency, crash and garbage tests) against
+# the embedded engine, then the black-box suites again against a real Redis, plus the Redis
+# fleet and fault tests.
+# Tests start their own stockd and redis-server processes on free loopback ports; this script
+# installs what they need (redis-server from Debian's packages) when it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,9 +15,23 @@ fi
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 
+# redis-server and redis-cli (Debian's packages). The tests start their own servers on free
+# loopback ports; a service the package may start on 6379 is not used.
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+    echo "== installing redis-server"
+    sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq redis-server redis-tools >/dev/null
+fi
+redis-server --version
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== cargo test"
+echo "== cargo test (embedded engine; Redis fleet and fault tests)"
 cargo test --workspace --locked "$@"
+echo "== cargo test (black-box suites against a real Redis)"
+STOCKD_TEST_BACKEND=redis cargo test -p stockd --locked \
+    --test conformance --test concurrency --test crash --test garbage --test cli --test keepalive "$@"

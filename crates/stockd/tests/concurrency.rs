@@ -6,29 +6,12 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{now_ms, short, Api, Server};
+use support::{assert_pool, join_all, now_ms, put_pool, short, spawn_waiter, tally, Api, Server};
 use tokio::sync::Barrier;
-use tokio::task::JoinHandle;
-
-async fn put_pool(api: &Api, pool: &str, body: Value) {
-    let (status, reply) = api
-        .call("PUT", &format!("/v1/pools/{pool}"), Some(body))
-        .await;
-    assert_eq!(status, 201, "create pool {pool}: {reply}");
-}
-
-async fn join_all<T: Send + 'static>(handles: Vec<JoinHandle<T>>) -> Vec<T> {
-    let mut out = Vec::with_capacity(handles.len());
-    for handle in handles {
-        out.push(handle.await.expect("task panicked"));
-    }
-    out
-}
 
 /// Sends every body to `POST /v1/holds` at once: all tasks wait on a barrier, then fire.
 async fn reserve_all_at_once(api: &Api, bodies: Vec<Value>) -> Vec<(u16, Value)> {
@@ -44,33 +27,6 @@ async fn reserve_all_at_once(api: &Api, bodies: Vec<Value>) -> Vec<(u16, Value)>
         })
         .collect();
     join_all(handles).await
-}
-
-fn tally(replies: &[(u16, Value)]) -> HashMap<(u16, String), usize> {
-    let mut counts = HashMap::new();
-    for (status, body) in replies {
-        let code = body
-            .get("error")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        *counts.entry((*status, code)).or_insert(0) += 1;
-    }
-    counts
-}
-
-fn assert_pool(pool: &Value, total: u64, available: u64, held: u64, sold: u64) {
-    let got = (
-        &pool["total"],
-        &pool["available"],
-        &pool["held"],
-        &pool["sold"],
-    );
-    assert_eq!(
-        got,
-        (&json!(total), &json!(available), &json!(held), &json!(sold)),
-        "pool (total, available, held, sold): {pool}"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -225,23 +181,6 @@ async fn per_user_limit_holds_under_concurrency() {
 }
 
 /// Spawns a reserve that waits for stock, returning its answer and how long it took.
-fn spawn_waiter(
-    api: &Api,
-    hold_id: &str,
-    pool: &str,
-    qty: u64,
-    wait_ms: u64,
-) -> JoinHandle<((u16, Value), Duration)> {
-    let api = api.clone();
-    let body =
-        json!({"hold_id": hold_id, "items": [{"pool": pool, "qty": qty}], "wait_ms": wait_ms});
-    tokio::spawn(async move {
-        let started = Instant::now();
-        let reply = api.call("POST", "/v1/holds", Some(body)).await;
-        (reply, started.elapsed())
-    })
-}
-
 /// Arrival order is defined by real time, so the test spaces arrivals by this much. The outcome
 /// asserted does not depend on this gap being exact, only on the first waiter being first.
 const ARRIVAL_GAP: Duration = Duration::from_millis(300);

@@ -17,7 +17,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::Value;
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
 
 /// How long a fresh process may take to answer `GET /healthz` with 200.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -74,12 +75,145 @@ impl TestBackend for EmbeddedBackend {
     }
 }
 
-/// The backend chosen by `STOCKD_TEST_BACKEND` (unset or `embedded`: the embedded engine).
+/// A real `redis-server` of its own, on a free loopback port, without persistence (the stockd
+/// servers started with it share it; it is killed when the last of them is dropped). Tests that
+/// restart Redis itself start theirs with [`RedisServer::start_with`].
+pub struct RedisBackend {
+    pub redis: RedisServer,
+}
+
+impl RedisBackend {
+    pub fn start() -> RedisBackend {
+        RedisBackend {
+            redis: RedisServer::start_with(&["--appendonly", "no"]),
+        }
+    }
+}
+
+impl TestBackend for RedisBackend {
+    fn name(&self) -> &str {
+        "redis"
+    }
+    fn extra_args(&self) -> Vec<String> {
+        vec!["--backend".to_string(), self.redis.url()]
+    }
+    fn extra_env(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+}
+
+/// One `redis-server` child on a free loopback port, in a temporary directory. SIGKILL on drop.
+pub struct RedisServer {
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    args: Vec<String>,
+    child: std::sync::Mutex<Option<Child>>,
+}
+
+impl RedisServer {
+    /// Starts `redis-server` with extra config arguments (`--appendonly yes`, ...).
+    pub fn start_with(args: &[&str]) -> RedisServer {
+        let dir = tempfile::Builder::new()
+            .prefix("stockd-redis-")
+            .tempdir()
+            .expect("tempdir");
+        let server = RedisServer {
+            port: free_port(),
+            dir,
+            args: args.iter().map(|a| a.to_string()).collect(),
+            child: std::sync::Mutex::new(None),
+        };
+        server.start_again();
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the process again on the same port and directory (after [`RedisServer::kill`]).
+    pub fn start_again(&self) {
+        let mut child = self.child.lock().expect("redis child lock");
+        assert!(child.is_none(), "redis-server already running");
+        let spawned = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--daemonize", "no", "--protected-mode", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server (scripts/test.sh installs it)");
+        *child = Some(spawned);
+        drop(child);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while self.ping().is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL (no shutdown save); a no-op when already stopped.
+    pub fn kill(&self) {
+        if let Some(mut child) = self.child.lock().expect("redis child lock").take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Runs one command with `redis-cli` and returns its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let output = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("run redis-cli");
+        String::from_utf8_lossy(&output.stdout).trim().to_string()
+    }
+
+    fn ping(&self) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(1)))?;
+        stream.write_all(b"PING\r\n")?;
+        let mut reply = [0u8; 7];
+        stream.read_exact(&mut reply)?;
+        if &reply == b"+PONG\r\n" {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(
+                "unexpected PING reply (still loading?)",
+            ))
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The backend chosen by `STOCKD_TEST_BACKEND` (unset or `embedded`: the embedded engine;
+/// `redis`: a fresh `redis-server` for each backend made).
 pub fn backend_from_env() -> Arc<dyn TestBackend> {
     match std::env::var("STOCKD_TEST_BACKEND").as_deref() {
         Err(_) | Ok("") | Ok("embedded") => Arc::new(EmbeddedBackend),
-        Ok(other) => panic!("STOCKD_TEST_BACKEND={other}: unknown backend (known: embedded)"),
+        Ok("redis") => Arc::new(RedisBackend::start()),
+        Ok(other) => {
+            panic!("STOCKD_TEST_BACKEND={other}: unknown backend (known: embedded, redis)")
+        }
     }
+}
+
+/// Whether the tests run against the embedded engine (some tests look at its data dir).
+pub fn embedded_backend() -> bool {
+    matches!(
+        std::env::var("STOCKD_TEST_BACKEND").as_deref(),
+        Err(_) | Ok("") | Ok("embedded")
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -854,4 +988,69 @@ pub fn pool_invariant_problem(pool: &Value) -> Option<String> {
             short(pool)
         )),
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers shared by the load and fleet suites
+// ---------------------------------------------------------------------------------------------
+
+/// Creates a pool (201 expected).
+pub async fn put_pool(api: &Api, pool: &str, body: Value) {
+    let (status, reply) = api
+        .call("PUT", &format!("/v1/pools/{pool}"), Some(body))
+        .await;
+    assert_eq!(status, 201, "create pool {pool}: {reply}");
+}
+
+pub async fn join_all<T: Send + 'static>(handles: Vec<JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::with_capacity(handles.len());
+    for handle in handles {
+        out.push(handle.await.expect("task panicked"));
+    }
+    out
+}
+
+pub fn tally(replies: &[(u16, Value)]) -> HashMap<(u16, String), usize> {
+    let mut counts = HashMap::new();
+    for (status, body) in replies {
+        let code = body
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        *counts.entry((*status, code)).or_insert(0) += 1;
+    }
+    counts
+}
+
+pub fn assert_pool(pool: &Value, total: u64, available: u64, held: u64, sold: u64) {
+    let got = (
+        &pool["total"],
+        &pool["available"],
+        &pool["held"],
+        &pool["sold"],
+    );
+    assert_eq!(
+        got,
+        (&json!(total), &json!(available), &json!(held), &json!(sold)),
+        "pool (total, available, held, sold): {pool}"
+    );
+}
+
+/// Starts a reserve that waits up to `wait_ms`; resolves to its reply and how long it took.
+pub fn spawn_waiter(
+    api: &Api,
+    hold_id: &str,
+    pool: &str,
+    qty: u64,
+    wait_ms: u64,
+) -> JoinHandle<((u16, Value), Duration)> {
+    let api = api.clone();
+    let body =
+        json!({"hold_id": hold_id, "items": [{"pool": pool, "qty": qty}], "wait_ms": wait_ms});
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let reply = api.call("POST", "/v1/holds", Some(body)).await;
+        (reply, started.elapsed())
+    })
 }
