@@ -186,9 +186,11 @@ end
 -- ---------------------------------------------------------------- holds
 
 -- Hold hash fields: st status, u user (absent when none), it items ("pool qty generation ..."),
--- cf confirm flag, c created_at_ms, e expires_at_ms, f finished_at_ms (absent while held).
+-- cf confirm flag, c created_at_ms, e expires_at_ms, f finished_at_ms (absent while held), and
+-- for a hold over several partitions (cross.lua) x = 1 and ap, the part transition to apply. Such
+-- a hold is also 'pending' or 'aborting' while its reserve runs: not a hold yet for any command.
 function S.hold_get(id)
-    local v = redis.call('HMGET', S.key('hold', id), 'st', 'u', 'it', 'cf', 'c', 'e', 'f')
+    local v = redis.call('HMGET', S.key('hold', id), 'st', 'u', 'it', 'cf', 'c', 'e', 'f', 'x')
     if not v[1] then return nil end
     local items = {}
     local words = {}
@@ -200,7 +202,13 @@ function S.hold_get(id)
     return {
         id = id, status = v[1], user = v[2] or nil, items = items, confirm = v[4] == '1',
         created_at_ms = tonumber(v[5]), expires_at_ms = tonumber(v[6]), finished_at_ms = S.num(v[7]),
+        cross = v[8] == '1',
     }
+end
+
+-- Whether a hold record is a hold yet (a cross-partition reserve may still be under way).
+function S.visible(hold)
+    return hold ~= nil and hold.status ~= 'pending' and hold.status ~= 'aborting'
 end
 
 function S.items_json(items)
@@ -239,13 +247,17 @@ function S.hold_finish(hold, status, finished_at_ms)
     redis.call('ZREM', S.key('expiry'), hold.id)
 end
 
--- held -> confirmed: held units become sold.
+-- held -> confirmed: held units become sold (in each partition's part, for a cross hold).
 function S.apply_confirmed(hold)
-    for _, item in ipairs(hold.items) do
-        local pool = S.pool_get(item.pool)
-        pool.held = pool.held - item.qty
-        pool.sold = pool.sold + item.qty
-        S.pool_put_counts(pool)
+    if hold.cross then
+        S.queue_apply(hold, 'confirm', false)
+    else
+        for _, item in ipairs(hold.items) do
+            local pool = S.pool_get(item.pool)
+            pool.held = pool.held - item.qty
+            pool.sold = pool.sold + item.qty
+            S.pool_put_counts(pool)
+        end
     end
     S.hold_finish(hold, 'confirmed', S.now)
     S.hold_event('confirmed', hold)
@@ -253,13 +265,17 @@ end
 
 -- held -> released or expired: held units go back to available, and the user's usage with them.
 function S.apply_returned(hold, status)
-    for _, item in ipairs(hold.items) do
-        local pool = S.pool_get(item.pool)
-        pool.held = pool.held - item.qty
-        pool.available = pool.available + item.qty
-        S.pool_put_counts(pool)
-        S.usage_give_back(item.pool, hold.user, item.qty)
-        S.note_freed_pool(item.pool)
+    if hold.cross then
+        S.queue_apply(hold, 'return', status == 'expired')
+    else
+        for _, item in ipairs(hold.items) do
+            local pool = S.pool_get(item.pool)
+            pool.held = pool.held - item.qty
+            pool.available = pool.available + item.qty
+            S.pool_put_counts(pool)
+            S.usage_give_back(item.pool, hold.user, item.qty)
+            S.note_freed_pool(item.pool)
+        end
     end
     -- An expired hold finished at its deadline, however late the sweep ran.
     local finished_at_ms = S.now
@@ -269,7 +285,7 @@ function S.apply_returned(hold, status)
 end
 
 -- A held hold whose deadline has passed is expired now, whether or not a sweep ran.
-function S.expire_if_due(hold)
+function S.settle(hold)
     if hold and hold.status == 'held' and S.now >= hold.expires_at_ms then
         S.apply_returned(hold, 'expired')
     end
@@ -277,7 +293,30 @@ function S.expire_if_due(hold)
 end
 
 function S.hold_reply(hold, created)
-    return { kind = 'hold', json = S.hold_json(hold), created = created }
+    return { kind = 'hold', json = S.hold_json(hold), created = created, apply = hold.apply }
+end
+
+-- The hold a command names, settled. On the partition a hold id hashes to (route 'dir') a hold
+-- that lives elsewhere is found through its directory entry: the answer is then {"moved"}.
+S.DIR_EXTRA_MS = 86400000 + 3600000
+function S.find_hold(id, route)
+    local hold = S.settle(S.hold_get(id))
+    if S.visible(hold) then return hold, nil end
+    if route == 'dir' and not hold then
+        local moved = S.dir_lookup(id)
+        if moved then return nil, moved end
+    end
+    return nil, S.hold_not_found(id)
+end
+
+-- The directory entry of a hold whose home is another partition: {"moved"} to it, or nil.
+-- Every lookup keeps the entry alive for longer than the hold can be kept.
+function S.dir_lookup(id)
+    local key = S.key('dir', id)
+    local home = redis.call('HGET', key, 'p')
+    if not home or tonumber(home) == S.partition then return nil end
+    redis.call('PEXPIRE', key, S.int(S.confirmed_retention_ms + S.DIR_EXTRA_MS))
+    return { kind = 'raw', json = '{"moved":' .. home .. '}', stop = true }
 end
 
 function S.hold_not_found(id)
@@ -296,7 +335,10 @@ function S.reply_json(reply)
         for _, f in ipairs(reply.fields) do all[#all + 1] = f end
         return S.json_object(all)
     elseif reply.kind == 'hold' then
-        return '{"hold":' .. reply.json .. ',"created":' .. (reply.created and 'true' or 'false') .. '}'
+        local apply = ''
+        if reply.apply then apply = ',"apply":' .. S.json_string(reply.apply) end
+        return '{"hold":' .. reply.json .. ',"created":' .. (reply.created and 'true' or 'false')
+            .. apply .. '}'
     elseif reply.kind == 'pool' then
         return '{"pool":' .. reply.json .. ',"created":' .. (reply.created and 'true' or 'false') .. '}'
     elseif reply.kind == 'pools' then

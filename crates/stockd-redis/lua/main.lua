@@ -3,17 +3,26 @@
 -- dataset marker. Nothing here decides a rule: it frames calls and dispatches to C.*.
 
 -- FCALL stockd_v1_call 1 META PARTITION DATASET SEQ_FLOOR NOW HOLD_RET CONFIRMED_RET EVENTS_MAX
---   then groups: GROUP_LEN, then GROUP_LEN commands each as OP ARGC ARGS...
+--   CALL_ID, then groups: GROUP_LEN, then GROUP_LEN commands each as OP ARGC ARGS...
 -- A group is one client request: its commands run in order, and a command that parks (a wait)
 -- ends its group's run; the server sends the rest once the wait is over. Groups are independent.
 -- Returns { next_seq, reply_1, ..., reply_n } with '~' for a command not run, or { '!' .. why }
 -- when the dataset is not the one the server knows (nothing was read or written).
+-- CALL_ID (Redis Cluster, where the client resends a call whose connection broke): a call seen
+-- before answers what it answered then, instead of running twice.
+S.CALL_MEMORY_MS = 60000
 local function call(keys, argv)
     S.begin(keys[1], argv)
     local refused = S.check_dataset()
     if refused then return { '!' .. refused } end
+    local call_key = nil
+    if argv[8] ~= '' then
+        call_key = S.key('call', argv[8])
+        local seen = redis.call('GET', call_key)
+        if seen then return cjson.decode(seen) end
+    end
     local out = { 0 }
-    local i = 8
+    local i = 9
     while i <= #argv do
         local group_len = tonumber(argv[i])
         i = i + 1
@@ -30,12 +39,11 @@ local function call(keys, argv)
                 if not handler then error('stockd: unknown op ' .. tostring(op)) end
                 local reply = handler(args)
                 S.serve_freed()
-                if reply.kind == 'wait' then parked = true end
+                -- A command that parks, or that must be finished by the server (a hold that
+                -- lives elsewhere, a cross-partition step), ends its group's run here.
+                if reply.kind == 'wait' or reply.stop then parked = true end
                 if reply.kind == 'raw' then
                     out[#out + 1] = reply.json
-                elseif reply.kind == 'swept' then
-                    out[#out + 1] = '{"expired":' .. S.int(reply.expired) .. ',"more":'
-                        .. (reply.more and 'true' or 'false') .. '}'
                 else
                     out[#out + 1] = S.reply_json(reply)
                 end
@@ -44,6 +52,9 @@ local function call(keys, argv)
     end
     local seq = tonumber(redis.call('HGET', S.meta, 'seq') or '0')
     out[1] = seq
+    if call_key then
+        redis.call('SET', call_key, cjson.encode(out), 'PX', S.int(S.CALL_MEMORY_MS))
+    end
     if S.published or #S.woken > 0 then
         redis.call('PUBLISH', 'stockd:wake', S.int(S.partition) .. ' ' .. S.int(seq) .. ' '
             .. table.concat(S.woken, ' '))

@@ -2,8 +2,8 @@
 -- Mirrors stockd-core: State::reserve, try_reserve, check_reserve, hold_matches and
 -- apply_record's Held (and Confirmed for confirm: true).
 
--- reserve HOLD USER CONFIRM TTL_MS WAIT_MS N POOL1 QTY1 ... ('-' for no user: ids start with a
--- letter or digit)
+-- Words: HOLD USER CONFIRM TTL_MS WAIT_MS N POOL1 QTY1 ... ('-' for no user: ids start with a
+-- letter or digit). Returns the request and the index of the word after it.
 function S.parse_reserve(a, from)
     local request = {
         hold_id = a[from], user = a[from + 1] ~= '-' and a[from + 1] or nil,
@@ -18,7 +18,7 @@ function S.parse_reserve(a, from)
 end
 
 -- Same user, same items in any order, same confirm flag.
-local function hold_matches(hold, request)
+function S.hold_matches(hold, request)
     if hold.user ~= request.user or hold.confirm ~= request.confirm
         or #hold.items ~= #request.items then
         return false
@@ -33,52 +33,47 @@ local function hold_matches(hold, request)
     return true
 end
 
--- Item by item in the order given, the first failure wins. Reads only. Returns the pools read.
-local function check_reserve(request)
+-- Item by item in the order given, the first failure wins. Reads only. Returns the pools read,
+-- or the failure and the position of the item that failed.
+function S.check_reserve(request)
     local pools = {}
     for i, item in ipairs(request.items) do
         local pool = S.pool_get(item.pool)
         if not pool then
-            return nil, S.error('pool_not_found', { { 'pool', item.pool, 's' } })
+            return nil, S.error('pool_not_found', { { 'pool', item.pool, 's' } }), i
         end
         if pool.per_user_limit and not request.user then
-            return nil, S.error('user_required', { { 'pool', item.pool, 's' } })
+            return nil, S.error('user_required', { { 'pool', item.pool, 's' } }), i
         end
         if pool.starts_at_ms and S.now < pool.starts_at_ms then
             return nil, S.error('sale_not_started', { { 'pool', item.pool, 's' },
-                { 'starts_at_ms', pool.starts_at_ms, 'n' } })
+                { 'starts_at_ms', pool.starts_at_ms, 'n' } }), i
         end
         if pool.ends_at_ms and S.now >= pool.ends_at_ms then
             return nil, S.error('sale_ended', { { 'pool', item.pool, 's' },
-                { 'ends_at_ms', pool.ends_at_ms, 'n' } })
+                { 'ends_at_ms', pool.ends_at_ms, 'n' } }), i
         end
         if pool.available < item.qty then
             return nil, S.error('insufficient_stock', { { 'pool', item.pool, 's' },
-                { 'available', pool.available, 'n' }, { 'requested', item.qty, 'n' } })
+                { 'available', pool.available, 'n' }, { 'requested', item.qty, 'n' } }), i
         end
         if pool.per_user_limit and request.user then
             local used = S.usage_get(item.pool, request.user)
             if used + item.qty > pool.per_user_limit then
                 return nil, S.error('user_limit_exceeded', { { 'pool', item.pool, 's' },
                     { 'limit', pool.per_user_limit, 'n' }, { 'used', used, 'n' },
-                    { 'requested', item.qty, 'n' } })
+                    { 'requested', item.qty, 'n' } }), i
             end
         end
         pools[i] = pool
     end
-    return pools, nil
+    return pools, nil, nil
 end
 
--- One attempt, without waiting: replay, conflict, or check and take.
-function S.try_reserve(request)
-    local hold = S.expire_if_due(S.hold_get(request.hold_id))
-    if hold then
-        if hold_matches(hold, request) then return S.hold_reply(hold, false) end
-        return S.error('hold_id_conflict', { { 'hold_id', request.hold_id, 's' } })
-    end
-    local pools, failure = check_reserve(request)
-    if failure then return failure end
-    local expires_at_ms = S.now + request.ttl_ms
+-- Takes the checked units: available -> held, and the user's usage. Returns the items as the
+-- hold (or part) record stores them, and a function that fires low_stock where it crossed (to
+-- call once the event of the change itself is out).
+function S.take_units(request, pools)
     local words, befores = {}, {}
     for i, item in ipairs(request.items) do
         local pool = pools[i]
@@ -89,28 +84,72 @@ function S.try_reserve(request)
         S.usage_add(item.pool, request.user, item.qty)
         words[#words + 1] = item.pool .. ' ' .. S.int(item.qty) .. ' ' .. S.int(pool.generation)
     end
+    return words, function()
+        for i, pool in ipairs(pools) do
+            if S.low_stock_crossed(pool, befores[i]) then S.emit_low_stock(pool) end
+        end
+    end
+end
+
+-- One attempt, without waiting: replay, conflict, or check and take. Every pool is local.
+function S.try_reserve(request)
+    local hold = S.settle(S.hold_get(request.hold_id))
+    if hold then
+        if S.hold_matches(hold, request) then return S.hold_reply(hold, false) end
+        return S.error('hold_id_conflict', { { 'hold_id', request.hold_id, 's' } })
+    end
+    local pools, failure = S.check_reserve(request)
+    if failure then return failure end
+    local words, flush_low_stock = S.take_units(request, pools)
     hold = {
         id = request.hold_id, status = 'held', user = request.user, items = request.items,
-        confirm = request.confirm, created_at_ms = S.now, expires_at_ms = expires_at_ms,
+        confirm = request.confirm, created_at_ms = S.now, expires_at_ms = S.now + request.ttl_ms,
     }
     local key = S.key('hold', hold.id)
     redis.call('HSET', key, 'st', 'held', 'it', table.concat(words, ' '),
-        'cf', request.confirm and '1' or '0', 'c', S.int(S.now), 'e', S.int(expires_at_ms))
+        'cf', request.confirm and '1' or '0', 'c', S.int(S.now), 'e', S.int(hold.expires_at_ms))
     if request.user then redis.call('HSET', key, 'u', request.user) end
     -- A hold confirmed on creation is confirmed at once; it never needs an expiry slot.
     if not request.confirm then
-        redis.call('ZADD', S.key('expiry'), S.int(expires_at_ms), hold.id)
+        redis.call('ZADD', S.key('expiry'), S.int(hold.expires_at_ms), hold.id)
     end
     S.hold_event('held', hold)
-    for i, pool in ipairs(pools) do
-        if S.low_stock_crossed(pool, befores[i]) then S.emit_low_stock(pool) end
-    end
+    flush_low_stock()
     if request.confirm then S.apply_confirmed(hold) end
     return S.hold_reply(hold, true)
 end
 
+-- reserve WORDS... ROUTE HOME LOCAL. ROUTE is 'only' (one partition), 'dir' (this partition is
+-- the one the hold id hashes to; HOME is where the hold lives: here, or elsewhere through a
+-- directory entry) or 'home' (sent here after {"moved"}). LOCAL is 1 when every pool of the hold
+-- is in this partition; otherwise the answer is {"cross"} and the caller runs cross.lua's
+-- protocol with this partition as home.
 C.reserve = function(a)
-    local request = S.parse_reserve(a, 1)
+    local request, next = S.parse_reserve(a, 1)
+    local route, home, is_local = a[next], tonumber(a[next + 1]), a[next + 2] == '1'
+    local hold = S.hold_get(request.hold_id)
+    if hold and not S.visible(hold) then
+        return { kind = 'raw', json = '{"cross":true}', stop = true }
+    end
+    if not hold and route == 'dir' then
+        local moved = S.dir_lookup(request.hold_id)
+        if moved then return moved end
+        if home ~= S.partition then
+            local key = S.key('dir', request.hold_id)
+            redis.call('HSET', key, 'p', S.int(home))
+            redis.call('PEXPIRE', key, S.int(S.confirmed_retention_ms + S.DIR_EXTRA_MS))
+            return { kind = 'raw', json = '{"moved":' .. S.int(home) .. '}', stop = true }
+        end
+    end
+    if not hold and not is_local then
+        return { kind = 'raw', json = '{"cross":true}', stop = true }
+    end
+    if hold and hold.cross then
+        -- A replay of a cross-partition hold: answered as any replay, nothing to take.
+        hold = S.settle(hold)
+        if S.hold_matches(hold, request) then return S.hold_reply(hold, false) end
+        return S.error('hold_id_conflict', { { 'hold_id', request.hold_id, 's' } })
+    end
     local reply = S.try_reserve(request)
     if request.wait_ms == 0 or reply.code ~= 'insufficient_stock' then
         return reply
@@ -121,11 +160,9 @@ C.reserve = function(a)
     for _, item in ipairs(request.items) do
         if not S.waiter_room(S.key('waitq', item.pool)) then return reply end
     end
-    local pools = {}
-    for i, item in ipairs(request.items) do pools[i] = item.pool end
     local ticket = S.park('stock', a, S.now + request.wait_ms)
-    for _, pool in ipairs(pools) do
-        redis.call('ZADD', S.key('waitq', pool), S.int(ticket), S.int(ticket))
+    for _, item in ipairs(request.items) do
+        redis.call('ZADD', S.key('waitq', item.pool), S.int(ticket), S.int(ticket))
     end
     return { kind = 'wait', ticket = ticket }
 end

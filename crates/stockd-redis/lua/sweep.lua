@@ -3,7 +3,7 @@
 -- they free. Mirrors stockd-core: State::tick. Each hold expires exactly once, whoever sweeps:
 -- the call is atomic and re-checks the hold's status and deadline.
 
--- sweep: returns how many holds it expired (at most S.EXPIRIES_PER_SWEEP_MAX, so one call
+-- sweep: answers how many holds it expired (at most S.EXPIRIES_PER_SWEEP_MAX, so one call
 -- stays short when a crowd of holds lapses at once; the next sweep continues at once).
 C.sweep = function()
     local expired = 0
@@ -29,5 +29,15 @@ C.sweep = function()
         end
         redis.call('ZREM', S.key('lockexp'), name)
     end
-    return { kind = 'swept', expired = expired, more = #due == S.EXPIRIES_PER_SWEEP_MAX }
+    -- Cross-partition holds whose parts a server left behind (cross.lua): for the sweeper to
+    -- roll forward (decided, not yet applied) or back (a reserve that never finished).
+    local forward, back = S.cross_due()
+    local function ids(list)
+        local parts = {}
+        for i, id in ipairs(list) do parts[i] = S.json_string(id) end
+        return '[' .. table.concat(parts, ',') .. ']'
+    end
+    return { kind = 'raw', json = '{"expired":' .. S.int(expired) .. ',"more":'
+        .. (#due == S.EXPIRIES_PER_SWEEP_MAX and 'true' or 'false') .. ',"forward":' .. ids(forward)
+        .. ',"back":' .. ids(back) .. '}' }
 end

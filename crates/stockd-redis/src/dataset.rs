@@ -112,10 +112,9 @@ pub(crate) async fn read(link: &Link, keys: &PartitionKeys) -> redis::RedisResul
 
 /// `stockd redis accept`: the operator accepts the data Redis holds now as the dataset. Every
 /// running server adopts the new marker at its next call and forgets the seqs it had seen.
-pub async fn accept(target: &Target) -> Result<Marker, StartError> {
+pub async fn accept(target: &Target, partitions: u32) -> Result<Marker, StartError> {
     let link = Link::connect(target).await?;
     link.load_library().await?;
-    let partitions = 1;
     let Value::Array(time) = link.query(&redis::cmd("TIME")).await? else {
         return Err(StartError::Dataset("unexpected answer to TIME".into()));
     };

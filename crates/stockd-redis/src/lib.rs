@@ -12,8 +12,10 @@
 //! back with less than this server saw (its dataset marker missing or changed, its event seq
 //! lower) is `BackendError::Unavailable` (503), never a guess.
 
+mod cross;
 mod dataset;
 mod dispatch;
+mod fault;
 pub mod keys;
 pub mod library;
 mod link;
@@ -28,13 +30,13 @@ use redis::Value;
 use stockd_core::limits::{CONFIRMED_RETENTION_MS_DEFAULT, HOLD_RETENTION_MS_DEFAULT};
 use stockd_core::{
     Backend, BackendError, BackendFuture, BackendStats, Command, Error, Event, EventPage, Outcome,
-    Reply,
+    Reply, ReserveRequest,
 };
 use tokio::sync::{oneshot, watch};
 
 pub use dataset::{accept, Marker};
 pub use link::Target;
-use wire::{Answer, Op};
+use wire::{Answer, Op, Route};
 
 /// How often each server sweeps each partition for holds past their deadline (the contract
 /// allows 1 s of lag; several servers sweeping only make it shorter).
@@ -42,9 +44,16 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_millis(100);
 /// Events kept per partition by default (the stream is trimmed to exactly this many).
 pub const EVENT_RETENTION_MAX_DEFAULT: usize = 1_000_000;
 
+/// Partitions of a Redis Cluster dataset by default: enough to spread over many primaries.
+pub const CLUSTER_PARTITIONS_DEFAULT: u32 = 16;
+/// Most partitions a dataset may have.
+pub const PARTITIONS_MAX: u32 = 1024;
+
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
     pub target: Target,
+    /// Event feed partitions: 1 on a single Redis; on a Cluster, fixed when the dataset is made.
+    pub partitions: u32,
     pub hold_retention_ms: u64,
     pub confirmed_retention_ms: u64,
     pub event_retention_max: usize,
@@ -53,6 +62,11 @@ pub struct RedisConfig {
 impl RedisConfig {
     pub fn new(target: Target) -> Self {
         RedisConfig {
+            partitions: if target.is_cluster() {
+                CLUSTER_PARTITIONS_DEFAULT
+            } else {
+                1
+            },
             target,
             hold_retention_ms: HOLD_RETENTION_MS_DEFAULT,
             confirmed_retention_ms: CONFIRMED_RETENTION_MS_DEFAULT,
@@ -88,6 +102,9 @@ pub(crate) struct Shared {
     queues: OnceLock<Vec<dispatch::Queue>>,
     calls_total: AtomicU64,
     commands_total: AtomicU64,
+    /// On a Cluster, calls carry `CALL_PREFIX-N` so that one the client sends twice runs once.
+    call_prefix: Option<String>,
+    next_call: AtomicU64,
 }
 
 impl Shared {
@@ -128,10 +145,18 @@ impl Shared {
 
     async fn call_once(&self, partition: u32, groups: &[&[Op]]) -> Result<Vec<String>, CallError> {
         let mut cmd = self.call_args(library::FN_CALL, partition);
+        let call_id = match &self.call_prefix {
+            Some(prefix) => format!(
+                "{prefix}-{}",
+                self.next_call.fetch_add(1, Ordering::Relaxed)
+            ),
+            None => String::new(),
+        };
         cmd.arg("")
             .arg(self.config.hold_retention_ms)
             .arg(self.config.confirmed_retention_ms)
-            .arg(self.config.event_retention_max);
+            .arg(self.config.event_retention_max)
+            .arg(call_id);
         let mut commands = 0;
         for group in groups {
             cmd.arg(group.len());
@@ -208,9 +233,60 @@ impl Shared {
             .map_err(|_| BackendError::Unavailable("the Redis dispatcher stopped".into()))?
     }
 
+    async fn submit_raw(&self, partition: u32, op: Op) -> Result<String, BackendError> {
+        let mut answers = self.submit(partition, vec![op]).await?;
+        answers
+            .pop()
+            .ok_or_else(|| BackendError::Unavailable("no answer".into()))
+    }
+
     async fn submit_one(&self, partition: u32, op: Op) -> Result<Answer, BackendError> {
-        let answers = self.submit(partition, vec![op]).await?;
-        decode(&answers[0])
+        decode(&self.submit_raw(partition, op).await?)
+    }
+
+    /// The partition a command is sent to first: its pool's, its lock's, or (for a command
+    /// naming a hold) the one its hold id hashes to, which knows where the hold lives.
+    fn first_partition(&self, command: &Command) -> u32 {
+        let id = match command {
+            Command::PutPool { pool, .. }
+            | Command::Restock { pool, .. }
+            | Command::GetPool { pool }
+            | Command::DeletePool { pool } => pool.as_str(),
+            Command::Reserve(request) => request.hold_id.as_str(),
+            Command::Confirm { hold_id }
+            | Command::Release { hold_id }
+            | Command::Refund { hold_id }
+            | Command::Extend { hold_id, .. }
+            | Command::GetHold { hold_id } => hold_id.as_str(),
+            Command::LockAcquire(request) => request.name.as_str(),
+            Command::LockRenew { name, .. } | Command::LockRelease { name, .. } => name.as_str(),
+            Command::ListPools { .. } => return 0,
+        };
+        keys::partition_of(id, self.partitions)
+    }
+
+    /// How a command sent to `at` names its route (see `wire::Route`).
+    fn route(&self, command: &Command, at: u32, moved: bool) -> Route {
+        if self.partitions == 1 {
+            return Route::Only;
+        }
+        let local = match command {
+            Command::Reserve(request) => request
+                .items
+                .iter()
+                .all(|item| keys::partition_of(item.pool.as_str(), self.partitions) == at),
+            _ => true,
+        };
+        if moved {
+            return Route::Home { local };
+        }
+        let home = match command {
+            Command::Reserve(request) => {
+                keys::partition_of(request.items[0].pool.as_str(), self.partitions)
+            }
+            _ => at,
+        };
+        Route::Dir { home, local }
     }
 }
 
@@ -260,6 +336,10 @@ fn decode(text: &str) -> Result<Answer, BackendError> {
     wire::decode(text).map_err(|e| BackendError::Unavailable(e.to_string()))
 }
 
+fn unexpected_answer(answer: &Answer) -> BackendError {
+    BackendError::Unavailable(format!("unexpected answer from Redis: {answer:?}"))
+}
+
 /// The Redis backend. Cheap to share; background tasks stop on [`Backend::shutdown`].
 pub struct RedisBackend {
     shared: Arc<Shared>,
@@ -272,7 +352,21 @@ impl RedisBackend {
     pub async fn connect(config: RedisConfig) -> Result<RedisBackend, StartError> {
         let link = link::Link::connect(&config.target).await?;
         link.load_library().await?;
-        let partitions = 1;
+        let partitions = config.partitions;
+        if partitions == 0 || partitions > PARTITIONS_MAX {
+            return Err(StartError::Dataset(format!(
+                "partitions must be in 1..={PARTITIONS_MAX}, got {partitions}"
+            )));
+        }
+        if partitions > 1 && !config.target.is_cluster() {
+            return Err(StartError::Dataset(
+                "a single Redis has one partition; partitions are for a Redis Cluster".into(),
+            ));
+        }
+        let call_prefix = config.target.is_cluster().then(|| {
+            use rand::Rng;
+            format!("{:016x}", rand::thread_rng().gen::<u64>())
+        });
         let keys: Vec<keys::PartitionKeys> = (0..partitions)
             .map(|k| keys::PartitionKeys::new(k, partitions))
             .collect();
@@ -290,6 +384,8 @@ impl RedisBackend {
             queues: OnceLock::new(),
             calls_total: AtomicU64::new(0),
             commands_total: AtomicU64::new(0),
+            call_prefix,
+            next_call: AtomicU64::new(0),
         });
         let mut tasks = Vec::new();
         let mut queues = Vec::new();
@@ -307,12 +403,8 @@ impl RedisBackend {
         })
     }
 
-    /// The partition a command goes to (one partition on a single Redis).
-    fn partition_of(&self, _command: &Command) -> u32 {
-        0
-    }
-
     async fn run(&self, commands: Vec<Command>) -> Result<Vec<Outcome>, BackendError> {
+        let shared = &self.shared;
         let mut outcomes: Vec<Option<Outcome>> = commands
             .iter()
             .map(|command| command.validate().err().map(Err))
@@ -328,33 +420,32 @@ impl RedisBackend {
                 next += 1;
                 continue;
             }
-            // The rest of the request, up to the next command that needs another route.
-            let partition = self.partition_of(&commands[next]);
+            // The rest of the request, up to the next command that goes elsewhere, in one group.
+            let partition = shared.first_partition(&commands[next]);
             let group: Vec<usize> = (next..commands.len())
                 .take_while(|&i| {
                     !matches!(commands[i], Command::ListPools { .. })
-                        && self.partition_of(&commands[i]) == partition
+                        && shared.first_partition(&commands[i]) == partition
                 })
                 .filter(|&i| outcomes[i].is_none())
                 .collect();
             let last = *group.last().expect("group has the first command");
-            let ops = group.iter().map(|&i| wire::encode(&commands[i])).collect();
-            let answers = self.shared.submit(partition, ops).await?;
+            let ops = group
+                .iter()
+                .map(|&i| wire::encode(&commands[i], shared.route(&commands[i], partition, false)))
+                .collect();
+            let answers = shared.submit(partition, ops).await?;
             let mut resume_at = last + 1;
             for (&i, text) in group.iter().zip(&answers) {
-                match decode(text)? {
-                    Answer::Done(outcome) => outcomes[i] = Some(outcome),
-                    Answer::Parked(ticket) => {
-                        let outcome = self.wait(partition, ticket, &commands[i]).await?;
-                        outcomes[i] = Some(outcome);
-                        resume_at = i + 1;
-                        break;
-                    }
-                    other => {
-                        return Err(BackendError::Unavailable(format!(
-                            "unexpected answer {other:?}"
-                        )))
-                    }
+                let answer = decode(text)?;
+                // A command the library could not finish in this call (it parked, or the hold
+                // lives elsewhere, or spans partitions) ends the group's run: it is finished
+                // here, and the commands after it are sent again.
+                let finished_here = matches!(answer, Answer::Done(_) | Answer::Decided { .. });
+                outcomes[i] = Some(self.resolve(partition, &commands[i], answer).await?);
+                if !finished_here {
+                    resume_at = i + 1;
+                    break;
                 }
             }
             next = resume_at;
@@ -363,6 +454,55 @@ impl RedisBackend {
             .into_iter()
             .map(|outcome| outcome.expect("every command answered"))
             .collect())
+    }
+
+    /// Finishes one command from the library's answer to it at `partition`.
+    async fn resolve(
+        &self,
+        partition: u32,
+        command: &Command,
+        answer: Answer,
+    ) -> Result<Outcome, BackendError> {
+        let shared = &self.shared;
+        let mut partition = partition;
+        let mut answer = answer;
+        // At most one move: the directory points at the home, and the home never moves on.
+        for _ in 0..2 {
+            match answer {
+                Answer::Done(outcome) => return Ok(outcome),
+                Answer::Decided { reply, apply } => {
+                    if let Reply::Hold { hold, .. } = &reply {
+                        cross::apply_parts(shared, partition, hold, &apply).await?;
+                    }
+                    return Ok(Ok(reply));
+                }
+                Answer::Parked(ticket) => return self.wait(partition, ticket, command).await,
+                Answer::Cross => {
+                    let Command::Reserve(request) = command else {
+                        return Err(unexpected_answer(&Answer::Cross));
+                    };
+                    return self.cross_reserve(partition, request).await;
+                }
+                Answer::Precheck(hold) => return cross::refund(shared, partition, &hold).await,
+                Answer::Moved(home) => {
+                    partition = home;
+                    let op = wire::encode(command, shared.route(command, home, true));
+                    answer = shared.submit_one(home, op).await?;
+                }
+                other => return Err(unexpected_answer(&other)),
+            }
+        }
+        Err(BackendError::Unavailable(
+            "the hold's directory entry points at a partition that does not hold it".into(),
+        ))
+    }
+
+    async fn cross_reserve(
+        &self,
+        home: u32,
+        request: &ReserveRequest,
+    ) -> Result<Outcome, BackendError> {
+        cross::reserve(&self.shared, home, request).await
     }
 
     /// Waits for a parked command until it is served or its wait is over, then collects its
@@ -382,7 +522,7 @@ impl RedisBackend {
                 ))
             }
         };
-        let words = wire::encode(command).args;
+        let words = wire::encode(command, Route::Only).args;
         let guard =
             waits::CancelGuard::new(self.shared.clone(), partition, ticket, kind, words.clone());
         let woken = self.shared.waits.register(partition, ticket);
@@ -419,7 +559,7 @@ impl RedisBackend {
         for partition in 0..self.shared.partitions {
             match self
                 .shared
-                .submit_one(partition, wire::encode(command))
+                .submit_one(partition, wire::encode(command, Route::Only))
                 .await?
             {
                 Answer::PoolPage {
@@ -599,7 +739,21 @@ async fn sweep(shared: Arc<Shared>) {
                     args: Vec::new(),
                 };
                 match shared.submit_one(partition, op).await {
-                    Ok(Answer::Swept { more: true, .. }) => continue,
+                    Ok(Answer::Swept {
+                        more,
+                        forward,
+                        back,
+                    }) => {
+                        if !forward.is_empty() || !back.is_empty() {
+                            let left = cross::finish_left_behind(&shared, partition, forward, back);
+                            if let Err(error) = left.await {
+                                tracing::debug!(partition, %error, "finishing cross-partition work");
+                            }
+                        }
+                        if !more {
+                            break;
+                        }
+                    }
                     Ok(_) => break,
                     Err(error) => {
                         tracing::debug!(partition, %error, "sweep failed");

@@ -17,7 +17,7 @@ pub const FN_INIT: &str = "stockd_v1_init";
 pub const FN_ACCEPT: &str = "stockd_v1_accept";
 
 /// The library's source files, in load order.
-pub const SOURCES: [(&str, &str); 8] = [
+pub const SOURCES: [(&str, &str); 9] = [
     ("common.lua", include_str!("../lua/common.lua")),
     ("pools.lua", include_str!("../lua/pools.lua")),
     ("reserve.lua", include_str!("../lua/reserve.lua")),
@@ -25,6 +25,7 @@ pub const SOURCES: [(&str, &str); 8] = [
     ("waiters.lua", include_str!("../lua/waiters.lua")),
     ("locks.lua", include_str!("../lua/locks.lua")),
     ("sweep.lua", include_str!("../lua/sweep.lua")),
+    ("cross.lua", include_str!("../lua/cross.lua")),
     ("main.lua", include_str!("../lua/main.lua")),
 ];
 

@@ -10,6 +10,8 @@
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, RedisError, RedisResult, Value};
 
 use crate::library;
@@ -19,26 +21,73 @@ use crate::library;
 pub enum Target {
     /// `redis://[:PASSWORD@]HOST:PORT[/DB]`: one primary.
     Single(String),
+    /// `redis+cluster://[:PASSWORD@]HOST:PORT,HOST:PORT,...`: a Redis Cluster, as `redis://` URLs
+    /// of its seed nodes.
+    Cluster(Vec<String>),
 }
 
 impl Target {
     /// Parses a `--backend` value other than `embedded`.
     pub fn parse(text: &str) -> Result<Target, String> {
+        let bad = |why: String| format!("--backend {text:?}: {why}");
         if text.starts_with("redis://") {
-            redis::Client::open(text).map_err(|e| format!("--backend {text:?}: {e}"))?;
+            redis::Client::open(text).map_err(|e| bad(e.to_string()))?;
             return Ok(Target::Single(text.to_string()));
         }
-        Err(format!(
-            "--backend {text:?}: expected embedded or redis://[:PASSWORD@]HOST:PORT[/DB]"
+        if let Some(rest) = text.strip_prefix("redis+cluster://") {
+            let (auth, nodes) = match rest.rsplit_once('@') {
+                Some((auth, nodes)) => (format!("{auth}@"), nodes),
+                None => (String::new(), rest),
+            };
+            let urls: Vec<String> = nodes
+                .split(',')
+                .filter(|node| !node.is_empty())
+                .map(|node| format!("redis://{auth}{node}"))
+                .collect();
+            if urls.is_empty() {
+                return Err(bad("name at least one HOST:PORT".into()));
+            }
+            for url in &urls {
+                redis::Client::open(url.as_str()).map_err(|e| bad(e.to_string()))?;
+            }
+            return Ok(Target::Cluster(urls));
+        }
+        Err(bad(
+            "expected embedded, redis://[:PASSWORD@]HOST:PORT[/DB] or \
+             redis+cluster://[:PASSWORD@]HOST:PORT,HOST:PORT,..."
+                .into(),
         ))
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Target::Cluster(_))
+    }
+
+    /// The URLs a pub/sub subscriber may connect to (any node of a Cluster hears every
+    /// PUBLISH).
+    fn node_urls(&self) -> Vec<String> {
+        match self {
+            Target::Single(url) => vec![url.clone()],
+            Target::Cluster(urls) => urls.clone(),
+        }
     }
 }
 
 #[derive(Clone)]
-pub struct Link {
-    connection: ConnectionManager,
-    client: redis::Client,
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
 }
+
+#[derive(Clone)]
+pub struct Link {
+    connection: Connection,
+    node_urls: Vec<String>,
+}
+
+/// Times the Cluster client sends a call again after MOVED, ASK or a broken connection. A call
+/// sent twice is answered once: each call carries an id the library remembers (main.lua).
+const CLUSTER_RETRIES: u32 = 3;
 
 /// How long one Redis call may take before its answer counts as lost.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -46,25 +95,43 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Link {
     pub async fn connect(target: &Target) -> RedisResult<Link> {
-        let Target::Single(url) = target;
-        let client = redis::Client::open(url.as_str())?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let connection = client.get_connection_manager_with_config(config).await?;
-        Ok(Link { connection, client })
+        let connection = match target {
+            Target::Single(url) => {
+                let client = redis::Client::open(url.as_str())?;
+                let config = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_millis(500));
+                Connection::Single(client.get_connection_manager_with_config(config).await?)
+            }
+            Target::Cluster(urls) => {
+                let client = ClusterClient::builder(urls.clone())
+                    .retries(CLUSTER_RETRIES)
+                    .min_retry_wait(50)
+                    .max_retry_wait(500)
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .response_timeout(RESPONSE_TIMEOUT)
+                    .build()?;
+                Connection::Cluster(client.get_async_connection().await?)
+            }
+        };
+        Ok(Link {
+            connection,
+            node_urls: target.node_urls(),
+        })
     }
 
-    /// A client for a second, dedicated connection (pub/sub).
-    pub fn client(&self) -> &redis::Client {
-        &self.client
+    /// The node URLs a dedicated pub/sub connection may use, in order of preference.
+    pub fn node_urls(&self) -> &[String] {
+        &self.node_urls
     }
 
     pub async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
-        let mut connection = self.connection.clone();
-        cmd.query_async(&mut connection).await
+        match &self.connection {
+            Connection::Single(connection) => cmd.query_async(&mut connection.clone()).await,
+            Connection::Cluster(connection) => cmd.query_async(&mut connection.clone()).await,
+        }
     }
 
     /// Runs a function call, loading the library first if Redis does not have it (a new server,

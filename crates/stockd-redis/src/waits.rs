@@ -126,8 +126,16 @@ impl Drop for CancelGuard {
 
 /// The subscriber: reconnects for as long as the backend runs.
 pub(crate) async fn listen(shared: Arc<Shared>) {
-    loop {
-        match shared.link.client().get_async_pubsub().await {
+    let urls = shared.link.node_urls().to_vec();
+    for url in urls.iter().cycle() {
+        let client = match redis::Client::open(url.as_str()) {
+            Ok(client) => client,
+            Err(error) => {
+                tracing::warn!(%error, "pub/sub: bad node URL");
+                continue;
+            }
+        };
+        match client.get_async_pubsub().await {
             Ok(mut pubsub) => {
                 if pubsub.subscribe(CHANNEL).await.is_ok() {
                     let mut messages = pubsub.on_message();

@@ -6,7 +6,7 @@
 
 use serde::Deserialize;
 use serde_json::Value;
-use stockd_core::{Command, Error, HoldId, HoldView, PoolId, PoolView, Reply};
+use stockd_core::{Command, Error, HoldId, HoldItemView, HoldView, PoolId, PoolView, Reply};
 
 /// One command as the library's `call` takes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,8 +19,33 @@ fn opt(value: Option<u64>) -> String {
     value.map_or_else(|| "-".to_string(), |v| v.to_string())
 }
 
-/// Encodes a validated command. `ListPools` asks one partition; the caller merges.
-pub fn encode(command: &Command) -> Op {
+/// Where a command naming a hold is sent, and what that partition is to the hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// The dataset has one partition.
+    Only,
+    /// The partition the hold id hashes to: the hold is here, or its directory entry says where.
+    /// `home` is where a new hold would live (its first pool's partition).
+    Dir { home: u32, local: bool },
+    /// The hold's home partition, after a {"moved"}.
+    Home { local: bool },
+}
+
+impl Route {
+    fn words(self) -> [String; 3] {
+        let flag = |local: bool| if local { "1" } else { "0" }.to_string();
+        match self {
+            Route::Only => ["only".into(), "0".into(), "1".into()],
+            Route::Dir { home, local } => ["dir".into(), home.to_string(), flag(local)],
+            Route::Home { local } => ["home".into(), "0".into(), flag(local)],
+        }
+    }
+}
+
+/// Encodes a validated command. `ListPools` asks one partition; the caller merges. `route`
+/// matters only for commands naming a hold.
+pub fn encode(command: &Command, route: Route) -> Op {
+    let [route_name, home, local] = route.words();
     let (name, args): (&'static str, Vec<String>) = match command {
         Command::PutPool {
             pool,
@@ -69,15 +94,20 @@ pub fn encode(command: &Command) -> Op {
                 args.push(item.pool.to_string());
                 args.push(item.qty.to_string());
             }
+            args.extend([route_name, home, local]);
             ("reserve", args)
         }
-        Command::Confirm { hold_id } => ("confirm", vec![hold_id.to_string()]),
-        Command::Release { hold_id } => ("release", vec![hold_id.to_string()]),
-        Command::Refund { hold_id } => ("refund", vec![hold_id.to_string()]),
-        Command::Extend { hold_id, ttl_ms } => {
-            ("extend", vec![hold_id.to_string(), ttl_ms.to_string()])
-        }
-        Command::GetHold { hold_id } => ("get_hold", vec![hold_id.to_string()]),
+        Command::Confirm { hold_id } => ("confirm", vec![hold_id.to_string(), route_name]),
+        Command::Release { hold_id } => ("release", vec![hold_id.to_string(), route_name]),
+        Command::Refund { hold_id } => (
+            "refund",
+            vec![hold_id.to_string(), route_name, "0".to_string()],
+        ),
+        Command::Extend { hold_id, ttl_ms } => (
+            "extend",
+            vec![hold_id.to_string(), route_name, ttl_ms.to_string()],
+        ),
+        Command::GetHold { hold_id } => ("get_hold", vec![hold_id.to_string(), route_name]),
         Command::LockAcquire(request) => (
             "lock_acquire",
             vec![
@@ -113,6 +143,12 @@ pub fn encode(command: &Command) -> Op {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
     Done(Result<Reply, Error>),
+    /// A hold (or a decision on one) whose pools span partitions: the parts must follow the
+    /// decision (`part_apply` with this op in each partition, then `x_applied`).
+    Decided {
+        reply: Reply,
+        apply: String,
+    },
     /// One partition's page of `list_pools`: its pools in id order, and whether more follow.
     PoolPage {
         pools: Vec<PoolView>,
@@ -122,10 +158,31 @@ pub enum Answer {
     Parked(u64),
     /// Not run: an earlier command of the same request parked.
     NotRun,
-    /// A sweep's result: holds expired, and whether more are due.
+    /// A sweep's result: whether more holds are due, and cross-partition holds to roll forward
+    /// (decided, parts not applied) and back (reserves that never finished).
     Swept {
-        expired: u64,
         more: bool,
+        forward: Vec<String>,
+        back: Vec<String>,
+    },
+    /// The hold lives in another partition.
+    Moved(u32),
+    /// The hold's pools span partitions: run the cross-partition protocol with this partition
+    /// as home.
+    Cross,
+    /// A cross-partition refund of this hold: the parts must be checked first.
+    Precheck(HoldView),
+    /// Cross protocol steps: go on; a part is written; rolled back (or being rolled back); the
+    /// items of a record being rolled back; nothing to roll back.
+    Begun,
+    PartOk,
+    Aborted,
+    Aborting(Vec<HoldItemView>),
+    Gone,
+    /// A cross-partition hold as a sweeper sees it: the record and the transition to apply.
+    State {
+        hold: HoldView,
+        apply: Option<String>,
     },
 }
 
@@ -145,6 +202,20 @@ struct PoolAnswer {
 struct HoldAnswer {
     hold: HoldView,
     created: bool,
+    apply: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct SweptAnswer {
+    more: bool,
+    forward: Vec<String>,
+    back: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct StateAnswer {
+    state: HoldView,
+    apply: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -168,10 +239,56 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
     }
     if object.contains_key("hold") {
         let answer: HoldAnswer = serde_json::from_value(value).map_err(bad)?;
-        return Ok(Answer::Done(Ok(Reply::Hold {
+        let reply = Reply::Hold {
             hold: answer.hold,
             created: answer.created,
-        })));
+        };
+        return Ok(match answer.apply {
+            Some(apply) => Answer::Decided { reply, apply },
+            None => Answer::Done(Ok(reply)),
+        });
+    }
+    if object.contains_key("state") {
+        let answer: StateAnswer = serde_json::from_value(value).map_err(bad)?;
+        return Ok(Answer::State {
+            hold: answer.state,
+            apply: answer.apply,
+        });
+    }
+    if object.contains_key("expired") {
+        let answer: SweptAnswer = serde_json::from_value(value).map_err(bad)?;
+        return Ok(Answer::Swept {
+            more: answer.more,
+            forward: answer.forward,
+            back: answer.back,
+        });
+    }
+    if let Some(items) = object.get("aborting") {
+        if items.is_array() {
+            let items: Vec<HoldItemView> = serde_json::from_value(items.clone()).map_err(bad)?;
+            return Ok(Answer::Aborting(items));
+        }
+        return Ok(Answer::Aborted);
+    }
+    let flag = |name: &str| object.get(name).and_then(Value::as_bool) == Some(true);
+    if flag("cross") {
+        return Ok(Answer::Cross);
+    }
+    if let Some(hold) = object.get("precheck") {
+        let hold: HoldView = serde_json::from_value(hold.clone()).map_err(bad)?;
+        return Ok(Answer::Precheck(hold));
+    }
+    if flag("begun") {
+        return Ok(Answer::Begun);
+    }
+    if flag("aborted") {
+        return Ok(Answer::Aborted);
+    }
+    if flag("gone") {
+        return Ok(Answer::Gone);
+    }
+    if object.get("part").and_then(Value::as_str) == Some("ok") {
+        return Ok(Answer::PartOk);
     }
     if object.contains_key("pools") {
         let answer: PoolsAnswer = serde_json::from_value(value).map_err(bad)?;
@@ -197,9 +314,9 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
     if let Some(ticket) = number("wait") {
         return Ok(Answer::Parked(ticket));
     }
-    if let Some(expired) = number("expired") {
-        let more = object.get("more").and_then(Value::as_bool).unwrap_or(false);
-        return Ok(Answer::Swept { expired, more });
+    if let Some(partition) = number("moved") {
+        let partition = u32::try_from(partition).map_err(|_| DecodeError(text.to_string()))?;
+        return Ok(Answer::Moved(partition));
     }
     if object.contains_key("deleted") {
         return Ok(Answer::Done(Ok(Reply::PoolDeleted)));

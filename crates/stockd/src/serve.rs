@@ -26,6 +26,10 @@ pub struct ServeArgs {
     /// `redis://[:PASSWORD@]HOST:PORT[/DB]` (one Redis primary shared by any number of servers).
     #[arg(long, env = "STOCKD_BACKEND")]
     pub backend: Option<String>,
+    /// Event feed partitions of a Redis Cluster dataset (default 16; fixed when the dataset is
+    /// made). A single Redis has one.
+    #[arg(long, env = "STOCKD_REDIS_PARTITIONS")]
+    pub redis_partitions: Option<u32>,
     /// Address to listen on.
     #[arg(long, env = "STOCKD_LISTEN")]
     pub listen: Option<SocketAddr>,
@@ -61,6 +65,7 @@ pub struct ServeArgs {
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     backend: Option<String>,
+    redis_partitions: Option<u32>,
     listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
     tokens: Option<Vec<String>>,
@@ -155,6 +160,9 @@ impl ServeArgs {
             None | Some("embedded") => BackendSettings::Embedded(engine),
             Some(url) => {
                 let mut redis = RedisConfig::new(Target::parse(url)?);
+                if let Some(partitions) = self.redis_partitions.or(file.redis_partitions) {
+                    redis.partitions = partitions;
+                }
                 redis.hold_retention_ms = engine.state.hold_retention_ms;
                 redis.confirmed_retention_ms = engine.state.confirmed_retention_ms;
                 redis.event_retention_max = engine.event_retention_max;
@@ -245,15 +253,22 @@ pub enum RedisCommand {
     /// (restarted empty, restored from a backup, failed over to a lagging replica). Servers
     /// answer 503 until this is run; check what was lost first (see docs/redis.md).
     Accept {
-        /// The Redis to accept: `redis://[:PASSWORD@]HOST:PORT[/DB]`.
+        /// The Redis to accept: `redis://[:PASSWORD@]HOST:PORT[/DB]` or
+        /// `redis+cluster://HOST:PORT,...`.
         #[arg(long, env = "STOCKD_BACKEND")]
         backend: String,
+        /// The dataset's partitions (a Redis Cluster's; default 16 there, 1 on a single Redis).
+        #[arg(long, env = "STOCKD_REDIS_PARTITIONS")]
+        redis_partitions: Option<u32>,
     },
 }
 
 pub async fn run_redis(command: RedisCommand) -> ExitCode {
     match command {
-        RedisCommand::Accept { backend } => {
+        RedisCommand::Accept {
+            backend,
+            redis_partitions,
+        } => {
             let target = match Target::parse(&backend) {
                 Ok(target) => target,
                 Err(why) => {
@@ -261,7 +276,9 @@ pub async fn run_redis(command: RedisCommand) -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match stockd_redis::accept(&target).await {
+            let partitions =
+                redis_partitions.unwrap_or(RedisConfig::new(target.clone()).partitions);
+            match stockd_redis::accept(&target, partitions).await {
                 Ok(marker) => {
                     println!("accepted: dataset marker is now {}", marker.text);
                     ExitCode::SUCCESS

@@ -102,6 +102,128 @@ impl TestBackend for RedisBackend {
     }
 }
 
+/// A real Redis Cluster of its own: 3 primaries and 3 replicas (`redis-cli --cluster create`) on
+/// free loopback ports below 55536 (a node's bus port is 10000 higher), no persistence. stockd
+/// servers started with it run `--backend redis+cluster://...` with `partitions` partitions.
+pub struct RedisClusterBackend {
+    pub nodes: Vec<RedisServer>,
+    pub partitions: u32,
+}
+
+/// Cluster node timeout: how long a primary may be silent before its replica takes over.
+pub const CLUSTER_NODE_TIMEOUT_MS: u64 = 1_000;
+
+impl RedisClusterBackend {
+    pub fn start(partitions: u32) -> RedisClusterBackend {
+        let timeout = CLUSTER_NODE_TIMEOUT_MS.to_string();
+        let nodes: Vec<RedisServer> = (0..6)
+            .map(|_| {
+                RedisServer::start_on(
+                    cluster_port(),
+                    &[
+                        "--appendonly",
+                        "no",
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        &timeout,
+                    ],
+                )
+            })
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let output = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let cluster = RedisClusterBackend { nodes, partitions };
+        cluster.wait_healthy();
+        cluster
+    }
+
+    /// Waits until every running node sees the cluster ok and every replica is in sync.
+    pub fn wait_healthy(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ok = self.nodes.iter().filter(|n| n.is_running()).all(|node| {
+                node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok")
+                    && !node
+                        .cli(&["INFO", "replication"])
+                        .contains("master_link_status:down")
+            });
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the Redis Cluster did not become healthy"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The `redis+cluster://` URL naming every node.
+    pub fn url(&self) -> String {
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis+cluster://{}", nodes.join(","))
+    }
+
+    /// The nodes that are primaries now.
+    pub fn primaries(&self) -> Vec<&RedisServer> {
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running() && n.cli(&["ROLE"]).starts_with("master"))
+            .collect()
+    }
+}
+
+impl TestBackend for RedisClusterBackend {
+    fn name(&self) -> &str {
+        "redis-cluster"
+    }
+    fn extra_args(&self) -> Vec<String> {
+        vec![
+            "--backend".to_string(),
+            self.url(),
+            "--redis-partitions".to_string(),
+            self.partitions.to_string(),
+        ]
+    }
+    fn extra_env(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+}
+
+/// A free loopback port in 20000..=55535, so that its cluster bus port (+10000) is valid.
+pub fn cluster_port() -> u16 {
+    use rand::Rng;
+    loop {
+        let port = rand::thread_rng().gen_range(20_000..=55_535u16);
+        let free = std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok();
+        if free {
+            return port;
+        }
+    }
+}
+
 /// One `redis-server` child on a free loopback port, in a temporary directory. SIGKILL on drop.
 pub struct RedisServer {
     pub port: u16,
@@ -113,12 +235,17 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts `redis-server` with extra config arguments (`--appendonly yes`, ...).
     pub fn start_with(args: &[&str]) -> RedisServer {
+        RedisServer::start_on(free_port(), args)
+    }
+
+    /// Starts `redis-server` on `port` with extra config arguments.
+    pub fn start_on(port: u16, args: &[&str]) -> RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("stockd-redis-")
             .tempdir()
             .expect("tempdir");
         let server = RedisServer {
-            port: free_port(),
+            port,
             dir,
             args: args.iter().map(|a| a.to_string()).collect(),
             child: std::sync::Mutex::new(None),
@@ -152,6 +279,14 @@ impl RedisServer {
         while self.ping().is_err() {
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the process is running (not killed, not exited).
+    pub fn is_running(&self) -> bool {
+        match self.child.lock().expect("redis child lock").as_mut() {
+            Some(child) => child.try_wait().map(|s| s.is_none()).unwrap_or(false),
+            None => false,
         }
     }
 
@@ -197,14 +332,16 @@ impl Drop for RedisServer {
 }
 
 /// The backend chosen by `STOCKD_TEST_BACKEND` (unset or `embedded`: the embedded engine;
-/// `redis`: a fresh `redis-server` for each backend made).
+/// `redis`: a fresh `redis-server` for each backend made; `redis-cluster`: a fresh 3-primary
+/// Redis Cluster with 16 partitions).
 pub fn backend_from_env() -> Arc<dyn TestBackend> {
     match std::env::var("STOCKD_TEST_BACKEND").as_deref() {
         Err(_) | Ok("") | Ok("embedded") => Arc::new(EmbeddedBackend),
         Ok("redis") => Arc::new(RedisBackend::start()),
-        Ok(other) => {
-            panic!("STOCKD_TEST_BACKEND={other}: unknown backend (known: embedded, redis)")
-        }
+        Ok("redis-cluster") => Arc::new(RedisClusterBackend::start(16)),
+        Ok(other) => panic!(
+            "STOCKD_TEST_BACKEND={other}: unknown backend (known: embedded, redis, redis-cluster)"
+        ),
     }
 }
 

@@ -1,0 +1,249 @@
+-- cross.lua: holds whose pools live in several partitions (Redis Cluster only). It has no
+-- counterpart in stockd-core, where one state holds every pool: it is the protocol that makes a
+-- multi-partition hold all-or-nothing, exactly once, whatever server dies between its steps.
+--
+-- The hold record lives in its home partition and is the coordinator: its status decides. Each
+-- other partition keeps a part, `part:HOLD`, with the units the hold took from that partition's
+-- pools. See docs/redis.md for the protocol and each failure window.
+--
+--   reserve:  x_begin (record 'pending') -> part_reserve in each partition -> x_commit ('held',
+--             events) or, on a refusal, x_abort ('aborting') -> part_return everywhere -> x_forget.
+--   later:    confirm / release / expiry / refund decide at home (status, events, `ap` = the part
+--             transition still to apply, queued in `applyq`) -> part_apply in each partition ->
+--             x_applied. A part moves only forward (held -> confirmed -> refunded, held -> returned),
+--             so applying twice, or an older and a newer transition in any order, is harmless.
+--   sweepers: every server rolls forward what is in `applyq` past a grace time, and rolls back a
+--             `pending` record older than S.PENDING_TIMEOUT_MS.
+
+S.PENDING_TIMEOUT_MS = 10000
+S.APPLY_GRACE_MS = 2000
+
+-- Part hash fields: st ('held' | 'confirmed' | 'returned' | 'refunded'), u user, it items of this
+-- partition ("pool qty generation ..."). A returned part is a tombstone: a part_reserve that
+-- arrives after its hold was rolled back finds it and takes nothing.
+local function part_get(hold_id)
+    local v = redis.call('HMGET', S.key('part', hold_id), 'st', 'u', 'it')
+    if not v[1] then return nil end
+    local items, words = {}, {}
+    for w in string.gmatch(v[3], '%S+') do words[#words + 1] = w end
+    for i = 1, #words, 3 do
+        items[#items + 1] = { pool = words[i], qty = tonumber(words[i + 1]),
+            generation = tonumber(words[i + 2]) }
+    end
+    return { status = v[1], user = v[2] or nil, items = items }
+end
+
+local function part_finish(hold_id, status)
+    local key = S.key('part', hold_id)
+    redis.call('HSET', key, 'st', status)
+    -- Kept as long as the longest a hold is kept, so a late step still finds it.
+    redis.call('PEXPIRE', key, S.int(S.confirmed_retention_ms + S.hold_retention_ms + 86400000))
+end
+
+-- x_begin HOLD USER CONFIRM TTL_MS WAIT_MS N POOL QTY ...: the coordinator's record, 'pending'.
+-- Answers the replay or conflict of an existing hold, {"begun"} to go on (also for a pending
+-- hold whose reserve is retried: the parts are idempotent), or {"aborting"}.
+C.x_begin = function(a)
+    local request = S.parse_reserve(a, 1)
+    local hold = S.settle(S.hold_get(request.hold_id))
+    if hold and hold.status == 'aborting' then return { kind = 'raw', json = '{"aborting":true}' } end
+    if hold and hold.status ~= 'pending' then
+        if S.hold_matches(hold, request) then return S.hold_reply(hold, false) end
+        return S.error('hold_id_conflict', { { 'hold_id', request.hold_id, 's' } })
+    end
+    if hold and not S.hold_matches(hold, request) then
+        return S.error('hold_id_conflict', { { 'hold_id', request.hold_id, 's' } })
+    end
+    if not hold then
+        local words = {}
+        for _, item in ipairs(request.items) do
+            words[#words + 1] = item.pool .. ' ' .. S.int(item.qty) .. ' 0'
+        end
+        local key = S.key('hold', request.hold_id)
+        redis.call('HSET', key, 'st', 'pending', 'x', '1', 'it', table.concat(words, ' '),
+            'cf', request.confirm and '1' or '0', 'c', S.int(S.now),
+            'e', S.int(S.now + request.ttl_ms))
+        if request.user then redis.call('HSET', key, 'u', request.user) end
+        redis.call('ZADD', S.key('pendingq'), S.int(S.now), request.hold_id)
+    end
+    return { kind = 'raw', json = '{"begun":true}' }
+end
+
+-- part_reserve CHECK_ONLY HOLD USER N POOL QTY INDEX ...: checks this partition's items in the
+-- order given (the first failure wins, reported with the item's index in the hold) and, unless
+-- CHECK_ONLY, takes the units and writes the part. Idempotent: a part already there answers ok,
+-- or {"aborted"} when it is a tombstone.
+C.part_reserve = function(a)
+    local check_only, hold_id = a[1] == '1', a[2]
+    local user = a[3] ~= '-' and a[3] or nil
+    local n = tonumber(a[4])
+    local existing = part_get(hold_id)
+    if existing and not check_only then
+        if existing.status == 'returned' then return { kind = 'raw', json = '{"aborted":true}' } end
+        return { kind = 'raw', json = '{"part":"ok"}' }
+    end
+    local request = { hold_id = hold_id, user = user, items = {} }
+    local indexes = {}
+    for i = 1, n do
+        request.items[i] = { pool = a[2 + 3 * i], qty = tonumber(a[3 + 3 * i]) }
+        indexes[i] = tonumber(a[4 + 3 * i])
+    end
+    local pools, failure, failed_at = S.check_reserve(request)
+    if failure then
+        failure.fields[#failure.fields + 1] = { 'index', indexes[failed_at], 'n' }
+        return failure
+    end
+    if check_only then return { kind = 'raw', json = '{"part":"ok"}' } end
+    local words = S.take_units(request, pools)
+    local key = S.key('part', hold_id)
+    redis.call('HSET', key, 'st', 'held', 'it', table.concat(words, ' '))
+    if user then redis.call('HSET', key, 'u', user) end
+    return { kind = 'raw', json = '{"part":"ok"}' }
+end
+
+-- x_commit HOLD: the reserve succeeded everywhere: 'pending' -> 'held' (and 'confirmed' for
+-- confirm: true), with its events. {"aborted"} if a sweeper rolled it back meanwhile.
+C.x_commit = function(a)
+    local hold = S.hold_get(a[1])
+    if not hold or hold.status ~= 'pending' then
+        return { kind = 'raw', json = '{"aborted":true}' }
+    end
+    redis.call('ZREM', S.key('pendingq'), hold.id)
+    hold.status = 'held'
+    redis.call('HSET', S.key('hold', hold.id), 'st', 'held')
+    if not hold.confirm then
+        redis.call('ZADD', S.key('expiry'), S.int(hold.expires_at_ms), hold.id)
+    end
+    S.hold_event('held', hold)
+    if hold.confirm then S.apply_confirmed(hold) end
+    return S.hold_reply(hold, true)
+end
+
+-- x_abort HOLD: marks a pending record 'aborting' (no commit can follow) and answers its items,
+-- so the caller returns every part; {"gone"} when there is nothing to roll back.
+C.x_abort = function(a)
+    local hold = S.hold_get(a[1])
+    if not hold or (hold.status ~= 'pending' and hold.status ~= 'aborting') then
+        return { kind = 'raw', json = '{"gone":true}' }
+    end
+    redis.call('HSET', S.key('hold', hold.id), 'st', 'aborting')
+    return { kind = 'raw', json = '{"aborting":' .. S.items_json(hold.items) .. '}' }
+end
+
+-- x_forget HOLD: every part is returned; the failed reserve is not remembered.
+C.x_forget = function(a)
+    local hold = S.hold_get(a[1])
+    if hold and hold.status == 'aborting' then
+        redis.call('DEL', S.key('hold', hold.id))
+    end
+    redis.call('ZREM', S.key('pendingq'), a[1])
+    return { kind = 'deleted' }
+end
+
+-- part_apply HOLD OP: moves this partition's part forward to what OP (confirm | return |
+-- refund) decided at home. A part that was never written gets a tombstone for `return`.
+C.part_apply = function(a)
+    local hold_id, op = a[1], a[2]
+    local part = part_get(hold_id)
+    if not part then
+        if op == 'return' then
+            redis.call('HSET', S.key('part', hold_id), 'st', 'returned', 'it', '')
+            part_finish(hold_id, 'returned')
+        end
+        return { kind = 'deleted' }
+    end
+    local function each_pool(move)
+        for _, item in ipairs(part.items) do
+            local pool = S.pool_get(item.pool)
+            -- A pool deleted (or made anew) since cannot take the units back.
+            if pool and pool.generation == item.generation then
+                move(pool, item)
+                S.pool_put_counts(pool)
+            end
+        end
+    end
+    if part.status == 'held' and (op == 'confirm' or op == 'refund') then
+        each_pool(function(pool, item)
+            pool.held = pool.held - item.qty
+            pool.sold = pool.sold + item.qty
+        end)
+        part.status = 'confirmed'
+        part_finish(hold_id, 'confirmed')
+    end
+    if part.status == 'held' and op == 'return' then
+        each_pool(function(pool, item)
+            pool.held = pool.held - item.qty
+            pool.available = pool.available + item.qty
+            S.note_freed_pool(item.pool)
+        end)
+        for _, item in ipairs(part.items) do S.usage_give_back(item.pool, part.user, item.qty) end
+        part_finish(hold_id, 'returned')
+    end
+    if part.status == 'confirmed' and op == 'refund' then
+        each_pool(function(pool, item)
+            pool.sold = pool.sold - item.qty
+            pool.available = pool.available + item.qty
+            S.note_freed_pool(item.pool)
+        end)
+        for _, item in ipairs(part.items) do S.usage_give_back(item.pool, part.user, item.qty) end
+        part_finish(hold_id, 'refunded')
+    end
+    return { kind = 'deleted' }
+end
+
+-- part_refundable HOLD: pool_deleted when a pool of this part was deleted since the hold took
+-- from it (refund's check, before home decides).
+C.part_refundable = function(a)
+    local part = part_get(a[1])
+    if part then
+        for _, item in ipairs(part.items) do
+            local pool = S.pool_get(item.pool)
+            if not pool or pool.generation ~= item.generation then
+                return S.error('pool_deleted', { { 'pool', item.pool, 's' } })
+            end
+        end
+    end
+    return { kind = 'raw', json = '{"part":"ok"}' }
+end
+
+-- x_applied HOLD OP: every part has OP; forget it unless a newer transition replaced it.
+C.x_applied = function(a)
+    local key = S.key('hold', a[1])
+    if redis.call('HGET', key, 'ap') == a[2] then
+        redis.call('HDEL', key, 'ap')
+        redis.call('ZREM', S.key('applyq'), a[1])
+    end
+    return { kind = 'deleted' }
+end
+
+-- x_state HOLD: the record and the transition still to apply, for a sweeper rolling forward.
+C.x_state = function(a)
+    local hold = S.hold_get(a[1])
+    if not hold then
+        redis.call('ZREM', S.key('applyq'), a[1])
+        return S.hold_not_found(a[1])
+    end
+    local ap = redis.call('HGET', S.key('hold', a[1]), 'ap')
+    return { kind = 'raw', json = '{"state":' .. S.hold_json(hold) .. ',"apply":'
+        .. (ap and S.json_string(ap) or 'null') .. '}' }
+end
+
+-- Decides a transition of a cross-partition hold at home: the parts follow (S.hold_reply
+-- carries `apply`, and `applyq` keeps it until x_applied). `due_now` queues it for the next
+-- sweep at once (an expiry, which no request is waiting to apply).
+function S.queue_apply(hold, op, due_now)
+    redis.call('HSET', S.key('hold', hold.id), 'ap', op)
+    local at = S.now
+    if due_now then at = S.now - S.APPLY_GRACE_MS end
+    redis.call('ZADD', S.key('applyq'), S.int(at), hold.id)
+    hold.apply = op
+end
+
+-- Part of a sweep: cross-partition work past its grace time, for the sweeping server to finish.
+function S.cross_due()
+    local forward = redis.call('ZRANGEBYSCORE', S.key('applyq'), '-inf',
+        S.int(S.now - S.APPLY_GRACE_MS), 'LIMIT', '0', '100')
+    local back = redis.call('ZRANGEBYSCORE', S.key('pendingq'), '-inf',
+        S.int(S.now - S.PENDING_TIMEOUT_MS), 'LIMIT', '0', '100')
+    return forward, back
+end

@@ -1,0 +1,321 @@
+//! The cross-partition protocol, driven from the server: a hold whose pools live in several
+//! partitions of a Redis Cluster (see lua/cross.lua and docs/redis.md).
+//!
+//! Every step is one atomic library call and idempotent, so the server may die between any two:
+//! the hold record (home) decides, the parts follow, and the sweepers of every server finish what
+//! a dead server left (roll forward a decided transition, roll back an unfinished reserve). This
+//! module orders the steps; it decides no rule (each step's checks are the library's).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures_util::future::select_all;
+use serde_json::Value;
+use stockd_core::{BackendError, Error, HoldItemView, HoldView, Outcome, ReserveRequest};
+
+use crate::fault;
+use crate::keys;
+use crate::wire::{self, Answer, Op, Route};
+use crate::Shared;
+
+fn unexpected(answer: &Answer) -> BackendError {
+    BackendError::Unavailable(format!("unexpected answer from Redis: {answer:?}"))
+}
+
+fn op(name: &'static str, args: Vec<String>) -> Op {
+    Op { name, args }
+}
+
+/// An item of a hold as a part sees it: its position in the hold, its pool, its quantity.
+type PartItem = (usize, String, u64);
+
+/// Items grouped by partition, in the order each partition first appears.
+fn parts<'a>(
+    partitions: u32,
+    items: impl Iterator<Item = (&'a str, u64)>,
+) -> Vec<(u32, Vec<PartItem>)> {
+    let mut order: Vec<u32> = Vec::new();
+    let mut by_partition: BTreeMap<u32, Vec<PartItem>> = BTreeMap::new();
+    for (index, (pool, qty)) in items.enumerate() {
+        let partition = keys::partition_of(pool, partitions);
+        if !by_partition.contains_key(&partition) {
+            order.push(partition);
+        }
+        by_partition
+            .entry(partition)
+            .or_default()
+            .push((index, pool.to_string(), qty));
+    }
+    order
+        .into_iter()
+        .map(|partition| {
+            let items = by_partition.remove(&partition).unwrap_or_default();
+            (partition, items)
+        })
+        .collect()
+}
+
+fn part_words(check_only: bool, request: &ReserveRequest, items: &[PartItem]) -> Vec<String> {
+    let mut args = vec![
+        if check_only { "1" } else { "0" }.to_string(),
+        request.hold_id.to_string(),
+        request
+            .user
+            .as_ref()
+            .map_or_else(|| "-".to_string(), |u| u.to_string()),
+        items.len().to_string(),
+    ];
+    for (index, pool, qty) in items {
+        args.extend([pool.clone(), qty.to_string(), index.to_string()]);
+    }
+    args
+}
+
+/// A part's refusal and the position (in the hold) of the item it names.
+fn refusal(text: &str) -> Result<Option<(usize, Error)>, BackendError> {
+    match wire::decode(text).map_err(|e| BackendError::Unavailable(e.to_string()))? {
+        Answer::Done(Err(error)) => {
+            let index = serde_json::from_str::<Value>(text)
+                .ok()
+                .and_then(|v| v.get("index").and_then(Value::as_u64))
+                .unwrap_or(0) as usize;
+            Ok(Some((index, error)))
+        }
+        Answer::PartOk => Ok(None),
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// A reserve whose pools span partitions, with `home` holding the record. Waits (polling on the
+/// partitions' feeds) when stock is short and the request allows it; such waiters are not
+/// queued with the others (see docs/redis.md).
+pub(crate) async fn reserve(
+    shared: &Shared,
+    home: u32,
+    request: &ReserveRequest,
+) -> Result<Outcome, BackendError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(request.wait_ms);
+    loop {
+        let mut watches: Vec<_> = parts(
+            shared.partitions,
+            request.items.iter().map(|i| (i.pool.as_str(), i.qty)),
+        )
+        .iter()
+        .map(|(partition, _)| shared.seq_watch[*partition as usize].subscribe())
+        .collect();
+        let outcome = reserve_once(shared, home, request).await?;
+        let short = matches!(outcome, Err(Error::InsufficientStock { .. }));
+        if !short || tokio::time::Instant::now() >= deadline {
+            return Ok(outcome);
+        }
+        // Something happened in one of the partitions (units may have come back): try again.
+        let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
+        let _ = tokio::time::timeout_at(deadline, changed).await;
+    }
+}
+
+async fn reserve_once(
+    shared: &Shared,
+    home: u32,
+    request: &ReserveRequest,
+) -> Result<Outcome, BackendError> {
+    let words = wire::encode(&stockd_core::Command::Reserve(request.clone()), Route::Only).args;
+    let begin_words = words[..words.len() - 3].to_vec();
+    match shared.submit_one(home, op("x_begin", begin_words)).await? {
+        Answer::Done(outcome) => return Ok(outcome),
+        Answer::Begun => {}
+        Answer::Aborted => {
+            return Err(BackendError::Unavailable(
+                "an earlier attempt of this hold is being rolled back; retry".into(),
+            ))
+        }
+        other => return Err(unexpected(&other)),
+    }
+    fault::point("cross.after_begin");
+    let parts = parts(
+        shared.partitions,
+        request.items.iter().map(|i| (i.pool.as_str(), i.qty)),
+    );
+    let mut failure: Option<(usize, Error)> = None;
+    for (position, (partition, items)) in parts.iter().enumerate() {
+        let text = shared
+            .submit_raw(
+                *partition,
+                op("part_reserve", part_words(false, request, items)),
+            )
+            .await?;
+        if let Answer::Aborted =
+            wire::decode(&text).map_err(|e| BackendError::Unavailable(e.to_string()))?
+        {
+            return Err(BackendError::Unavailable(
+                "this reserve was rolled back while it ran; retry".into(),
+            ));
+        }
+        if let Some((index, error)) = refusal(&text)? {
+            // Item by item in the order given, the first failure wins: an item of a partition
+            // not asked yet may come before this one.
+            let mut first = (index, error);
+            for (later, items) in &parts[position + 1..] {
+                let earlier: Vec<_> = items
+                    .iter()
+                    .filter(|(i, _, _)| *i < first.0)
+                    .cloned()
+                    .collect();
+                if earlier.is_empty() {
+                    continue;
+                }
+                let text = shared
+                    .submit_raw(
+                        *later,
+                        op("part_reserve", part_words(true, request, &earlier)),
+                    )
+                    .await?;
+                if let Some(found) = refusal(&text)? {
+                    if found.0 < first.0 {
+                        first = found;
+                    }
+                }
+            }
+            failure = Some(first);
+            break;
+        }
+        fault::point("cross.after_part");
+    }
+    if let Some((_, error)) = failure {
+        roll_back(shared, home, request.hold_id.as_str()).await?;
+        return Ok(Err(error));
+    }
+    let hold_id = request.hold_id.as_str();
+    match shared
+        .submit_one(home, op("x_commit", vec![hold_id.to_string()]))
+        .await?
+    {
+        Answer::Done(outcome) => Ok(outcome),
+        Answer::Decided { reply, apply } => {
+            fault::point("cross.after_commit");
+            let stockd_core::Reply::Hold { hold, .. } = &reply else {
+                return Err(BackendError::Unavailable("commit answered no hold".into()));
+            };
+            apply_parts(shared, home, hold, &apply).await?;
+            Ok(Ok(reply))
+        }
+        Answer::Aborted => Err(BackendError::Unavailable(
+            "this reserve was rolled back while it ran; retry".into(),
+        )),
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// Rolls back a reserve that did not finish: the record can no longer commit, every part gives
+/// its units back (or becomes a tombstone), then the record is forgotten.
+pub(crate) async fn roll_back(
+    shared: &Shared,
+    home: u32,
+    hold_id: &str,
+) -> Result<(), BackendError> {
+    let items = match shared
+        .submit_one(home, op("x_abort", vec![hold_id.to_string()]))
+        .await?
+    {
+        Answer::Aborting(items) => items,
+        Answer::Gone => return Ok(()),
+        other => return Err(unexpected(&other)),
+    };
+    fault::point("cross.after_abort");
+    for (partition, _) in parts(
+        shared.partitions,
+        items.iter().map(|i| (i.pool.as_str(), i.qty)),
+    ) {
+        let args = vec![hold_id.to_string(), "return".to_string()];
+        shared.submit_one(partition, op("part_apply", args)).await?;
+        fault::point("cross.after_return_part");
+    }
+    shared
+        .submit_one(home, op("x_forget", vec![hold_id.to_string()]))
+        .await?;
+    Ok(())
+}
+
+/// Brings every part of a decided hold to `apply` (confirm, return or refund), then tells home.
+pub(crate) async fn apply_parts(
+    shared: &Shared,
+    home: u32,
+    hold: &HoldView,
+    apply: &str,
+) -> Result<(), BackendError> {
+    let items: &[HoldItemView] = &hold.items;
+    for (partition, _) in parts(
+        shared.partitions,
+        items.iter().map(|i| (i.pool.as_str(), i.qty)),
+    ) {
+        let args = vec![hold.hold_id.to_string(), apply.to_string()];
+        shared.submit_one(partition, op("part_apply", args)).await?;
+        fault::point("cross.after_apply_part");
+    }
+    let args = vec![hold.hold_id.to_string(), apply.to_string()];
+    shared.submit_one(home, op("x_applied", args)).await?;
+    Ok(())
+}
+
+/// A refund of a cross-partition hold: every part checks its pools still exist, then home
+/// decides, then the parts follow.
+pub(crate) async fn refund(
+    shared: &Shared,
+    home: u32,
+    hold: &HoldView,
+) -> Result<Outcome, BackendError> {
+    let items: &[HoldItemView] = &hold.items;
+    for (partition, _) in parts(
+        shared.partitions,
+        items.iter().map(|i| (i.pool.as_str(), i.qty)),
+    ) {
+        let args = vec![hold.hold_id.to_string()];
+        match shared
+            .submit_one(partition, op("part_refundable", args))
+            .await?
+        {
+            Answer::PartOk => {}
+            Answer::Done(Err(error)) => return Ok(Err(error)),
+            other => return Err(unexpected(&other)),
+        }
+    }
+    let args = vec![
+        hold.hold_id.to_string(),
+        "home".to_string(),
+        "1".to_string(),
+    ];
+    match shared.submit_one(home, op("refund", args)).await? {
+        Answer::Decided { reply, apply } => {
+            if let stockd_core::Reply::Hold { hold, .. } = &reply {
+                apply_parts(shared, home, hold, &apply).await?;
+            }
+            Ok(Ok(reply))
+        }
+        Answer::Done(outcome) => Ok(outcome),
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// A sweeper's share: finish what dead servers left in `partition`.
+pub(crate) async fn finish_left_behind(
+    shared: &Shared,
+    partition: u32,
+    forward: Vec<String>,
+    back: Vec<String>,
+) -> Result<(), BackendError> {
+    for hold_id in forward {
+        if let Answer::State {
+            hold,
+            apply: Some(apply),
+        } = shared
+            .submit_one(partition, op("x_state", vec![hold_id]))
+            .await?
+        {
+            apply_parts(shared, partition, &hold, &apply).await?;
+        }
+    }
+    for hold_id in back {
+        roll_back(shared, partition, &hold_id).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,333 @@
+//! A real 3-primary Redis Cluster (with replicas) behind stockd servers with 16 partitions:
+//! holds whose pools live in different partitions are all-or-nothing and move exactly once,
+//! whichever server asks and whichever sweeps; bursts over two servers sell exactly the stock
+//! there is; a primary failing over to its replica under load loses no acknowledged change.
+//!
+//! These tests always run (they start their own cluster, whatever `STOCKD_TEST_BACKEND` says).
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{assert_pool, put_pool, tally, Api, RedisClusterBackend, Server, ServerConfig};
+use tokio::sync::Barrier;
+
+const PARTITIONS: u32 = 16;
+
+async fn cluster_servers(n: usize) -> (Arc<RedisClusterBackend>, Vec<Server>) {
+    let cluster = Arc::new(RedisClusterBackend::start(PARTITIONS));
+    let mut servers = Vec::new();
+    for _ in 0..n {
+        let config = ServerConfig {
+            backend: cluster.clone(),
+            ..ServerConfig::default()
+        };
+        servers.push(Server::start_with(config).await);
+    }
+    (cluster, servers)
+}
+
+/// Creates pools named `{prefix}-N` until `count` of them sit in pairwise different partitions;
+/// returns their names (the others are deleted).
+async fn pools_in_distinct_partitions(
+    api: &Api,
+    prefix: &str,
+    count: usize,
+    total: u64,
+) -> Vec<String> {
+    let mut chosen: HashMap<u64, String> = HashMap::new();
+    for n in 0.. {
+        let name = format!("{prefix}-{n}");
+        let (status, pool) = api
+            .call(
+                "PUT",
+                &format!("/v1/pools/{name}"),
+                Some(json!({"total": total})),
+            )
+            .await;
+        assert_eq!(status, 201, "{pool}");
+        let partition = pool["partition"].as_u64().expect("partition");
+        assert!(partition < u64::from(PARTITIONS), "{pool}");
+        if let std::collections::hash_map::Entry::Vacant(slot) = chosen.entry(partition) {
+            slot.insert(name);
+        } else {
+            let (status, _) = api.call("DELETE", &format!("/v1/pools/{name}"), None).await;
+            assert_eq!(status, 204);
+        }
+        if chosen.len() == count {
+            break;
+        }
+    }
+    let mut names: Vec<(u64, String)> = chosen.into_iter().collect();
+    names.sort();
+    names.into_iter().map(|(_, name)| name).collect()
+}
+
+fn hold_body(hold_id: &str, items: &[(&str, u64)], extra: Value) -> Value {
+    let items: Vec<Value> = items
+        .iter()
+        .map(|(p, q)| json!({"pool": p, "qty": q}))
+        .collect();
+    let mut body = json!({"hold_id": hold_id, "items": items});
+    for (key, value) in extra.as_object().expect("object") {
+        body[key] = value.clone();
+    }
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn holds_across_partitions_are_all_or_nothing_and_move_once() {
+    let (_cluster, servers) = cluster_servers(2).await;
+    let (a, b) = (servers[0].api(), servers[1].api());
+    let pools = pools_in_distinct_partitions(&a, "x", 3, 10).await;
+    let (p1, p2, p3) = (pools[0].as_str(), pools[1].as_str(), pools[2].as_str());
+
+    // A hold over three partitions, made on one server, confirmed on the other.
+    let body = hold_body("x-h1", &[(p1, 2), (p2, 3), (p3, 1)], json!({"user": "u1"}));
+    let (status, hold) = a.call("POST", "/v1/holds", Some(body.clone())).await;
+    assert_eq!(status, 201, "{hold}");
+    assert_eq!(hold["status"], "held");
+    let (status, again) = b.call("POST", "/v1/holds", Some(body)).await;
+    assert_eq!(
+        (status, &again["created_at_ms"]),
+        (200, &hold["created_at_ms"]),
+        "{again}"
+    );
+    assert_pool(&a.pool(p1).await, 10, 8, 2, 0);
+    assert_pool(&b.pool(p2).await, 10, 7, 3, 0);
+    let (status, confirmed) = b.call("POST", "/v1/holds/x-h1/confirm", None).await;
+    assert_eq!(
+        (status, &confirmed["status"]),
+        (200, &json!("confirmed")),
+        "{confirmed}"
+    );
+    assert_pool(&a.pool(p1).await, 10, 8, 0, 2);
+    assert_pool(&a.pool(p2).await, 10, 7, 0, 3);
+    assert_pool(&a.pool(p3).await, 10, 9, 0, 1);
+    let (status, refunded) = a.call("POST", "/v1/holds/x-h1/refund", None).await;
+    assert_eq!(
+        (status, &refunded["status"]),
+        (200, &json!("refunded")),
+        "{refunded}"
+    );
+    for pool in [p1, p2, p3] {
+        assert_pool(&b.pool(pool).await, 10, 10, 0, 0);
+    }
+
+    // All or nothing: the third pool is short, nothing is taken anywhere.
+    let body = hold_body("x-h2", &[(p1, 1), (p2, 1), (p3, 11)], json!({}));
+    let (status, error) = a.call("POST", "/v1/holds", Some(body)).await;
+    assert_eq!(
+        (status, &error["error"], &error["pool"]),
+        (409, &json!("insufficient_stock"), &json!(p3)),
+        "{error}"
+    );
+    for pool in [p1, p2, p3] {
+        assert_pool(&a.pool(pool).await, 10, 10, 0, 0);
+    }
+    let (status, _) = a.call("GET", "/v1/holds/x-h2", None).await;
+    assert_eq!(status, 404, "a failed reserve is not remembered");
+
+    // The first failure in item order wins, whichever partition is asked first.
+    let (status, _) = a
+        .call(
+            "PUT",
+            &format!("/v1/pools/{p2}"),
+            Some(json!({"total": 10, "per_user_limit": 1})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let body = hold_body("x-h3", &[(p1, 1), (p3, 11), (p2, 5)], json!({"user": "u2"}));
+    let (status, error) = b.call("POST", "/v1/holds", Some(body)).await;
+    assert_eq!((status, &error["pool"]), (409, &json!(p3)), "{error}");
+    let body = hold_body("x-h4", &[(p2, 5), (p3, 11)], json!({"user": "u2"}));
+    let (status, error) = b.call("POST", "/v1/holds", Some(body)).await;
+    assert_eq!(
+        (status, &error["error"], &error["pool"]),
+        (409, &json!("user_limit_exceeded"), &json!(p2)),
+        "{error}"
+    );
+
+    // Release gives everything back; the same hold id with other items is a conflict.
+    let body = hold_body("x-h5", &[(p3, 4), (p1, 4)], json!({}));
+    let (status, hold) = b.call("POST", "/v1/holds", Some(body)).await;
+    assert_eq!(status, 201, "{hold}");
+    let (status, conflict) = a
+        .call(
+            "POST",
+            "/v1/holds",
+            Some(hold_body("x-h5", &[(p3, 4)], json!({}))),
+        )
+        .await;
+    assert_eq!(
+        (status, &conflict["error"]),
+        (409, &json!("hold_id_conflict")),
+        "{conflict}"
+    );
+    let (status, released) = a.call("POST", "/v1/holds/x-h5/release", None).await;
+    assert_eq!(
+        (status, &released["status"]),
+        (200, &json!("released")),
+        "{released}"
+    );
+    for pool in [p1, p3] {
+        assert_pool(&a.pool(pool).await, 10, 10, 0, 0);
+    }
+
+    // confirm: true over partitions, then a refund after one of its pools was deleted.
+    let body = hold_body("x-h6", &[(p1, 1), (p3, 1)], json!({"confirm": true}));
+    let (status, hold) = a.call("POST", "/v1/holds", Some(body)).await;
+    assert_eq!(
+        (status, &hold["status"]),
+        (201, &json!("confirmed")),
+        "{hold}"
+    );
+    assert_pool(&b.pool(p3).await, 10, 9, 0, 1);
+    let (status, _) = a.call("DELETE", &format!("/v1/pools/{p3}"), None).await;
+    assert_eq!(status, 204);
+    let (status, error) = b.call("POST", "/v1/holds/x-h6/refund", None).await;
+    assert_eq!(
+        (status, &error["error"]),
+        (409, &json!("pool_deleted")),
+        "{error}"
+    );
+    assert_pool(&a.pool(p1).await, 10, 9, 0, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cross_partition_hold_expires_within_a_second_without_traffic() {
+    let (_cluster, servers) = cluster_servers(1).await;
+    let api = servers[0].api();
+    let pools = pools_in_distinct_partitions(&api, "e", 2, 5).await;
+    let body = hold_body(
+        "e-h",
+        &[(&pools[0], 2), (&pools[1], 1)],
+        json!({"ttl_ms": 1000}),
+    );
+    let (status, hold) = api.call("POST", "/v1/holds", Some(body)).await;
+    assert_eq!(status, 201, "{hold}");
+    let expires_at_ms = hold["expires_at_ms"].as_u64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let back = api.pool(&pools[0]).await["available"] == json!(5)
+            && api.pool(&pools[1]).await["available"] == json!(5);
+        if back {
+            break;
+        }
+        assert!(Instant::now() < deadline, "units never came back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let returned_after_ms = support::now_ms().saturating_sub(expires_at_ms);
+    assert!(
+        returned_after_ms <= 1_000,
+        "units back {returned_after_ms} ms after the deadline"
+    );
+    let (_, hold) = api.call("GET", "/v1/holds/e-h", None).await;
+    assert_eq!(hold["status"], "expired", "{hold}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bursts_over_two_servers_on_a_cluster_sell_exactly_the_stock() {
+    let (_cluster, servers) = cluster_servers(2).await;
+    let apis: Vec<Api> = servers.iter().map(Server::api).collect();
+    put_pool(&apis[0], "burst", json!({"total": 5})).await;
+    let barrier = Arc::new(Barrier::new(1000));
+    let handles: Vec<_> = (0..1000)
+        .map(|i| {
+            let (api, barrier) = (apis[i % 2].clone(), barrier.clone());
+            // Half of them name the same hold ids twice: copies must not make two holds.
+            let body =
+                json!({"hold_id": format!("b{}", i / 2), "items": [{"pool": "burst", "qty": 1}]});
+            tokio::spawn(async move {
+                barrier.wait().await;
+                api.call("POST", "/v1/holds", Some(body)).await
+            })
+        })
+        .collect();
+    let replies = support::join_all(handles).await;
+    let counts = tally(&replies);
+    let created = counts.get(&(201, String::new())).copied().unwrap_or(0);
+    assert_eq!(created, 5, "{counts:?}");
+    assert_pool(&apis[1].pool("burst").await, 5, 0, 5, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_primary_failing_over_under_load_loses_no_acknowledged_change() {
+    let (cluster, servers) = cluster_servers(1).await;
+    let api = servers[0].api();
+    let pools = pools_in_distinct_partitions(&api, "f", 4, 1_000_000).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..8)
+        .map(|worker| {
+            let (api, stop, pools) = (api.clone(), stop.clone(), pools.clone());
+            tokio::spawn(async move {
+                let mut tried = Vec::new();
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let hold_id = format!("f-{worker}-{i}");
+                    let pool = &pools[i % pools.len()];
+                    i += 1;
+                    let body = json!({"hold_id": hold_id, "items": [{"pool": pool, "qty": 1}],
+                                      "confirm": true});
+                    let status = api
+                        .try_call("POST", "/v1/holds", Some(body))
+                        .await
+                        .map(|r| r.0)
+                        .unwrap_or(0);
+                    tried.push((hold_id, status));
+                }
+                tried
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A coordinated failover of one primary to its replica (no acknowledged write is lost).
+    let primary = cluster.primaries()[0].port;
+    let replica = cluster
+        .nodes
+        .iter()
+        .find(|n| {
+            n.cli(&["INFO", "replication"])
+                .contains(&format!("master_port:{primary}"))
+        })
+        .expect("the primary has a replica");
+    assert_eq!(replica.cli(&["CLUSTER", "FAILOVER"]), "OK");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !replica.cli(&["ROLE"]).starts_with("master") {
+        assert!(Instant::now() < deadline, "the replica never took over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut tried = Vec::new();
+    for handle in handles {
+        tried.extend(handle.await.expect("load task"));
+    }
+    let acknowledged = tried.iter().filter(|(_, s)| *s == 201).count();
+    assert!(acknowledged > 50, "too little load: {acknowledged}");
+    let mut present = 0;
+    for (hold_id, status) in &tried {
+        let (got, hold) = api.call("GET", &format!("/v1/holds/{hold_id}"), None).await;
+        if *status == 201 {
+            assert_eq!(
+                (got, &hold["status"]),
+                (200, &json!("confirmed")),
+                "acknowledged {hold_id} lost: {hold}"
+            );
+        }
+        if got == 200 {
+            present += 1;
+        }
+    }
+    let mut sold = 0;
+    for pool in &pools {
+        let view = api.pool(pool).await;
+        assert_eq!(view["held"], json!(0), "{view}");
+        sold += view["sold"].as_u64().unwrap();
+    }
+    assert_eq!(sold, present, "every unit sold is a hold that exists");
+}
