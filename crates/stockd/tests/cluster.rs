@@ -7,13 +7,15 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
-use support::{assert_pool, put_pool, tally, Api, RedisClusterBackend, Server, ServerConfig};
+use serde_json::json;
+use support::{
+    assert_pool, hold_body, pools_in_distinct_partitions, put_pool, tally, Api,
+    RedisClusterBackend, Server, ServerConfig,
+};
 use tokio::sync::Barrier;
 
 const PARTITIONS: u32 = 16;
@@ -29,54 +31,6 @@ async fn cluster_servers(n: usize) -> (Arc<RedisClusterBackend>, Vec<Server>) {
         servers.push(Server::start_with(config).await);
     }
     (cluster, servers)
-}
-
-/// Creates pools named `{prefix}-N` until `count` of them sit in pairwise different partitions;
-/// returns their names (the others are deleted).
-async fn pools_in_distinct_partitions(
-    api: &Api,
-    prefix: &str,
-    count: usize,
-    total: u64,
-) -> Vec<String> {
-    let mut chosen: HashMap<u64, String> = HashMap::new();
-    for n in 0.. {
-        let name = format!("{prefix}-{n}");
-        let (status, pool) = api
-            .call(
-                "PUT",
-                &format!("/v1/pools/{name}"),
-                Some(json!({"total": total})),
-            )
-            .await;
-        assert_eq!(status, 201, "{pool}");
-        let partition = pool["partition"].as_u64().expect("partition");
-        assert!(partition < u64::from(PARTITIONS), "{pool}");
-        if let std::collections::hash_map::Entry::Vacant(slot) = chosen.entry(partition) {
-            slot.insert(name);
-        } else {
-            let (status, _) = api.call("DELETE", &format!("/v1/pools/{name}"), None).await;
-            assert_eq!(status, 204);
-        }
-        if chosen.len() == count {
-            break;
-        }
-    }
-    let mut names: Vec<(u64, String)> = chosen.into_iter().collect();
-    names.sort();
-    names.into_iter().map(|(_, name)| name).collect()
-}
-
-fn hold_body(hold_id: &str, items: &[(&str, u64)], extra: Value) -> Value {
-    let items: Vec<Value> = items
-        .iter()
-        .map(|(p, q)| json!({"pool": p, "qty": q}))
-        .collect();
-    let mut body = json!({"hold_id": hold_id, "items": items});
-    for (key, value) in extra.as_object().expect("object") {
-        body[key] = value.clone();
-    }
-    body
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
