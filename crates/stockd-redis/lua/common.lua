@@ -199,11 +199,17 @@ function S.hold_get(id)
         items[#items + 1] = { pool = words[i], qty = tonumber(words[i + 1]),
             generation = tonumber(words[i + 2]) }
     end
-    return {
+    local hold = {
         id = id, status = v[1], user = v[2] or nil, items = items, confirm = v[4] == '1',
         created_at_ms = tonumber(v[5]), expires_at_ms = tonumber(v[6]), finished_at_ms = S.num(v[7]),
         cross = v[8] == '1',
     }
+    -- Past retention, a finished hold is gone for every command, even before its key expires.
+    if hold.finished_at_ms and hold.finished_at_ms + S.retention_ms(hold.status) <= S.now then
+        redis.call('DEL', S.key('hold', id))
+        return nil
+    end
+    return hold
 end
 
 -- Whether a hold record is a hold yet (a cross-partition reserve may still be under way).
@@ -235,15 +241,22 @@ function S.hold_event(kind, hold)
     })
 end
 
--- A finished hold is kept for its retention, then Redis forgets it (the key's expiry).
+function S.retention_ms(status)
+    if status == 'confirmed' then return S.confirmed_retention_ms end
+    return S.hold_retention_ms
+end
+
+-- A finished hold is kept for its retention: past it, it is gone for every command (S.hold_get
+-- forgets it by the call's clock, as the core does), and the key's expiry frees the memory an
+-- hour later (a duration, so it does not depend on which clock `now` came from).
+S.FORGOTTEN_KEY_MARGIN_MS = 3600000
 function S.hold_finish(hold, status, finished_at_ms)
     local key = S.key('hold', hold.id)
     hold.status = status
     hold.finished_at_ms = finished_at_ms
     redis.call('HSET', key, 'st', status, 'f', S.int(finished_at_ms))
-    local retention = S.hold_retention_ms
-    if status == 'confirmed' then retention = S.confirmed_retention_ms end
-    redis.call('PEXPIREAT', key, S.int(finished_at_ms + retention))
+    local keep_ms = finished_at_ms + S.retention_ms(status) - S.now
+    redis.call('PEXPIRE', key, S.int(math.max(keep_ms, 0) + S.FORGOTTEN_KEY_MARGIN_MS))
     redis.call('ZREM', S.key('expiry'), hold.id)
 end
 

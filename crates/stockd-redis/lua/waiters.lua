@@ -27,7 +27,7 @@ function S.park(kind, words, deadline_ms)
     local ticket = redis.call('HINCRBY', S.meta, 'waiter', 1)
     local key = S.key('waiter', S.int(ticket))
     redis.call('HSET', key, 'k', kind, 'w', table.concat(words, ' '), 'd', S.int(deadline_ms))
-    redis.call('PEXPIREAT', key, S.int(deadline_ms + S.WAITER_GRACE_MS))
+    redis.call('PEXPIRE', key, S.int(deadline_ms - S.now + S.WAITER_GRACE_MS))
     return ticket
 end
 

@@ -57,6 +57,22 @@ pub struct RedisConfig {
     pub hold_retention_ms: u64,
     pub confirmed_retention_ms: u64,
     pub event_retention_max: usize,
+    /// Test builds only (feature `test-clock`): the time every call uses instead of Redis's
+    /// `TIME`, so that model tests can drive time. Production builds cannot set it.
+    #[cfg(feature = "test-clock")]
+    pub clock: Option<TestClock>,
+}
+
+/// A clock for tests: milliseconds since the epoch, as the test decides.
+#[cfg(feature = "test-clock")]
+#[derive(Clone)]
+pub struct TestClock(pub Arc<dyn Fn() -> u64 + Send + Sync>);
+
+#[cfg(feature = "test-clock")]
+impl std::fmt::Debug for TestClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TestClock")
+    }
 }
 
 impl RedisConfig {
@@ -71,6 +87,8 @@ impl RedisConfig {
             hold_retention_ms: HOLD_RETENTION_MS_DEFAULT,
             confirmed_retention_ms: CONFIRMED_RETENTION_MS_DEFAULT,
             event_retention_max: EVENT_RETENTION_MAX_DEFAULT,
+            #[cfg(feature = "test-clock")]
+            clock: None,
         }
     }
 }
@@ -152,7 +170,7 @@ impl Shared {
             ),
             None => String::new(),
         };
-        cmd.arg("")
+        cmd.arg(self.now_override())
             .arg(self.config.hold_retention_ms)
             .arg(self.config.confirmed_retention_ms)
             .arg(self.config.event_retention_max)
@@ -187,6 +205,15 @@ impl Shared {
             )));
         }
         Ok(answers)
+    }
+
+    /// The time calls run at: Redis's own clock (empty), unless a test build set a clock.
+    fn now_override(&self) -> String {
+        #[cfg(feature = "test-clock")]
+        if let Some(clock) = &self.config.clock {
+            return (clock.0)().to_string();
+        }
+        String::new()
     }
 
     fn saw_seq(&self, partition: u32, seq: u64) {
