@@ -1,0 +1,389 @@
+//! `apply_record`, the single path by which state changes, live and in recovery, and the events
+//! it yields (seqs, hold events, `low_stock` crossings).
+//!
+//! Nothing here decides: a record reaching this module was already checked by the decision that
+//! made it (or, in recovery, by the decision that made it before the restart). It must never
+//! refuse a record or read anything but the record and the state; it asserts what the decision
+//! guaranteed and panics on a contradiction. It only notes freed pools and locks; serving their
+//! waiters happens after the command, in `waiters`.
+
+use std::cmp::Reverse;
+
+use hashbrown::HashMap;
+
+use crate::ids::{HoldId, PoolId, UserId};
+use crate::record::{Change, Event, EventKind, Record};
+use crate::view::HoldStatus;
+
+use super::{Hold, Lock, Pool, State};
+
+impl State {
+    /// Applies one record: the single path by which state changes, live and in recovery.
+    /// Events it yields are appended to `events`.
+    ///
+    /// Panics if the record contradicts the state (a hold that does not exist, units that are
+    /// not there): live, the decision that made the record ruled that out; in recovery it
+    /// means the log does not belong to this state, and running on would be worse than
+    /// stopping.
+    pub fn apply_record(&mut self, record: &Record, events: &mut Vec<Event>) {
+        let at_ms = record.at_ms;
+        match &record.change {
+            Change::PoolUpserted { pool: id, spec } => {
+                let created = !self.data.pools.contains_key(id);
+                if created {
+                    let generation = self.data.next_generation;
+                    self.data.next_generation += 1;
+                    self.data.pools.insert(
+                        id.clone(),
+                        Pool {
+                            generation,
+                            total: 0,
+                            available: 0,
+                            held: 0,
+                            sold: 0,
+                            per_user_limit: None,
+                            starts_at_ms: None,
+                            ends_at_ms: None,
+                            low_stock_threshold: None,
+                            usage: HashMap::new(),
+                        },
+                    );
+                }
+                let pool = self.data.pools.get_mut(id).expect("inserted above");
+                let before = pool.available;
+                let committed = pool.held + pool.sold;
+                assert!(spec.total >= committed, "pool total below committed units");
+                pool.total = spec.total;
+                pool.available = spec.total - committed;
+                pool.per_user_limit = spec.per_user_limit;
+                pool.starts_at_ms = spec.starts_at_ms;
+                pool.ends_at_ms = spec.ends_at_ms;
+                pool.low_stock_threshold = spec.low_stock_threshold;
+                let (total, available, threshold) =
+                    (pool.total, pool.available, pool.low_stock_threshold);
+                let mut event = self.event(at_ms, EventKind::PoolUpserted);
+                event.pool = Some(id.clone());
+                event.total = Some(total);
+                event.available = Some(available);
+                events.push(event);
+                // Created or updated at or below the threshold fires, whatever it was before.
+                if threshold.is_some_and(|t| available <= t) {
+                    self.push_low_stock(id, at_ms, events);
+                }
+                if available > before {
+                    self.freed_pools.push(id.clone());
+                }
+            }
+            Change::Restocked { pool: id, delta } => {
+                let pool = self.data.pools.get_mut(id).expect("restocked pool exists");
+                let before = pool.available;
+                if *delta >= 0 {
+                    pool.total += delta.unsigned_abs();
+                    pool.available += delta.unsigned_abs();
+                } else {
+                    assert!(pool.available >= delta.unsigned_abs(), "restock below zero");
+                    pool.total -= delta.unsigned_abs();
+                    pool.available -= delta.unsigned_abs();
+                }
+                let (total, available) = (pool.total, pool.available);
+                let mut event = self.event(at_ms, EventKind::Restocked);
+                event.pool = Some(id.clone());
+                event.delta = Some(*delta);
+                event.total = Some(total);
+                event.available = Some(available);
+                events.push(event);
+                self.note_available(id, before, at_ms, events);
+            }
+            Change::PoolDeleted { pool: id } => {
+                let pool = self.data.pools.remove(id).expect("deleted pool exists");
+                assert_eq!(pool.held, 0, "deleted a pool with held units");
+                let mut event = self.event(at_ms, EventKind::PoolDeleted);
+                event.pool = Some(id.clone());
+                events.push(event);
+                // Waiters on it get their answer (pool_not_found) now rather than at timeout.
+                self.freed_pools.push(id.clone());
+            }
+            Change::Held {
+                hold_id,
+                user,
+                items,
+                confirm,
+                expires_at_ms,
+            } => {
+                for item in items.iter() {
+                    let pool = self
+                        .data
+                        .pools
+                        .get_mut(&item.pool)
+                        .expect("held pool exists");
+                    let before = pool.available;
+                    assert!(pool.available >= item.qty, "held more than available");
+                    pool.available -= item.qty;
+                    pool.held += item.qty;
+                    if let Some(user) = user {
+                        *pool.usage.entry(user.clone()).or_insert(0) += item.qty;
+                    }
+                    self.note_available_later(&item.pool, before);
+                }
+                // A finished hold with this id may still be here in recovery: live, it had
+                // been forgotten (past retention) before the id was used again.
+                self.data.holds.insert(
+                    hold_id.clone(),
+                    Box::new(Hold {
+                        user: user.clone(),
+                        items: items.clone(),
+                        generation_watermark: self.data.next_generation,
+                        confirm: *confirm,
+                        status: HoldStatus::Held,
+                        created_at_ms: at_ms,
+                        expires_at_ms: *expires_at_ms,
+                        finished_at_ms: None,
+                    }),
+                );
+                // A hold confirmed on creation is confirmed by the very next record of the
+                // same command; it never needs an expiry slot.
+                if !*confirm {
+                    self.expiry_queue
+                        .push(Reverse((*expires_at_ms, hold_id.clone())));
+                }
+                let mut event = self.event(at_ms, EventKind::Held);
+                event.hold_id = Some(hold_id.clone());
+                event.user = user.clone();
+                event.items = Some(items.clone());
+                event.expires_at_ms = Some(*expires_at_ms);
+                events.push(event);
+                self.flush_low_stock(at_ms, events);
+            }
+            Change::Confirmed { hold_id } => {
+                let hold = self
+                    .data
+                    .holds
+                    .get_mut(hold_id)
+                    .expect("confirmed hold exists");
+                assert_eq!(hold.status, HoldStatus::Held, "confirmed a hold not held");
+                hold.status = HoldStatus::Confirmed;
+                hold.finished_at_ms = Some(at_ms);
+                for line in hold.items.iter() {
+                    let pool = self
+                        .data
+                        .pools
+                        .get_mut(&line.pool)
+                        .expect("pool of held hold");
+                    pool.held -= line.qty;
+                    pool.sold += line.qty;
+                }
+                self.purge_queue.push(Reverse((
+                    at_ms.saturating_add(self.config.confirmed_retention_ms),
+                    hold_id.clone(),
+                )));
+                self.push_hold_event(at_ms, EventKind::Confirmed, hold_id, events);
+            }
+            Change::Released { hold_id } | Change::Expired { hold_id } => {
+                let (status, kind) = match &record.change {
+                    Change::Released { .. } => (HoldStatus::Released, EventKind::Released),
+                    _ => (HoldStatus::Expired, EventKind::Expired),
+                };
+                let hold = self
+                    .data
+                    .holds
+                    .get_mut(hold_id)
+                    .expect("released hold exists");
+                assert_eq!(hold.status, HoldStatus::Held, "released a hold not held");
+                hold.status = status;
+                // An expired hold finished at its deadline, however late the sweep ran: the
+                // answer does not depend on sweep timing (nor on the backend).
+                let finished_at_ms = match status {
+                    HoldStatus::Expired => hold.expires_at_ms.min(at_ms),
+                    _ => at_ms,
+                };
+                hold.finished_at_ms = Some(finished_at_ms);
+                for line in hold.items.iter() {
+                    let pool = self
+                        .data
+                        .pools
+                        .get_mut(&line.pool)
+                        .expect("pool of held hold");
+                    let before = pool.available;
+                    pool.held -= line.qty;
+                    pool.available += line.qty;
+                    give_back_usage(pool, hold.user.as_ref(), line.qty);
+                    self.freed_pools.push(line.pool.clone());
+                    self.pending_low_stock.push((line.pool.clone(), before));
+                }
+                self.purge_queue.push(Reverse((
+                    finished_at_ms.saturating_add(self.config.hold_retention_ms),
+                    hold_id.clone(),
+                )));
+                self.push_hold_event(at_ms, kind, hold_id, events);
+                self.flush_low_stock(at_ms, events);
+            }
+            Change::Refunded { hold_id } => {
+                let hold = self
+                    .data
+                    .holds
+                    .get_mut(hold_id)
+                    .expect("refunded hold exists");
+                assert_eq!(
+                    hold.status,
+                    HoldStatus::Confirmed,
+                    "refunded unconfirmed hold"
+                );
+                hold.status = HoldStatus::Refunded;
+                hold.finished_at_ms = Some(at_ms);
+                for line in hold.items.iter() {
+                    let pool = self.data.pools.get_mut(&line.pool).expect("pool of refund");
+                    assert!(
+                        pool.generation < hold.generation_watermark,
+                        "refund into a new pool"
+                    );
+                    let before = pool.available;
+                    pool.sold -= line.qty;
+                    pool.available += line.qty;
+                    give_back_usage(pool, hold.user.as_ref(), line.qty);
+                    self.freed_pools.push(line.pool.clone());
+                    self.pending_low_stock.push((line.pool.clone(), before));
+                }
+                self.purge_queue.push(Reverse((
+                    at_ms.saturating_add(self.config.hold_retention_ms),
+                    hold_id.clone(),
+                )));
+                self.push_hold_event(at_ms, EventKind::Refunded, hold_id, events);
+                self.flush_low_stock(at_ms, events);
+            }
+            Change::Extended {
+                hold_id,
+                expires_at_ms,
+            } => {
+                let hold = self
+                    .data
+                    .holds
+                    .get_mut(hold_id)
+                    .expect("extended hold exists");
+                assert_eq!(hold.status, HoldStatus::Held, "extended a hold not held");
+                hold.expires_at_ms = *expires_at_ms;
+                self.expiry_queue
+                    .push(Reverse((*expires_at_ms, hold_id.clone())));
+                let mut event = self.event(at_ms, EventKind::Extended);
+                event.hold_id = Some(hold_id.clone());
+                event.expires_at_ms = Some(*expires_at_ms);
+                events.push(event);
+            }
+            Change::LockAcquired {
+                name,
+                owner,
+                token,
+                expires_at_ms,
+            } => {
+                self.data.locks.insert(
+                    name.clone(),
+                    Lock {
+                        owner: owner.clone(),
+                        token: *token,
+                        expires_at_ms: *expires_at_ms,
+                    },
+                );
+                self.data.next_fence_token = self.data.next_fence_token.max(token + 1);
+                self.lock_expiry_queue
+                    .push(Reverse((*expires_at_ms, name.clone())));
+            }
+            Change::LockRenewed {
+                name,
+                expires_at_ms,
+            } => {
+                let lock = self.data.locks.get_mut(name).expect("renewed lock exists");
+                lock.expires_at_ms = *expires_at_ms;
+                self.lock_expiry_queue
+                    .push(Reverse((*expires_at_ms, name.clone())));
+            }
+            Change::LockReleased { name } => {
+                self.data.locks.remove(name);
+                self.freed_locks.push(name.clone());
+            }
+        }
+    }
+
+    /// Takes the next seq for an event.
+    fn event(&mut self, at_ms: u64, kind: EventKind) -> Event {
+        let seq = self.data.next_seq;
+        self.data.next_seq += 1;
+        Event::new(seq, at_ms, kind)
+    }
+
+    fn push_hold_event(
+        &mut self,
+        at_ms: u64,
+        kind: EventKind,
+        hold_id: &HoldId,
+        events: &mut Vec<Event>,
+    ) {
+        let hold = &self.data.holds[hold_id];
+        let user = hold.user.clone();
+        let expires_at_ms = hold.expires_at_ms;
+        let items = hold.items.clone();
+        let mut event = self.event(at_ms, kind);
+        event.hold_id = Some(hold_id.clone());
+        event.user = user;
+        event.items = Some(items);
+        event.expires_at_ms = Some(expires_at_ms);
+        events.push(event);
+    }
+
+    /// Remembers a pool's available before a change, to check the low-stock crossing after the
+    /// record's own event is out (so `low_stock` follows the event that caused it).
+    fn note_available_later(&mut self, pool: &PoolId, before: u64) {
+        self.pending_low_stock.push((pool.clone(), before));
+    }
+
+    fn note_available(&mut self, pool: &PoolId, before: u64, at_ms: u64, events: &mut Vec<Event>) {
+        self.pending_low_stock.push((pool.clone(), before));
+        self.flush_low_stock(at_ms, events);
+        if self
+            .data
+            .pools
+            .get(pool)
+            .is_some_and(|p| p.available > before)
+        {
+            self.freed_pools.push(pool.clone());
+        }
+    }
+
+    /// Fires `low_stock` for every noted pool whose available went from above its threshold to
+    /// at or below it.
+    fn flush_low_stock(&mut self, at_ms: u64, events: &mut Vec<Event>) {
+        let pending = std::mem::take(&mut self.pending_low_stock);
+        for (id, before) in &pending {
+            let crossed = self.data.pools.get(id).is_some_and(|pool| {
+                pool.low_stock_threshold
+                    .is_some_and(|t| *before > t && pool.available <= t)
+            });
+            if crossed {
+                self.push_low_stock(id, at_ms, events);
+            }
+        }
+        self.pending_low_stock = pending;
+        self.pending_low_stock.clear();
+    }
+
+    fn push_low_stock(&mut self, id: &PoolId, at_ms: u64, events: &mut Vec<Event>) {
+        let pool = &self.data.pools[id];
+        let (total, available, threshold) = (pool.total, pool.available, pool.low_stock_threshold);
+        let mut event = self.event(at_ms, EventKind::LowStock);
+        event.pool = Some(id.clone());
+        event.total = Some(total);
+        event.available = Some(available);
+        event.low_stock_threshold = threshold;
+        events.push(event);
+    }
+}
+
+/// Takes `qty` units off `user`'s usage of `pool` after they came back; an entry at zero goes.
+fn give_back_usage(pool: &mut Pool, user: Option<&UserId>, qty: u64) {
+    if let Some(user) = user {
+        if let Some(used) = pool.usage.get_mut(user) {
+            *used -= qty.min(*used);
+            if *used == 0 {
+                pool.usage.remove(user);
+            }
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! `refund`: gives a confirmed hold's sold units back.
+//!
+//! It decides from the settled hold's status and refuses when any of its pools was deleted
+//! (or deleted and created again) since the hold was made: the units have nowhere to go back
+//! to. It must never move units itself.
+//!
+//! Its Lua twin is `crates/stockd-redis/lua/cmd/refund.lua`.
+
+use crate::command::Outcome;
+use crate::error::Error;
+use crate::ids::HoldId;
+use crate::record::Change;
+use crate::state::{Effects, State};
+use crate::view::HoldStatus;
+
+impl State {
+    pub(in crate::state) fn refund(
+        &mut self,
+        hold_id: HoldId,
+        now_ms: u64,
+        effects: &mut Effects,
+    ) -> Outcome {
+        self.settle(&hold_id, now_ms, effects);
+        match self.hold_status(&hold_id)? {
+            HoldStatus::Confirmed => {
+                let hold = &self.data.holds[&hold_id];
+                for item in hold.items.iter() {
+                    let alive = self
+                        .data
+                        .pools
+                        .get(&item.pool)
+                        .is_some_and(|pool| pool.generation < hold.generation_watermark);
+                    if !alive {
+                        return Err(Error::PoolDeleted {
+                            pool: item.pool.clone(),
+                        });
+                    }
+                }
+                self.commit(
+                    now_ms,
+                    Change::Refunded {
+                        hold_id: hold_id.clone(),
+                    },
+                    effects,
+                );
+                self.hold_reply(&hold_id, false)
+            }
+            HoldStatus::Refunded => self.hold_reply(&hold_id, false),
+            HoldStatus::Held | HoldStatus::Released | HoldStatus::Expired => {
+                Err(Error::HoldNotConfirmed { hold_id })
+            }
+        }
+    }
+}

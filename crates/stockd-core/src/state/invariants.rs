@@ -1,0 +1,74 @@
+//! `check_invariants`: every invariant the state must hold, checked from scratch against the
+//! holds and pools.
+//!
+//! It reads only: it recounts held units and usage from the holds and compares them with the
+//! pools' own counters, so that a drift in `apply_record`'s bookkeeping shows up here. It must
+//! never repair what it finds; a failure is for the caller to treat as a crash.
+
+use hashbrown::HashMap;
+
+use crate::ids::{PoolId, UserId};
+use crate::view::HoldStatus;
+
+use super::State;
+
+impl State {
+    /// Checks every invariant the state must hold; used after each batch in debug builds and in
+    /// tests. `total == available + held + sold` for every pool, held units equal the units of
+    /// held holds, usage equals the units of held + confirmed holds per user.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut held: HashMap<&PoolId, u64> = HashMap::new();
+        let mut usage: HashMap<(&PoolId, &UserId), u64> = HashMap::new();
+        for (hold_id, hold) in &self.data.holds {
+            for line in hold.items.iter() {
+                let alive = self
+                    .data
+                    .pools
+                    .get(&line.pool)
+                    .is_some_and(|p| p.generation < hold.generation_watermark);
+                if hold.status == HoldStatus::Held {
+                    if !alive {
+                        return Err(format!("held hold {hold_id} on a missing pool"));
+                    }
+                    *held.entry(&line.pool).or_default() += line.qty;
+                }
+                if alive && matches!(hold.status, HoldStatus::Held | HoldStatus::Confirmed) {
+                    if let Some(user) = &hold.user {
+                        *usage.entry((&line.pool, user)).or_default() += line.qty;
+                    }
+                }
+            }
+        }
+        for (id, pool) in &self.data.pools {
+            let sum = pool
+                .available
+                .checked_add(pool.held)
+                .and_then(|s| s.checked_add(pool.sold));
+            if sum != Some(pool.total) {
+                return Err(format!(
+                    "pool {id}: total {} != available {} + held {} + sold {}",
+                    pool.total, pool.available, pool.held, pool.sold
+                ));
+            }
+            let expected_held = held.get(id).copied().unwrap_or(0);
+            if pool.held != expected_held {
+                return Err(format!(
+                    "pool {id}: held {} but held holds have {expected_held}",
+                    pool.held
+                ));
+            }
+            for (user, used) in &pool.usage {
+                if *used == 0 {
+                    return Err(format!("pool {id}: zero usage entry for {user}"));
+                }
+                // Purged confirmed holds keep their usage, so usage may exceed what the
+                // retained holds show, never fall below it.
+                let seen = usage.get(&(id, user)).copied().unwrap_or(0);
+                if *used < seen {
+                    return Err(format!("pool {id}: usage of {user} is {used} < {seen}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}

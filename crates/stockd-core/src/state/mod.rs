@@ -1,0 +1,430 @@
+//! The state machine: pools, holds, locks and waiters, and every rule that moves units.
+//!
+//! Two entry points change state. [`State::execute`] decides a command at `now_ms` and, when it
+//! succeeds, turns it into [`Record`]s; [`State::tick`] does what time alone does (expiry, waiter
+//! deadlines, lock leases, retention). Both mutate only through [`State::apply_record`], which is
+//! also what recovery replays, so a restarted engine reaches the very same state.
+//!
+//! This module must never do I/O or read a clock, and never leave a pool with
+//! `total != available + held + sold`: every decision is checked before its record is applied,
+//! and the arithmetic in `apply_record` asserts what the decision guaranteed.
+//!
+//! This file holds the data (what a snapshot is), `execute` (validate, then dispatch), the
+//! views, and the small helpers every decision shares. Each command's decision lives in a file
+//! of its own under `cmd/`, beside its Lua twin in the Redis library; `apply` is the single
+//! mutation path, `tick` what time does, `waiters` the parked requests, and `invariants` the
+//! checks run after every batch.
+
+mod apply;
+mod cmd;
+mod invariants;
+mod tick;
+mod waiters;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+use serde::{Deserialize, Serialize};
+
+use crate::command::{Command, LockRequest, Outcome, Reply, ReserveRequest};
+use crate::error::Error;
+use crate::ids::{HoldId, LockName, OwnerId, PoolId, UserId};
+use crate::limits::{CONFIRMED_RETENTION_MS_DEFAULT, HOLD_RETENTION_MS_DEFAULT};
+use crate::record::{Change, Event, Record};
+use crate::view::{HoldItemView, HoldStatus, HoldView, PoolView};
+
+/// Tunables of the state machine that are not part of the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateConfig {
+    /// How long released, expired and refunded holds are kept after they finish.
+    pub hold_retention_ms: u64,
+    /// How long confirmed holds are kept after confirmation (the refund window).
+    pub confirmed_retention_ms: u64,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig {
+            hold_retention_ms: HOLD_RETENTION_MS_DEFAULT,
+            confirmed_retention_ms: CONFIRMED_RETENTION_MS_DEFAULT,
+        }
+    }
+}
+
+/// Identifies a request parked in a wait queue until stock or a lock frees up.
+pub type WaiterId = u64;
+
+/// The result of [`State::execute`]: an answer now, or a parked waiter whose answer comes later
+/// through [`Effects::woken`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Done(Outcome),
+    Waiting(WaiterId),
+}
+
+/// What one call changed: the records to log, the events they produced, and answers for
+/// waiters that were served or timed out. The caller must make `records` durable before it
+/// shows any of this to anyone.
+#[derive(Debug, Default)]
+pub struct Effects {
+    pub records: Vec<Record>,
+    pub events: Vec<Event>,
+    pub woken: Vec<(WaiterId, Outcome)>,
+}
+
+impl Effects {
+    pub fn clear(&mut self) {
+        self.records.clear();
+        self.events.clear();
+        self.woken.clear();
+    }
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.events.is_empty() && self.woken.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Pool {
+    /// A new number each time a pool is created, so that holds of a deleted pool never touch a
+    /// later pool with the same id.
+    generation: u64,
+    total: u64,
+    available: u64,
+    held: u64,
+    sold: u64,
+    per_user_limit: Option<u64>,
+    starts_at_ms: Option<u64>,
+    ends_at_ms: Option<u64>,
+    low_stock_threshold: Option<u64>,
+    /// Units per user in held + confirmed holds. Entries at zero are removed.
+    usage: HashMap<UserId, u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Hold {
+    user: Option<UserId>,
+    /// Shared with the hold's record, events and views: one allocation per hold.
+    items: Arc<[HoldItemView]>,
+    /// `next_generation` when the hold was made. Generations come from one counter, so a pool
+    /// is the very pool this hold reserved from iff its generation is below this: a pool
+    /// deleted and created again since then has a newer one.
+    generation_watermark: u64,
+    /// The `confirm` flag of the reserve, part of the idempotency identity.
+    confirm: bool,
+    status: HoldStatus,
+    created_at_ms: u64,
+    expires_at_ms: u64,
+    finished_at_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Lock {
+    owner: OwnerId,
+    token: u64,
+    expires_at_ms: u64,
+}
+
+/// Everything that must survive a restart; a snapshot is exactly this, serialised.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pools: BTreeMap<PoolId, Pool>,
+    /// Boxed so that a table slot is 24 bytes: growing a table of millions of holds then moves
+    /// a quarter of the bytes (a shorter pause for the requests queued behind it), and empty
+    /// slots cost less memory.
+    holds: HashMap<HoldId, Box<Hold>>,
+    locks: HashMap<LockName, Lock>,
+    next_seq: u64,
+    next_generation: u64,
+    next_fence_token: u64,
+}
+
+impl Default for Snapshot {
+    fn default() -> Self {
+        Snapshot {
+            pools: BTreeMap::new(),
+            holds: HashMap::new(),
+            locks: HashMap::new(),
+            next_seq: 1,
+            next_generation: 1,
+            next_fence_token: 1,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum WaitFor {
+    Stock(ReserveRequest),
+    Lock(LockRequest),
+}
+
+#[derive(Debug)]
+struct Waiter {
+    wait_for: WaitFor,
+}
+
+/// The whole state of one stockd dataset.
+#[derive(Debug)]
+pub struct State {
+    config: StateConfig,
+    data: Snapshot,
+    // Indexes below are derived from `data` and rebuilt on load; entries may be stale and are
+    // checked against `data` when popped, which keeps extend/confirm O(log n) without removal.
+    expiry_queue: BinaryHeap<Reverse<(u64, HoldId)>>,
+    purge_queue: BinaryHeap<Reverse<(u64, HoldId)>>,
+    lock_expiry_queue: BinaryHeap<Reverse<(u64, LockName)>>,
+    // Waiters live only in memory: a waiting client is a live connection, gone on restart.
+    waiters: HashMap<WaiterId, Waiter>,
+    pool_waiters: HashMap<PoolId, VecDeque<WaiterId>>,
+    lock_waiters: HashMap<LockName, VecDeque<WaiterId>>,
+    waiter_deadlines: BinaryHeap<Reverse<(u64, WaiterId)>>,
+    next_waiter_id: WaiterId,
+    /// Pools and locks that got units or freedom back while applying records; their waiters are
+    /// served once the current command is done, never in the middle of it.
+    freed_pools: Vec<PoolId>,
+    freed_locks: Vec<LockName>,
+    /// (pool, available before) pairs noted while applying a record, checked for a low-stock
+    /// crossing once the record's own event is out.
+    pending_low_stock: Vec<(PoolId, u64)>,
+}
+
+impl State {
+    pub fn new(config: StateConfig) -> Self {
+        Self::from_snapshot(config, Snapshot::default())
+    }
+
+    /// Rebuilds a state from a snapshot, with its indexes.
+    pub fn from_snapshot(config: StateConfig, data: Snapshot) -> Self {
+        let mut state = State {
+            config,
+            data,
+            expiry_queue: BinaryHeap::new(),
+            purge_queue: BinaryHeap::new(),
+            lock_expiry_queue: BinaryHeap::new(),
+            waiters: HashMap::new(),
+            pool_waiters: HashMap::new(),
+            lock_waiters: HashMap::new(),
+            waiter_deadlines: BinaryHeap::new(),
+            next_waiter_id: 1,
+            freed_pools: Vec::new(),
+            freed_locks: Vec::new(),
+            pending_low_stock: Vec::new(),
+        };
+        for (hold_id, hold) in &state.data.holds {
+            match hold.finished_at_ms {
+                None => state
+                    .expiry_queue
+                    .push(Reverse((hold.expires_at_ms, hold_id.clone()))),
+                Some(finished_at_ms) => {
+                    let purge_at_ms =
+                        finished_at_ms.saturating_add(state.retention_ms(hold.status));
+                    state
+                        .purge_queue
+                        .push(Reverse((purge_at_ms, hold_id.clone())));
+                }
+            }
+        }
+        for (name, lock) in &state.data.locks {
+            state
+                .lock_expiry_queue
+                .push(Reverse((lock.expires_at_ms, name.clone())));
+        }
+        state
+    }
+
+    /// The durable part of the state, for writing a snapshot.
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.data
+    }
+
+    pub fn config(&self) -> StateConfig {
+        self.config
+    }
+
+    /// The seq the next event will get.
+    pub fn next_seq(&self) -> u64 {
+        self.data.next_seq
+    }
+
+    pub fn pool_count(&self) -> usize {
+        self.data.pools.len()
+    }
+
+    pub fn hold_count(&self) -> usize {
+        self.data.holds.len()
+    }
+
+    pub fn waiter_count(&self) -> usize {
+        self.waiters.len()
+    }
+
+    fn retention_ms(&self, status: HoldStatus) -> u64 {
+        if status == HoldStatus::Confirmed {
+            self.config.confirmed_retention_ms
+        } else {
+            self.config.hold_retention_ms
+        }
+    }
+
+    // ---------------------------------------------------------------- dispatch
+
+    /// Decides `command` at `now_ms`. Records and events land in `effects`; so do answers for
+    /// waiters that this command served (a release can satisfy parked reserves).
+    pub fn execute(&mut self, command: Command, now_ms: u64, effects: &mut Effects) -> Step {
+        if let Err(error) = command.validate() {
+            return Step::Done(Err(error));
+        }
+        let step = match command {
+            Command::Reserve(request) => self.reserve(request, now_ms, effects),
+            Command::LockAcquire(request) => self.lock_acquire(request, now_ms, effects),
+            Command::PutPool {
+                pool,
+                spec,
+                if_absent,
+            } => Step::Done(self.put_pool(pool, spec, if_absent, now_ms, effects)),
+            Command::Restock { pool, delta } => {
+                Step::Done(self.restock(pool, delta, now_ms, effects))
+            }
+            Command::GetPool { pool } => Step::Done(self.get_pool(pool)),
+            Command::ListPools {
+                prefix,
+                after,
+                limit,
+            } => Step::Done(Ok(self.list_pools(&prefix, after.as_deref(), limit))),
+            Command::DeletePool { pool } => Step::Done(self.delete_pool(pool, now_ms, effects)),
+            Command::Confirm { hold_id } => Step::Done(self.confirm(hold_id, now_ms, effects)),
+            Command::Release { hold_id } => Step::Done(self.release(hold_id, now_ms, effects)),
+            Command::Refund { hold_id } => Step::Done(self.refund(hold_id, now_ms, effects)),
+            Command::Extend { hold_id, ttl_ms } => {
+                Step::Done(self.extend(hold_id, ttl_ms, now_ms, effects))
+            }
+            Command::GetHold { hold_id } => Step::Done(self.get_hold(hold_id, now_ms, effects)),
+            Command::LockRenew {
+                name,
+                owner,
+                token,
+                ttl_ms,
+            } => Step::Done(self.lock_renew(name, owner, token, ttl_ms, now_ms, effects)),
+            Command::LockRelease { name, owner, token } => {
+                Step::Done(self.lock_release(name, owner, token, now_ms, effects))
+            }
+        };
+        self.serve_freed(now_ms, effects);
+        step
+    }
+
+    // ---------------------------------------------------------------- shared by decisions
+
+    /// Brings one hold up to date before a command looks at it: forgotten if past retention,
+    /// expired if held past its deadline, whether or not the sweeps ran.
+    fn settle(&mut self, hold_id: &HoldId, now_ms: u64, effects: &mut Effects) {
+        self.forget_if_past_retention(hold_id, now_ms);
+        self.expire_if_due(hold_id, now_ms, effects);
+    }
+
+    /// A finished hold past retention is gone for every command, even before the purge sweep
+    /// (which is bounded per tick) reaches it. This keeps live behaviour equal to a state
+    /// rebuilt by replay, which forgets all of them at once: no command can write a record
+    /// (a refund) about a hold that a snapshot may already have dropped.
+    fn forget_if_past_retention(&mut self, hold_id: &HoldId, now_ms: u64) {
+        let past = self.data.holds.get(hold_id).is_some_and(|hold| {
+            hold.finished_at_ms
+                .is_some_and(|at| at.saturating_add(self.retention_ms(hold.status)) <= now_ms)
+        });
+        if past {
+            self.data.holds.remove(hold_id);
+        }
+    }
+
+    /// A held hold whose deadline has passed is expired now, whether or not a sweep ran.
+    fn expire_if_due(&mut self, hold_id: &HoldId, now_ms: u64, effects: &mut Effects) {
+        let due =
+            self.data.holds.get(hold_id).is_some_and(|hold| {
+                hold.status == HoldStatus::Held && now_ms >= hold.expires_at_ms
+            });
+        if due {
+            self.commit(
+                now_ms,
+                Change::Expired {
+                    hold_id: hold_id.clone(),
+                },
+                effects,
+            );
+        }
+    }
+
+    // ---------------------------------------------------------------- views
+
+    fn pool_view(&self, id: &PoolId) -> Option<PoolView> {
+        let pool = self.data.pools.get(id)?;
+        Some(PoolView {
+            pool: id.clone(),
+            total: pool.total,
+            available: pool.available,
+            held: pool.held,
+            sold: pool.sold,
+            per_user_limit: pool.per_user_limit,
+            starts_at_ms: pool.starts_at_ms,
+            ends_at_ms: pool.ends_at_ms,
+            low_stock_threshold: pool.low_stock_threshold,
+            // One state feeds one event partition; a partitioned backend sets its own.
+            partition: 0,
+        })
+    }
+
+    fn hold_status(&self, hold_id: &HoldId) -> Result<HoldStatus, Error> {
+        self.data
+            .holds
+            .get(hold_id)
+            .map(|hold| hold.status)
+            .ok_or_else(|| Error::HoldNotFound {
+                hold_id: hold_id.clone(),
+            })
+    }
+
+    fn hold_reply(&self, hold_id: &HoldId, created: bool) -> Outcome {
+        let hold = self.hold_view(hold_id).ok_or_else(|| Error::HoldNotFound {
+            hold_id: hold_id.clone(),
+        })?;
+        Ok(Reply::Hold { hold, created })
+    }
+
+    pub fn hold_view(&self, hold_id: &HoldId) -> Option<HoldView> {
+        let hold = self.data.holds.get(hold_id)?;
+        Some(HoldView {
+            hold_id: hold_id.clone(),
+            status: hold.status,
+            user: hold.user.clone(),
+            items: hold.items.clone(),
+            created_at_ms: hold.created_at_ms,
+            expires_at_ms: hold.expires_at_ms,
+            finished_at_ms: hold.finished_at_ms,
+            // One state feeds one event partition; a partitioned backend sets its own.
+            partition: 0,
+        })
+    }
+
+    /// A pool as clients see it (for tests and tools; commands go through `execute`).
+    pub fn pool(&self, id: &PoolId) -> Option<PoolView> {
+        self.pool_view(id)
+    }
+
+    /// Every pool, ordered by id (for tests and tools).
+    pub fn pools(&self) -> impl Iterator<Item = PoolView> + '_ {
+        self.data
+            .pools
+            .keys()
+            .map(|id| self.pool_view(id).expect("key exists"))
+    }
+
+    // ---------------------------------------------------------------- mutation
+
+    /// How a decision changes state: applies `change` as a record at `at_ms` through
+    /// `apply_record`, and keeps the record for the caller to make durable.
+    fn commit(&mut self, at_ms: u64, change: Change, effects: &mut Effects) {
+        let record = Record { at_ms, change };
+        self.apply_record(&record, &mut effects.events);
+        effects.records.push(record);
+    }
+}
