@@ -19,10 +19,12 @@ S.PENDING_TIMEOUT_MS = 10000
 S.APPLY_GRACE_MS = 2000
 
 -- Part hash fields: st ('held' | 'confirmed' | 'returned' | 'refunded'), u user, it items of this
--- partition ("pool qty generation ..."). A returned part is a tombstone: a part_reserve that
--- arrives after its hold was rolled back finds it and takes nothing.
+-- partition ("pool qty generation ..."), at the attempt it belongs to. Each reserve of a hold id
+-- is an attempt with its own id (a failed reserve is not remembered, so the same id may be
+-- reserved again): a returned part is a tombstone of its attempt, so that a part_reserve of that
+-- attempt arriving after the roll back takes nothing, while a later attempt starts afresh.
 local function part_get(hold_id)
-    local v = redis.call('HMGET', S.key('part', hold_id), 'st', 'u', 'it')
+    local v = redis.call('HMGET', S.key('part', hold_id), 'st', 'u', 'it', 'at')
     if not v[1] then return nil end
     local items, words = {}, {}
     for w in string.gmatch(v[3], '%S+') do words[#words + 1] = w end
@@ -30,7 +32,7 @@ local function part_get(hold_id)
         items[#items + 1] = { pool = words[i], qty = tonumber(words[i + 1]),
             generation = tonumber(words[i + 2]) }
     end
-    return { status = v[1], user = v[2] or nil, items = items }
+    return { status = v[1], user = v[2] or nil, items = items, attempt = v[4] }
 end
 
 local function part_finish(hold_id, status)
@@ -41,8 +43,8 @@ local function part_finish(hold_id, status)
 end
 
 -- x_begin HOLD USER CONFIRM TTL_MS WAIT_MS N POOL QTY ...: the coordinator's record, 'pending'.
--- Answers the replay or conflict of an existing hold, {"begun"} to go on (also for a pending
--- hold whose reserve is retried: the parts are idempotent), or {"aborting"}.
+-- Answers the replay or conflict of an existing hold, {"begun": ATTEMPT} to go on (also for a
+-- pending hold whose reserve is retried: its parts are idempotent), or {"aborting"}.
 C.x_begin = function(a)
     local request = S.parse_reserve(a, 1)
     local hold = S.settle(S.hold_get(request.hold_id))
@@ -54,7 +56,11 @@ C.x_begin = function(a)
     if hold and not S.hold_matches(hold, request) then
         return S.error('hold_id_conflict', { { 'hold_id', request.hold_id, 's' } })
     end
-    if not hold then
+    local attempt
+    if hold then
+        attempt = redis.call('HGET', S.key('hold', request.hold_id), 'at')
+    else
+        attempt = S.int(S.partition) .. '.' .. S.int(redis.call('HINCRBY', S.meta, 'attempt', 1))
         local words = {}
         for _, item in ipairs(request.items) do
             words[#words + 1] = item.pool .. ' ' .. S.int(item.qty) .. ' 0'
@@ -62,31 +68,38 @@ C.x_begin = function(a)
         local key = S.key('hold', request.hold_id)
         redis.call('HSET', key, 'st', 'pending', 'x', '1', 'it', table.concat(words, ' '),
             'cf', request.confirm and '1' or '0', 'c', S.int(S.now),
-            'e', S.int(S.now + request.ttl_ms))
+            'e', S.int(S.now + request.ttl_ms), 'at', attempt)
         if request.user then redis.call('HSET', key, 'u', request.user) end
         redis.call('ZADD', S.key('pendingq'), S.int(S.now), request.hold_id)
     end
-    return { kind = 'raw', json = '{"begun":true}' }
+    return { kind = 'raw', json = '{"begun":' .. S.json_string(attempt) .. '}' }
 end
 
--- part_reserve CHECK_ONLY HOLD USER N POOL QTY INDEX ...: checks this partition's items in the
--- order given (the first failure wins, reported with the item's index in the hold) and, unless
--- CHECK_ONLY, takes the units and writes the part. Idempotent: a part already there answers ok,
--- or {"aborted"} when it is a tombstone.
+-- part_reserve CHECK_ONLY HOLD ATTEMPT USER N POOL QTY INDEX ...: checks this partition's items
+-- in the order given (the first failure wins, reported with the item's index in the hold) and,
+-- unless CHECK_ONLY, takes the units and writes the part. Idempotent: this attempt's part already
+-- there answers ok, or {"aborted"} when it is a tombstone; another attempt's live part means this
+-- attempt was rolled back ({"aborted"}); another attempt's tombstone is replaced.
 C.part_reserve = function(a)
-    local check_only, hold_id = a[1] == '1', a[2]
-    local user = a[3] ~= '-' and a[3] or nil
-    local n = tonumber(a[4])
+    local check_only, hold_id, attempt = a[1] == '1', a[2], a[3]
+    local user = a[4] ~= '-' and a[4] or nil
+    local n = tonumber(a[5])
     local existing = part_get(hold_id)
     if existing and not check_only then
-        if existing.status == 'returned' then return { kind = 'raw', json = '{"aborted":true}' } end
-        return { kind = 'raw', json = '{"part":"ok"}' }
+        local mine = existing.attempt == attempt
+        if existing.status == 'returned' and mine then
+            return { kind = 'raw', json = '{"aborted":true}' }
+        end
+        if existing.status ~= 'returned' then
+            if mine then return { kind = 'raw', json = '{"part":"ok"}' } end
+            return { kind = 'raw', json = '{"aborted":true}' }
+        end
     end
     local request = { hold_id = hold_id, user = user, items = {} }
     local indexes = {}
     for i = 1, n do
-        request.items[i] = { pool = a[2 + 3 * i], qty = tonumber(a[3 + 3 * i]) }
-        indexes[i] = tonumber(a[4 + 3 * i])
+        request.items[i] = { pool = a[3 + 3 * i], qty = tonumber(a[4 + 3 * i]) }
+        indexes[i] = tonumber(a[5 + 3 * i])
     end
     local pools, failure, failed_at = S.check_reserve(request)
     if failure then
@@ -96,7 +109,8 @@ C.part_reserve = function(a)
     if check_only then return { kind = 'raw', json = '{"part":"ok"}' } end
     local words = S.take_units(request, pools)
     local key = S.key('part', hold_id)
-    redis.call('HSET', key, 'st', 'held', 'it', table.concat(words, ' '))
+    redis.call('DEL', key)
+    redis.call('HSET', key, 'st', 'held', 'it', table.concat(words, ' '), 'at', attempt)
     if user then redis.call('HSET', key, 'u', user) end
     return { kind = 'raw', json = '{"part":"ok"}' }
 end
@@ -127,7 +141,9 @@ C.x_abort = function(a)
         return { kind = 'raw', json = '{"gone":true}' }
     end
     redis.call('HSET', S.key('hold', hold.id), 'st', 'aborting')
-    return { kind = 'raw', json = '{"aborting":' .. S.items_json(hold.items) .. '}' }
+    local attempt = redis.call('HGET', S.key('hold', hold.id), 'at')
+    return { kind = 'raw', json = '{"aborting":' .. S.items_json(hold.items) .. ',"attempt":'
+        .. S.json_string(attempt) .. '}' }
 end
 
 -- x_forget HOLD: every part is returned; the failed reserve is not remembered.
@@ -140,14 +156,19 @@ C.x_forget = function(a)
     return { kind = 'deleted' }
 end
 
--- part_apply HOLD OP: moves this partition's part forward to what OP (confirm | return |
--- refund) decided at home. A part that was never written gets a tombstone for `return`.
+-- part_apply HOLD OP ATTEMPT: moves this partition's part forward to what OP (confirm | return |
+-- refund) decided at home. Rolling back attempt ATTEMPT, a partition without its part gets a
+-- tombstone of it (replacing another attempt's tombstone).
 C.part_apply = function(a)
-    local hold_id, op = a[1], a[2]
+    local hold_id, op, attempt = a[1], a[2], a[3]
     local part = part_get(hold_id)
-    if not part then
-        if op == 'return' then
-            redis.call('HSET', S.key('part', hold_id), 'st', 'returned', 'it', '')
+    local foreign_tombstone = part and part.status == 'returned' and attempt
+        and part.attempt ~= attempt
+    if not part or foreign_tombstone then
+        if op == 'return' and attempt then
+            local key = S.key('part', hold_id)
+            redis.call('DEL', key)
+            redis.call('HSET', key, 'st', 'returned', 'it', '', 'at', attempt)
             part_finish(hold_id, 'returned')
         end
         return { kind = 'deleted' }

@@ -55,10 +55,16 @@ fn parts<'a>(
         .collect()
 }
 
-fn part_words(check_only: bool, request: &ReserveRequest, items: &[PartItem]) -> Vec<String> {
+fn part_words(
+    check_only: bool,
+    request: &ReserveRequest,
+    attempt: &str,
+    items: &[PartItem],
+) -> Vec<String> {
     let mut args = vec![
         if check_only { "1" } else { "0" }.to_string(),
         request.hold_id.to_string(),
+        attempt.to_string(),
         request
             .user
             .as_ref()
@@ -94,7 +100,8 @@ pub(crate) async fn reserve(
     home: u32,
     request: &ReserveRequest,
 ) -> Result<Outcome, BackendError> {
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(request.wait_ms);
+    let started = tokio::time::Instant::now();
+    let deadline = started + Duration::from_millis(request.wait_ms);
     loop {
         let mut watches: Vec<_> = parts(
             shared.partitions,
@@ -103,7 +110,19 @@ pub(crate) async fn reserve(
         .iter()
         .map(|(partition, _)| shared.seq_watch[*partition as usize].subscribe())
         .collect();
-        let outcome = reserve_once(shared, home, request).await?;
+        let outcome = match reserve_once(shared, home, request).await? {
+            Attempt::Done(outcome) => outcome,
+            // Another request with this hold id is rolling back its attempt (the same request
+            // sent twice at once, or a retry while a sweeper rolls back): once it is done, this
+            // one starts afresh.
+            Attempt::RolledBack(why) => {
+                if started.elapsed() >= ROLLED_BACK_RETRY_MAX {
+                    return Err(BackendError::Unavailable(format!("{why}; retry")));
+                }
+                tokio::time::sleep(ROLLED_BACK_RETRY_PAUSE).await;
+                continue;
+            }
+        };
         let short = matches!(outcome, Err(Error::InsufficientStock { .. }));
         if !short || tokio::time::Instant::now() >= deadline {
             return Ok(outcome);
@@ -114,23 +133,33 @@ pub(crate) async fn reserve(
     }
 }
 
+/// How long a reserve keeps trying while another attempt of its hold id is being rolled back,
+/// and how long it pauses between tries.
+const ROLLED_BACK_RETRY_MAX: Duration = Duration::from_secs(2);
+const ROLLED_BACK_RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+enum Attempt {
+    Done(Outcome),
+    RolledBack(&'static str),
+}
+
 async fn reserve_once(
     shared: &Shared,
     home: u32,
     request: &ReserveRequest,
-) -> Result<Outcome, BackendError> {
+) -> Result<Attempt, BackendError> {
     let words = wire::encode(&stockd_core::Command::Reserve(request.clone()), Route::Only).args;
     let begin_words = words[..words.len() - 3].to_vec();
-    match shared.submit_one(home, op("x_begin", begin_words)).await? {
-        Answer::Done(outcome) => return Ok(outcome),
-        Answer::Begun => {}
+    let attempt = match shared.submit_one(home, op("x_begin", begin_words)).await? {
+        Answer::Done(outcome) => return Ok(Attempt::Done(outcome)),
+        Answer::Begun(attempt) => attempt,
         Answer::Aborted => {
-            return Err(BackendError::Unavailable(
-                "an earlier attempt of this hold is being rolled back; retry".into(),
+            return Ok(Attempt::RolledBack(
+                "an earlier attempt of this hold is being rolled back",
             ))
         }
         other => return Err(unexpected(&other)),
-    }
+    };
     fault::point("cross.after_begin");
     let parts = parts(
         shared.partitions,
@@ -141,14 +170,14 @@ async fn reserve_once(
         let text = shared
             .submit_raw(
                 *partition,
-                op("part_reserve", part_words(false, request, items)),
+                op("part_reserve", part_words(false, request, &attempt, items)),
             )
             .await?;
         if let Answer::Aborted =
             wire::decode(&text).map_err(|e| BackendError::Unavailable(e.to_string()))?
         {
-            return Err(BackendError::Unavailable(
-                "this reserve was rolled back while it ran; retry".into(),
+            return Ok(Attempt::RolledBack(
+                "this reserve was rolled back while it ran",
             ));
         }
         if let Some((index, error)) = refusal(&text)? {
@@ -167,7 +196,10 @@ async fn reserve_once(
                 let text = shared
                     .submit_raw(
                         *later,
-                        op("part_reserve", part_words(true, request, &earlier)),
+                        op(
+                            "part_reserve",
+                            part_words(true, request, &attempt, &earlier),
+                        ),
                     )
                     .await?;
                 if let Some(found) = refusal(&text)? {
@@ -183,24 +215,24 @@ async fn reserve_once(
     }
     if let Some((_, error)) = failure {
         roll_back(shared, home, request.hold_id.as_str()).await?;
-        return Ok(Err(error));
+        return Ok(Attempt::Done(Err(error)));
     }
     let hold_id = request.hold_id.as_str();
     match shared
         .submit_one(home, op("x_commit", vec![hold_id.to_string()]))
         .await?
     {
-        Answer::Done(outcome) => Ok(outcome),
+        Answer::Done(outcome) => Ok(Attempt::Done(outcome)),
         Answer::Decided { reply, apply } => {
             fault::point("cross.after_commit");
             let stockd_core::Reply::Hold { hold, .. } = &reply else {
                 return Err(BackendError::Unavailable("commit answered no hold".into()));
             };
             apply_parts(shared, home, hold, &apply).await?;
-            Ok(Ok(reply))
+            Ok(Attempt::Done(Ok(reply)))
         }
-        Answer::Aborted => Err(BackendError::Unavailable(
-            "this reserve was rolled back while it ran; retry".into(),
+        Answer::Aborted => Ok(Attempt::RolledBack(
+            "this reserve was rolled back while it ran",
         )),
         other => Err(unexpected(&other)),
     }
@@ -213,11 +245,11 @@ pub(crate) async fn roll_back(
     home: u32,
     hold_id: &str,
 ) -> Result<(), BackendError> {
-    let items = match shared
+    let (items, attempt) = match shared
         .submit_one(home, op("x_abort", vec![hold_id.to_string()]))
         .await?
     {
-        Answer::Aborting(items) => items,
+        Answer::Aborting { items, attempt } => (items, attempt),
         Answer::Gone => return Ok(()),
         other => return Err(unexpected(&other)),
     };
@@ -226,7 +258,7 @@ pub(crate) async fn roll_back(
         shared.partitions,
         items.iter().map(|i| (i.pool.as_str(), i.qty)),
     ) {
-        let args = vec![hold_id.to_string(), "return".to_string()];
+        let args = vec![hold_id.to_string(), "return".to_string(), attempt.clone()];
         shared.submit_one(partition, op("part_apply", args)).await?;
         fault::point("cross.after_return_part");
     }

@@ -174,10 +174,13 @@ pub enum Answer {
     Precheck(HoldView),
     /// Cross protocol steps: go on; a part is written; rolled back (or being rolled back); the
     /// items of a record being rolled back; nothing to roll back.
-    Begun,
+    Begun(String),
     PartOk,
     Aborted,
-    Aborting(Vec<HoldItemView>),
+    Aborting {
+        items: Vec<HoldItemView>,
+        attempt: String,
+    },
     Gone,
     /// A cross-partition hold as a sweeper sees it: the record and the transition to apply.
     State {
@@ -266,9 +269,19 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
     if let Some(items) = object.get("aborting") {
         if items.is_array() {
             let items: Vec<HoldItemView> = serde_json::from_value(items.clone()).map_err(bad)?;
-            return Ok(Answer::Aborting(items));
+            let attempt = object
+                .get("attempt")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            return Ok(Answer::Aborting {
+                items,
+                attempt: attempt.to_string(),
+            });
         }
         return Ok(Answer::Aborted);
+    }
+    if let Some(attempt) = object.get("begun").and_then(Value::as_str) {
+        return Ok(Answer::Begun(attempt.to_string()));
     }
     let flag = |name: &str| object.get(name).and_then(Value::as_bool) == Some(true);
     if flag("cross") {
@@ -277,9 +290,6 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
     if let Some(hold) = object.get("precheck") {
         let hold: HoldView = serde_json::from_value(hold.clone()).map_err(bad)?;
         return Ok(Answer::Precheck(hold));
-    }
-    if flag("begun") {
-        return Ok(Answer::Begun);
     }
     if flag("aborted") {
         return Ok(Answer::Aborted);
