@@ -3,7 +3,8 @@
 //! make one hold, per-user limits hold, waiters are served in arrival order across servers, and
 //! expiry is swept by whichever server runs.
 //!
-//! These tests always run (they start their own Redis, whatever `STOCKD_TEST_BACKEND` says).
+//! These tests always run on a single Redis of their own; with `STOCKD_TEST_BACKEND=redis-cluster`
+//! they run on a 3-primary Redis Cluster of their own instead.
 
 mod support;
 
@@ -12,13 +13,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::{
-    assert_pool, join_all, put_pool, spawn_waiter, tally, Api, RedisBackend, Server, ServerConfig,
+    assert_pool, join_all, put_pool, spawn_waiter, tally, Api, RedisBackend, RedisClusterBackend,
+    Server, ServerConfig, TestBackend, CLUSTER_PARTITIONS,
 };
 use tokio::sync::Barrier;
 
-/// `n` servers sharing one fresh Redis.
-async fn fleet(n: usize) -> (Arc<RedisBackend>, Vec<Server>) {
-    let redis = Arc::new(RedisBackend::start());
+/// `n` servers sharing one fresh Redis (or Redis Cluster).
+async fn fleet(n: usize) -> (Arc<dyn TestBackend>, Vec<Server>) {
+    let redis: Arc<dyn TestBackend> = match std::env::var("STOCKD_TEST_BACKEND").as_deref() {
+        Ok("redis-cluster") => Arc::new(RedisClusterBackend::start(CLUSTER_PARTITIONS)),
+        _ => Arc::new(RedisBackend::start()),
+    };
     let mut servers = Vec::new();
     for _ in 0..n {
         let config = ServerConfig {
@@ -179,10 +184,10 @@ async fn expiry_is_swept_by_whichever_server_runs() {
     let survivor = servers[1].api();
     let mut events = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(5);
+    // All events of a hold are in its partition.
+    let path = format!("/v1/events?partition={}&after=0&wait_ms=1000", hold["partition"]);
     while Instant::now() < deadline {
-        let (_, page) = survivor
-            .call("GET", "/v1/events?after=0&wait_ms=1000", None)
-            .await;
+        let (_, page) = survivor.call("GET", &path, None).await;
         events = page["events"].as_array().cloned().unwrap_or_default();
         if events.iter().any(|e| e["type"] == "expired") {
             break;
