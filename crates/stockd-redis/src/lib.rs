@@ -61,6 +61,10 @@ pub struct RedisConfig {
     /// `TIME`, so that model tests can drive time. Production builds cannot set it.
     #[cfg(feature = "test-clock")]
     pub clock: Option<TestClock>,
+    /// Test builds only (feature `test-clock`): false stops the background sweeper, so that
+    /// expiries happen only when the test calls [`RedisBackend::sweep_now`].
+    #[cfg(feature = "test-clock")]
+    pub background_sweep: bool,
 }
 
 /// A clock for tests: milliseconds since the epoch, as the test decides.
@@ -89,6 +93,8 @@ impl RedisConfig {
             event_retention_max: EVENT_RETENTION_MAX_DEFAULT,
             #[cfg(feature = "test-clock")]
             clock: None,
+            #[cfg(feature = "test-clock")]
+            background_sweep: true,
         }
     }
 }
@@ -422,12 +428,31 @@ impl RedisBackend {
             tasks.push(task);
         }
         let _ = shared.queues.set(queues);
-        tasks.push(tokio::spawn(sweep(shared.clone())));
+        #[cfg(feature = "test-clock")]
+        let background_sweep = shared.config.background_sweep;
+        #[cfg(not(feature = "test-clock"))]
+        let background_sweep = true;
+        if background_sweep {
+            tasks.push(tokio::spawn(sweep(shared.clone())));
+        }
         tasks.push(tokio::spawn(waits::listen(shared.clone())));
         Ok(RedisBackend {
             shared,
             tasks: Mutex::new(tasks),
         })
+    }
+
+    /// Test builds only (feature `test-clock`): one sweep of every partition, through the code
+    /// the background sweeper runs, so that a test decides when time's effects happen.
+    #[cfg(feature = "test-clock")]
+    pub async fn sweep_now(&self) -> Result<(), BackendError> {
+        let mut first_error = None;
+        for partition in 0..self.shared.partitions {
+            if let Err(error) = sweep_partition(&self.shared, partition).await {
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     async fn run(&self, commands: Vec<Command>) -> Result<Vec<Outcome>, BackendError> {
@@ -760,34 +785,38 @@ async fn sweep(shared: Arc<Shared>) {
     loop {
         interval.tick().await;
         for partition in 0..shared.partitions {
-            loop {
-                let op = Op {
-                    name: "sweep",
-                    args: Vec::new(),
-                };
-                match shared.submit_one(partition, op).await {
-                    Ok(Answer::Swept {
-                        more,
-                        forward,
-                        back,
-                    }) => {
-                        if !forward.is_empty() || !back.is_empty() {
-                            let left = cross::finish_left_behind(&shared, partition, forward, back);
-                            if let Err(error) = left.await {
-                                tracing::debug!(partition, %error, "finishing cross-partition work");
-                            }
-                        }
-                        if !more {
-                            break;
-                        }
-                    }
-                    Ok(_) => break,
-                    Err(error) => {
-                        tracing::debug!(partition, %error, "sweep failed");
-                        break;
+            if let Err(error) = sweep_partition(&shared, partition).await {
+                tracing::debug!(partition, %error, "sweep failed");
+            }
+        }
+    }
+}
+
+/// One sweep of one partition: calls until nothing more is due (each call expires a bounded
+/// number), finishing the cross-partition work the library reports left behind.
+async fn sweep_partition(shared: &Shared, partition: u32) -> Result<(), BackendError> {
+    loop {
+        let op = Op {
+            name: "sweep",
+            args: Vec::new(),
+        };
+        match shared.submit_one(partition, op).await? {
+            Answer::Swept {
+                more,
+                forward,
+                back,
+            } => {
+                if !forward.is_empty() || !back.is_empty() {
+                    let left = cross::finish_left_behind(shared, partition, forward, back);
+                    if let Err(error) = left.await {
+                        tracing::debug!(partition, %error, "finishing cross-partition work");
                     }
                 }
+                if !more {
+                    return Ok(());
+                }
             }
+            _ => return Ok(()),
         }
     }
 }

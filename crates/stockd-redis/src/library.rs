@@ -1,9 +1,10 @@
 //! The Lua function library: the second implementation of stockd-core's rules, loaded into every
 //! Redis primary as library `stockd_v1`.
 //!
-//! The files under `lua/` mirror the core's commands file for file; they are concatenated here in
-//! a fixed order (helpers first, entry points last) into one library, since a Redis function
-//! library is one source. This module only assembles and names it; it decides nothing.
+//! The files under `lua/` mirror `stockd-core/src/state/` file for file (`state.lua`,
+//! `apply.lua`, `waiters.lua`, `tick.lua`, `cmd/<command>.lua`); `cross.lua` (the cross-partition
+//! protocol) and `main.lua` (entry points) are Redis's own. They are concatenated here in a fixed
+//! order into one library, since a Redis function library is one source. This module only assembles and names it; it decides nothing.
 
 /// The library name and the layout version it speaks. A server refuses a dataset whose marker
 /// names a layout it does not know; the next version ships `stockd_v2` beside this one, so servers
@@ -16,15 +17,26 @@ pub const FN_EVENTS: &str = "stockd_v1_events";
 pub const FN_INIT: &str = "stockd_v1_init";
 pub const FN_ACCEPT: &str = "stockd_v1_accept";
 
-/// The library's source files, in load order.
-pub const SOURCES: [(&str, &str); 9] = [
-    ("common.lua", include_str!("../lua/common.lua")),
-    ("pools.lua", include_str!("../lua/pools.lua")),
-    ("reserve.lua", include_str!("../lua/reserve.lua")),
-    ("holds.lua", include_str!("../lua/holds.lua")),
+/// The library's source files, in load order: the state and its transitions first (they
+/// define the tables the others add to), then one file per command, mirroring
+/// `stockd-core/src/state/` file for file, then the Redis-only protocol and entry points.
+pub const SOURCES: [(&str, &str); 18] = [
+    ("state.lua", include_str!("../lua/state.lua")),
+    ("apply.lua", include_str!("../lua/apply.lua")),
     ("waiters.lua", include_str!("../lua/waiters.lua")),
-    ("locks.lua", include_str!("../lua/locks.lua")),
-    ("sweep.lua", include_str!("../lua/sweep.lua")),
+    ("tick.lua", include_str!("../lua/tick.lua")),
+    ("cmd/put_pool.lua", include_str!("../lua/cmd/put_pool.lua")),
+    ("cmd/restock.lua", include_str!("../lua/cmd/restock.lua")),
+    ("cmd/delete_pool.lua", include_str!("../lua/cmd/delete_pool.lua")),
+    ("cmd/reads.lua", include_str!("../lua/cmd/reads.lua")),
+    ("cmd/reserve.lua", include_str!("../lua/cmd/reserve.lua")),
+    ("cmd/confirm.lua", include_str!("../lua/cmd/confirm.lua")),
+    ("cmd/release.lua", include_str!("../lua/cmd/release.lua")),
+    ("cmd/refund.lua", include_str!("../lua/cmd/refund.lua")),
+    ("cmd/extend.lua", include_str!("../lua/cmd/extend.lua")),
+    ("cmd/lock_acquire.lua", include_str!("../lua/cmd/lock_acquire.lua")),
+    ("cmd/lock_renew.lua", include_str!("../lua/cmd/lock_renew.lua")),
+    ("cmd/lock_release.lua", include_str!("../lua/cmd/lock_release.lua")),
     ("cross.lua", include_str!("../lua/cross.lua")),
     ("main.lua", include_str!("../lua/main.lua")),
 ];

@@ -1,7 +1,7 @@
--- sweep.lua: what time alone does, run by every stockd server on every partition a few times a
+-- tick.lua: what time alone does, run by every stockd server on every partition ten times a
 -- second: expire held holds past their deadline and free lapsed leases, then serve the waiters
--- they free. Mirrors stockd-core: State::tick. Each hold expires exactly once, whoever sweeps:
--- the call is atomic and re-checks the hold's status and deadline.
+-- they free. Mirrors stockd-core src/state/tick.rs. Each hold expires exactly once, whoever
+-- sweeps: the call is atomic and re-checks the hold's status and deadline.
 
 -- sweep: answers how many holds it expired (at most S.EXPIRIES_PER_SWEEP_MAX, so one call
 -- stays short when a crowd of holds lapses at once; the next sweep continues at once).

@@ -1,6 +1,6 @@
--- reserve.lua: reserve (POST /v1/holds), with waiting for released stock.
--- Mirrors stockd-core: State::reserve, try_reserve, check_reserve, hold_matches and
--- apply_record's Held (and Confirmed for confirm: true).
+-- cmd/reserve.lua: makes a hold, all or nothing, and parks it when stock is short and the
+-- client asked to wait; routes a hold that lives in another partition or spans several.
+-- Mirrors stockd-core src/state/cmd/reserve.rs.
 
 -- Words: HOLD USER CONFIRM TTL_MS WAIT_MS N POOL1 QTY1 ... ('-' for no user: ids start with a
 -- letter or digit). Returns the request and the index of the word after it.
@@ -68,27 +68,6 @@ function S.check_reserve(request)
         pools[i] = pool
     end
     return pools, nil, nil
-end
-
--- Takes the checked units: available -> held, and the user's usage. Returns the items as the
--- hold (or part) record stores them, and a function that fires low_stock where it crossed (to
--- call once the event of the change itself is out).
-function S.take_units(request, pools)
-    local words, befores = {}, {}
-    for i, item in ipairs(request.items) do
-        local pool = pools[i]
-        befores[i] = pool.available
-        pool.available = pool.available - item.qty
-        pool.held = pool.held + item.qty
-        S.pool_put_counts(pool)
-        S.usage_add(item.pool, request.user, item.qty)
-        words[#words + 1] = item.pool .. ' ' .. S.int(item.qty) .. ' ' .. S.int(pool.generation)
-    end
-    return words, function()
-        for i, pool in ipairs(pools) do
-            if S.low_stock_crossed(pool, befores[i]) then S.emit_low_stock(pool) end
-        end
-    end
 end
 
 -- One attempt, without waiting: replay, conflict, or check and take. Every pool is local.

@@ -1,16 +1,19 @@
--- common.lua: what every command shares: the call context, key names, numbers, JSON, events,
--- pool and hold records, and the transitions that move units. Mirrors stockd-core's state.rs
--- (records and apply_record); the commands in the other files decide, these helpers apply.
+-- state.lua: the call context and what every command reads: key names, numbers, JSON, pool and
+-- hold records, finding and settling a hold, replies. Mirrors stockd-core src/state/mod.rs (the
+-- state, views, settle); the transitions that change records are apply.lua's. It defines the
+-- two tables every other file adds to.
 --
 -- Every number written to Redis or into a reply goes through S.int (string.format '%d'):
 -- Lua 5.1 prints doubles with 14 significant digits, which would round a 16-digit time.
 
 local S = {}  -- helpers and the per-call context
-local C = {}  -- commands by op name, each returning a reply table (see S.reply_*)
+local C = {}  -- commands by op name, each returning a reply table (see S.reply_json)
 
 -- Limits the scripts need (the rest are checked by Command::validate before a call).
 S.TOTAL_MAX = 1000000000000
+
 S.WAITERS_PER_KEY_MAX = 10000
+
 S.EXPIRIES_PER_SWEEP_MAX = 1000
 
 function S.int(n)
@@ -132,6 +135,10 @@ function S.pool_json(pool)
     })
 end
 
+function S.pool_reply(pool, created)
+    return { kind = 'pool', json = S.pool_json(pool), created = created }
+end
+
 function S.usage_get(pool_id, user)
     return tonumber(redis.call('HGET', S.key('usage', pool_id), user) or '0')
 end
@@ -142,45 +149,8 @@ function S.usage_add(pool_id, user, qty)
     end
 end
 
-function S.usage_give_back(pool_id, user, qty)
-    if not user then return end
-    local key = S.key('usage', pool_id)
-    local used = tonumber(redis.call('HGET', key, user) or '0')
-    if used <= qty then
-        redis.call('HDEL', key, user)
-    else
-        redis.call('HSET', key, user, S.int(used - qty))
-    end
-end
-
 function S.note_freed_pool(id)
     S.freed_pools[#S.freed_pools + 1] = id
-end
-
--- ---------------------------------------------------------------- events
-
--- Appends one event to the partition's feed: seq from the partition's counter, in the same
--- atomic call as the change, so an acknowledged change's event is never lost.
-function S.emit(kind, fields)
-    local seq = redis.call('HINCRBY', S.meta, 'seq', 1)
-    local all = { { 'seq', seq, 'n' }, { 'at_ms', S.now, 'n' }, { 'type', kind, 's' } }
-    for _, f in ipairs(fields) do all[#all + 1] = f end
-    redis.call('XADD', S.key('events'), 'MAXLEN', S.int(S.event_retention_max),
-        '0-' .. S.int(seq), 'e', S.json_object(all))
-    S.published = true
-end
-
-function S.emit_low_stock(pool)
-    S.emit('low_stock', {
-        { 'pool', pool.id, 's' }, { 'available', pool.available, 'n' },
-        { 'total', pool.total, 'n' }, { 'low_stock_threshold', pool.low_stock_threshold, 'n' },
-    })
-end
-
--- low_stock fires when available goes from above the threshold to at or below it.
-function S.low_stock_crossed(pool, before)
-    local t = pool.low_stock_threshold
-    return t ~= nil and before > t and pool.available <= t
 end
 
 -- ---------------------------------------------------------------- holds
@@ -234,69 +204,6 @@ function S.hold_json(hold)
     })
 end
 
-function S.hold_event(kind, hold)
-    S.emit(kind, {
-        { 'hold_id', hold.id, 's' }, { 'user', hold.user, 's' },
-        { 'items', S.items_json(hold.items), 'j' }, { 'expires_at_ms', hold.expires_at_ms, 'n' },
-    })
-end
-
-function S.retention_ms(status)
-    if status == 'confirmed' then return S.confirmed_retention_ms end
-    return S.hold_retention_ms
-end
-
--- A finished hold is kept for its retention: past it, it is gone for every command (S.hold_get
--- forgets it by the call's clock, as the core does), and the key's expiry frees the memory an
--- hour later (a duration, so it does not depend on which clock `now` came from).
-S.FORGOTTEN_KEY_MARGIN_MS = 3600000
-function S.hold_finish(hold, status, finished_at_ms)
-    local key = S.key('hold', hold.id)
-    hold.status = status
-    hold.finished_at_ms = finished_at_ms
-    redis.call('HSET', key, 'st', status, 'f', S.int(finished_at_ms))
-    local keep_ms = finished_at_ms + S.retention_ms(status) - S.now
-    redis.call('PEXPIRE', key, S.int(math.max(keep_ms, 0) + S.FORGOTTEN_KEY_MARGIN_MS))
-    redis.call('ZREM', S.key('expiry'), hold.id)
-end
-
--- held -> confirmed: held units become sold (in each partition's part, for a cross hold).
-function S.apply_confirmed(hold)
-    if hold.cross then
-        S.queue_apply(hold, 'confirm', false)
-    else
-        for _, item in ipairs(hold.items) do
-            local pool = S.pool_get(item.pool)
-            pool.held = pool.held - item.qty
-            pool.sold = pool.sold + item.qty
-            S.pool_put_counts(pool)
-        end
-    end
-    S.hold_finish(hold, 'confirmed', S.now)
-    S.hold_event('confirmed', hold)
-end
-
--- held -> released or expired: held units go back to available, and the user's usage with them.
-function S.apply_returned(hold, status)
-    if hold.cross then
-        S.queue_apply(hold, 'return', status == 'expired')
-    else
-        for _, item in ipairs(hold.items) do
-            local pool = S.pool_get(item.pool)
-            pool.held = pool.held - item.qty
-            pool.available = pool.available + item.qty
-            S.pool_put_counts(pool)
-            S.usage_give_back(item.pool, hold.user, item.qty)
-            S.note_freed_pool(item.pool)
-        end
-    end
-    -- An expired hold finished at its deadline, however late the sweep ran.
-    local finished_at_ms = S.now
-    if status == 'expired' then finished_at_ms = math.min(hold.expires_at_ms, S.now) end
-    S.hold_finish(hold, status, finished_at_ms)
-    S.hold_event(status, hold)
-end
-
 -- A held hold whose deadline has passed is expired now, whether or not a sweep ran.
 function S.settle(hold)
     if hold and hold.status == 'held' and S.now >= hold.expires_at_ms then
@@ -312,6 +219,7 @@ end
 -- The hold a command names, settled. On the partition a hold id hashes to (route 'dir') a hold
 -- that lives elsewhere is found through its directory entry: the answer is then {"moved"}.
 S.DIR_EXTRA_MS = 86400000 + 3600000
+
 function S.find_hold(id, route)
     local hold = S.settle(S.hold_get(id))
     if S.visible(hold) then return hold, nil end

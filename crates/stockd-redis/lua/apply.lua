@@ -1,0 +1,123 @@
+-- apply.lua: the transitions that change records, and the events they emit. Mirrors stockd-core
+-- src/state/apply.rs (apply_record's Held, Confirmed, Released/Expired, low-stock, usage). The
+-- commands in cmd/ decide; these apply what they decided, and must never decide anything.
+
+-- Appends one event to the partition's feed: seq from the partition's counter, in the same
+-- atomic call as the change, so an acknowledged change's event is never lost.
+function S.emit(kind, fields)
+    local seq = redis.call('HINCRBY', S.meta, 'seq', 1)
+    local all = { { 'seq', seq, 'n' }, { 'at_ms', S.now, 'n' }, { 'type', kind, 's' } }
+    for _, f in ipairs(fields) do all[#all + 1] = f end
+    redis.call('XADD', S.key('events'), 'MAXLEN', S.int(S.event_retention_max),
+        '0-' .. S.int(seq), 'e', S.json_object(all))
+    S.published = true
+end
+
+function S.emit_low_stock(pool)
+    S.emit('low_stock', {
+        { 'pool', pool.id, 's' }, { 'available', pool.available, 'n' },
+        { 'total', pool.total, 'n' }, { 'low_stock_threshold', pool.low_stock_threshold, 'n' },
+    })
+end
+
+-- low_stock fires when available goes from above the threshold to at or below it.
+function S.low_stock_crossed(pool, before)
+    local t = pool.low_stock_threshold
+    return t ~= nil and before > t and pool.available <= t
+end
+
+-- Takes the checked units: available -> held, and the user's usage. Returns the items as the
+-- hold (or part) record stores them, and a function that fires low_stock where it crossed (to
+-- call once the event of the change itself is out).
+function S.take_units(request, pools)
+    local words, befores = {}, {}
+    for i, item in ipairs(request.items) do
+        local pool = pools[i]
+        befores[i] = pool.available
+        pool.available = pool.available - item.qty
+        pool.held = pool.held + item.qty
+        S.pool_put_counts(pool)
+        S.usage_add(item.pool, request.user, item.qty)
+        words[#words + 1] = item.pool .. ' ' .. S.int(item.qty) .. ' ' .. S.int(pool.generation)
+    end
+    return words, function()
+        for i, pool in ipairs(pools) do
+            if S.low_stock_crossed(pool, befores[i]) then S.emit_low_stock(pool) end
+        end
+    end
+end
+
+function S.usage_give_back(pool_id, user, qty)
+    if not user then return end
+    local key = S.key('usage', pool_id)
+    local used = tonumber(redis.call('HGET', key, user) or '0')
+    if used <= qty then
+        redis.call('HDEL', key, user)
+    else
+        redis.call('HSET', key, user, S.int(used - qty))
+    end
+end
+
+function S.hold_event(kind, hold)
+    S.emit(kind, {
+        { 'hold_id', hold.id, 's' }, { 'user', hold.user, 's' },
+        { 'items', S.items_json(hold.items), 'j' }, { 'expires_at_ms', hold.expires_at_ms, 'n' },
+    })
+end
+
+function S.retention_ms(status)
+    if status == 'confirmed' then return S.confirmed_retention_ms end
+    return S.hold_retention_ms
+end
+
+-- A finished hold is kept for its retention: past it, it is gone for every command (S.hold_get
+-- forgets it by the call's clock, as the core does), and the key's expiry frees the memory an
+-- hour later (a duration, so it does not depend on which clock `now` came from).
+S.FORGOTTEN_KEY_MARGIN_MS = 3600000
+
+function S.hold_finish(hold, status, finished_at_ms)
+    local key = S.key('hold', hold.id)
+    hold.status = status
+    hold.finished_at_ms = finished_at_ms
+    redis.call('HSET', key, 'st', status, 'f', S.int(finished_at_ms))
+    local keep_ms = finished_at_ms + S.retention_ms(status) - S.now
+    redis.call('PEXPIRE', key, S.int(math.max(keep_ms, 0) + S.FORGOTTEN_KEY_MARGIN_MS))
+    redis.call('ZREM', S.key('expiry'), hold.id)
+end
+
+-- held -> confirmed: held units become sold (in each partition's part, for a cross hold).
+function S.apply_confirmed(hold)
+    if hold.cross then
+        S.queue_apply(hold, 'confirm', false)
+    else
+        for _, item in ipairs(hold.items) do
+            local pool = S.pool_get(item.pool)
+            pool.held = pool.held - item.qty
+            pool.sold = pool.sold + item.qty
+            S.pool_put_counts(pool)
+        end
+    end
+    S.hold_finish(hold, 'confirmed', S.now)
+    S.hold_event('confirmed', hold)
+end
+
+-- held -> released or expired: held units go back to available, and the user's usage with them.
+function S.apply_returned(hold, status)
+    if hold.cross then
+        S.queue_apply(hold, 'return', status == 'expired')
+    else
+        for _, item in ipairs(hold.items) do
+            local pool = S.pool_get(item.pool)
+            pool.held = pool.held - item.qty
+            pool.available = pool.available + item.qty
+            S.pool_put_counts(pool)
+            S.usage_give_back(item.pool, hold.user, item.qty)
+            S.note_freed_pool(item.pool)
+        end
+    end
+    -- An expired hold finished at its deadline, however late the sweep ran.
+    local finished_at_ms = S.now
+    if status == 'expired' then finished_at_ms = math.min(hold.expires_at_ms, S.now) end
+    S.hold_finish(hold, status, finished_at_ms)
+    S.hold_event(status, hold)
+end

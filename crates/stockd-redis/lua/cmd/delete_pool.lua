@@ -1,0 +1,20 @@
+-- cmd/delete_pool.lua: removes a pool, never while units of it are held.
+-- Mirrors stockd-core src/state/cmd/delete_pool.rs.
+
+-- delete_pool POOL
+C.delete_pool = function(a)
+    local id = a[1]
+    local pool = S.pool_get(id)
+    if not pool then
+        return S.error('pool_not_found', { { 'pool', id, 's' } })
+    end
+    if pool.held > 0 then
+        return S.error('pool_has_active_holds', { { 'pool', id, 's' }, { 'held', pool.held, 'n' } })
+    end
+    redis.call('DEL', S.key('pool', id), S.key('usage', id))
+    redis.call('ZREM', S.key('pools'), id)
+    S.emit('pool_deleted', { { 'pool', id, 's' } })
+    -- Waiters on it get their answer (pool_not_found) now rather than at their deadline.
+    S.note_freed_pool(id)
+    return { kind = 'deleted' }
+end
