@@ -1,0 +1,306 @@
+//! The runner: drives one [`Target`] and the [`Model`] through a sequence, step by step, and
+//! compares everything a client could see after each step: every outcome, the events (seqs
+//! included), every pool and every hold of the universe, and the invariants the target can check
+//! itself. On a mismatch it fails with the transcript of the run, so that proptest's shrunk case
+//! reads as a story.
+//!
+//! It must not know which implementation it drives: how time passes, where events are read from
+//! and how views are fetched are the target's business. Nothing here decides a rule either: the
+//! model does.
+
+use std::collections::BTreeMap;
+
+use proptest::test_runner::TestCaseError;
+use stockd_core::{Command, Error, Event, HoldId, HoldView, Outcome, PoolView, Reply};
+
+use crate::model::{Expect, Model};
+use crate::steps::{hold_id, Memory, Step, CONFIG, HOLDS, START_MS};
+
+/// What the runner needs of an implementation under test. The target's clock starts at
+/// [`START_MS`] and its retention is [`CONFIG`]'s; every `wait_ms` it gets is 0.
+pub trait Target {
+    /// Runs one request: `commands` in order, at the target's current time, one outcome each.
+    fn execute(&mut self, commands: &[Command]) -> Result<Vec<Outcome>, String>;
+
+    /// Moves the target's clock `ms` forward, then makes what time does happen, as `State::tick`
+    /// does: holds past their deadline expire, leases lapse, holds past retention are forgotten.
+    /// Returns once all of that is done and its events can be read.
+    fn advance(&mut self, ms: u64) -> Result<(), String>;
+
+    /// Every event with seq above `after`, in seq order.
+    fn events_after(&mut self, after: u64) -> Result<Vec<Event>, String>;
+
+    /// Every pool in id order, and each of `holds` (`None` when unknown or forgotten). Reading
+    /// must change nothing.
+    fn views(&mut self, holds: &[HoldId]) -> Result<Views, String>;
+
+    /// Checks the target's own invariants after a step; by default there are none it can check.
+    fn check_invariants(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// What a target shows of its state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Views {
+    pub pools: Vec<PoolView>,
+    /// One per hold id asked for, in that order.
+    pub holds: Vec<Option<HoldView>>,
+}
+
+/// How often each kind of thing happened (`"reserve -> insufficient_stock"`, `"event Expired"`,
+/// ...), to show that the generator reaches the interesting cases.
+pub type Coverage = BTreeMap<String, usize>;
+
+/// Runs `steps` against `target` and the model; fails at the first difference.
+pub fn check_sequence(target: &mut impl Target, steps: &[Step]) -> Result<(), TestCaseError> {
+    check_sequence_counting(target, steps, &mut Coverage::new())
+}
+
+/// As [`check_sequence`], counting what happened into `coverage`.
+pub fn check_sequence_counting(
+    target: &mut impl Target,
+    steps: &[Step],
+    coverage: &mut Coverage,
+) -> Result<(), TestCaseError> {
+    let mut run = Run {
+        model: Model::new(CONFIG),
+        now_ms: START_MS,
+        memory: Memory::default(),
+        seen_seq: 0,
+        holds: HOLDS.iter().map(|name| hold_id(name)).collect(),
+        transcript: Vec::new(),
+    };
+    for (index, step) in steps.iter().enumerate() {
+        if let Err(why) = run.step(target, index, step, coverage) {
+            return Err(TestCaseError::fail(format!(
+                "{why}\n\nwhat ran, the failing step last:\n{}",
+                run.transcript.join("\n")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Error messages of `invalid_request` are prose; the code is the contract.
+pub fn normalise(outcome: &Outcome) -> Outcome {
+    match outcome {
+        Err(Error::InvalidRequest { .. }) => Err(Error::invalid("")),
+        other => other.clone(),
+    }
+}
+
+/// Cases per property: `PROPTEST_CASES` when set, else `default`.
+pub fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Run {
+    model: Model,
+    now_ms: u64,
+    memory: Memory,
+    /// The seq of the last event already compared.
+    seen_seq: u64,
+    holds: Vec<HoldId>,
+    transcript: Vec<String>,
+}
+
+impl Run {
+    fn step(
+        &mut self,
+        target: &mut impl Target,
+        index: usize,
+        step: &Step,
+        coverage: &mut Coverage,
+    ) -> Result<(), String> {
+        let context = format!("step {index} at {} ms", self.now_ms);
+        match step {
+            Step::Advance { ms } => {
+                self.transcript
+                    .push(format!("{context}: time passes {ms} ms"));
+                self.now_ms += ms;
+                target
+                    .advance(*ms)
+                    .map_err(|e| format!("{context}: advancing time: {e}"))?;
+                self.model.tick(self.now_ms);
+            }
+            Step::Commands(ops) => {
+                // Every command of a request is made before any runs, as a client sends them.
+                let commands: Vec<Command> = ops
+                    .iter()
+                    .map(|op| op.command(self.now_ms, &self.memory))
+                    .collect();
+                self.transcript.push(format!("{context}:"));
+                let outcomes = target
+                    .execute(&commands)
+                    .map_err(|e| format!("{context}: executing: {e}"))?;
+                if outcomes.len() != commands.len() {
+                    return Err(format!(
+                        "{context}: {} outcomes for {} commands",
+                        outcomes.len(),
+                        commands.len()
+                    ));
+                }
+                for (command, outcome) in commands.iter().zip(&outcomes) {
+                    self.transcript
+                        .push(format!("    {command:?}\n      -> {}", brief(outcome)));
+                    count(
+                        coverage,
+                        format!(
+                            "{} -> {}",
+                            command_name(command),
+                            result_name(command, outcome)
+                        ),
+                    );
+                    self.memory.note(command, Some(outcome));
+                    self.compare_outcome(command, outcome)
+                        .map_err(|e| format!("{context}: {e}"))?;
+                }
+            }
+        }
+        let expected = self.model.take_events();
+        let got = target
+            .events_after(self.seen_seq)
+            .map_err(|e| format!("{context}: reading events: {e}"))?;
+        if got != expected {
+            return Err(format!(
+                "{context}: events differ\n  expected {expected:?}\n  got      {got:?}"
+            ));
+        }
+        if matches!(step, Step::Advance { .. }) && expected.len() >= 2 {
+            count(coverage, "tick expiring 2+ holds".to_string());
+        }
+        for event in &expected {
+            count(coverage, format!("event {:?}", event.kind));
+        }
+        self.seen_seq = self.model.next_seq() - 1;
+        let views = target
+            .views(&self.holds)
+            .map_err(|e| format!("{context}: reading views: {e}"))?;
+        let pools = self.model.pool_views();
+        if views.pools != pools {
+            return Err(format!(
+                "{context}: pool views differ\n  expected {pools:?}\n  got      {:?}",
+                views.pools
+            ));
+        }
+        if views.holds.len() != self.holds.len() {
+            return Err(format!("{context}: views of {} holds", views.holds.len()));
+        }
+        for (id, got) in self.holds.iter().zip(&views.holds) {
+            let expected = self.model.hold_view(id);
+            if *got != expected {
+                return Err(format!(
+                    "{context}: hold {id} differs\n  expected {expected:?}\n  got      {got:?}"
+                ));
+            }
+        }
+        target
+            .check_invariants()
+            .map_err(|e| format!("{context}: invariant broken: {e}"))
+    }
+
+    fn compare_outcome(&mut self, command: &Command, outcome: &Outcome) -> Result<(), String> {
+        match self.model.execute(command, self.now_ms) {
+            Expect::Exact(expected) => {
+                let got = normalise(outcome);
+                if got != expected {
+                    return Err(format!(
+                        "outcome of {command:?}\n  expected {expected:?}\n  got      {got:?}"
+                    ));
+                }
+            }
+            Expect::LockGranted {
+                name,
+                owner,
+                expires_at_ms,
+            } => {
+                let Ok(Reply::Lock {
+                    token,
+                    expires_at_ms: got_expires_at_ms,
+                }) = outcome
+                else {
+                    return Err(format!(
+                        "expected a lock grant for {command:?}, got {outcome:?}"
+                    ));
+                };
+                if *got_expires_at_ms != expires_at_ms {
+                    return Err(format!(
+                        "lease of {command:?} ends at {got_expires_at_ms}, expected {expires_at_ms}"
+                    ));
+                }
+                if let Some(last) = self.model.last_token(&name) {
+                    if *token <= last {
+                        return Err(format!(
+                            "fence {token} of {command:?} not above the last one, {last}"
+                        ));
+                    }
+                }
+                self.model.granted(name, owner, *token, expires_at_ms);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn count(coverage: &mut Coverage, key: String) {
+    *coverage.entry(key).or_default() += 1;
+}
+
+fn command_name(command: &Command) -> &'static str {
+    match command {
+        Command::PutPool { .. } => "put_pool",
+        Command::Restock { .. } => "restock",
+        Command::GetPool { .. } => "get_pool",
+        Command::ListPools { .. } => "list_pools",
+        Command::DeletePool { .. } => "delete_pool",
+        Command::Reserve(request) if request.confirm => "reserve_confirm",
+        Command::Reserve(_) => "reserve",
+        Command::Confirm { .. } => "confirm",
+        Command::Release { .. } => "release",
+        Command::Refund { .. } => "refund",
+        Command::Extend { .. } => "extend",
+        Command::GetHold { .. } => "get_hold",
+        Command::LockAcquire(_) => "lock_acquire",
+        Command::LockRenew { .. } => "lock_renew",
+        Command::LockRelease { .. } => "lock_release",
+    }
+}
+
+fn result_name(command: &Command, outcome: &Outcome) -> &'static str {
+    match outcome {
+        Ok(Reply::Hold { created: false, .. }) if matches!(command, Command::Reserve(_)) => {
+            "ok (replay)"
+        }
+        Ok(Reply::Pool { created: true, .. }) => "ok (created)",
+        Ok(Reply::PoolList { next: Some(_), .. }) => "ok (more)",
+        Ok(_) => "ok",
+        Err(error) => error.code(),
+    }
+}
+
+/// An outcome in a few words, for the transcript.
+fn brief(outcome: &Outcome) -> String {
+    match outcome {
+        Ok(Reply::Hold { hold, created }) => format!(
+            "hold {} {} (created {created}, expires at {}, finished at {:?})",
+            hold.hold_id,
+            hold.status.as_str(),
+            hold.expires_at_ms,
+            hold.finished_at_ms
+        ),
+        Ok(Reply::Pool { pool, created }) => format!(
+            "pool {}: total {} available {} held {} sold {} (created {created})",
+            pool.pool, pool.total, pool.available, pool.held, pool.sold
+        ),
+        Ok(Reply::PoolList { pools, next }) => format!(
+            "pools {:?}, next {next:?}",
+            pools.iter().map(|p| p.pool.as_str()).collect::<Vec<_>>()
+        ),
+        Ok(other) => format!("{other:?}"),
+        Err(error) => format!("{}: {error}", error.code()),
+    }
+}
