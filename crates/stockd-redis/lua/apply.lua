@@ -27,8 +27,8 @@ function S.low_stock_crossed(pool, before)
 end
 
 -- Takes the checked units: available -> held, and the user's usage. Returns the items as the
--- hold (or part) record stores them, and a function that fires low_stock where it crossed (to
--- call once the event of the change itself is out).
+-- hold (or part) record stores them, and the ids of the pools whose available crossed their
+-- low-stock threshold (S.emit_low_stock_of fires for them, once the change's own event is out).
 function S.take_units(request, pools)
     local words, befores = {}, {}
     for i, item in ipairs(request.items) do
@@ -40,10 +40,18 @@ function S.take_units(request, pools)
         S.usage_add(item.pool, request.user, item.qty)
         words[#words + 1] = item.pool .. ' ' .. S.int(item.qty) .. ' ' .. S.int(pool.generation)
     end
-    return words, function()
-        for i, pool in ipairs(pools) do
-            if S.low_stock_crossed(pool, befores[i]) then S.emit_low_stock(pool) end
-        end
+    local crossed = {}
+    for i, pool in ipairs(pools) do
+        if S.low_stock_crossed(pool, befores[i]) then crossed[#crossed + 1] = pool.id end
+    end
+    return words, crossed
+end
+
+-- Fires low_stock for each pool named, with its counters as they are now.
+function S.emit_low_stock_of(pool_ids)
+    for _, id in ipairs(pool_ids) do
+        local pool = S.pool_get(id)
+        if pool then S.emit_low_stock(pool) end
     end
 end
 

@@ -107,11 +107,15 @@ C.part_reserve = function(a)
         return failure
     end
     if check_only then return { kind = 'raw', json = '{"part":"ok"}' } end
-    local words = S.take_units(request, pools)
+    -- A reserve that fails fires no low_stock: the pools that crossed are kept in the part (`ls`)
+    -- and fired in this partition's feed when the commit reaches it (part_apply), or dropped by
+    -- a roll back.
+    local words, crossed = S.take_units(request, pools)
     local key = S.key('part', hold_id)
     redis.call('DEL', key)
     redis.call('HSET', key, 'st', 'held', 'it', table.concat(words, ' '), 'at', attempt)
     if user then redis.call('HSET', key, 'u', user) end
+    if #crossed > 0 then redis.call('HSET', key, 'ls', table.concat(crossed, ' ')) end
     return { kind = 'raw', json = '{"part":"ok"}' }
 end
 
@@ -129,7 +133,12 @@ C.x_commit = function(a)
         redis.call('ZADD', S.key('expiry'), S.int(hold.expires_at_ms), hold.id)
     end
     S.hold_event('held', hold)
-    if hold.confirm then S.apply_confirmed(hold) end
+    if hold.confirm then
+        S.apply_confirmed(hold)
+    else
+        -- The parts learn of the commit too: they fire the low_stock their units caused.
+        S.queue_apply(hold, 'commit', false)
+    end
     return S.hold_reply(hold, true)
 end
 
@@ -156,9 +165,10 @@ C.x_forget = function(a)
     return { kind = 'deleted' }
 end
 
--- part_apply HOLD OP ATTEMPT: moves this partition's part forward to what OP (confirm | return |
--- refund) decided at home. Rolling back attempt ATTEMPT, a partition without its part gets a
--- tombstone of it (replacing another attempt's tombstone).
+-- part_apply HOLD OP ATTEMPT: moves this partition's part forward to what OP (commit | confirm |
+-- return | refund) decided at home, first firing the low_stock its reserve caused (`ls`) unless
+-- this is the roll back of attempt ATTEMPT, which drops it. Rolling back, a partition without
+-- the attempt's part gets a tombstone of it (replacing another attempt's tombstone).
 C.part_apply = function(a)
     local hold_id, op, attempt = a[1], a[2], a[3]
     local part = part_get(hold_id)
@@ -172,6 +182,15 @@ C.part_apply = function(a)
             part_finish(hold_id, 'returned')
         end
         return { kind = 'deleted' }
+    end
+    local crossed = redis.call('HGET', S.key('part', hold_id), 'ls')
+    if crossed then
+        redis.call('HDEL', S.key('part', hold_id), 'ls')
+        if not attempt then
+            local ids = {}
+            for id in string.gmatch(crossed, '%S+') do ids[#ids + 1] = id end
+            S.emit_low_stock_of(ids)
+        end
     end
     local function each_pool(move)
         for _, item in ipairs(part.items) do

@@ -27,16 +27,28 @@ pub const SOURCES: [(&str, &str); 18] = [
     ("tick.lua", include_str!("../lua/tick.lua")),
     ("cmd/put_pool.lua", include_str!("../lua/cmd/put_pool.lua")),
     ("cmd/restock.lua", include_str!("../lua/cmd/restock.lua")),
-    ("cmd/delete_pool.lua", include_str!("../lua/cmd/delete_pool.lua")),
+    (
+        "cmd/delete_pool.lua",
+        include_str!("../lua/cmd/delete_pool.lua"),
+    ),
     ("cmd/reads.lua", include_str!("../lua/cmd/reads.lua")),
     ("cmd/reserve.lua", include_str!("../lua/cmd/reserve.lua")),
     ("cmd/confirm.lua", include_str!("../lua/cmd/confirm.lua")),
     ("cmd/release.lua", include_str!("../lua/cmd/release.lua")),
     ("cmd/refund.lua", include_str!("../lua/cmd/refund.lua")),
     ("cmd/extend.lua", include_str!("../lua/cmd/extend.lua")),
-    ("cmd/lock_acquire.lua", include_str!("../lua/cmd/lock_acquire.lua")),
-    ("cmd/lock_renew.lua", include_str!("../lua/cmd/lock_renew.lua")),
-    ("cmd/lock_release.lua", include_str!("../lua/cmd/lock_release.lua")),
+    (
+        "cmd/lock_acquire.lua",
+        include_str!("../lua/cmd/lock_acquire.lua"),
+    ),
+    (
+        "cmd/lock_renew.lua",
+        include_str!("../lua/cmd/lock_renew.lua"),
+    ),
+    (
+        "cmd/lock_release.lua",
+        include_str!("../lua/cmd/lock_release.lua"),
+    ),
     ("cross.lua", include_str!("../lua/cross.lua")),
     ("main.lua", include_str!("../lua/main.lua")),
 ];

@@ -79,7 +79,7 @@ function S.try_reserve(request)
     end
     local pools, failure = S.check_reserve(request)
     if failure then return failure end
-    local words, flush_low_stock = S.take_units(request, pools)
+    local words, crossed = S.take_units(request, pools)
     hold = {
         id = request.hold_id, status = 'held', user = request.user, items = request.items,
         confirm = request.confirm, created_at_ms = S.now, expires_at_ms = S.now + request.ttl_ms,
@@ -93,7 +93,7 @@ function S.try_reserve(request)
         redis.call('ZADD', S.key('expiry'), S.int(hold.expires_at_ms), hold.id)
     end
     S.hold_event('held', hold)
-    flush_low_stock()
+    S.emit_low_stock_of(crossed)
     if request.confirm then S.apply_confirmed(hold) end
     return S.hold_reply(hold, true)
 end
