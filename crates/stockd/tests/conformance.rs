@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::{
-    error_shape_problem, free_port, match_subset, now_ms, percent_encode, short, substitute_vars,
-    Api, Server, ServerConfig, TimeWindow, Vars, ADMIN_TOKEN, CLIENT_TOKEN,
+    backend_partitions, error_shape_problem, free_port, match_events, match_subset, now_ms,
+    partition_rules_problem, percent_encode, short, substitute_vars, vars_with_partitions, Api,
+    FeedEvent, Server, ServerConfig, TimeWindow, Vars, ADMIN_TOKEN, CLIENT_TOKEN,
 };
 use tokio::sync::Semaphore;
 
@@ -69,8 +70,9 @@ enum Action {
     },
     /// Repeat a GET until the answer matches, for at most `within_ms` (real time under test).
     Poll { path: String, within_ms: u64 },
-    /// The events of this case so far (those naming a pool or hold with the case's prefix),
-    /// compared element-wise with the expected array.
+    /// The events of this case so far (those naming a pool or hold with the case's prefix), read
+    /// from every partition and compared with the expected array in order within each partition
+    /// (see `support::match_events`; element-wise with one partition).
     Events,
     /// Wait until the wall clock has passed the saved deadline `var` (real time under test).
     WaitPast { var: &'static str },
@@ -83,21 +85,49 @@ struct Step {
     expect: Value,
 }
 
+/// Which servers a case applies to, by their event-feed partition count P.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum When {
+    Always,
+    /// P == 1 (the embedded engine, a single Redis).
+    OnePartition,
+    /// P > 1 (a Redis Cluster).
+    ManyPartitions,
+}
+
+impl When {
+    fn applies(self, partitions: u32) -> bool {
+        match self {
+            When::Always => true,
+            When::OnePartition => partitions == 1,
+            When::ManyPartitions => partitions > 1,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Case {
     name: String,
+    when: When,
     steps: Vec<Step>,
 }
 
 fn case(name: &str) -> Case {
     Case {
         name: name.to_string(),
+        when: When::Always,
         steps: Vec::new(),
     }
 }
 
 /// Builders: each appends one step; they keep the table one line per step.
 impl Case {
+    /// Run this case only on servers whose partition count fits.
+    fn only(mut self, when: When) -> Case {
+        self.when = when;
+        self
+    }
+
     fn req(
         self,
         method: &'static str,
@@ -356,12 +386,20 @@ async fn run_table(group: &str, config: ServerConfig, cases: Vec<Case>) {
     }
     let server = Server::start_with(config).await;
     let api = server.api();
-    let event_hint = Arc::new(AtomicU64::new(0));
+    let partitions = api.partitions().await;
+    // Per partition: every event of a case starting now comes after this seq.
+    let event_hint: Arc<Vec<AtomicU64>> =
+        Arc::new((0..partitions).map(|_| AtomicU64::new(0)).collect());
     let slots = Arc::new(Semaphore::new(CASE_CONCURRENCY));
     let total = cases.len();
+    let mut skipped = 0;
     let mut tasks = Vec::new();
     for (index, case) in cases.into_iter().enumerate() {
         let prefix = format!("c{index:04}");
+        if !case.when.applies(partitions) {
+            skipped += 1;
+            continue;
+        }
         let (api, event_hint, slots) = (api.clone(), event_hint.clone(), slots.clone());
         let name = format!("{prefix} {}", case.name);
         tasks.push((
@@ -381,7 +419,7 @@ async fn run_table(group: &str, config: ServerConfig, cases: Vec<Case>) {
         }
     }
     eprintln!(
-        "{group}: {total} cases, {} failed (backend {})",
+        "{group}: {total} cases, {skipped} not for {partitions} partition(s), {} failed (backend {})",
         failures.len(),
         server.backend_name()
     );
@@ -400,13 +438,18 @@ async fn run_case(
     api: &Api,
     prefix: &str,
     case: &Case,
-    event_hint: &AtomicU64,
+    event_hint: &[AtomicU64],
 ) -> Result<(), String> {
-    // Every event of this case comes after this point: ids with this prefix do not exist yet.
-    let events_from = event_hint.load(Ordering::SeqCst);
-    let mut vars = Vars::new();
+    // Every event of this case comes after these seqs, one per partition: ids with this prefix
+    // do not exist yet.
+    let events_from: Vec<u64> = event_hint
+        .iter()
+        .map(|hint| hint.load(Ordering::SeqCst))
+        .collect();
+    let partitions = api.partitions().await;
+    let mut vars = vars_with_partitions(partitions);
     for (index, step) in case.steps.iter().enumerate() {
-        run_step(api, prefix, step, &mut vars, events_from, event_hint)
+        run_step(api, prefix, step, &mut vars, &events_from, event_hint)
             .await
             .map_err(|why| format!("step {} of {}: {why}", index + 1, case.steps.len()))?;
     }
@@ -418,10 +461,11 @@ async fn run_step(
     prefix: &str,
     step: &Step,
     vars: &mut Vars,
-    events_from: u64,
-    event_hint: &AtomicU64,
+    events_from: &[u64],
+    event_hint: &[AtomicU64],
 ) -> Result<(), String> {
-    let expect = fill_expect(&step.expect, prefix);
+    let partitions = api.partitions().await;
+    let expect = fill_expect(&step.expect, prefix, partitions);
     match &step.action {
         Action::Request {
             method,
@@ -429,7 +473,7 @@ async fn run_step(
             body,
             auth,
         } => {
-            let path = fill_path(path, prefix, vars);
+            let path = fill_path(path, prefix, vars, partitions);
             let (bytes, shown) = match body {
                 Body::None => (None, String::new()),
                 Body::Json(value) => {
@@ -476,7 +520,7 @@ async fn run_step(
             check_reply(&what, step.status, &expect, reply, vars, window)
         }
         Action::Poll { path, within_ms } => {
-            let path = fill_path(path, prefix, vars);
+            let path = fill_path(path, prefix, vars, partitions);
             let deadline = Instant::now() + Duration::from_millis(*within_ms);
             loop {
                 let before_ms = now_ms();
@@ -500,34 +544,42 @@ async fn run_step(
             }
         }
         Action::Events => {
-            let all = api.events_after(events_from).await;
-            let mut last_seq = events_from;
-            for event in &all {
-                let seq = event["seq"]
+            let all = api.events_since(events_from).await;
+            let mut last_seq = events_from.to_vec();
+            for read in &all {
+                let seq = read.event["seq"]
                     .as_u64()
-                    .ok_or_else(|| format!("event without integer seq: {}", short(event)))?;
-                if seq <= last_seq {
+                    .ok_or_else(|| format!("event without integer seq: {}", short(&read.event)))?;
+                let last = &mut last_seq[read.partition as usize];
+                if seq <= *last {
                     return Err(format!(
-                        "seq not strictly increasing: {seq} after {last_seq}"
+                        "partition {}: seq not strictly increasing: {seq} after {last}",
+                        read.partition
                     ));
                 }
-                last_seq = seq;
+                *last = seq;
             }
-            event_hint.fetch_max(last_seq, Ordering::SeqCst);
-            let mine: Vec<Value> = all
+            for (hint, last) in event_hint.iter().zip(&last_seq) {
+                hint.fetch_max(*last, Ordering::SeqCst);
+            }
+            let mine: Vec<FeedEvent> = all
                 .into_iter()
-                .filter(|event| event_mentions(event, prefix))
+                .filter(|read| event_mentions(&read.event, prefix))
                 .collect();
+            let shown = || {
+                short(&Value::Array(
+                    mine.iter().map(FeedEvent::with_partition).collect(),
+                ))
+            };
+            if let Some(problem) = partition_rules_problem(&mine) {
+                return Err(format!("events: {problem}\n    events were: {}", shown()));
+            }
             let window = TimeWindow {
                 before_ms: 0,
                 after_ms: u64::MAX / 2,
             };
-            match_subset(&expect, &Value::Array(mine.clone()), vars, window).map_err(|why| {
-                format!(
-                    "events: {why}\n    events were: {}",
-                    short(&Value::Array(mine))
-                )
-            })
+            match_events(&expect, &mine, vars, window)
+                .map_err(|why| format!("events: {why}\n    events were: {}", shown()))
         }
         Action::WaitPast { var } => {
             let deadline = vars
@@ -584,17 +636,68 @@ fn event_mentions(event: &Value, prefix: &str) -> bool {
             .is_some_and(|list| list.iter().any(|item| starts(&item["pool"])))
 }
 
-fn fill_expect(value: &Value, prefix: &str) -> Value {
+/// `{p}` becomes the prefix; partition-count templates (`{P}`, `{P-1}`, `{P+N}`) become numbers,
+/// a JSON number when they are the whole string.
+fn fill_expect(value: &Value, prefix: &str, partitions: u32) -> Value {
     match value {
-        Value::String(text) => Value::String(text.replace("{p}", prefix)),
-        Value::Array(list) => Value::Array(list.iter().map(|v| fill_expect(v, prefix)).collect()),
+        Value::String(text) => {
+            if let Some(number) = partition_template(text, partitions) {
+                return json!(number);
+            }
+            Value::String(fill_partitions(&text.replace("{p}", prefix), partitions))
+        }
+        Value::Array(list) => Value::Array(
+            list.iter()
+                .map(|v| fill_expect(v, prefix, partitions))
+                .collect(),
+        ),
         Value::Object(map) => Value::Object(
             map.iter()
-                .map(|(k, v)| (k.clone(), fill_expect(v, prefix)))
+                .map(|(k, v)| (k.clone(), fill_expect(v, prefix, partitions)))
                 .collect(),
         ),
         other => other.clone(),
     }
+}
+
+/// The value of a partition-count template: `{P}` is the server's partition count P, `{P-1}` the
+/// last partition, `{P+N}` a partition N past the end.
+fn partition_template(text: &str, partitions: u32) -> Option<u64> {
+    let inner = text.strip_prefix("{P")?.strip_suffix('}')?;
+    let partitions = u64::from(partitions);
+    match inner {
+        "" => Some(partitions),
+        "-1" => Some(partitions - 1),
+        _ => inner
+            .strip_prefix('+')
+            .and_then(|n| n.parse::<u64>().ok())
+            .map(|n| partitions + n),
+    }
+}
+
+/// Replaces every partition-count template in `text` (see [`partition_template`]).
+fn fill_partitions(text: &str, partitions: u32) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("{P") {
+        out.push_str(&rest[..start]);
+        let tail = &rest[start..];
+        match tail
+            .find('}')
+            .and_then(|end| Some((end, partition_template(&tail[..=end], partitions)?)))
+        {
+            Some((end, number)) => {
+                out.push_str(&number.to_string());
+                rest = &tail[end + 1..];
+            }
+            None => {
+                out.push_str("{P");
+                rest = &tail[2..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `{p}` becomes the prefix; a string that is exactly `{$NAME}` becomes the saved value (any JSON
@@ -629,10 +732,10 @@ fn fill_body(value: &Value, prefix: &str, vars: &Vars) -> Value {
     }
 }
 
-/// `{p}` becomes the prefix; `{$NAME}` becomes the saved value, percent-encoded (cursors are
-/// opaque and may hold any character).
-fn fill_path(path: &str, prefix: &str, vars: &Vars) -> String {
-    let mut out = path.replace("{p}", prefix);
+/// `{p}` becomes the prefix; `{P}`, `{P-1}`, `{P+N}` the partition count's numbers; `{$NAME}`
+/// becomes the saved value, percent-encoded (cursors are opaque and may hold any character).
+fn fill_path(path: &str, prefix: &str, vars: &Vars, partitions: u32) -> String {
+    let mut out = fill_partitions(&path.replace("{p}", prefix), partitions);
     while let Some(start) = out.find("{$") {
         let end = out[start..]
             .find('}')
@@ -731,7 +834,7 @@ fn full_pool(pool: &str, total: u64) -> Value {
     json!({
         "pool": pool, "total": total, "available": total, "held": 0, "sold": 0,
         "per_user_limit": null, "starts_at_ms": null, "ends_at_ms": null, "low_stock_threshold": null,
-        "partition": 0,
+        "partition": "$partition",
     })
 }
 
@@ -948,13 +1051,13 @@ fn hold_cases() -> Vec<Case> {
             .reserve(hold_req("{p}-h", &[(a, 3)], none.clone()), 201, json!({
                 "hold_id": "{p}-h", "status": "held", "user": null, "items": [{"pool": a, "qty": 3}],
                 "created_at_ms": "$now", "expires_at_ms": "$now+600000", "finished_at_ms": null,
-                "partition": 0,
+                "partition": "$partition:h",
             }))
             .get_pool(a, counts(10, 7, 3, 0))
             .get_hold("{p}-h", 200, json!({
                 "hold_id": "{p}-h", "status": "held", "user": null, "items": [{"pool": a, "qty": 3}],
                 "created_at_ms": "$save:created", "expires_at_ms": "$save:expires", "finished_at_ms": null,
-                "partition": 0,
+                "partition": "$partition:h",
             }))
             .get_hold("{p}-h", 200, json!({"created_at_ms": "$same:created", "expires_at_ms": "$same:expires"})),
         case("hold: a multi-item reserve takes every item")
@@ -1664,37 +1767,84 @@ fn event_cases() -> Vec<Case> {
     let b = "{p}-b";
     let none = json!({});
     vec![
-        case("partitions: the feed has one partition, and partition=0 reads it")
-            .get("/v1/events/partitions", 200, json!({"partitions": 1}))
-            .put_pool(a, json!({"total": 1}), 201, json!({}))
-            .get("/v1/events?partition=0&after=0&limit=1", 200, json!({"events": {"$len": 1}, "next_after": "$int"}))
+        case("partitions: the feed has the backend's partition count (1 on the embedded engine and a single Redis)")
+            .get("/v1/events/partitions", 200, json!({"partitions": backend_partitions()})),
+        case("partitions: partition=K reads partition K: a pool's events are in the partition its object names")
+            .get("/v1/events/partitions", 200, json!({"partitions": "{P}"}))
+            .put_pool(a, json!({"total": 1}), 201, json!({"partition": "$partition:pa"}))
+            .get("/v1/events?partition={$pa}&after=0&limit=1", 200, json!({"events": {"$len": 1}, "next_after": "$int"}))
+            .get("/v1/events?partition={$pa}&after=0&limit=1000", 200, json!({"events": "$any", "next_after": "$int"}))
+            .get("/v1/events?partition={P-1}&after=0", 200, json!({"events": "$any", "next_after": "$int"}))
+            .events(json!([ev("pool_upserted", json!({"pool": a, "partition": "$same:pa"}))])),
+        case("partitions: with one partition, leaving partition out reads partition 0")
+            .only(When::OnePartition)
+            .put_pool(a, json!({"total": 1}), 201, json!({"partition": 0}))
+            .get("/v1/events?after=0&limit=1", 200, json!({"events": [{"seq": 1, "type": "$save:t", "at_ms": "$save:at"}], "next_after": 1}))
+            .get("/v1/events?partition=0&after=0&limit=1", 200, json!({"events": [{"seq": 1, "type": "$same:t", "at_ms": "$same:at"}], "next_after": 1}))
+            .get("/v1/events?after=0&limit=1000", 200, json!({"events": "$any", "next_after": "$int"}))
             .get("/v1/events?partition=0&after=0&limit=1000", 200, json!({"events": "$any", "next_after": "$int"}))
-            .events(json!([ev("pool_upserted", json!({"pool": a}))])),
+            .get("/v1/events", 200, json!({"events": "$any", "next_after": "$int"})),
+        case("partitions: with several partitions, leaving partition out is 422 partition_required")
+            .only(When::ManyPartitions)
+            .put_pool(a, json!({"total": 1}), 201, json!({}))
+            .get("/v1/events?after=0", 422, json!({"error": "partition_required", "message": "$contains:partition"}))
+            .get("/v1/events", 422, err("partition_required"))
+            .get("/v1/events?after=0&limit=1&wait_ms=30000", 422, err("partition_required"))
+            .get("/v1/events?partition=0&after=0", 200, json!({"events": "$any", "next_after": "$int"})),
         case("partitions: a partition outside 0..P-1 is 422 invalid_request naming the field and the value")
-            .get("/v1/events?partition=1", 422, json!({"error": "invalid_request", "message": "$contains:partition"}))
-            .get("/v1/events?partition=7&after=0", 422, json!({"error": "invalid_request", "message": "$contains:7"}))
+            .get("/v1/events?partition={P}", 422, json!({"error": "invalid_request", "message": "$contains:partition"}))
+            .get("/v1/events?partition={P+6}&after=0", 422, json!({"error": "invalid_request", "message": "$contains:{P+6}"}))
             .get("/v1/events?partition=abc", 422, json!({"error": "invalid_request", "message": "$contains:abc"}))
             .get("/v1/events?partition=-1", 422, err("invalid_request"))
             .get("/v1/events?partition=4294967296", 422, err("invalid_request"))
             .get("/v1/events?partition=0.5", 422, err("invalid_request"))
             .get("/v1/events?partition=", 422, err("invalid_request")),
-        case("partitions: pool and hold objects carry partition 0, in every answer")
-            .put_pool(a, json!({"total": 5}), 201, json!({"partition": 0}))
-            .put_pool("{p}-a?if_absent=true", json!({"total": 5}), 200, json!({"partition": 0}))
-            .restock(a, 1, 200, json!({"partition": 0}))
-            .get_pool(a, json!({"partition": 0}))
-            .get("/v1/pools?prefix={p}", 200, json!({"pools": [{"pool": a, "partition": 0}], "next": null}))
-            .reserve(hold_req("{p}-h", &[(a, 1)], none.clone()), 201, json!({"partition": 0}))
-            .reserve(hold_req("{p}-h", &[(a, 1)], none.clone()), 200, json!({"partition": 0}))
-            .get_hold("{p}-h", 200, json!({"partition": 0}))
-            .extend("{p}-h", 60_000, 200, json!({"partition": 0}))
-            .confirm("{p}-h", 200, json!({"partition": 0}))
-            .refund("{p}-h", 200, json!({"partition": 0}))
+        case("partitions: pool and hold objects carry their partition (0 with one), the same in every answer")
+            .put_pool(a, json!({"total": 5}), 201, json!({"partition": "$partition:pa"}))
+            .put_pool("{p}-a?if_absent=true", json!({"total": 5}), 200, json!({"partition": "$partition:pa"}))
+            .restock(a, 1, 200, json!({"partition": "$partition:pa"}))
+            .get_pool(a, json!({"partition": "$partition:pa"}))
+            .get("/v1/pools?prefix={p}", 200, json!({"pools": [{"pool": a, "partition": "$partition:pa"}], "next": null}))
+            .reserve(hold_req("{p}-h", &[(a, 1)], none.clone()), 201, json!({"partition": "$partition:ph"}))
+            .reserve(hold_req("{p}-h", &[(a, 1)], none.clone()), 200, json!({"partition": "$partition:ph"}))
+            .get_hold("{p}-h", 200, json!({"partition": "$partition:ph"}))
+            .extend("{p}-h", 60_000, 200, json!({"partition": "$partition:ph"}))
+            .confirm("{p}-h", 200, json!({"partition": "$partition:ph"}))
+            .refund("{p}-h", 200, json!({"partition": "$partition:ph"}))
             .batch(
                 json!([{"op": "reserve", "hold_id": "{p}-h2", "items": [{"pool": a, "qty": 1}]}, {"op": "release", "hold_id": "{p}-h2"}]),
                 200,
-                json!({"results": [{"status": 201, "body": {"partition": 0}}, {"status": 200, "body": {"status": "released", "partition": 0}}]}),
-            ),
+                json!({"results": [{"status": 201, "body": {"partition": "$partition:ph2"}}, {"status": 200, "body": {"status": "released", "partition": "$partition:ph2"}}]}),
+            )
+            .get_hold("{p}-h2", 200, json!({"partition": "$partition:ph2"}))
+            .events(json!([
+                ev("pool_upserted", json!({"pool": a, "partition": "$same:pa"})),
+                ev("restocked", json!({"pool": a, "partition": "$same:pa"})),
+                ev("held", json!({"hold_id": "{p}-h", "partition": "$same:ph"})),
+                ev("extended", json!({"hold_id": "{p}-h", "partition": "$same:ph"})),
+                ev("confirmed", json!({"hold_id": "{p}-h", "partition": "$same:ph"})),
+                ev("refunded", json!({"hold_id": "{p}-h", "partition": "$same:ph"})),
+                ev("held", json!({"hold_id": "{p}-h2", "partition": "$same:ph2"})),
+                ev("released", json!({"hold_id": "{p}-h2", "partition": "$same:ph2"})),
+            ])),
+        case("partitions: a multi-pool hold names one partition in every answer, and its events are all there")
+            .put_pool(a, json!({"total": 5}), 201, json!({"partition": "$partition:pa"}))
+            .put_pool(b, json!({"total": 5}), 201, json!({"partition": "$partition:pb"}))
+            .reserve(hold_req("{p}-h", &[(a, 1), (b, 2)], none.clone()), 201, json!({"partition": "$partition:ph"}))
+            .get_hold("{p}-h", 200, json!({"partition": "$partition:ph"}))
+            .extend("{p}-h", 60_000, 200, json!({"partition": "$partition:ph"}))
+            .confirm("{p}-h", 200, json!({"partition": "$partition:ph"}))
+            .refund("{p}-h", 200, json!({"partition": "$partition:ph"}))
+            .get_pool(a, json!({"partition": "$partition:pa", "available": 5}))
+            .get_pool(b, json!({"partition": "$partition:pb", "available": 5}))
+            .events(json!([
+                ev("pool_upserted", json!({"pool": a, "partition": "$same:pa"})),
+                ev("pool_upserted", json!({"pool": b, "partition": "$same:pb"})),
+                ev("held", json!({"hold_id": "{p}-h", "partition": "$same:ph"})),
+                ev("extended", json!({"hold_id": "{p}-h", "partition": "$same:ph"})),
+                ev("confirmed", json!({"hold_id": "{p}-h", "partition": "$same:ph"})),
+                ev("refunded", json!({"hold_id": "{p}-h", "partition": "$same:ph"})),
+            ])),
         case("events: every change appends one event of its type, in order, with its fields")
             .put_pool(a, json!({"total": 10}), 201, json!({}))
             .restock(a, 5, 200, json!({}))
@@ -2612,9 +2762,37 @@ fn error_cases() -> Vec<Case> {
     // ---- query parameters ----
     cases.push(
         case("events query: limit 1000 and wait_ms 30000 accepted; limit 1001, wait_ms 30001 and bad values refused")
+            .put_pool(a, json!({"total": 1}), 201, json!({"partition": "$partition:pa"}))
+            .get("/v1/events?partition={$pa}&after=0&limit=1000", 200, json!({"events": "$any", "next_after": "$int"}))
+            .get("/v1/events?partition={$pa}&after=0&limit=1&wait_ms=30000", 200, json!({"events": {"$len": 1}, "next_after": "$int"}))
+            .get("/v1/events?partition={$pa}&after=0&limit=1001", 422, invalid())
+            .get("/v1/events?partition={$pa}&after=0&wait_ms=30001", 422, invalid())
+            .get("/v1/events?partition={$pa}&after=0&limit=abc", 422, invalid())
+            .get("/v1/events?partition={$pa}&after=0&limit=-1", 422, invalid())
+            .get("/v1/events?partition={$pa}&after=0&limit=1.5", 422, invalid())
+            .get("/v1/events?partition={$pa}&after=-1", 422, invalid())
+            .get("/v1/events?partition={$pa}&after=x", 422, invalid())
+            .get("/v1/events?partition={$pa}&after=0&wait_ms=1.5", 422, invalid())
+            .get("/v1/events?partition={$pa}&after=0&wait_ms=-1", 422, invalid())
+            .get("/v1/events?after=0&partition=0", 200, json!({"events": "$any", "next_after": "$int"}))
+            .get("/v1/events?after=0&partition={P-1}", 200, json!({"events": "$any", "next_after": "$int"}))
+            .get("/v1/events?after=0&partition={P}", 422, invalid())
+            .get("/v1/events?after=0&partition=x", 422, invalid()),
+    );
+    cases.push(
+        case("events query: with one partition, the same bounds hold without partition")
+            .only(When::OnePartition)
             .put_pool(a, json!({"total": 1}), 201, json!({}))
-            .get("/v1/events?after=0&limit=1000", 200, json!({"events": "$any", "next_after": "$int"}))
-            .get("/v1/events?after=0&limit=1&wait_ms=30000", 200, json!({"events": {"$len": 1}, "next_after": "$int"}))
+            .get(
+                "/v1/events?after=0&limit=1000",
+                200,
+                json!({"events": "$any", "next_after": "$int"}),
+            )
+            .get(
+                "/v1/events?after=0&limit=1&wait_ms=30000",
+                200,
+                json!({"events": {"$len": 1}, "next_after": "$int"}),
+            )
             .get("/v1/events?after=0&limit=1001", 422, invalid())
             .get("/v1/events?after=0&wait_ms=30001", 422, invalid())
             .get("/v1/events?after=0&limit=abc", 422, invalid())
@@ -2623,10 +2801,7 @@ fn error_cases() -> Vec<Case> {
             .get("/v1/events?after=-1", 422, invalid())
             .get("/v1/events?after=x", 422, invalid())
             .get("/v1/events?after=0&wait_ms=1.5", 422, invalid())
-            .get("/v1/events?after=0&wait_ms=-1", 422, invalid())
-            .get("/v1/events?after=0&partition=0", 200, json!({"events": "$any", "next_after": "$int"}))
-            .get("/v1/events?after=0&partition=1", 422, invalid())
-            .get("/v1/events?after=0&partition=x", 422, invalid()),
+            .get("/v1/events?after=0&wait_ms=-1", 422, invalid()),
     );
     cases.push(
         case("pools list query: limit 1000 accepted; 1001 and bad values refused")
@@ -2873,7 +3048,7 @@ fn auth_cases() -> Vec<Case> {
             .get("/v1/pools/{p}-b", 404, err("pool_not_found"))
             .events(json!([ev("pool_upserted", json!({"pool": a}))])),
         case("auth: a client token can reserve, confirm, release, extend, refund and read holds")
-            .put_pool(a, json!({"total": 5}), 201, json!({}))
+            .put_pool(a, json!({"total": 5}), 201, json!({"partition": "$partition:pa"}))
             .req_as(CLIENT, "POST", "/v1/holds", Some(hold_req("{p}-h1", &[(a, 1)], json!({}))), 201, status("held"))
             .req_as(CLIENT, "POST", "/v1/holds/{p}-h1/extend", Some(json!({"ttl_ms": 60_000})), 200, status("held"))
             .req_as(CLIENT, "POST", "/v1/holds/{p}-h1/confirm", None, 200, status("confirmed"))
@@ -2884,20 +3059,20 @@ fn auth_cases() -> Vec<Case> {
             .req_as(CLIENT, "GET", "/v1/pools/{p}-a", None, 200, counts(5, 5, 0, 0))
             .req_as(CLIENT, "GET", "/v1/pools?prefix={p}", None, 200, json!({"pools": [{"pool": a}], "next": null}))
             .req_as(CLIENT, "POST", "/v1/batch", Some(json!({"ops": [{"op": "reserve", "hold_id": "{p}-h3", "items": [{"pool": a, "qty": 1}]}]})), 200, json!({"results": [{"status": 201, "body": status("held")}]}))
-            .req_as(CLIENT, "GET", "/v1/events?after=0&limit=1", None, 200, json!({"events": {"$len": 1}, "next_after": "$int"}))
-            .req_as(CLIENT, "GET", "/v1/events?partition=0&after=0&limit=1", None, 200, json!({"events": {"$len": 1}}))
-            .req_as(CLIENT, "GET", "/v1/events/partitions", None, 200, json!({"partitions": 1})),
+            .req_as(CLIENT, "GET", "/v1/events?partition={$pa}&after=0&limit=1", None, 200, json!({"events": {"$len": 1}, "next_after": "$int"}))
+            .req_as(CLIENT, "GET", "/v1/events?partition={P-1}&after=0&limit=1", None, 200, json!({"events": "$any", "next_after": "$int"}))
+            .req_as(CLIENT, "GET", "/v1/events/partitions", None, 200, json!({"partitions": "{P}"})),
         case("auth: a client token can use locks")
             .req_as(CLIENT, "POST", "/v1/locks/{p}-l/acquire", Some(json!({"owner": "o1", "ttl_ms": 5000})), 200, json!({"token": "$save:t1"}))
             .req_as(CLIENT, "POST", "/v1/locks/{p}-l/renew", Some(json!({"owner": "o1", "token": "{$t1}", "ttl_ms": 5000})), 200, json!({"token": "$same:t1"}))
             .req_as(CLIENT, "POST", "/v1/locks/{p}-l/release", Some(json!({"owner": "o1", "token": "{$t1}"})), 200, json!({"released": true})),
         case("auth: an admin token can do everything")
-            .req_as(ADMIN, "PUT", "/v1/pools/{p}-a", Some(json!({"total": 5})), 201, counts(5, 5, 0, 0))
+            .req_as(ADMIN, "PUT", "/v1/pools/{p}-a", Some(json!({"total": 5})), 201, json!({"total": 5, "available": 5, "held": 0, "sold": 0, "partition": "$partition:pa"}))
             .req_as(ADMIN, "POST", "/v1/pools/{p}-a/restock", Some(json!({"delta": 2})), 200, counts(7, 7, 0, 0))
             .req_as(ADMIN, "POST", "/v1/holds", Some(hold_req("{p}-h", &[(a, 1)], json!({"confirm": true}))), 201, status("confirmed"))
             .req_as(ADMIN, "POST", "/v1/holds/{p}-h/refund", None, 200, status("refunded"))
-            .req_as(ADMIN, "GET", "/v1/events?after=0&limit=1", None, 200, json!({"events": {"$len": 1}}))
-            .req_as(ADMIN, "GET", "/v1/events/partitions", None, 200, json!({"partitions": 1}))
+            .req_as(ADMIN, "GET", "/v1/events?partition={$pa}&after=0&limit=1", None, 200, json!({"events": {"$len": 1}}))
+            .req_as(ADMIN, "GET", "/v1/events/partitions", None, 200, json!({"partitions": "{P}"}))
             .req_as(ADMIN, "POST", "/v1/locks/{p}-l/acquire", Some(json!({"owner": "o1", "ttl_ms": 5000})), 200, json!({"token": "$int"}))
             .req_as(ADMIN, "DELETE", "/v1/pools/{p}-a", None, 204, Value::Null)
             .req_as(ADMIN, "GET", "/v1/pools/{p}-a", None, 404, err("pool_not_found")),
@@ -2939,42 +3114,51 @@ fn expect_subset(status: u16, body: &Value, expected: Value, what: &str) {
     }
 }
 
-/// On a fresh server: seq starts at 1 and strictly increases, `next_after` is the last returned
-/// seq or the given `after`, `limit` defaults to 100 and is at most 1000, paging sees every event
-/// once, and locks append nothing.
+/// On a fresh server, in every partition: seq starts at 1 and strictly increases, `next_after` is
+/// the last returned seq or the given `after`, `limit` defaults to 100 and is at most 1000, paging
+/// sees every event once, and locks append nothing. Order is compared within a partition only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_feed_on_a_fresh_server() {
     let server = Server::start().await;
     let api = server.api();
+    let partitions = api.partitions().await;
 
-    let (status, body) = api.call("GET", "/v1/events?after=0", None).await;
-    expect_subset(
-        status,
-        &body,
-        json!({"events": [], "next_after": 0}),
-        "an empty feed",
-    );
+    for partition in 0..partitions {
+        let path = api.events_path(partition, "after=0").await;
+        let (status, body) = api.call("GET", &path, None).await;
+        expect_subset(
+            status,
+            &body,
+            json!({"events": [], "next_after": 0}),
+            &format!("an empty feed: {path}"),
+        );
+    }
 
-    let (status, body) = api
+    let (status, pool) = api
         .call("PUT", "/v1/pools/ev-a", Some(json!({"total": 5000})))
         .await;
-    assert_eq!(status, 201, "{body}");
-    let (status, body) = api.call("GET", "/v1/events?after=0", None).await;
-    assert_eq!(status, 200, "{body}");
-    let mut vars = Vars::new();
+    assert_eq!(status, 201, "{pool}");
+    let home = partition_of(&pool, partitions);
     let window = TimeWindow {
         before_ms: 0,
         after_ms: u64::MAX / 2,
     };
-    match_subset(
-        &json!({"events": [{"seq": 1, "type": "pool_upserted", "pool": "ev-a", "at_ms": "$int"}], "next_after": 1}),
-        &body,
-        &mut vars,
-        window,
-    )
-    .unwrap_or_else(|why| panic!("first event must have seq 1: {why}"));
+    for partition in 0..partitions {
+        let path = api.events_path(partition, "after=0").await;
+        let (status, body) = api.call("GET", &path, None).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        let expected = if partition == home {
+            json!({"events": [{"seq": 1, "type": "pool_upserted", "pool": "ev-a", "at_ms": "$int"}], "next_after": 1})
+        } else {
+            json!({"events": [], "next_after": 0})
+        };
+        match_subset(&expected, &body, &mut Vars::new(), window).unwrap_or_else(|why| {
+            panic!("{path}: the first event is in the pool's partition {home}, with seq 1: {why}")
+        });
+    }
 
     // 1000 held events in one batch, then 200 more: 1201 events in all.
+    const HOLDS: usize = 1200;
     let ops: Vec<Value> = (0..1000)
         .map(|i| json!({"op": "reserve", "hold_id": format!("ev-h{i}"), "items": [{"pool": "ev-a", "qty": 1}]}))
         .collect();
@@ -2982,7 +3166,7 @@ async fn events_feed_on_a_fresh_server() {
         .call("POST", "/v1/batch", Some(json!({"ops": ops})))
         .await;
     assert_eq!(status, 200, "batch: {}", short(&body));
-    let ops: Vec<Value> = (1000..1200)
+    let ops: Vec<Value> = (1000..HOLDS)
         .map(|i| json!({"op": "reserve", "hold_id": format!("ev-h{i}"), "items": [{"pool": "ev-a", "qty": 1}]}))
         .collect();
     let (status, body) = api
@@ -2990,82 +3174,142 @@ async fn events_feed_on_a_fresh_server() {
         .await;
     assert_eq!(status, 200, "batch: {}", short(&body));
 
-    // Default limit 100.
-    let (status, page) = api.call("GET", "/v1/events?after=0", None).await;
+    // Paging each partition with an odd page size sees every event exactly once: per partition
+    // seq starts at 1 and strictly increases.
+    let mut seen: Vec<Vec<Value>> = Vec::new();
+    for partition in 0..partitions {
+        let mut events_of_partition = Vec::new();
+        let mut after = 0u64;
+        loop {
+            let path = api
+                .events_path(partition, &format!("after={after}&limit=333"))
+                .await;
+            let (status, page) = api.call("GET", &path, None).await;
+            assert_eq!(status, 200, "{path}: {}", short(&page));
+            let events = page["events"].as_array().unwrap().clone();
+            let next = page["next_after"].as_u64().expect("next_after");
+            if events.is_empty() {
+                assert_eq!(
+                    next, after,
+                    "{path}: an empty page gives back the given after"
+                );
+                break;
+            }
+            assert!(events.len() <= 333);
+            assert_eq!(Some(next), events.last().unwrap()["seq"].as_u64(), "{path}");
+            events_of_partition.extend(events);
+            after = next;
+        }
+        let seqs: Vec<u64> = events_of_partition
+            .iter()
+            .map(|e| e["seq"].as_u64().expect("integer seq"))
+            .collect();
+        if let Some(first) = seqs.first() {
+            assert_eq!(*first, 1, "partition {partition}: seq starts at 1");
+        }
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "partition {partition}: seq must strictly increase"
+        );
+        seen.push(events_of_partition);
+    }
+    let total: usize = seen.iter().map(Vec::len).sum();
+    assert_eq!(total, 1 + HOLDS, "1 pool_upserted + {HOLDS} held events");
+    assert_eq!(seen[home as usize][0]["type"], "pool_upserted");
+    // One held event per hold; within a partition they follow batch order.
+    let mut held = vec![0; HOLDS];
+    for (partition, events) in seen.iter().enumerate() {
+        let mut last_index = None;
+        for event in events {
+            if event["type"] == "pool_upserted" && partition == home as usize {
+                continue;
+            }
+            assert_eq!(
+                event["type"],
+                "held",
+                "partition {partition}: {}",
+                short(event)
+            );
+            let index: usize = event["hold_id"]
+                .as_str()
+                .and_then(|id| id.strip_prefix("ev-h"))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("not one of ours: {}", short(event)));
+            held[index] += 1;
+            assert!(
+                last_index < Some(index),
+                "partition {partition}: events follow batch order: ev-h{index} after ev-h{}",
+                last_index.unwrap()
+            );
+            last_index = Some(index);
+        }
+    }
+    assert!(held.iter().all(|n| *n == 1), "one held event per hold");
+    assert_eq!(api.all_events().await.len(), 1 + HOLDS);
+    let mut heads: Vec<u64> = seen
+        .iter()
+        .map(|events| events.last().map_or(0, |e| e["seq"].as_u64().unwrap()))
+        .collect();
+
+    // Default limit 100, max 1000, 1001 refused, read on the busiest partition. Should no
+    // partition hold more than 1000 events (holds spread over partitions), restocks of ev-a add
+    // pool events to its partition (all of a pool's events are in one) until one does.
+    let mut busiest = (0..partitions)
+        .max_by_key(|k| seen[*k as usize].len())
+        .unwrap();
+    if seen[busiest as usize].len() <= 1000 {
+        busiest = home;
+        let mut count = seen[home as usize].len();
+        while count <= 1000 {
+            let (status, body) = api
+                .call("POST", "/v1/pools/ev-a/restock", Some(json!({"delta": 1})))
+                .await;
+            assert_eq!(status, 200, "{body}");
+            let new = api.events_in(home, heads[home as usize]).await;
+            count += new.len();
+            if let Some(last) = new.last() {
+                heads[home as usize] = last["seq"].as_u64().unwrap();
+            }
+        }
+    }
+    let path = api.events_path(busiest, "after=0").await;
+    let (status, page) = api.call("GET", &path, None).await;
     assert_eq!(status, 200, "{}", short(&page));
     let events = page["events"].as_array().expect("events array");
-    assert_eq!(events.len(), 100, "limit defaults to 100");
+    assert_eq!(events.len(), 100, "{path}: limit defaults to 100");
     assert_eq!(
         page["next_after"], events[99]["seq"],
         "next_after is the seq of the last event returned"
     );
-
-    // Max 1000; 1001 refused.
-    let (status, page) = api.call("GET", "/v1/events?after=0&limit=1000", None).await;
+    let path = api.events_path(busiest, "after=0&limit=1000").await;
+    let (status, page) = api.call("GET", &path, None).await;
     assert_eq!(status, 200, "{}", short(&page));
     assert_eq!(
         page["events"].as_array().unwrap().len(),
         1000,
-        "limit=1000 returns 1000 events"
+        "{path}: limit=1000 returns 1000 events"
     );
-    let (status, body) = api.call("GET", "/v1/events?after=0&limit=1001", None).await;
+    let path = api.events_path(busiest, "after=0&limit=1001").await;
+    let (status, body) = api.call("GET", &path, None).await;
     assert_eq!(
         (status, body["error"].clone()),
         (422, json!("invalid_request")),
-        "limit=1001"
+        "{path}"
     );
 
-    // Paging with an odd page size sees every event exactly once, in strictly increasing order.
-    let mut seen = Vec::new();
-    let mut after = 0u64;
-    loop {
-        let (status, page) = api
-            .call("GET", &format!("/v1/events?after={after}&limit=333"), None)
-            .await;
-        assert_eq!(status, 200, "{}", short(&page));
-        let events = page["events"].as_array().unwrap().clone();
-        let next = page["next_after"].as_u64().expect("next_after");
-        if events.is_empty() {
-            assert_eq!(next, after, "an empty page gives back the given after");
-            break;
+    // After each partition's head: nothing, next_after = after.
+    for partition in 0..partitions {
+        let head = heads[partition as usize];
+        for after in [head, head + 1000] {
+            let path = api.events_path(partition, &format!("after={after}")).await;
+            let (status, page) = api.call("GET", &path, None).await;
+            expect_subset(
+                status,
+                &page,
+                json!({"events": [], "next_after": after}),
+                &path,
+            );
         }
-        assert!(events.len() <= 333);
-        assert_eq!(Some(next), events.last().unwrap()["seq"].as_u64());
-        seen.extend(events);
-        after = next;
-    }
-    assert_eq!(seen.len(), 1201, "1 pool_upserted + 1200 held events");
-    let seqs: Vec<u64> = seen
-        .iter()
-        .map(|e| e["seq"].as_u64().expect("integer seq"))
-        .collect();
-    assert_eq!(seqs[0], 1);
-    assert!(
-        seqs.windows(2).all(|w| w[0] < w[1]),
-        "seq must strictly increase"
-    );
-    for (index, event) in seen.iter().enumerate().skip(1) {
-        assert_eq!(event["type"], "held", "event {index}: {}", short(event));
-        assert_eq!(
-            event["hold_id"],
-            json!(format!("ev-h{}", index - 1)),
-            "events follow batch order"
-        );
-    }
-    let head = *seqs.last().unwrap();
-    assert_eq!(api.events_after(0).await.len(), 1201);
-
-    // After the head: nothing, next_after = after.
-    for after in [head, head + 1000] {
-        let (status, page) = api
-            .call("GET", &format!("/v1/events?after={after}"), None)
-            .await;
-        expect_subset(
-            status,
-            &page,
-            json!({"events": [], "next_after": after}),
-            &format!("after={after}"),
-        );
     }
 
     // Locks append no event.
@@ -3094,32 +3338,56 @@ async fn events_feed_on_a_fresh_server() {
         )
         .await;
     assert_eq!(status, 200);
-    let (status, page) = api
-        .call("GET", &format!("/v1/events?after={head}"), None)
-        .await;
-    expect_subset(
-        status,
-        &page,
-        json!({"events": [], "next_after": head}),
-        "locks give no events",
-    );
+    for partition in 0..partitions {
+        let head = heads[partition as usize];
+        let path = api.events_path(partition, &format!("after={head}")).await;
+        let (status, page) = api.call("GET", &path, None).await;
+        expect_subset(
+            status,
+            &page,
+            json!({"events": [], "next_after": head}),
+            &format!("locks give no events: {path}"),
+        );
+    }
 
-    // The next change continues the sequence.
-    let (status, _) = api.call("POST", "/v1/holds/ev-h0/confirm", None).await;
-    assert_eq!(status, 200);
-    let (_, page) = api
-        .call("GET", &format!("/v1/events?after={head}"), None)
-        .await;
-    let events = page["events"].as_array().unwrap();
-    assert_eq!(events.len(), 1, "{}", short(&page));
-    assert!(events[0]["seq"].as_u64().unwrap() > head);
-    assert_eq!(events[0]["type"], "confirmed");
+    // The next change continues the sequence of its hold's partition; the others stay as they were.
+    let (status, hold) = api.call("POST", "/v1/holds/ev-h0/confirm", None).await;
+    assert_eq!(status, 200, "{hold}");
+    let hold_partition = partition_of(&hold, partitions);
+    for partition in 0..partitions {
+        let head = heads[partition as usize];
+        let path = api.events_path(partition, &format!("after={head}")).await;
+        let (status, page) = api.call("GET", &path, None).await;
+        assert_eq!(status, 200, "{path}: {page}");
+        let events = page["events"].as_array().unwrap();
+        if partition != hold_partition {
+            assert!(events.is_empty(), "{path}: {}", short(&page));
+            continue;
+        }
+        assert_eq!(events.len(), 1, "{path}: {}", short(&page));
+        assert!(events[0]["seq"].as_u64().unwrap() > head);
+        assert_eq!(events[0]["type"], "confirmed");
+        assert_eq!(events[0]["hold_id"], "ev-h0");
+    }
+}
+
+/// The `"partition"` of a pool or hold object, checked to be in 0..P.
+fn partition_of(object: &Value, partitions: u32) -> u32 {
+    let partition = object["partition"]
+        .as_u64()
+        .and_then(|k| u32::try_from(k).ok())
+        .unwrap_or_else(|| panic!("no integer partition: {object}"));
+    assert!(
+        partition < partitions,
+        "partition {partition} of {partitions}: {object}"
+    );
+    partition
 }
 
 /// The feed keeps a bounded window (`--event-retention-max`). A consumer whose `after` is older
 /// than the window gets 410 `events_expired` with `oldest_seq`, never a silent gap, including a
 /// consumer starting from 0; `after = oldest_seq - 1` resumes with the whole window; the window
-/// and the answer survive a restart.
+/// and the answer survive a restart. One pool's events are all in its partition: that one is read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_behind_the_window_are_410_with_the_oldest_kept() {
     const WINDOW: u64 = 5;
@@ -3128,19 +3396,25 @@ async fn events_behind_the_window_are_410_with_the_oldest_kept() {
         .arg(WINDOW.to_string());
     let mut server = Server::start_with(config).await;
     let api = server.api();
-    let (status, body) = api.call("GET", "/v1/events?after=0", None).await;
-    expect_subset(
-        status,
-        &body,
-        json!({"events": [], "next_after": 0}),
-        "an empty feed has dropped nothing",
-    );
+    let partitions = api.partitions().await;
+    for partition in 0..partitions {
+        let path = api.events_path(partition, "after=0").await;
+        let (status, body) = api.call("GET", &path, None).await;
+        expect_subset(
+            status,
+            &body,
+            json!({"events": [], "next_after": 0}),
+            &format!("an empty feed has dropped nothing: {path}"),
+        );
+    }
 
-    // Seq 1 (pool_upserted) and 2..=8 (restocked): 8 events, the newest 5 (4..=8) kept.
-    let (status, body) = api
+    // Seq 1 (pool_upserted) and 2..=8 (restocked) in the pool's partition: 8 events, the newest 5
+    // (4..=8) kept.
+    let (status, pool) = api
         .call("PUT", "/v1/pools/win-a", Some(json!({"total": 1})))
         .await;
-    assert_eq!(status, 201, "{body}");
+    assert_eq!(status, 201, "{pool}");
+    let home = partition_of(&pool, partitions);
     for _ in 0..7 {
         let (status, body) = api
             .call("POST", "/v1/pools/win-a/restock", Some(json!({"delta": 1})))
@@ -3150,38 +3424,44 @@ async fn events_behind_the_window_are_410_with_the_oldest_kept() {
     let oldest_seq = 8 - WINDOW + 1;
 
     for pass in ["before a restart", "after a restart"] {
+        let api = server.api();
+        let mut paths = Vec::new();
         for query in [
             "after=0".to_string(),
             "after=1".to_string(),
             format!("after={}", oldest_seq - 2),
-            "partition=0&after=0".to_string(),
             "after=0&wait_ms=30000".to_string(),
         ] {
+            paths.push(api.events_path(home, &query).await);
+        }
+        paths.push(format!("/v1/events?partition={home}&after=0"));
+        for path in paths {
             let started = Instant::now();
-            let (status, body) = api.call("GET", &format!("/v1/events?{query}"), None).await;
-            assert_eq!(status, 410, "{pass}, {query}: {body}");
-            assert_eq!(body["error"], "events_expired", "{query}: {body}");
-            assert_eq!(body["oldest_seq"], oldest_seq, "{query}: {body}");
+            let (status, body) = api.call("GET", &path, None).await;
+            assert_eq!(status, 410, "{pass}, {path}: {body}");
+            assert_eq!(body["error"], "events_expired", "{path}: {body}");
+            assert_eq!(body["oldest_seq"], oldest_seq, "{path}: {body}");
             assert!(
                 error_shape_problem(status, &body).is_none(),
-                "{query}: {body}"
+                "{path}: {body}"
             );
             let resume = format!("after={}", oldest_seq - 1);
             assert!(
                 body["message"].as_str().unwrap_or("").contains(&resume),
-                "{query}: the message says where to resume: {body}"
+                "{path}: the message says where to resume: {body}"
             );
             assert!(
                 started.elapsed() < Duration::from_secs(5),
-                "{query}: a long poll behind the window is answered at once"
+                "{path}: a long poll behind the window is answered at once"
             );
         }
 
         // Resuming from oldest_seq - 1 reads the whole window, then the head as usual.
-        let (status, page) = api
-            .call("GET", &format!("/v1/events?after={}", oldest_seq - 1), None)
+        let path = api
+            .events_path(home, &format!("after={}", oldest_seq - 1))
             .await;
-        assert_eq!(status, 200, "{page}");
+        let (status, page) = api.call("GET", &path, None).await;
+        assert_eq!(status, 200, "{path}: {page}");
         let seqs: Vec<u64> = page["events"]
             .as_array()
             .expect("events array")
@@ -3191,10 +3471,20 @@ async fn events_behind_the_window_are_410_with_the_oldest_kept() {
         assert_eq!(seqs, (oldest_seq..=8).collect::<Vec<_>>(), "{pass}: {page}");
         assert_eq!(page["next_after"], 8);
         for after in [oldest_seq, 8, 1000] {
-            let (status, page) = api
-                .call("GET", &format!("/v1/events?after={after}"), None)
-                .await;
-            assert_eq!(status, 200, "{pass}, after={after}: {page}");
+            let path = api.events_path(home, &format!("after={after}")).await;
+            let (status, page) = api.call("GET", &path, None).await;
+            assert_eq!(status, 200, "{pass}, {path}: {page}");
+        }
+        // The other partitions dropped nothing.
+        for partition in (0..partitions).filter(|k| *k != home) {
+            let path = api.events_path(partition, "after=0").await;
+            let (status, body) = api.call("GET", &path, None).await;
+            expect_subset(
+                status,
+                &body,
+                json!({"events": [], "next_after": 0}),
+                &format!("{pass}: {path}"),
+            );
         }
         if pass == "before a restart" {
             // SIGKILL: the window comes back from the log, as it was.
@@ -3204,24 +3494,28 @@ async fn events_behind_the_window_are_410_with_the_oldest_kept() {
 }
 
 /// `wait_ms` long-polls: with nothing new it waits about that long and returns empty; when an
-/// event arrives meanwhile it returns early with it. Real time is what is under test.
+/// event arrives meanwhile it returns early with it. Real time is what is under test. The pool's
+/// events are all in its partition: that one is polled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_long_poll_waits_and_returns_early() {
     let server = Server::start().await;
     let api = server.api();
-    let (status, _) = api
+    let partitions = api.partitions().await;
+    let (status, pool) = api
         .call("PUT", "/v1/pools/lp-a", Some(json!({"total": 5})))
         .await;
     assert_eq!(status, 201);
-    let head = api.events_after(0).await.last().expect("one event")["seq"]
+    let home = partition_of(&pool, partitions);
+    let head = api.events_in(home, 0).await.last().expect("one event")["seq"]
         .as_u64()
         .unwrap();
 
     // Nothing new: the answer comes after about wait_ms, empty.
     let started = Instant::now();
-    let (status, page) = api
-        .call("GET", &format!("/v1/events?after={head}&wait_ms=400"), None)
+    let path = api
+        .events_path(home, &format!("after={head}&wait_ms=400"))
         .await;
+    let (status, page) = api.call("GET", &path, None).await;
     let waited = started.elapsed();
     expect_subset(
         status,
@@ -3241,15 +3535,12 @@ async fn events_long_poll_waits_and_returns_early() {
     // An event arrives while a long-poll waits: it returns early with that event.
     let poller = {
         let api = api.clone();
+        let path = api
+            .events_path(home, &format!("after={head}&wait_ms=20000"))
+            .await;
         tokio::spawn(async move {
             let started = Instant::now();
-            let reply = api
-                .call(
-                    "GET",
-                    &format!("/v1/events?after={head}&wait_ms=20000"),
-                    None,
-                )
-                .await;
+            let reply = api.call("GET", &path, None).await;
             (reply, started.elapsed())
         })
     };
@@ -3278,9 +3569,8 @@ async fn events_long_poll_waits_and_returns_early() {
 
     // wait_ms on a feed that already has events after `after` answers at once.
     let started = Instant::now();
-    let (status, page) = api
-        .call("GET", "/v1/events?after=0&wait_ms=30000", None)
-        .await;
+    let path = api.events_path(home, "after=0&wait_ms=30000").await;
+    let (status, page) = api.call("GET", &path, None).await;
     assert_eq!(status, 200);
     assert_eq!(page["events"].as_array().unwrap().len(), 2);
     assert!(
@@ -3477,5 +3767,102 @@ async fn retention_flags_keep_finished_holds() {
         (&pool["available"], &pool["sold"]),
         (&json!(2), &json!(1)),
         "{pool}"
+    );
+}
+
+/// The harness's own partition-aware matching: order is compared within a partition only, never
+/// weaker than element-wise with one partition.
+#[test]
+fn event_matching_compares_order_within_partitions() {
+    let window = TimeWindow {
+        before_ms: 0,
+        after_ms: u64::MAX / 2,
+    };
+    let read = |partition: u32, seq: u64, kind: &str, key: &str, id: &str| FeedEvent {
+        partition,
+        event: json!({"seq": seq, "at_ms": 1, "type": kind, key: id}),
+    };
+    let expected = json!([
+        ev("pool_upserted", json!({"pool": "a"})),
+        ev("held", json!({"hold_id": "h"})),
+        ev("confirmed", json!({"hold_id": "h"})),
+    ]);
+    let check = |actual: &[FeedEvent], partitions: u32| {
+        match_events(
+            &expected,
+            actual,
+            &mut vars_with_partitions(partitions),
+            window,
+        )
+    };
+    // One partition: exactly the expected order.
+    let one = [
+        read(0, 1, "pool_upserted", "pool", "a"),
+        read(0, 2, "held", "hold_id", "h"),
+        read(0, 3, "confirmed", "hold_id", "h"),
+    ];
+    assert!(check(&one, 1).is_ok());
+    let swapped = [one[1].clone(), one[0].clone(), one[2].clone()];
+    assert!(check(&swapped, 1).is_err());
+    assert!(check(&one[..2], 1).is_err(), "a missing event");
+    // Two partitions: any interleaving, but a hold's own events in order.
+    let two = [
+        read(0, 1, "held", "hold_id", "h"),
+        read(0, 2, "confirmed", "hold_id", "h"),
+        read(1, 1, "pool_upserted", "pool", "a"),
+    ];
+    assert!(check(&two, 2).is_ok());
+    let reordered = [
+        read(0, 1, "confirmed", "hold_id", "h"),
+        read(0, 2, "held", "hold_id", "h"),
+        read(1, 1, "pool_upserted", "pool", "a"),
+    ];
+    assert!(check(&reordered, 2).is_err());
+    // The events of one hold must share a partition, and seq must increase within one.
+    let split = [
+        read(0, 1, "held", "hold_id", "h"),
+        read(1, 1, "confirmed", "hold_id", "h"),
+    ];
+    assert!(partition_rules_problem(&split).is_some());
+    assert!(partition_rules_problem(&two).is_none());
+    let backwards = [
+        read(0, 2, "held", "hold_id", "h"),
+        read(0, 1, "held", "hold_id", "g"),
+    ];
+    assert!(partition_rules_problem(&backwards).is_some());
+    // An event names the partition it was read from, for `$same:NAME`.
+    let mut vars = vars_with_partitions(2);
+    vars.insert("ph".to_string(), json!(0));
+    let pinned = json!([
+        ev("held", json!({"hold_id": "h", "partition": "$same:ph"})),
+        ev("confirmed", json!({"hold_id": "h"})),
+        ev(
+            "pool_upserted",
+            json!({"pool": "a", "partition": "$same:ph"})
+        ),
+    ]);
+    assert!(match_events(&pinned, &two, &mut vars, window).is_err());
+
+    // `$partition`: an integer in 0..P (exactly 0 with one partition); `$partition:NAME` also the
+    // same every time.
+    let mut vars = vars_with_partitions(1);
+    assert!(match_subset(&json!("$partition"), &json!(0), &mut vars, window).is_ok());
+    assert!(match_subset(&json!("$partition"), &json!(1), &mut vars, window).is_err());
+    let mut vars = vars_with_partitions(16);
+    assert!(match_subset(&json!("$partition:k"), &json!(15), &mut vars, window).is_ok());
+    assert!(match_subset(&json!("$partition:k"), &json!(15), &mut vars, window).is_ok());
+    assert!(match_subset(&json!("$partition:k"), &json!(3), &mut vars, window).is_err());
+    assert!(match_subset(&json!("$partition"), &json!(16), &mut vars, window).is_err());
+    assert!(match_subset(&json!("$partition"), &json!("0"), &mut vars, window).is_err());
+
+    // Partition-count templates.
+    assert_eq!(
+        fill_partitions("/v1/events?partition={P}&x={P-1}&y={P+6}&{p}", 16),
+        "/v1/events?partition=16&x=15&y=22&{p}"
+    );
+    assert_eq!(fill_expect(&json!("{P}"), "c0001", 1), json!(1));
+    assert_eq!(
+        fill_expect(&json!("$contains:{P+6}"), "c0001", 1),
+        json!("$contains:7")
     );
 }

@@ -185,7 +185,10 @@ async fn expiry_is_swept_by_whichever_server_runs() {
     let mut events = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(5);
     // All events of a hold are in its partition.
-    let path = format!("/v1/events?partition={}&after=0&wait_ms=1000", hold["partition"]);
+    let path = format!(
+        "/v1/events?partition={}&after=0&wait_ms=1000",
+        hold["partition"]
+    );
     while Instant::now() < deadline {
         let (_, page) = survivor.call("GET", &path, None).await;
         events = page["events"].as_array().cloned().unwrap_or_default();

@@ -14,7 +14,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
@@ -338,10 +338,23 @@ pub fn backend_from_env() -> Arc<dyn TestBackend> {
     match std::env::var("STOCKD_TEST_BACKEND").as_deref() {
         Err(_) | Ok("") | Ok("embedded") => Arc::new(EmbeddedBackend),
         Ok("redis") => Arc::new(RedisBackend::start()),
-        Ok("redis-cluster") => Arc::new(RedisClusterBackend::start(16)),
+        Ok("redis-cluster") => Arc::new(RedisClusterBackend::start(CLUSTER_PARTITIONS)),
         Ok(other) => panic!(
             "STOCKD_TEST_BACKEND={other}: unknown backend (known: embedded, redis, redis-cluster)"
         ),
+    }
+}
+
+/// The event-feed partitions of the `redis-cluster` test backend.
+pub const CLUSTER_PARTITIONS: u32 = 16;
+
+/// The event-feed partitions the backend chosen by `STOCKD_TEST_BACKEND` is configured with: 1 on
+/// the embedded engine and on a single Redis, [`CLUSTER_PARTITIONS`] on the Redis Cluster. Tests
+/// learn P from the server ([`Api::partitions`]); this is what one check holds that answer to.
+pub fn backend_partitions() -> u32 {
+    match std::env::var("STOCKD_TEST_BACKEND").as_deref() {
+        Ok("redis-cluster") => CLUSTER_PARTITIONS,
+        _ => 1,
     }
 }
 
@@ -368,6 +381,8 @@ pub struct ServerConfig {
     pub extra_args: Vec<String>,
     /// Host part of `--listen`; requests always go to 127.0.0.1, so `0.0.0.0` also works.
     pub listen_host: String,
+    /// Environment variables for this server only (e.g. `STOCKD_FAULT`).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for ServerConfig {
@@ -378,6 +393,7 @@ impl Default for ServerConfig {
             default_token: None,
             extra_args: Vec::new(),
             listen_host: "127.0.0.1".to_string(),
+            env: Vec::new(),
         }
     }
 }
@@ -571,6 +587,9 @@ impl Server {
         for (key, value) in self.config.backend.extra_env() {
             command.env(key, value);
         }
+        for (key, value) in &self.config.env {
+            command.env(key, value);
+        }
         if let Some(tokens) = &self.config.tokens {
             command.env("STOCKD_TOKENS", tokens);
         }
@@ -578,8 +597,11 @@ impl Server {
             .spawn()
             .map_err(|error| format!("spawn stockd: {error}"))?;
         self.child = Some(child);
-        // A fresh client per process: pooled connections to a killed process are dead.
+        // A fresh client per process: pooled connections to a killed process are dead. The
+        // partition count is the dataset's, so a restart keeps what was learned.
+        let partitions = self.api.partitions.clone();
         self.api = Api::new(self.port, self.config.default_token.clone());
+        self.api.partitions = partitions;
 
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
@@ -650,6 +672,9 @@ pub struct Api {
     client: reqwest::Client,
     base_url: String,
     default_token: Option<String>,
+    /// The server's event-feed partition count, learned on first use (see [`Api::partitions`]),
+    /// shared by clones and kept across restarts of the same [`Server`].
+    partitions: Arc<OnceLock<u32>>,
 }
 
 /// A response: status code and body (JSON when it parses, the text as a JSON string otherwise,
@@ -667,6 +692,7 @@ impl Api {
             client,
             base_url: format!("http://127.0.0.1:{port}"),
             default_token,
+            partitions: Arc::new(OnceLock::new()),
         }
     }
 
@@ -683,6 +709,7 @@ impl Api {
             client,
             base_url: self.base_url.clone(),
             default_token: self.default_token.clone(),
+            partitions: self.partitions.clone(),
         }
     }
 
@@ -807,12 +834,48 @@ impl Api {
         body
     }
 
-    /// Every event after `after`, paging with the largest page.
-    pub async fn events_after(&self, after: u64) -> Vec<Value> {
+    /// The server's event-feed partition count P (`GET /v1/events/partitions`), asked once per
+    /// server and cached. Panics unless the answer is 200 `{"partitions": P}` with P >= 1.
+    pub async fn partitions(&self) -> u32 {
+        if let Some(partitions) = self.partitions.get() {
+            return *partitions;
+        }
+        let (status, body) = self.call("GET", "/v1/events/partitions", None).await;
+        assert_eq!(status, 200, "GET /v1/events/partitions: {body}");
+        let partitions = body["partitions"]
+            .as_u64()
+            .and_then(|p| u32::try_from(p).ok())
+            .filter(|p| *p >= 1)
+            .unwrap_or_else(|| panic!("GET /v1/events/partitions: no integer P >= 1: {body}"));
+        *self.partitions.get_or_init(|| partitions)
+    }
+
+    /// The path reading partition `partition` of the feed with the query `query` (`after=...`,
+    /// `limit=...`, ...). With one partition the `partition` parameter is left out, as a consumer
+    /// of a one-partition feed may (it defaults to 0); with P > 1 it is always named.
+    pub async fn events_path(&self, partition: u32, query: &str) -> String {
+        let partitions = self.partitions().await;
+        assert!(
+            partition < partitions,
+            "partition {partition} of a feed with {partitions}"
+        );
+        match (partitions, query) {
+            (1, "") => "/v1/events".to_string(),
+            (1, _) => format!("/v1/events?{query}"),
+            (_, "") => format!("/v1/events?partition={partition}"),
+            _ => format!("/v1/events?partition={partition}&{query}"),
+        }
+    }
+
+    /// Every event of one partition after `after`, paging with the largest page. Checks on every
+    /// page that `next_after` is the last seq returned, or the given `after` when none is.
+    pub async fn events_in(&self, partition: u32, after: u64) -> Vec<Value> {
         let mut events = Vec::new();
         let mut cursor = after;
         loop {
-            let path = format!("/v1/events?after={cursor}&limit=1000");
+            let path = self
+                .events_path(partition, &format!("after={cursor}&limit=1000"))
+                .await;
             let (status, body) = self.call("GET", &path, None).await;
             assert_eq!(status, 200, "GET {path}: {body}");
             let page = body["events"]
@@ -822,16 +885,68 @@ impl Api {
             let next = body["next_after"]
                 .as_u64()
                 .unwrap_or_else(|| panic!("no next_after: {body}"));
-            if page.is_empty() {
+            let Some(last) = page.last() else {
                 assert_eq!(
                     next, cursor,
-                    "next_after of an empty page must be the given after"
+                    "GET {path}: next_after of an empty page must be the given after"
                 );
                 return events;
-            }
+            };
+            assert_eq!(
+                Some(next),
+                last["seq"].as_u64(),
+                "GET {path}: next_after must be the seq of the last event returned: {}",
+                short(&body)
+            );
             cursor = next;
             events.extend(page);
         }
+    }
+
+    /// Every event of every partition K after `cursors[K]` (one cursor per partition: seqs are
+    /// per partition), each with the partition it came from; partition 0's first, each partition's
+    /// in feed order. Order between partitions means nothing.
+    pub async fn events_since(&self, cursors: &[u64]) -> Vec<FeedEvent> {
+        let partitions = self.partitions().await;
+        assert_eq!(
+            cursors.len(),
+            partitions as usize,
+            "one cursor per partition of the feed"
+        );
+        let mut events = Vec::new();
+        for (partition, after) in (0..partitions).zip(cursors) {
+            events.extend(
+                self.events_in(partition, *after)
+                    .await
+                    .into_iter()
+                    .map(|event| FeedEvent { partition, event }),
+            );
+        }
+        events
+    }
+
+    /// Every event of every partition, each with its partition.
+    pub async fn all_events(&self) -> Vec<FeedEvent> {
+        let partitions = self.partitions().await;
+        self.events_since(&vec![0; partitions as usize]).await
+    }
+
+    /// Every event after `after`, without the partition it came from: with one partition, the
+    /// feed after `after`; with P > 1 only `after = 0` means something (every event of every
+    /// partition, partition by partition), since seqs are per partition. New code should use
+    /// [`Api::events_since`] / [`Api::all_events`], which keep the partition.
+    pub async fn events_after(&self, after: u64) -> Vec<Value> {
+        let partitions = self.partitions().await;
+        assert!(
+            partitions == 1 || after == 0,
+            "events_after({after}) on a feed with {partitions} partitions: seqs are per \
+             partition, so one cursor cannot say where every partition stands; use events_since"
+        );
+        self.events_since(&vec![after; partitions as usize])
+            .await
+            .into_iter()
+            .map(|read| read.event)
+            .collect()
     }
 }
 
@@ -872,11 +987,209 @@ pub fn short(value: &Value) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The event feed and its partitions
+// ---------------------------------------------------------------------------------------------
+
+/// One event as read from the feed, with the partition it was read from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FeedEvent {
+    pub partition: u32,
+    pub event: Value,
+}
+
+impl FeedEvent {
+    /// The event with its partition as a `"partition"` field (the feed's events carry none), so
+    /// that an expectation can say which partition an event is in.
+    pub fn with_partition(&self) -> Value {
+        let mut event = self.event.clone();
+        if let Some(map) = event.as_object_mut() {
+            map.insert("partition".to_string(), json!(self.partition));
+        }
+        event
+    }
+}
+
+/// Types of events about one pool, and about one hold: the contract puts all events of one pool in
+/// one partition, and all events of one hold in one partition.
+pub const POOL_EVENT_TYPES: [&str; 4] = ["pool_upserted", "restocked", "pool_deleted", "low_stock"];
+pub const HOLD_EVENT_TYPES: [&str; 6] = [
+    "held",
+    "confirmed",
+    "released",
+    "expired",
+    "refunded",
+    "extended",
+];
+
+/// Where `events` (any set read from the feed) break the partition rules: seq must strictly
+/// increase within each partition (in the order read), the events of one pool must all be in one
+/// partition, and the events of one hold must all be in one partition.
+pub fn partition_rules_problem(events: &[FeedEvent]) -> Option<String> {
+    let mut last_seq: HashMap<u32, u64> = HashMap::new();
+    let mut home: HashMap<(&str, String), (u32, &Value)> = HashMap::new();
+    for read in events {
+        let Some(seq) = read.event["seq"].as_u64() else {
+            return Some(format!("event without integer seq: {}", short(&read.event)));
+        };
+        if let Some(last) = last_seq.insert(read.partition, seq) {
+            if seq <= last {
+                return Some(format!(
+                    "partition {}: seq not strictly increasing: {seq} after {last}",
+                    read.partition
+                ));
+            }
+        }
+        let kind = read.event["type"].as_str().unwrap_or("");
+        let owner = if POOL_EVENT_TYPES.contains(&kind) {
+            read.event["pool"]
+                .as_str()
+                .map(|pool| ("pool", pool.to_string()))
+        } else if HOLD_EVENT_TYPES.contains(&kind) {
+            read.event["hold_id"]
+                .as_str()
+                .map(|hold| ("hold", hold.to_string()))
+        } else {
+            None
+        };
+        let Some(owner) = owner else { continue };
+        let (partition, first) = *home
+            .entry(owner.clone())
+            .or_insert((read.partition, &read.event));
+        if partition != read.partition {
+            return Some(format!(
+                "the events of {} {} are in two partitions: {} in {partition}, {} in {}",
+                owner.0,
+                owner.1,
+                short(first),
+                short(&read.event),
+                read.partition
+            ));
+        }
+    }
+    None
+}
+
+/// Matches `actual` (events read from every partition) against `expected`, an array of event
+/// expectations (see [`match_subset`]) in the order the changes were made. Order is only compared
+/// within a partition: the expected list must be an interleaving of the partitions' sequences,
+/// every event matched exactly once. With one partition this is an element-wise match. Each actual
+/// event is matched with its `"partition"` field added ([`FeedEvent::with_partition`]).
+pub fn match_events(
+    expected: &Value,
+    actual: &[FeedEvent],
+    vars: &mut Vars,
+    window: TimeWindow,
+) -> Result<(), String> {
+    let wanted = expected
+        .as_array()
+        .expect("expected events are an array of event expectations");
+    let mut queues: Vec<(u32, Vec<Value>)> = Vec::new();
+    for read in actual {
+        match queues.iter_mut().find(|(k, _)| *k == read.partition) {
+            Some((_, queue)) => queue.push(read.with_partition()),
+            None => queues.push((read.partition, vec![read.with_partition()])),
+        }
+    }
+    if wanted.len() != actual.len() {
+        return Err(format!(
+            "expected {} events, got {}",
+            wanted.len(),
+            actual.len()
+        ));
+    }
+    let mut search = Interleaving {
+        wanted,
+        queues: &queues,
+        window,
+        deepest: (0, Vec::new()),
+        steps: 0,
+    };
+    let mut positions = vec![0; queues.len()];
+    if search.extend(0, &mut positions, vars) {
+        return Ok(());
+    }
+    let (index, why) = search.deepest;
+    Err(format!(
+        "no order within partitions matches: the first {index} expected events match, then \
+         expected[{index}] ({}) matches no partition's next event: {}",
+        short(&wanted[index]),
+        why.join("; ")
+    ))
+}
+
+/// The backtracking search of [`match_events`]: `positions[q]` is how many events of queue `q`
+/// are matched so far.
+struct Interleaving<'a> {
+    wanted: &'a [Value],
+    queues: &'a [(u32, Vec<Value>)],
+    window: TimeWindow,
+    /// The furthest expected index reached, with why each partition's next event failed there.
+    deepest: (usize, Vec<String>),
+    steps: usize,
+}
+
+impl Interleaving<'_> {
+    /// Bounds the search; lists in the suites are short and rarely ambiguous.
+    const MAX_STEPS: usize = 1_000_000;
+
+    fn extend(&mut self, index: usize, positions: &mut [usize], vars: &mut Vars) -> bool {
+        if index == self.wanted.len() {
+            return true;
+        }
+        self.steps += 1;
+        assert!(
+            self.steps < Self::MAX_STEPS,
+            "match_events: the expected events are too ambiguous to match"
+        );
+        let mut why = Vec::new();
+        for queue in 0..self.queues.len() {
+            let (partition, events) = &self.queues[queue];
+            let Some(next) = events.get(positions[queue]) else {
+                continue;
+            };
+            let mut trial = vars.clone();
+            match match_at(
+                &format!("partition {partition}"),
+                &self.wanted[index],
+                next,
+                &mut trial,
+                self.window,
+            ) {
+                Ok(()) => {
+                    positions[queue] += 1;
+                    if self.extend(index + 1, positions, &mut trial) {
+                        *vars = trial;
+                        return true;
+                    }
+                    positions[queue] -= 1;
+                }
+                Err(error) => why.push(error),
+            }
+        }
+        if index >= self.deepest.0 {
+            self.deepest = (index, why);
+        }
+        false
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Subset matching
 // ---------------------------------------------------------------------------------------------
 
 /// Values captured by `$save:NAME` markers, referred to by `$same:NAME`, `$gt:NAME` and `{$NAME}`.
+/// [`PARTITIONS_VAR`] holds the server's partition count for the `$partition` markers.
 pub type Vars = HashMap<String, Value>;
+
+/// The name under which [`Vars`] carry the server's partition count P, for `$partition` markers.
+pub const PARTITIONS_VAR: &str = "$partitions";
+
+/// Fresh [`Vars`] knowing the server's partition count.
+pub fn vars_with_partitions(partitions: u32) -> Vars {
+    let mut vars = Vars::new();
+    vars.insert(PARTITIONS_VAR.to_string(), json!(partitions));
+    vars
+}
 
 /// The wall-clock window around the request that produced a value, for `$now` markers.
 #[derive(Clone, Copy, Debug)]
@@ -897,7 +1210,10 @@ impl TimeWindow {
 /// - strings starting with `$` are markers: `$any` (present, anything), `$int` (an integer),
 ///   `$now` / `$now+N` (an integer within the request's time window, plus N), `$save:NAME`
 ///   (anything, captured), `$same:NAME` (equal to the captured value), `$gt:NAME` (an integer
-///   greater than the captured one), `$contains:TEXT` and `$prefix:TEXT` (strings);
+///   greater than the captured one), `$contains:TEXT` and `$prefix:TEXT` (strings),
+///   `$partition` (an integer in 0..P, P from [`PARTITIONS_VAR`]: exactly 0 with one partition)
+///   and `$partition:NAME` (the same, and equal to the value captured as NAME, captured when
+///   none is yet: every answer about one pool or hold names one partition);
 /// - anything else: equality.
 ///
 /// Returns the first mismatch as `path: explanation`.
@@ -1052,6 +1368,36 @@ fn match_marker(
             (Some(saved), _) => fail(format!("expected an integer greater than {arg} = {saved}")),
             (None, _) => fail(format!("no integer saved as {arg}")),
         },
+        "$partition" => {
+            let partitions = vars
+                .get(PARTITIONS_VAR)
+                .and_then(Value::as_u64)
+                .unwrap_or_else(|| {
+                    panic!("{path}: $partition needs the partition count in vars (vars_with_partitions)")
+                });
+            match actual.as_u64() {
+                Some(k) if k < partitions => {}
+                _ => {
+                    return fail(format!(
+                        "expected a partition, an integer in 0..{partitions}"
+                    ))
+                }
+            }
+            if arg.is_empty() {
+                return Ok(());
+            }
+            match vars.get(arg) {
+                Some(saved) if saved == actual => Ok(()),
+                Some(saved) => fail(format!(
+                    "expected the partition saved as {arg} ({})",
+                    short(saved)
+                )),
+                None => {
+                    vars.insert(arg.to_string(), actual.clone());
+                    Ok(())
+                }
+            }
+        }
         "$contains" => match actual.as_str() {
             Some(text) if text.contains(arg) => Ok(()),
             _ => fail(format!("expected a string containing {arg:?}")),
@@ -1190,4 +1536,52 @@ pub fn spawn_waiter(
         let reply = api.call("POST", "/v1/holds", Some(body)).await;
         (reply, started.elapsed())
     })
+}
+
+/// Creates pools named `{prefix}-N` until `count` of them sit in pairwise different partitions;
+/// returns their names (the others are deleted).
+pub async fn pools_in_distinct_partitions(
+    api: &Api,
+    prefix: &str,
+    count: usize,
+    total: u64,
+) -> Vec<String> {
+    let mut chosen: HashMap<u64, String> = HashMap::new();
+    for n in 0.. {
+        let name = format!("{prefix}-{n}");
+        let (status, pool) = api
+            .call(
+                "PUT",
+                &format!("/v1/pools/{name}"),
+                Some(json!({"total": total})),
+            )
+            .await;
+        assert_eq!(status, 201, "{pool}");
+        let partition = pool["partition"].as_u64().expect("partition");
+
+        if let std::collections::hash_map::Entry::Vacant(slot) = chosen.entry(partition) {
+            slot.insert(name);
+        } else {
+            let (status, _) = api.call("DELETE", &format!("/v1/pools/{name}"), None).await;
+            assert_eq!(status, 204);
+        }
+        if chosen.len() == count {
+            break;
+        }
+    }
+    let mut names: Vec<(u64, String)> = chosen.into_iter().collect();
+    names.sort();
+    names.into_iter().map(|(_, name)| name).collect()
+}
+
+pub fn hold_body(hold_id: &str, items: &[(&str, u64)], extra: Value) -> Value {
+    let items: Vec<Value> = items
+        .iter()
+        .map(|(p, q)| json!({"pool": p, "qty": q}))
+        .collect();
+    let mut body = json!({"hold_id": hold_id, "items": items});
+    for (key, value) in extra.as_object().expect("object") {
+        body[key] = value.clone();
+    }
+    body
 }
