@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test of stockd on a fresh machine: formatting, lints, and the whole test
 # suite (unit, property, engine, HTTP conformance, concurrency, crash and garbage tests) against
-# the embedded engine, then the black-box suites again against a real Redis, plus the Redis
-# fleet and fault tests.
+# the embedded engine, then the black-box suites again against a real Redis and a real Redis
+# Cluster, plus the Redis fleet, fault and cluster tests.
 # Tests start their own stockd and redis-server processes on free loopback ports; this script
 # installs what they need (redis-server from Debian's packages) when it is missing.
 set -euo pipefail
@@ -35,3 +35,8 @@ cargo test --workspace --locked "$@"
 echo "== cargo test (black-box suites against a real Redis)"
 STOCKD_TEST_BACKEND=redis cargo test -p stockd --locked \
     --test conformance --test concurrency --test crash --test garbage --test cli --test keepalive "$@"
+echo "== cargo test (black-box suites against a real 3-primary Redis Cluster, 16 partitions)"
+STOCKD_TEST_BACKEND=redis-cluster cargo test -p stockd --locked \
+    --test conformance --test concurrency --test garbage "$@"
+echo "== cargo test (a server killed at each step of a cross-partition hold; test build only)"
+cargo test -p stockd --locked --features fault-injection --test cluster_faults "$@"
