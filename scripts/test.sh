@@ -37,6 +37,6 @@ STOCKD_TEST_BACKEND=redis cargo test -p stockd --locked \
     --test conformance --test concurrency --test crash --test garbage --test cli --test keepalive "$@"
 echo "== cargo test (black-box suites against a real 3-primary Redis Cluster, 16 partitions)"
 STOCKD_TEST_BACKEND=redis-cluster cargo test -p stockd --locked \
-    --test conformance --test concurrency --test garbage "$@"
+    --test conformance --test concurrency --test garbage --test fleet "$@"
 echo "== cargo test (a server killed at each step of a cross-partition hold; test build only)"
 cargo test -p stockd --locked --features fault-injection --test cluster_faults "$@"
