@@ -48,9 +48,13 @@ impl Target for EngineTarget<'_> {
             .map_err(|e| e.to_string())
     }
 
-    fn advance(&mut self, ms: u64) -> Result<(), String> {
+    fn advance(&mut self, ms: u64, _sweep: bool) -> Result<(), String> {
         self.clock.advance(ms);
         self.execute(&[]).map(drop)
+    }
+
+    fn sweeps_before_every_request(&self) -> bool {
+        true
     }
 
     fn events_after(&mut self, after: u64) -> Result<Vec<Event>, String> {

@@ -53,8 +53,10 @@ struct ModelHold {
     created_at_ms: u64,
     expires_at_ms: u64,
     finished_at_ms: Option<u64>,
-    /// Forgotten after retention: invisible to lookups, but a purged confirmed hold stays sold
-    /// and keeps counting against the user's limit (the units never came back).
+    /// Forgotten: a finished hold is invisible once past retention, whether or not anything
+    /// noticed; `purged` says something did (a tick, or a command naming it), so that the
+    /// implementations certainly forgot it too. A forgotten confirmed hold stays sold and keeps
+    /// counting against the user's limit (the units never came back).
     purged: bool,
 }
 
@@ -227,7 +229,13 @@ impl Model {
             .collect()
     }
 
-    fn find_hold(&self, id: &HoldId) -> Option<usize> {
+    fn past_retention(&self, hold: &ModelHold, now_ms: u64) -> bool {
+        hold.finished_at_ms
+            .is_some_and(|at| at + self.retention_ms(hold.status) <= now_ms)
+    }
+
+    /// The one hold named `id` nothing forgot yet, visible or not.
+    fn unpurged(&self, id: &HoldId) -> Option<usize> {
         let found: Vec<usize> = (0..self.holds.len())
             .filter(|&i| !self.holds[i].purged && self.holds[i].hold_id == *id)
             .collect();
@@ -235,10 +243,42 @@ impl Model {
         found.first().copied()
     }
 
-    /// The hold named `id` as a client would see it, unless it is unknown or forgotten.
-    pub fn hold_view(&self, id: &HoldId) -> Option<HoldView> {
-        let hold = &self.holds[self.find_hold(id)?];
-        Some(HoldView {
+    /// The hold a command names, forgotten first if past retention (a command naming a hold
+    /// forgets it then, whether or not a tick did).
+    fn find_hold(&mut self, id: &HoldId, now_ms: u64) -> Option<usize> {
+        let index = self.unpurged(id)?;
+        if self.past_retention(&self.holds[index], now_ms) {
+            self.holds[index].purged = true;
+            return None;
+        }
+        Some(index)
+    }
+
+    /// The hold named `id` as a client would see it at `now_ms`, unless it is unknown or
+    /// forgotten.
+    pub fn hold_view(&self, id: &HoldId, now_ms: u64) -> Option<HoldView> {
+        let index = self.unpurged(id)?;
+        if self.past_retention(&self.holds[index], now_ms) {
+            return None;
+        }
+        Some(self.view_of(index))
+    }
+
+    /// Whether reading the hold named `id` at `now_ms` changes nothing and shows the same
+    /// whichever way it is read: false while it is held past its deadline (a read expires it)
+    /// or finished past retention with nothing having forgotten it yet (only commands do so
+    /// lazily), which happens only when time passed without a sweep.
+    pub fn settled(&self, id: &HoldId, now_ms: u64) -> bool {
+        self.unpurged(id).is_none_or(|index| {
+            let hold = &self.holds[index];
+            let due = hold.status == HoldStatus::Held && now_ms >= hold.expires_at_ms;
+            !due && !self.past_retention(hold, now_ms)
+        })
+    }
+
+    fn view_of(&self, index: usize) -> HoldView {
+        let hold = &self.holds[index];
+        HoldView {
             hold_id: hold.hold_id.clone(),
             status: hold.status,
             user: hold.user.clone(),
@@ -254,12 +294,14 @@ impl Model {
             expires_at_ms: hold.expires_at_ms,
             finished_at_ms: hold.finished_at_ms,
             partition: 0,
-        })
+        }
     }
 
-    fn hold_reply(&self, id: &HoldId, created: bool) -> Outcome {
+    /// A command's answer shows the hold as the command left it, even one that it expired at a
+    /// deadline so long ago that the hold is past retention from now on.
+    fn hold_reply(&self, index: usize, created: bool) -> Outcome {
         Ok(Reply::Hold {
-            hold: self.hold_view(id).unwrap(),
+            hold: self.view_of(index),
             created,
         })
     }
@@ -359,11 +401,8 @@ impl Model {
             self.expire_if_due(index, now_ms);
         }
         for index in 0..self.holds.len() {
-            let hold = &self.holds[index];
-            if let Some(finished_at_ms) = hold.finished_at_ms {
-                if !hold.purged && finished_at_ms + self.retention_ms(hold.status) <= now_ms {
-                    self.holds[index].purged = true;
-                }
+            if self.past_retention(&self.holds[index], now_ms) {
+                self.holds[index].purged = true;
             }
         }
     }
@@ -400,10 +439,10 @@ impl Model {
             Command::Extend { hold_id, ttl_ms } => {
                 Expect::Exact(self.extend(hold_id, *ttl_ms, now_ms))
             }
-            Command::GetHold { hold_id } => Expect::Exact(match self.find_hold(hold_id) {
+            Command::GetHold { hold_id } => Expect::Exact(match self.find_hold(hold_id, now_ms) {
                 Some(index) => {
                     self.expire_if_due(index, now_ms);
-                    self.hold_reply(hold_id, false)
+                    self.hold_reply(index, false)
                 }
                 None => Err(Error::HoldNotFound {
                     hold_id: hold_id.clone(),
@@ -552,7 +591,7 @@ impl Model {
             return Err(invalid());
         }
         // Same hold id: replay or conflict.
-        if let Some(index) = self.find_hold(&request.hold_id) {
+        if let Some(index) = self.find_hold(&request.hold_id, now_ms) {
             self.expire_if_due(index, now_ms);
             let hold = &self.holds[index];
             let mut stored: Vec<(PoolId, u64)> =
@@ -568,7 +607,7 @@ impl Model {
                 && hold.confirm == request.confirm
                 && stored == asked
             {
-                self.hold_reply(&request.hold_id, false)
+                self.hold_reply(index, false)
             } else {
                 Err(Error::HoldIdConflict {
                     hold_id: request.hold_id.clone(),
@@ -659,14 +698,16 @@ impl Model {
             hold.finished_at_ms = Some(now_ms);
             self.emit_hold_event(now_ms, EventKind::Confirmed, index);
         }
-        self.hold_reply(&request.hold_id, true)
+        self.hold_reply(index, true)
     }
 
     /// Finds a live hold, expiring it first if its deadline passed.
     fn lookup(&mut self, id: &HoldId, now_ms: u64) -> Result<usize, Error> {
-        let index = self.find_hold(id).ok_or_else(|| Error::HoldNotFound {
-            hold_id: id.clone(),
-        })?;
+        let index = self
+            .find_hold(id, now_ms)
+            .ok_or_else(|| Error::HoldNotFound {
+                hold_id: id.clone(),
+            })?;
         self.expire_if_due(index, now_ms);
         Ok(index)
     }
@@ -684,9 +725,9 @@ impl Model {
         match self.holds[index].status {
             HoldStatus::Held => {
                 self.finish(index, HoldStatus::Confirmed, EventKind::Confirmed, now_ms);
-                self.hold_reply(id, false)
+                self.hold_reply(index, false)
             }
-            HoldStatus::Confirmed => self.hold_reply(id, false),
+            HoldStatus::Confirmed => self.hold_reply(index, false),
             HoldStatus::Expired => Err(Error::HoldExpired { hold_id }),
             HoldStatus::Released => Err(Error::HoldReleased { hold_id }),
             HoldStatus::Refunded => Err(Error::HoldRefunded { hold_id }),
@@ -699,9 +740,9 @@ impl Model {
         match self.holds[index].status {
             HoldStatus::Held => {
                 self.finish(index, HoldStatus::Released, EventKind::Released, now_ms);
-                self.hold_reply(id, false)
+                self.hold_reply(index, false)
             }
-            HoldStatus::Released | HoldStatus::Expired => self.hold_reply(id, false),
+            HoldStatus::Released | HoldStatus::Expired => self.hold_reply(index, false),
             HoldStatus::Confirmed => Err(Error::HoldConfirmed { hold_id }),
             HoldStatus::Refunded => Err(Error::HoldRefunded { hold_id }),
         }
@@ -723,9 +764,9 @@ impl Model {
                     }
                 }
                 self.finish(index, HoldStatus::Refunded, EventKind::Refunded, now_ms);
-                self.hold_reply(id, false)
+                self.hold_reply(index, false)
             }
-            HoldStatus::Refunded => self.hold_reply(id, false),
+            HoldStatus::Refunded => self.hold_reply(index, false),
             _ => Err(Error::HoldNotConfirmed {
                 hold_id: id.clone(),
             }),
@@ -744,7 +785,7 @@ impl Model {
                 let event = self.emit(now_ms, EventKind::Extended);
                 event.hold_id = Some(hold_id);
                 event.expires_at_ms = Some(now_ms + ttl_ms);
-                self.hold_reply(id, false)
+                self.hold_reply(index, false)
             }
             HoldStatus::Expired => Err(Error::HoldExpired { hold_id }),
             HoldStatus::Confirmed => Err(Error::HoldConfirmed { hold_id }),

@@ -129,8 +129,11 @@ impl model::Target for RedisTarget<'_> {
             .map_err(|e| e.to_string())
     }
 
-    fn advance(&mut self, ms: u64) -> Result<(), String> {
+    fn advance(&mut self, ms: u64, sweep: bool) -> Result<(), String> {
         self.now_ms.fetch_add(ms, Ordering::SeqCst);
+        if !sweep {
+            return Ok(());
+        }
         self.runtime
             .block_on(self.backend.sweep_now())
             .map_err(|e| e.to_string())
@@ -142,7 +145,8 @@ impl model::Target for RedisTarget<'_> {
     }
 
     fn views(&mut self, holds: &[HoldId]) -> Result<Views, String> {
-        self.runtime.block_on(model::read_views(&self.backend, holds))
+        self.runtime
+            .block_on(model::read_views(&self.backend, holds))
     }
 }
 
