@@ -74,7 +74,7 @@ impl Target for EngineTarget<'_> {
     }
 }
 
-/// The engine agrees with the model at every step (64 sequences of 50-200 steps by default;
+/// The engine agrees with the model at every step (128 sequences of 50-200 steps by default;
 /// `PROPTEST_CASES` changes the count).
 #[test]
 fn engine_matches_model() {
@@ -83,7 +83,7 @@ fn engine_matches_model() {
         .build()
         .expect("tokio runtime");
     let mut runner = TestRunner::new(Config {
-        cases: model::cases(64),
+        cases: model::cases(128),
         max_shrink_iters: 1_024,
         failure_persistence: None,
         ..Config::default()
