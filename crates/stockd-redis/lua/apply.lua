@@ -5,7 +5,9 @@
 -- Appends one event to the partition's feed: seq from the partition's counter, in the same
 -- atomic call as the change, so an acknowledged change's event is never lost.
 function S.emit(kind, fields)
-    local seq = redis.call('HINCRBY', S.meta, 'seq', 1)
+    S.seq = S.seq + 1
+    S.seq_dirty = true
+    local seq = S.seq
     local all = { { 'seq', seq, 'n' }, { 'at_ms', S.now, 'n' }, { 'type', kind, 's' } }
     for _, f in ipairs(fields) do all[#all + 1] = f end
     redis.call('XADD', S.key('events'), 'MAXLEN', S.int(S.event_retention_max),
@@ -90,7 +92,10 @@ function S.hold_finish(hold, status, finished_at_ms)
     redis.call('HSET', key, 'st', status, 'f', S.int(finished_at_ms))
     local keep_ms = finished_at_ms + S.retention_ms(status) - S.now
     redis.call('PEXPIRE', key, S.int(math.max(keep_ms, 0) + S.FORGOTTEN_KEY_MARGIN_MS))
-    redis.call('ZREM', S.key('expiry'), hold.id)
+    -- A hold confirmed on creation was never in the expiry set.
+    if not (status == 'confirmed' and hold.confirm) then
+        redis.call('ZREM', S.key('expiry'), hold.id)
+    end
 end
 
 -- held -> confirmed: held units become sold (in each partition's part, for a cross hold).

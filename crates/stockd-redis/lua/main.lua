@@ -37,8 +37,17 @@ local function call(keys, argv)
             else
                 local handler = C[op]
                 if not handler then error('stockd: unknown op ' .. tostring(op)) end
-                local reply = handler(args)
-                S.serve_freed()
+                -- A call is not rolled back when it fails: what it kept in memory is written
+                -- before the error goes on, so every command before the failing one is whole.
+                local ran, reply = pcall(function()
+                    local reply = handler(args)
+                    S.serve_freed()
+                    return reply
+                end)
+                if not ran then
+                    S.finish()
+                    error(reply)
+                end
                 -- A command that parks, or that must be finished by the server (a hold that
                 -- lives elsewhere, a cross-partition step), ends its group's run here.
                 if reply.kind == 'wait' or reply.stop then parked = true end
@@ -50,7 +59,8 @@ local function call(keys, argv)
             end
         end
     end
-    local seq = tonumber(redis.call('HGET', S.meta, 'seq') or '0')
+    S.finish()
+    local seq = S.seq
     out[1] = seq
     if call_key then
         redis.call('SET', call_key, cjson.encode(out), 'PX', S.int(S.CALL_MEMORY_MS))

@@ -48,6 +48,31 @@ function S.begin(meta_key, argv)
     S.freed_locks = {}
     S.woken = {}
     S.published = false
+    -- Per call: pools read (id -> pool, or false when there is none) and whose counters changed,
+    -- written once at the end of the call (S.finish), and the partition's event counter. A batch
+    -- of holds on one hot pool then reads and writes that pool once, not once per hold.
+    S.pools = {}
+    S.dirty = {}
+    S.dirty_order = {}
+    S.seq = 0
+    S.seq_dirty = false
+end
+
+-- Writes what the call kept in memory: the changed pools' counters and the event counter.
+function S.finish()
+    for _, id in ipairs(S.dirty_order) do
+        local pool = S.dirty[id] and S.pools[id]
+        if pool then
+            redis.call('HSET', S.key('pool', id), 't', S.int(pool.total), 'a', S.int(pool.available),
+                'h', S.int(pool.held), 's', S.int(pool.sold))
+        end
+    end
+    S.dirty = {}
+    S.dirty_order = {}
+    if S.seq_dirty then
+        redis.call('HSET', S.meta, 'seq', S.int(S.seq))
+        S.seq_dirty = false
+    end
 end
 
 -- The dataset this server knows must be the one in Redis, and no older than what it has seen:
@@ -61,7 +86,8 @@ function S.check_dataset()
     if meta[3] ~= '1' then
         return 'layout_unknown'
     end
-    if tonumber(meta[2] or '0') < S.seq_floor then
+    S.seq = tonumber(meta[2] or '0')
+    if S.seq < S.seq_floor then
         return 'dataset_regressed'
     end
     return nil
@@ -76,10 +102,11 @@ end
 
 -- ---------------------------------------------------------------- JSON (ids never need escaping)
 
+-- Every string the library writes into JSON is an id (validated by the server: letters, digits
+-- and . _ : -), an error message built from ids, or a literal of the library: none needs
+-- escaping.
 function S.json_string(text)
-    return '"' .. string.gsub(text, '[%c"\\]', function(c)
-        return string.format('\\u%04x', string.byte(c))
-    end) .. '"'
+    return '"' .. text .. '"'
 end
 
 -- `fields` is a list of {name, value, kind} with kind 's' (string), 'n' (integer), 'b'
@@ -109,19 +136,37 @@ end
 
 -- Pool hash fields: g generation, t total, a available, h held, s sold, l per_user_limit,
 -- sa starts_at_ms, ea ends_at_ms, th low_stock_threshold (rule fields absent when unset).
+-- The pool object is the call's one copy: changes to it are seen by every later command of the
+-- call, and S.pool_put_counts marks its counters to be written at the end.
 function S.pool_get(id)
+    local cached = S.pools[id]
+    if cached ~= nil then return cached or nil end
     local v = redis.call('HMGET', S.key('pool', id), 'g', 't', 'a', 'h', 's', 'l', 'sa', 'ea', 'th')
-    if not v[1] then return nil end
-    return {
+    if not v[1] then
+        S.pools[id] = false
+        return nil
+    end
+    local pool = {
         id = id, generation = tonumber(v[1]), total = tonumber(v[2]), available = tonumber(v[3]),
         held = tonumber(v[4]), sold = tonumber(v[5]), per_user_limit = S.num(v[6]),
         starts_at_ms = S.num(v[7]), ends_at_ms = S.num(v[8]), low_stock_threshold = S.num(v[9]),
     }
+    S.pools[id] = pool
+    return pool
 end
 
 function S.pool_put_counts(pool)
-    redis.call('HSET', S.key('pool', pool.id), 't', S.int(pool.total), 'a', S.int(pool.available),
-        'h', S.int(pool.held), 's', S.int(pool.sold))
+    S.pools[pool.id] = pool
+    if not S.dirty[pool.id] then
+        S.dirty[pool.id] = true
+        S.dirty_order[#S.dirty_order + 1] = pool.id
+    end
+end
+
+-- A deleted pool: nothing of it is written at the end of the call.
+function S.pool_forget(id)
+    S.pools[id] = false
+    S.dirty[id] = nil
 end
 
 function S.pool_json(pool)

@@ -70,8 +70,8 @@ local function serve_pool_waiters(pools)
         -- Every candidate needs units from one of these pools; none left, none served.
         local exhausted = true
         for _, pool in ipairs(pools) do
-            local left = redis.call('HGET', S.key('pool', pool), 'a')
-            if not left or tonumber(left) > 0 then exhausted = false end
+            local left = S.pool_get(pool)
+            if not left or left.available > 0 then exhausted = false end
         end
         if exhausted then break end
         local ticket = S.int(number)

@@ -12,6 +12,7 @@ C.delete_pool = function(a)
         return S.error('pool_has_active_holds', { { 'pool', id, 's' }, { 'held', pool.held, 'n' } })
     end
     redis.call('DEL', S.key('pool', id), S.key('usage', id))
+    S.pool_forget(id)
     redis.call('ZREM', S.key('pools'), id)
     S.emit('pool_deleted', { { 'pool', id, 's' } })
     -- Waiters on it get their answer (pool_not_found) now rather than at their deadline.
