@@ -44,6 +44,8 @@ function S.begin(meta_key, argv)
     S.hold_retention_ms = tonumber(argv[5])
     S.confirmed_retention_ms = tonumber(argv[6])
     S.event_retention_max = tonumber(argv[7])
+    S.event_retention_max_text = argv[7]
+    S.now_text = S.int(S.now)
     S.freed_pools = {}
     S.freed_locks = {}
     S.woken = {}
@@ -240,10 +242,16 @@ function S.items_json(items)
     return '[' .. table.concat(parts, ',') .. ']'
 end
 
+-- A hold's items as JSON, made once per hold and call (its reply and events all carry them).
+function S.hold_items_json(hold)
+    if not hold.items_text then hold.items_text = S.items_json(hold.items) end
+    return hold.items_text
+end
+
 function S.hold_json(hold)
     return S.json_object({
         { 'hold_id', hold.id, 's' }, { 'status', hold.status, 's' }, { 'user', hold.user, 's' },
-        { 'items', S.items_json(hold.items), 'j' }, { 'created_at_ms', hold.created_at_ms, 'n' },
+        { 'items', S.hold_items_json(hold), 'j' }, { 'created_at_ms', hold.created_at_ms, 'n' },
         { 'expires_at_ms', hold.expires_at_ms, 'n' }, { 'finished_at_ms', hold.finished_at_ms, 'n' },
         { 'partition', S.partition, 'n' },
     })
