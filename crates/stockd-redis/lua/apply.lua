@@ -91,16 +91,23 @@ end
 S.FORGOTTEN_KEY_MARGIN_MS = 3600000
 
 function S.hold_finish(hold, status, finished_at_ms)
-    local key = S.key('hold', hold.id)
     hold.status = status
     hold.finished_at_ms = finished_at_ms
-    redis.call('HSET', key, 'st', status, 'f', S.int(finished_at_ms))
-    local keep_ms = finished_at_ms + S.retention_ms(status) - S.now
-    redis.call('PEXPIRE', key, S.int(math.max(keep_ms, 0) + S.FORGOTTEN_KEY_MARGIN_MS))
+    -- A hold made by this very command is written whole by it, once (cmd/reserve.lua).
+    if hold.unsaved then return end
+    redis.call('HSET', S.key('hold', hold.id), 'st', status, 'f', S.int(finished_at_ms))
+    S.hold_keep(hold)
     -- A hold confirmed on creation was never in the expiry set.
     if not (status == 'confirmed' and hold.confirm) then
         redis.call('ZREM', S.key('expiry'), hold.id)
     end
+end
+
+-- The memory of a finished hold is freed an hour after its retention ends.
+function S.hold_keep(hold)
+    local keep_ms = hold.finished_at_ms + S.retention_ms(hold.status) - S.now
+    redis.call('PEXPIRE', S.key('hold', hold.id),
+        S.int(math.max(keep_ms, 0) + S.FORGOTTEN_KEY_MARGIN_MS))
 end
 
 -- held -> confirmed: held units become sold (in each partition's part, for a cross hold).

@@ -360,7 +360,8 @@ impl Garbage {
                                 let first = items[0].clone();
                                 items.push(first);
                             }
-                            2 if !items.is_empty() => {
+                            // An earlier mutation may have made the item something else.
+                            2 if items.first().is_some_and(Value::is_object) => {
                                 items[0]["qty"] =
                                     [json!(0), json!(-1), json!(1.5), json!("1"), json!(u64::MAX)]
                                         .choose(&mut self.rng)

@@ -83,18 +83,30 @@ function S.try_reserve(request)
     hold = {
         id = request.hold_id, status = 'held', user = request.user, items = request.items,
         confirm = request.confirm, created_at_ms = S.now, expires_at_ms = S.now + request.ttl_ms,
+        unsaved = true,
     }
-    local key = S.key('hold', hold.id)
-    redis.call('HSET', key, 'st', 'held', 'it', table.concat(words, ' '),
-        'cf', request.confirm and '1' or '0', 'c', S.int(S.now), 'e', S.int(hold.expires_at_ms))
-    if request.user then redis.call('HSET', key, 'u', request.user) end
-    -- A hold confirmed on creation is confirmed at once; it never needs an expiry slot.
-    if not request.confirm then
-        redis.call('ZADD', S.key('expiry'), S.int(hold.expires_at_ms), hold.id)
-    end
     S.hold_event('held', hold)
     S.emit_low_stock_of(crossed)
     if request.confirm then S.apply_confirmed(hold) end
+    -- The new hold is written once, as it ends the command (confirmed already for confirm: true,
+    -- which then never needs an expiry slot).
+    local fields = { 'st', hold.status, 'it', table.concat(words, ' '),
+        'cf', request.confirm and '1' or '0', 'c', S.now_text, 'e', S.int(hold.expires_at_ms) }
+    if request.user then
+        fields[#fields + 1] = 'u'
+        fields[#fields + 1] = request.user
+    end
+    if hold.finished_at_ms then
+        fields[#fields + 1] = 'f'
+        fields[#fields + 1] = S.int(hold.finished_at_ms)
+    end
+    redis.call('HSET', S.key('hold', hold.id), unpack(fields))
+    hold.unsaved = nil
+    if hold.finished_at_ms then
+        S.hold_keep(hold)
+    else
+        redis.call('ZADD', S.key('expiry'), S.int(hold.expires_at_ms), hold.id)
+    end
     return S.hold_reply(hold, true)
 end
 
