@@ -30,7 +30,7 @@ use redis::Value;
 use stockd_core::limits::{CONFIRMED_RETENTION_MS_DEFAULT, HOLD_RETENTION_MS_DEFAULT};
 use stockd_core::{
     Backend, BackendError, BackendFuture, BackendStats, Command, Error, Event, EventPage, Outcome,
-    Reply, ReserveRequest,
+    Reply,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -369,6 +369,17 @@ fn decode(text: &str) -> Result<Answer, BackendError> {
     wire::decode(text).map_err(|e| BackendError::Unavailable(e.to_string()))
 }
 
+/// Runs the steps of a cross-partition hold to the end even if the request that started them goes
+/// away (its client disconnected): stopping half-way would leave work for the sweepers, and units
+/// held meanwhile.
+async fn detached<T: Send + 'static>(
+    steps: impl std::future::Future<Output = Result<T, BackendError>> + Send + 'static,
+) -> Result<T, BackendError> {
+    tokio::spawn(steps).await.map_err(|error| {
+        BackendError::Unavailable(format!("cross-partition steps failed: {error}"))
+    })?
+}
+
 fn unexpected_answer(answer: &Answer) -> BackendError {
     BackendError::Unavailable(format!("unexpected answer from Redis: {answer:?}"))
 }
@@ -524,7 +535,11 @@ impl RedisBackend {
                 Answer::Done(outcome) => return Ok(outcome),
                 Answer::Decided { reply, apply } => {
                     if let Reply::Hold { hold, .. } = &reply {
-                        cross::apply_parts(shared, partition, hold, &apply).await?;
+                        let (shared, hold) = (shared.clone(), hold.clone());
+                        detached(async move {
+                            cross::apply_parts(&shared, partition, &hold, &apply).await
+                        })
+                        .await?;
                     }
                     return Ok(Ok(reply));
                 }
@@ -533,9 +548,17 @@ impl RedisBackend {
                     let Command::Reserve(request) = command else {
                         return Err(unexpected_answer(&Answer::Cross));
                     };
-                    return self.cross_reserve(partition, request).await;
+                    let (shared, request) = (shared.clone(), request.clone());
+                    return detached(
+                        async move { cross::reserve(&shared, partition, &request).await },
+                    )
+                    .await;
                 }
-                Answer::Precheck(hold) => return cross::refund(shared, partition, &hold).await,
+                Answer::Precheck(hold) => {
+                    let shared = shared.clone();
+                    return detached(async move { cross::refund(&shared, partition, &hold).await })
+                        .await;
+                }
                 Answer::Moved(home) => {
                     partition = home;
                     let op = wire::encode(command, shared.route(command, home, true));
@@ -547,14 +570,6 @@ impl RedisBackend {
         Err(BackendError::Unavailable(
             "the hold's directory entry points at a partition that does not hold it".into(),
         ))
-    }
-
-    async fn cross_reserve(
-        &self,
-        home: u32,
-        request: &ReserveRequest,
-    ) -> Result<Outcome, BackendError> {
-        cross::reserve(&self.shared, home, request).await
     }
 
     /// Waits for a parked command until it is served or its wait is over, then collects its
