@@ -1,0 +1,368 @@
+#!/usr/bin/env bash
+# Redis backend benchmark, all in one run so that the ratios are comparable on a shared, noisy
+# machine. For each of two Redis persistence settings, (a) none (--save '' --appendonly no) and
+# (b) AOF with --appendfsync always (automatic rewrites off), each on fresh redis-servers bound to
+# 127.0.0.1:
+#   1. two stockd servers (release build, --backend redis://...) on one fresh Redis, two wrk
+#      processes at once with 25 keep-alive connections each: POST /v1/holds confirm=true,
+#      unique hold ids, one hot pool (scripts/wrk/reserve_confirm.lua);
+#   2. one stockd server on another fresh Redis, one wrk with 50 connections, the same requests;
+#   3. redis-benchmark -c 50 running EVALSHA of the seeds' Lua check-and-deduct (the coupon
+#      script of seeds/004: the coupon exists, its stock is above zero, take one) on the Redis
+#      of run 2.
+# Around every run it reads Redis's INFO (cpu, commandstats, persistence), the stockd processes'
+# CPU (/proc/PID/stat) and the machine's (/proc/stat), and after every stockd run the pool, to
+# check total == available + held + sold and that sold matches wrk's count of 2xx answers.
+# Usage: scripts/bench-redis.sh [seconds per run, default 10]
+# Installs wrk, redis-server and redis-tools from Debian's packages when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION="${1:-10}"
+CONNECTIONS=50
+THREADS=2
+TOTAL=1000000000000
+
+need() {
+    local missing=()
+    for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "installing ${missing[*]}" >&2
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+}
+need wrk redis-server redis-tools curl
+
+# The tree the binary is built from (untracked files under crates/ count as changes too).
+VERSION="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+if ! git diff --quiet HEAD -- crates Cargo.toml Cargo.lock 2>/dev/null \
+    || [ -n "$(git ls-files --others --exclude-standard crates 2>/dev/null)" ]; then
+    VERSION="$VERSION + uncommitted changes"
+fi
+cargo build --release -q -p stockd --bin stockd
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() { # newest first: the load generators and servers before the Redis they use
+    local i
+    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do kill "${PIDS[i]}" 2>/dev/null || true; done
+    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do wait "${PIDS[i]}" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { for _ in $(seq 1 200); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "not ready: $1" >&2; return 1; }
+stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+
+# The seeds' check-and-deduct (seeds/004 receive_coupon.lua, steps 1, 2 and 5: the coupon exists,
+# its stock is above zero, take one). Its time window and per-user limit are left out: the pool
+# stockd is measured on has neither.
+SEED_LUA="if(redis.call('exists', KEYS[1]) == 0) then return 1 end
+if(tonumber(redis.call('hget', KEYS[1], 'totalNum')) <= 0) then return 2 end
+redis.call('hincrby', KEYS[1], 'totalNum', '-1')
+return 0"
+SEED_KEY='prs:coupon:1'
+
+# The second wrk of a two-server run needs hold ids of its own: both wrk processes start in the
+# same second, and the script's prefix is the start time and the thread number.
+sed 's/"w%d-%d-"/"v%d-%d-"/' scripts/wrk/reserve_confirm.lua > "$WORK/reserve_confirm_b.lua"
+grep -q '"v%d-%d-"' "$WORK/reserve_confirm_b.lua" || { echo "cannot derive a second id prefix" >&2; exit 1; }
+
+# snap NAME REDIS_PORT [STOCKD_PID...]: everything the analysis needs, before or after a run.
+snap() {
+    local name="$1" port="$2"; shift 2
+    date +%s.%N > "$WORK/$name.time"
+    head -1 /proc/stat > "$WORK/$name.stat"
+    redis-cli -p "$port" INFO everything > "$WORK/$name.info"
+    times > "$WORK/$name.times"  # this shell's waited-for children: the load generators
+    : > "$WORK/$name.pids"
+    for pid in "$@"; do cat "/proc/$pid/stat" >> "$WORK/$name.pids"; done
+}
+pool() { curl -fs "http://127.0.0.1:$1/v1/pools/hot" > "$2"; }
+
+# The analysis and the final table (reads the files written by snap, pool and the load tools).
+cat > "$WORK/bench.py" <<'PY'
+import csv, json, os, re, sys
+
+work, duration, conns = os.environ["WORK"], float(os.environ["DURATION"]), int(os.environ["CONNECTIONS"])
+ticks = os.sysconf("SC_CLK_TCK")
+ncpu = os.cpu_count()
+
+def read(name, ext):
+    with open(os.path.join(work, f"{name}.{ext}")) as f:
+        return f.read()
+
+def info(name):
+    out = {}
+    for line in read(name, "info").splitlines():
+        if ":" in line and not line.startswith("#"):
+            k, v = line.split(":", 1)
+            out[k] = v.strip()
+    return out
+
+def cmdstat(i, cmd):
+    v = i.get(f"cmdstat_{cmd}")
+    if not v:
+        return 0, 0
+    d = dict(kv.split("=") for kv in v.split(","))
+    return int(d["calls"]), int(d["usec"])
+
+def redis_cpu(i):
+    return float(i["used_cpu_sys"]) + float(i["used_cpu_user"])
+
+def machine(name):
+    f = [int(x) for x in read(name, "stat").split()[1:]]
+    return sum(f), f[3] + f[4]  # all, idle + iowait
+
+def procs_cpu(name):
+    total = 0
+    for line in read(name, "pids").splitlines():
+        rest = line[line.rindex(")") + 2:].split()
+        total += int(rest[11]) + int(rest[12])  # utime, stime
+    return total / ticks
+
+def children_cpu(name):
+    line = read(name, "times").splitlines()[1]
+    total = 0.0
+    for part in line.split():
+        m = re.fullmatch(r"(\d+)m([\d.]+)s", part)
+        total += int(m.group(1)) * 60 + float(m.group(2))
+    return total
+
+def delta(b, a):
+    ib, ia = info(b), info(a)
+    wall = float(read(a, "time")) - float(read(b, "time"))
+    (mb_all, mb_idle), (ma_all, ma_idle) = machine(b), machine(a)
+    busy = ((ma_all - mb_all) - (ma_idle - mb_idle)) / max(1, ma_all - mb_all) * ncpu
+    fc = [y - x for x, y in zip(cmdstat(ib, "fcall"), cmdstat(ia, "fcall"))]
+    ev = [y - x for x, y in zip(cmdstat(ib, "evalsha"), cmdstat(ia, "evalsha"))]
+    aof = int(ia.get("aof_current_size", 0) or 0) - int(ib.get("aof_current_size", 0) or 0)
+    # Commands run from inside functions and scripts: all but the ones clients send directly.
+    outer = {"fcall", "fcall_ro", "evalsha", "eval", "info", "ping", "subscribe", "script", "function", "config"}
+    inner = sum(cmdstat(ia, k[8:])[0] - cmdstat(ib, k[8:])[0]
+                for k in ia if k.startswith("cmdstat_") and k[8:].split("|")[0] not in outer)
+    redis_cores = (redis_cpu(ia) - redis_cpu(ib)) / wall
+    stockd_cores = (procs_cpu(a) - procs_cpu(b)) / wall
+    load_cores = (children_cpu(a) - children_cpu(b)) / wall
+    others = busy - redis_cores - stockd_cores - load_cores
+    return dict(inner_calls=inner, wall=wall, load_cores=load_cores, others=others, redis_cpu=redis_cpu(ia) - redis_cpu(ib), machine_cores=busy,
+                stockd_cpu=procs_cpu(a) - procs_cpu(b), fcalls=fc[0], fcall_usec=fc[1],
+                evalshas=ev[0], evalsha_usec=ev[1], aof_bytes=aof)
+
+def wrk(path):
+    t = open(path).read()
+    out = dict(rps=float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1)),
+               requests=int(re.search(r"(\d+) requests in", t).group(1)),
+               non2xx=int(m.group(1)) if (m := re.search(r"Non-2xx or 3xx responses: (\d+)", t)) else 0,
+               socket_errors=re.search(r"Socket errors:.*", t).group(0) if "Socket errors" in t else "")
+    for pct in ("50", "99"):
+        m = re.search(rf"^\s+{pct}%\s+(\S+)", t, re.M)
+        out[f"p{pct}"] = m.group(1) if m else "?"
+    return out
+
+def pool_json(path):
+    p = json.load(open(path))
+    return p, p["total"] == p["available"] + p["held"] + p["sold"]
+
+def save(key, value):
+    with open(os.path.join(work, "results"), "a") as f:
+        f.write(f"{key} {value}\n")
+
+def us(x):
+    return f"{x * 1e6:.1f}"
+
+def stockd_run(mode, label, before, after, pool_before, pool_after, *wrk_files):
+    d = delta(before, after)
+    runs = [wrk(os.path.join(work, w)) for w in wrk_files]
+    rps = sum(r["rps"] for r in runs)
+    ok2xx = sum(r["requests"] - r["non2xx"] for r in runs)
+    non2xx = sum(r["non2xx"] for r in runs)
+    p0, _ = pool_json(os.path.join(work, pool_before))
+    p1, inv = pool_json(os.path.join(work, pool_after))
+    sold = p1["sold"] - p0["sold"]
+    gap = sold - ok2xx  # answers in flight when wrk stopped: sold, never counted by wrk
+    sold_ok = 0 <= gap <= conns  # 50 connections in all, one or two wrk
+    per_fcall = sold / d["fcalls"] if d["fcalls"] else 0.0
+    lat = " / ".join(f"p50 {r['p50']} p99 {r['p99']}" for r in runs)
+    print(f"[{mode}] {label}: {rps:,.0f} req/s ({lat})")
+    print(f"    holds sold {sold:,}, wrk 2xx {ok2xx:,}, non-2xx {non2xx}, sold - 2xx = {gap} "
+          f"(in flight at wrk's stop, 0..{conns}): {'OK' if sold_ok else 'MISMATCH'}; "
+          f"invariant total == available + held + sold: {'OK' if inv else 'BROKEN'}")
+    for r in runs:
+        if r["socket_errors"]:
+            print(f"    wrk {r['socket_errors']}")
+    print(f"    FCALLs {d['fcalls']:,}: {per_fcall:.1f} holds per FCALL, "
+          f"{1 / per_fcall if per_fcall else 0:.3f} FCALLs per hold; "
+          f"time inside FCALL {d['fcall_usec'] / max(1, sold):.1f} us per hold, "
+          f"{d['inner_calls'] / max(1, sold):.1f} Redis commands per hold inside it")
+    print(f"    Redis CPU {us(d['redis_cpu'] / max(1, sold))} us per hold ({d['redis_cpu'] / d['wall']:.2f} cores); "
+          f"stockd CPU {us(d['stockd_cpu'] / max(1, sold))} us per hold ({d['stockd_cpu'] / d['wall']:.2f} cores); "
+          f"wrk {d['load_cores']:.2f} cores; other processes {d['others']:.2f} cores"
+          + (f"; AOF {d['aof_bytes'] / max(1, sold):,.0f} bytes per hold" if d["aof_bytes"] else ""))
+    key = f"{mode}.{label}"
+    for k, v in dict(rps=rps, sold=sold, holds_per_fcall=per_fcall,
+                     redis_us=d["redis_cpu"] / max(1, sold) * 1e6,
+                     stockd_us=d["stockd_cpu"] / max(1, sold) * 1e6,
+                     fcall_us=d["fcall_usec"] / max(1, sold),
+                     redis_cores=d["redis_cpu"] / d["wall"], stockd_cores=d["stockd_cpu"] / d["wall"],
+                     latency=",".join(f"{r['p50']}/{r['p99']}" for r in runs),
+                     others=d["others"], checks_ok=int(sold_ok and inv and non2xx == 0)).items():
+        save(f"{key}.{k}", v)
+
+def evalsha_run(mode, before, after, csv_file, left):
+    d = delta(before, after)
+    row = list(csv.reader(open(os.path.join(work, csv_file))))[-1]
+    rps, p50, p99 = float(row[1]), row[4], row[6]
+    ops = d["evalshas"]
+    print(f"[{mode}] redis-benchmark EVALSHA check-and-deduct: {rps:,.0f} req/s (p50 {p50} ms, p99 {p99} ms)")
+    print(f"    {ops:,} EVALSHAs ({d['wall']:.1f} s), stock left {left}; time inside EVALSHA "
+          f"{d['evalsha_usec'] / max(1, ops):.1f} us per op, {d['inner_calls'] / max(1, ops):.1f} Redis commands per op inside it; Redis CPU {us(d['redis_cpu'] / max(1, ops))} us per op "
+          f"({d['redis_cpu'] / d['wall']:.2f} cores); redis-benchmark {d['load_cores']:.2f} cores; "
+          f"other processes {d['others']:.2f} cores"
+          + (f"; AOF {d['aof_bytes'] / max(1, ops):,.0f} bytes per op" if d["aof_bytes"] else ""))
+    for k, v in dict(rps=rps, redis_us=d["redis_cpu"] / max(1, ops) * 1e6,
+                     eval_us=d["evalsha_usec"] / max(1, ops), others=d["others"]).items():
+        save(f"{mode}.evalsha.{k}", v)
+
+def table():
+    r = {}
+    for line in open(os.path.join(work, "results")):
+        k, v = line.split()
+        try:
+            r[k] = float(v)
+        except ValueError:
+            r[k] = v
+    g = lambda k: r.get(k)
+    print()
+    print(f"== Redis backend benchmark: {duration:g} s per run, {conns} connections, {ncpu} cores")
+    print(f"{'':44} {'no persistence':>16} {'appendfsync always':>20}")
+    def row(name, f, fmt):
+        vals = []
+        for mode in ("none", "always"):
+            try:
+                v = f(mode)
+                vals.append(format(v, fmt) if v is not None else "n/a")
+            except (TypeError, ZeroDivisionError):
+                vals.append("n/a")
+        print(f"{name:44} {vals[0]:>16} {vals[1]:>20}")
+    row("stockd, 1 server, req/s", lambda m: g(f"{m}.one.rps"), ",.0f")
+    row("stockd, 2 servers (25+25 conns), req/s", lambda m: g(f"{m}.two.rps"), ",.0f")
+    row("stockd, 1 server, latency p50/p99", lambda m: g(f"{m}.one.latency"), "")
+    row("redis-benchmark EVALSHA, req/s", lambda m: g(f"{m}.evalsha.rps"), ",.0f")
+    row("ratio stockd / redis-benchmark", lambda m: g(f"{m}.one.rps") / g(f"{m}.evalsha.rps"), ".3f")
+    row("ratio 2 servers / 1 server", lambda m: g(f"{m}.two.rps") / g(f"{m}.one.rps"), ".2f")
+    row("Redis CPU us per hold, stockd (1 server)", lambda m: g(f"{m}.one.redis_us"), ".1f")
+    row("Redis CPU us per hold, stockd (2 servers)", lambda m: g(f"{m}.two.redis_us"), ".1f")
+    row("Redis CPU us per op, EVALSHA", lambda m: g(f"{m}.evalsha.redis_us"), ".1f")
+    row("ratio Redis CPU per hold, stockd / EVALSHA", lambda m: g(f"{m}.one.redis_us") / g(f"{m}.evalsha.redis_us"), ".1f")
+    row("us inside FCALL per hold / inside EVALSHA", lambda m: f"{g(f'{m}.one.fcall_us'):.1f} / {g(f'{m}.evalsha.eval_us'):.1f}", "")
+    row("holds per FCALL (1 server)", lambda m: g(f"{m}.one.holds_per_fcall"), ".1f")
+    row("FCALLs per hold (1 server)", lambda m: 1 / g(f"{m}.one.holds_per_fcall"), ".3f")
+    row("holds per FCALL (2 servers)", lambda m: g(f"{m}.two.holds_per_fcall"), ".1f")
+    row("stockd CPU us per hold (1 server)", lambda m: g(f"{m}.one.stockd_us"), ".1f")
+    row("cores used: Redis / stockd (1 server)", lambda m: f"{g(f'{m}.one.redis_cores'):.2f} / {g(f'{m}.one.stockd_cores'):.2f}", "")
+    others = [r[k] for k in r if k.endswith(".others")]
+    print(f"CPU of other processes during the runs: up to {max(others):.2f} cores "
+          f"(near 0 on a quiet machine; more makes the run noisy)")
+    checks = [k for k in r if k.endswith(".checks_ok")]
+    bad = [k for k in checks if r[k] != 1]
+    print(f"pool checks (invariant, sold vs 2xx, no non-2xx): {len(checks) - len(bad)}/{len(checks)} runs OK"
+          + (f"; FAILED: {', '.join(bad)}" if bad else ""))
+
+if __name__ == "__main__":
+    {"stockd": stockd_run, "evalsha": evalsha_run, "table": table}[sys.argv[1]](*sys.argv[2:])
+PY
+export WORK DURATION CONNECTIONS
+bench() { python3 "$WORK/bench.py" "$@"; }
+
+# wrk_run OUT PORT CONNS THREADS SCRIPT
+wrk_run() {
+    wrk -t"$4" -c"$3" -d"${DURATION}s" --latency -s "$5" "http://127.0.0.1:$2" > "$WORK/$1"
+}
+
+start_stockd() { # REDIS_PORT -> sets SPORT, SPID
+    SPORT=$(free_port)
+    STOCKD_LOG=warn target/release/stockd serve --backend "redis://127.0.0.1:$1" \
+        --listen "127.0.0.1:$SPORT" &
+    SPID=$!
+    PIDS+=("$SPID")
+    wait_http "http://127.0.0.1:$SPORT/healthz"
+}
+
+start_redis() { # NAME persistence arguments... -> sets RPORT, RPID: a fresh, empty Redis
+    local name="$1"; shift
+    RPORT=$(free_port)
+    mkdir -p "$WORK/redis-$name"
+    redis-server --port "$RPORT" --bind 127.0.0.1 --dir "$WORK/redis-$name" --daemonize no \
+        "$@" >/dev/null &
+    RPID=$!
+    PIDS+=("$RPID")
+    for _ in $(seq 1 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+    redis-cli -p "$RPORT" ping >/dev/null
+}
+
+# Each stockd measurement starts on a fresh Redis, so that both see the same dataset size (a
+# run leaves 100,000-200,000 hold records behind, and a growing keyspace costs Redis CPU).
+one_mode() { # MODE redis-server persistence arguments...
+    local mode="$1"; shift
+
+    # 1. two stockd servers on one Redis, 25 + 25 connections, one wrk thread each
+    start_redis "$mode-two" "$@"
+    local rport=$RPORT rpid=$RPID
+    start_stockd "$rport"
+    local a_port=$SPORT a_pid=$SPID
+    start_stockd "$rport"
+    local b_port=$SPORT b_pid=$SPID
+    curl -fs -X PUT "http://127.0.0.1:$a_port/v1/pools/hot" -d "{\"total\":$TOTAL}" >/dev/null
+    pool "$a_port" "$WORK/$mode-two-pool0.json"
+    snap "$mode-two-0" "$rport" "$a_pid" "$b_pid"
+    wrk_run "$mode-two-a.wrk" "$a_port" $((CONNECTIONS / 2)) 1 scripts/wrk/reserve_confirm.lua &
+    local wa=$!; PIDS+=("$wa")
+    wrk_run "$mode-two-b.wrk" "$b_port" $((CONNECTIONS / 2)) 1 "$WORK/reserve_confirm_b.lua" &
+    local wb=$!; PIDS+=("$wb")
+    wait "$wa"; wait "$wb"
+    snap "$mode-two-1" "$rport" "$a_pid" "$b_pid"
+    pool "$b_port" "$WORK/$mode-two-pool1.json"
+    bench stockd "$mode" two "$mode-two-0" "$mode-two-1" "$mode-two-pool0.json" "$mode-two-pool1.json" \
+        "$mode-two-a.wrk" "$mode-two-b.wrk"
+    stop "$b_pid"; stop "$a_pid"; stop "$rpid"
+
+    # 2. one stockd server on a fresh Redis, 50 connections
+    start_redis "$mode" "$@"
+    rport=$RPORT rpid=$RPID
+    start_stockd "$rport"
+    a_port=$SPORT a_pid=$SPID
+    curl -fs -X PUT "http://127.0.0.1:$a_port/v1/pools/hot" -d "{\"total\":$TOTAL}" >/dev/null
+    pool "$a_port" "$WORK/$mode-one-pool0.json"
+    snap "$mode-one-0" "$rport" "$a_pid"
+    wrk_run "$mode-one.wrk" "$a_port" "$CONNECTIONS" "$THREADS" scripts/wrk/reserve_confirm.lua
+    snap "$mode-one-1" "$rport" "$a_pid"
+    pool "$a_port" "$WORK/$mode-one-pool1.json"
+    bench stockd "$mode" one "$mode-one-0" "$mode-one-1" "$mode-one-pool0.json" "$mode-one-pool1.json" "$mode-one.wrk"
+    stop "$a_pid"
+
+    # 3. redis-benchmark EVALSHA of the seeds' script: a short calibration run sizes -n so that the
+    # measured run lasts about DURATION seconds.
+    redis-cli -p "$rport" HSET "$SEED_KEY" totalNum "$TOTAL" >/dev/null
+    local sha; sha=$(redis-cli -p "$rport" SCRIPT LOAD "$SEED_LUA")
+    [ "$(redis-cli -p "$rport" EVALSHA "$sha" 1 "$SEED_KEY" 1)" = 0 ] || { echo "seed script failed" >&2; exit 1; }
+    redis-benchmark -p "$rport" -c "$CONNECTIONS" -n 20000 --csv EVALSHA "$sha" 1 "$SEED_KEY" 1 > "$WORK/$mode-cal.csv"
+    local n; n=$(python3 -c 'import csv,sys; print(max(10000, int(float(list(csv.reader(open(sys.argv[1])))[-1][1]) * float(sys.argv[2]))))' \
+        "$WORK/$mode-cal.csv" "$DURATION")
+    snap "$mode-eval-0" "$rport"
+    timeout $((DURATION * 3 + 30)) redis-benchmark -p "$rport" -c "$CONNECTIONS" -n "$n" --csv \
+        EVALSHA "$sha" 1 "$SEED_KEY" 1 > "$WORK/$mode-eval.csv"
+    snap "$mode-eval-1" "$rport"
+    bench evalsha "$mode" "$mode-eval-0" "$mode-eval-1" "$mode-eval.csv" \
+        "$(redis-cli -p "$rport" HGET "$SEED_KEY" totalNum)"
+    stop "$rpid"
+}
+
+echo "== ${DURATION}s per run, ${CONNECTIONS} connections, $(nproc) cores, stockd at $VERSION, $(redis-server --version | cut -d' ' -f1-3)"
+one_mode none --save '' --appendonly no
+# Automatic AOF rewrites are off: a rewrite (a fork writing the whole dataset) would land inside
+# some runs and not others (stockd writes over 10x more AOF per hold than EVALSHA does per op).
+# The AOF bytes per hold are reported instead.
+one_mode always --save '' --appendonly yes --appendfsync always --auto-aof-rewrite-percentage 0
+bench table
