@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::{
-    assert_pool, hold_body, pools_in_distinct_partitions, put_pool, tally, Api,
-    RedisClusterBackend, Server, ServerConfig,
+    acknowledged_holds_present, assert_pool, hold_body, pools_in_distinct_partitions, put_pool,
+    tally, Api, RedisClusterBackend, Server, ServerConfig,
 };
 use tokio::sync::Barrier;
 
@@ -263,20 +263,7 @@ async fn a_primary_failing_over_under_load_loses_no_acknowledged_change() {
     }
     let acknowledged = tried.iter().filter(|(_, s)| *s == 201).count();
     assert!(acknowledged > 50, "too little load: {acknowledged}");
-    let mut present = 0;
-    for (hold_id, status) in &tried {
-        let (got, hold) = api.call("GET", &format!("/v1/holds/{hold_id}"), None).await;
-        if *status == 201 {
-            assert_eq!(
-                (got, &hold["status"]),
-                (200, &json!("confirmed")),
-                "acknowledged {hold_id} lost: {hold}"
-            );
-        }
-        if got == 200 {
-            present += 1;
-        }
-    }
+    let present = acknowledged_holds_present(&api, &tried).await;
     let mut sold = 0;
     for pool in &pools {
         let view = api.pool(pool).await;

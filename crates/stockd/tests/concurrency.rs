@@ -6,27 +6,17 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{assert_pool, join_all, now_ms, put_pool, short, spawn_waiter, tally, Api, Server};
-use tokio::sync::Barrier;
+use support::{
+    assert_pool, now_ms, put_pool, reserve_all_at_once_over, short, spawn_waiter, tally, Api,
+    Server,
+};
 
-/// Sends every body to `POST /v1/holds` at once: all tasks wait on a barrier, then fire.
+/// Sends every body to `POST /v1/holds` at once.
 async fn reserve_all_at_once(api: &Api, bodies: Vec<Value>) -> Vec<(u16, Value)> {
-    let barrier = Arc::new(Barrier::new(bodies.len()));
-    let handles = bodies
-        .into_iter()
-        .map(|body| {
-            let (api, barrier) = (api.clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                api.call("POST", "/v1/holds", Some(body)).await
-            })
-        })
-        .collect();
-    join_all(handles).await
+    reserve_all_at_once_over(std::slice::from_ref(api), bodies).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -11,12 +11,11 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 use support::{
-    assert_pool, join_all, put_pool, spawn_waiter, tally, Api, RedisBackend, RedisClusterBackend,
-    Server, ServerConfig, TestBackend, CLUSTER_PARTITIONS,
+    assert_pool, put_pool, reserve_all_at_once_over, spawn_waiter, tally, Api, RedisBackend,
+    RedisClusterBackend, Server, ServerConfig, TestBackend, CLUSTER_PARTITIONS,
 };
-use tokio::sync::Barrier;
 
 /// `n` servers sharing one fresh Redis (or Redis Cluster).
 async fn fleet(n: usize) -> (Arc<dyn TestBackend>, Vec<Server>) {
@@ -35,23 +34,6 @@ async fn fleet(n: usize) -> (Arc<dyn TestBackend>, Vec<Server>) {
     (redis, servers)
 }
 
-/// Sends each body to `POST /v1/holds` of server `i % n`, all at once.
-async fn reserve_spread(apis: &[Api], bodies: Vec<Value>) -> Vec<(u16, Value)> {
-    let barrier = Arc::new(Barrier::new(bodies.len()));
-    let handles = bodies
-        .into_iter()
-        .enumerate()
-        .map(|(i, body)| {
-            let (api, barrier) = (apis[i % apis.len()].clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                api.call("POST", "/v1/holds", Some(body)).await
-            })
-        })
-        .collect();
-    join_all(handles).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thousand_reserves_over_three_servers_sell_exactly_five() {
     for n in [2, 3] {
@@ -61,7 +43,7 @@ async fn a_thousand_reserves_over_three_servers_sell_exactly_five() {
         let bodies = (0..1000)
             .map(|i| json!({"hold_id": format!("h{i}"), "items": [{"pool": "burst", "qty": 1}]}))
             .collect();
-        let counts = tally(&reserve_spread(&apis, bodies).await);
+        let counts = tally(&reserve_all_at_once_over(&apis, bodies).await);
         assert_eq!(
             counts.get(&(201, String::new())),
             Some(&5),
@@ -84,7 +66,7 @@ async fn two_hundred_copies_over_two_servers_make_one_hold() {
     let apis: Vec<Api> = servers.iter().map(Server::api).collect();
     put_pool(&apis[0], "dup", json!({"total": 10})).await;
     let body = json!({"hold_id": "order-1", "user": "u", "items": [{"pool": "dup", "qty": 3}]});
-    let replies = reserve_spread(&apis, vec![body; 200]).await;
+    let replies = reserve_all_at_once_over(&apis, vec![body; 200]).await;
     let counts = tally(&replies);
     assert_eq!(counts.get(&(201, String::new())), Some(&1), "{counts:?}");
     assert_eq!(counts.get(&(200, String::new())), Some(&199), "{counts:?}");
@@ -106,7 +88,7 @@ async fn per_user_limit_holds_across_servers() {
                    "items": [{"pool": "lim", "qty": 1}]})
         })
         .collect();
-    let counts = tally(&reserve_spread(&apis, bodies).await);
+    let counts = tally(&reserve_all_at_once_over(&apis, bodies).await);
     assert_eq!(counts.get(&(201, String::new())), Some(&6), "{counts:?}");
     assert_eq!(
         counts.get(&(409, "user_limit_exceeded".to_string())),

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{put_pool, Api, RedisBackend, RedisServer, Server, ServerConfig};
+use support::{
+    acknowledged_holds_present, put_pool, Api, RedisBackend, RedisServer, Server, ServerConfig,
+};
 
 async fn server_on(redis: &Arc<RedisBackend>) -> Server {
     Server::start_with(ServerConfig {
@@ -122,20 +124,7 @@ async fn redis_killed_under_load_loses_no_acknowledged_change() {
         tried.iter().any(|(_, s)| *s == 503 || *s == 0),
         "the kill was not seen"
     );
-    let mut present = 0;
-    for (hold_id, status) in &tried {
-        let (got, hold) = api.call("GET", &format!("/v1/holds/{hold_id}"), None).await;
-        if *status == 201 {
-            assert_eq!(
-                (got, &hold["status"]),
-                (200, &json!("confirmed")),
-                "acknowledged {hold_id} lost: {hold}"
-            );
-        }
-        if got == 200 {
-            present += 1;
-        }
-    }
+    let present = acknowledged_holds_present(&api, &tried).await;
     // Every unit sold is a hold that exists, acknowledged or not (a 503 may have landed).
     let pool = api.pool("sale").await;
     assert_eq!(pool["sold"], json!(present), "{pool}");

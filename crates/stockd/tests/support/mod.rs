@@ -1585,3 +1585,41 @@ pub fn hold_body(hold_id: &str, items: &[(&str, u64)], extra: Value) -> Value {
     }
     body
 }
+
+/// Sends each body to `POST /v1/holds` of server `i % apis.len()`, all at once: every task waits
+/// on a barrier, then fires.
+pub async fn reserve_all_at_once_over(apis: &[Api], bodies: Vec<Value>) -> Vec<(u16, Value)> {
+    let barrier = Arc::new(tokio::sync::Barrier::new(bodies.len()));
+    let handles = bodies
+        .into_iter()
+        .enumerate()
+        .map(|(i, body)| {
+            let (api, barrier) = (apis[i % apis.len()].clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                api.call("POST", "/v1/holds", Some(body)).await
+            })
+        })
+        .collect();
+    join_all(handles).await
+}
+
+/// After a fault: every hold answered 201 (reserve + confirm) is there, confirmed. Returns how
+/// many of the tried hold ids exist, acknowledged or not (a request that failed may have landed).
+pub async fn acknowledged_holds_present(api: &Api, tried: &[(String, u16)]) -> u64 {
+    let mut present = 0;
+    for (hold_id, status) in tried {
+        let (got, hold) = api.call("GET", &format!("/v1/holds/{hold_id}"), None).await;
+        if *status == 201 {
+            assert_eq!(
+                (got, &hold["status"]),
+                (200, &json!("confirmed")),
+                "acknowledged {hold_id} lost: {hold}"
+            );
+        }
+        if got == 200 {
+            present += 1;
+        }
+    }
+    present
+}
