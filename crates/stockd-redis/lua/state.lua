@@ -249,12 +249,13 @@ function S.hold_items_json(hold)
 end
 
 function S.hold_json(hold)
-    return S.json_object({
-        { 'hold_id', hold.id, 's' }, { 'status', hold.status, 's' }, { 'user', hold.user, 's' },
-        { 'items', S.hold_items_json(hold), 'j' }, { 'created_at_ms', hold.created_at_ms, 'n' },
-        { 'expires_at_ms', hold.expires_at_ms, 'n' }, { 'finished_at_ms', hold.finished_at_ms, 'n' },
-        { 'partition', S.partition, 'n' },
-    })
+    local user, finished = 'null', 'null'
+    if hold.user then user = '"' .. hold.user .. '"' end
+    if hold.finished_at_ms then finished = S.int(hold.finished_at_ms) end
+    return '{"hold_id":"' .. hold.id .. '","status":"' .. hold.status .. '","user":' .. user
+        .. ',"items":' .. S.hold_items_json(hold) .. ',"created_at_ms":' .. S.int(hold.created_at_ms)
+        .. ',"expires_at_ms":' .. S.int(hold.expires_at_ms) .. ',"finished_at_ms":' .. finished
+        .. ',"partition":' .. S.int(S.partition) .. '}'
 end
 
 -- A held hold whose deadline has passed is expired now, whether or not a sweep ran.

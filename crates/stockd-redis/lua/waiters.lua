@@ -80,7 +80,7 @@ local function serve_pool_waiters(pools)
             for _, pool in ipairs(pools) do redis.call('ZREM', S.key('waitq', pool), ticket) end
         elseif not waiter[4] and tonumber(waiter[3]) > S.now then
             local words = split(waiter[2])
-            local reply = S.try_reserve(S.parse_reserve(words, 1))
+            local reply = S.try_reserve((S.parse_reserve(words, 1)))
             if reply.code ~= 'insufficient_stock' then answer(ticket, 'stock', words, reply) end
         end
     end
@@ -139,7 +139,7 @@ C.wait_end = function(a)
     for _, queue in ipairs(waiter_queues(kind, words)) do redis.call('ZREM', queue, ticket) end
     if served then return { kind = 'raw', json = served } end
     if kind == 'lock' then return S.try_lock_acquire(words) end
-    return S.try_reserve(S.parse_reserve(words, 1))
+    return S.try_reserve((S.parse_reserve(words, 1)))
 end
 
 -- wait_cancel TICKET KIND WORDS...: the client went away; forget the waiter if not yet served.

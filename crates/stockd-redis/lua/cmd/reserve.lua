@@ -71,8 +71,11 @@ function S.check_reserve(request)
 end
 
 -- One attempt, without waiting: replay, conflict, or check and take. Every pool is local.
-function S.try_reserve(request)
-    local hold = S.settle(S.hold_get(request.hold_id))
+-- `known`, when given, is {hold = the record as the caller just read it (or nil)}: read once.
+function S.try_reserve(request, known)
+    local hold
+    if known then hold = known.hold else hold = S.hold_get(request.hold_id) end
+    hold = S.settle(hold)
     if hold then
         if S.hold_matches(hold, request) then return S.hold_reply(hold, false) end
         return S.error('hold_id_conflict', { { 'hold_id', request.hold_id, 's' } })
@@ -141,7 +144,7 @@ C.reserve = function(a)
         if S.hold_matches(hold, request) then return S.hold_reply(hold, false) end
         return S.error('hold_id_conflict', { { 'hold_id', request.hold_id, 's' } })
     end
-    local reply = S.try_reserve(request)
+    local reply = S.try_reserve(request, { hold = hold })
     if request.wait_ms == 0 or reply.code ~= 'insufficient_stock' then
         return reply
     end
