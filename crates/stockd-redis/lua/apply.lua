@@ -110,17 +110,40 @@ function S.hold_keep(hold)
         S.int(math.max(keep_ms, 0) + S.FORGOTTEN_KEY_MARGIN_MS))
 end
 
+-- Moves the units of `items` from one counter of their pools to another ('available', 'held',
+-- 'sold'). Units going back to available take the user's usage with them and free the pool for
+-- its waiters. A pool deleted (or made anew) since the units were taken has nowhere to put them
+-- and is skipped (a held pool cannot be deleted; refunds check first, see S.first_deleted_pool).
+function S.move_units(items, from, to, user)
+    for _, item in ipairs(items) do
+        local pool = S.pool_get(item.pool)
+        if pool and (item.generation == nil or pool.generation == item.generation) then
+            pool[from] = pool[from] - item.qty
+            pool[to] = pool[to] + item.qty
+            S.pool_put_counts(pool)
+            if to == 'available' then
+                S.usage_give_back(item.pool, user, item.qty)
+                S.note_freed_pool(item.pool)
+            end
+        end
+    end
+end
+
+-- The first pool of `items` deleted (or deleted and made anew) since the units were taken, if any.
+function S.first_deleted_pool(items)
+    for _, item in ipairs(items) do
+        local pool = S.pool_get(item.pool)
+        if not pool or pool.generation ~= item.generation then return item.pool end
+    end
+    return nil
+end
+
 -- held -> confirmed: held units become sold (in each partition's part, for a cross hold).
 function S.apply_confirmed(hold)
     if hold.cross then
         S.queue_apply(hold, 'confirm', false)
     else
-        for _, item in ipairs(hold.items) do
-            local pool = S.pool_get(item.pool)
-            pool.held = pool.held - item.qty
-            pool.sold = pool.sold + item.qty
-            S.pool_put_counts(pool)
-        end
+        S.move_units(hold.items, 'held', 'sold')
     end
     S.hold_finish(hold, 'confirmed', S.now)
     S.hold_event('confirmed', hold)
@@ -131,14 +154,7 @@ function S.apply_returned(hold, status)
     if hold.cross then
         S.queue_apply(hold, 'return', status == 'expired')
     else
-        for _, item in ipairs(hold.items) do
-            local pool = S.pool_get(item.pool)
-            pool.held = pool.held - item.qty
-            pool.available = pool.available + item.qty
-            S.pool_put_counts(pool)
-            S.usage_give_back(item.pool, hold.user, item.qty)
-            S.note_freed_pool(item.pool)
-        end
+        S.move_units(hold.items, 'held', 'available', hold.user)
     end
     -- An expired hold finished at its deadline, however late the sweep ran.
     local finished_at_ms = S.now

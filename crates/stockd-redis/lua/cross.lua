@@ -192,40 +192,17 @@ C.part_apply = function(a)
             S.emit_low_stock_of(ids)
         end
     end
-    local function each_pool(move)
-        for _, item in ipairs(part.items) do
-            local pool = S.pool_get(item.pool)
-            -- A pool deleted (or made anew) since cannot take the units back.
-            if pool and pool.generation == item.generation then
-                move(pool, item)
-                S.pool_put_counts(pool)
-            end
-        end
-    end
     if part.status == 'held' and (op == 'confirm' or op == 'refund') then
-        each_pool(function(pool, item)
-            pool.held = pool.held - item.qty
-            pool.sold = pool.sold + item.qty
-        end)
+        S.move_units(part.items, 'held', 'sold')
         part.status = 'confirmed'
         part_finish(hold_id, 'confirmed')
     end
     if part.status == 'held' and op == 'return' then
-        each_pool(function(pool, item)
-            pool.held = pool.held - item.qty
-            pool.available = pool.available + item.qty
-            S.note_freed_pool(item.pool)
-        end)
-        for _, item in ipairs(part.items) do S.usage_give_back(item.pool, part.user, item.qty) end
+        S.move_units(part.items, 'held', 'available', part.user)
         part_finish(hold_id, 'returned')
     end
     if part.status == 'confirmed' and op == 'refund' then
-        each_pool(function(pool, item)
-            pool.sold = pool.sold - item.qty
-            pool.available = pool.available + item.qty
-            S.note_freed_pool(item.pool)
-        end)
-        for _, item in ipairs(part.items) do S.usage_give_back(item.pool, part.user, item.qty) end
+        S.move_units(part.items, 'sold', 'available', part.user)
         part_finish(hold_id, 'refunded')
     end
     return { kind = 'deleted' }
@@ -235,14 +212,8 @@ end
 -- from it (refund's check, before home decides).
 C.part_refundable = function(a)
     local part = part_get(a[1])
-    if part then
-        for _, item in ipairs(part.items) do
-            local pool = S.pool_get(item.pool)
-            if not pool or pool.generation ~= item.generation then
-                return S.error('pool_deleted', { { 'pool', item.pool, 's' } })
-            end
-        end
-    end
+    local deleted = part and S.first_deleted_pool(part.items)
+    if deleted then return S.error('pool_deleted', { { 'pool', deleted, 's' } }) end
     return { kind = 'raw', json = '{"part":"ok"}' }
 end
 

@@ -18,22 +18,9 @@ C.refund = function(a)
         end
         S.queue_apply(hold, 'refund', false)
     else
-        local pools = {}
-        for i, item in ipairs(hold.items) do
-            local pool = S.pool_get(item.pool)
-            if not pool or pool.generation ~= item.generation then
-                return S.error('pool_deleted', { { 'pool', item.pool, 's' } })
-            end
-            pools[i] = pool
-        end
-        for i, item in ipairs(hold.items) do
-            local pool = pools[i]
-            pool.sold = pool.sold - item.qty
-            pool.available = pool.available + item.qty
-            S.pool_put_counts(pool)
-            S.usage_give_back(item.pool, hold.user, item.qty)
-            S.note_freed_pool(item.pool)
-        end
+        local deleted = S.first_deleted_pool(hold.items)
+        if deleted then return S.error('pool_deleted', { { 'pool', deleted, 's' } }) end
+        S.move_units(hold.items, 'sold', 'available', hold.user)
     end
     S.hold_finish(hold, 'refunded', S.now)
     S.hold_event('refunded', hold)
