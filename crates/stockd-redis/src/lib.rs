@@ -80,6 +80,24 @@ impl std::fmt::Debug for TestClock {
 }
 
 impl RedisConfig {
+    /// Checks the settings that need no Redis: the partition count (1 on a single Redis,
+    /// 1..=PARTITIONS_MAX on a Cluster).
+    pub fn validate(&self) -> Result<(), String> {
+        let partitions = self.partitions;
+        if partitions == 0 || partitions > PARTITIONS_MAX {
+            return Err(format!(
+                "--redis-partitions must be in 1..={PARTITIONS_MAX}, got {partitions}"
+            ));
+        }
+        if partitions > 1 && !self.target.is_cluster() {
+            return Err(format!(
+                "--redis-partitions is {partitions}, but a single Redis has one partition; \
+                 partitions are for a Redis Cluster (redis+cluster://...)"
+            ));
+        }
+        Ok(())
+    }
+
     pub fn new(target: Target) -> Self {
         RedisConfig {
             partitions: if target.is_cluster() {
@@ -396,17 +414,8 @@ impl RedisBackend {
     pub async fn connect(config: RedisConfig) -> Result<RedisBackend, StartError> {
         let link = link::Link::connect(&config.target).await?;
         link.load_library().await?;
+        config.validate().map_err(StartError::Dataset)?;
         let partitions = config.partitions;
-        if partitions == 0 || partitions > PARTITIONS_MAX {
-            return Err(StartError::Dataset(format!(
-                "partitions must be in 1..={PARTITIONS_MAX}, got {partitions}"
-            )));
-        }
-        if partitions > 1 && !config.target.is_cluster() {
-            return Err(StartError::Dataset(
-                "a single Redis has one partition; partitions are for a Redis Cluster".into(),
-            ));
-        }
         let call_prefix = config.target.is_cluster().then(|| {
             use rand::Rng;
             format!("{:016x}", rand::thread_rng().gen::<u64>())
@@ -833,5 +842,56 @@ async fn sweep_partition(shared: &Shared, partition: u32) -> Result<(), BackendE
             }
             _ => return Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(target: &str, partitions: u32) -> RedisConfig {
+        let mut config = RedisConfig::new(Target::parse(target).expect("target"));
+        config.partitions = partitions;
+        config
+    }
+
+    #[test]
+    fn partitions_at_their_edges() {
+        let cluster = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001";
+        assert_eq!(
+            RedisConfig::new(Target::parse(cluster).unwrap()).partitions,
+            16
+        );
+        assert_eq!(
+            RedisConfig::new(Target::parse("redis://127.0.0.1:6379").unwrap()).partitions,
+            1
+        );
+        assert!(config(cluster, 0).validate().unwrap_err().contains("got 0"));
+        assert!(config(cluster, 1).validate().is_ok());
+        assert!(config(cluster, PARTITIONS_MAX).validate().is_ok());
+        assert!(config(cluster, PARTITIONS_MAX + 1)
+            .validate()
+            .unwrap_err()
+            .contains("1..=1024"));
+        assert!(config("redis://127.0.0.1:6379", 1).validate().is_ok());
+        assert!(config("redis://127.0.0.1:6379", 2)
+            .validate()
+            .unwrap_err()
+            .contains("single Redis"));
+    }
+
+    #[test]
+    fn backend_urls() {
+        assert_eq!(
+            Target::parse("redis+cluster://:pw@10.0.0.1:7000,10.0.0.2:7000").unwrap(),
+            Target::Cluster(vec![
+                "redis://:pw@10.0.0.1:7000".to_string(),
+                "redis://:pw@10.0.0.2:7000".to_string()
+            ])
+        );
+        assert!(Target::parse("redis+cluster://").is_err());
+        assert!(Target::parse("memcached://127.0.0.1:1")
+            .unwrap_err()
+            .contains("expected embedded"));
     }
 }

@@ -163,6 +163,7 @@ impl ServeArgs {
                 if let Some(partitions) = self.redis_partitions.or(file.redis_partitions) {
                     redis.partitions = partitions;
                 }
+                redis.validate()?;
                 redis.hold_retention_ms = engine.state.hold_retention_ms;
                 redis.confirmed_retention_ms = engine.state.confirmed_retention_ms;
                 redis.event_retention_max = engine.event_retention_max;

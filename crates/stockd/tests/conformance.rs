@@ -3114,16 +3114,9 @@ fn expect_subset(status: u16, body: &Value, expected: Value, what: &str) {
     }
 }
 
-/// On a fresh server, in every partition: seq starts at 1 and strictly increases, `next_after` is
-/// the last returned seq or the given `after`, `limit` defaults to 100 and is at most 1000, paging
-/// sees every event once, and locks append nothing. Order is compared within a partition only.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_feed_on_a_fresh_server() {
-    let server = Server::start().await;
-    let api = server.api();
-    let partitions = api.partitions().await;
-
-    for partition in 0..partitions {
+/// Every partition of a fresh server's feed is empty (and has dropped nothing).
+async fn expect_empty_feed(api: &Api) {
+    for partition in 0..api.partitions().await {
         let path = api.events_path(partition, "after=0").await;
         let (status, body) = api.call("GET", &path, None).await;
         expect_subset(
@@ -3133,6 +3126,18 @@ async fn events_feed_on_a_fresh_server() {
             &format!("an empty feed: {path}"),
         );
     }
+}
+
+/// On a fresh server, in every partition: seq starts at 1 and strictly increases, `next_after` is
+/// the last returned seq or the given `after`, `limit` defaults to 100 and is at most 1000, paging
+/// sees every event once, and locks append nothing. Order is compared within a partition only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_feed_on_a_fresh_server() {
+    let server = Server::start().await;
+    let api = server.api();
+    let partitions = api.partitions().await;
+
+    expect_empty_feed(&api).await;
 
     let (status, pool) = api
         .call("PUT", "/v1/pools/ev-a", Some(json!({"total": 5000})))
@@ -3397,16 +3402,7 @@ async fn events_behind_the_window_are_410_with_the_oldest_kept() {
     let mut server = Server::start_with(config).await;
     let api = server.api();
     let partitions = api.partitions().await;
-    for partition in 0..partitions {
-        let path = api.events_path(partition, "after=0").await;
-        let (status, body) = api.call("GET", &path, None).await;
-        expect_subset(
-            status,
-            &body,
-            json!({"events": [], "next_after": 0}),
-            &format!("an empty feed has dropped nothing: {path}"),
-        );
-    }
+    expect_empty_feed(&api).await;
 
     // Seq 1 (pool_upserted) and 2..=8 (restocked) in the pool's partition: 8 events, the newest 5
     // (4..=8) kept.
