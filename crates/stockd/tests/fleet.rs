@@ -215,3 +215,41 @@ async fn fencing_tokens_increase_across_servers() {
         assert_eq!(status, 200, "{body}");
     }
 }
+
+/// More holds lapse at once than one sweep call expires (1,000: the library's bound, so that a
+/// call stays short): the sweeps that follow at once take the rest, all within the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crowd_of_holds_lapsing_at_once_all_expire_within_a_second() {
+    const HOLDS: usize = 2_500;
+    let (_redis, servers) = fleet(1).await;
+    let api = servers[0].api();
+    put_pool(&api, "crowd", json!({"total": HOLDS})).await;
+    let mut last_deadline_ms = 0;
+    for chunk in 0..HOLDS.div_ceil(1_000) {
+        let ops: Vec<_> = (chunk * 1_000..HOLDS.min((chunk + 1) * 1_000))
+            .map(|i| {
+                json!({"op": "reserve", "hold_id": format!("c{i}"), "ttl_ms": 1_000,
+                       "items": [{"pool": "crowd", "qty": 1}]})
+            })
+            .collect();
+        let (status, body) = api
+            .call("POST", "/v1/batch", Some(json!({"ops": ops})))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        for result in body["results"].as_array().expect("results") {
+            assert_eq!(result["status"], 201, "{result}");
+            let deadline = result["body"]["expires_at_ms"].as_u64().unwrap();
+            last_deadline_ms = last_deadline_ms.max(deadline);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while api.pool("crowd").await["available"] != json!(HOLDS) {
+        assert!(Instant::now() < deadline, "the crowd never expired");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let lag_ms = support::now_ms().saturating_sub(last_deadline_ms);
+    assert!(
+        lag_ms <= 1_000,
+        "the last units came back {lag_ms} ms after the last deadline"
+    );
+}
