@@ -15,15 +15,8 @@ cd "$(dirname "$0")/.."
 DURATION="${1:-10}"
 CONNECTIONS=50
 
-need() {
-    local missing=()
-    for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
-    if [ ${#missing[@]} -gt 0 ]; then
-        echo "installing ${missing[*]}" >&2
-        apt-get update -qq >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-    fi
-}
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
 need wrk redis-server redis-tools
 
 # A free port whose cluster bus port (+10000) is free and valid too.
@@ -39,7 +32,6 @@ while True:
     except OSError:
         pass'
 }
-wait_http() { for _ in $(seq 1 200); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "not ready: $1" >&2; return 1; }
 
 cargo build --release -q -p stockd --bin stockd
 WORK="$(mktemp -d)"
@@ -63,7 +55,7 @@ done
 redis-cli --cluster create "${NODES[@]}" --cluster-replicas 0 --cluster-yes >/dev/null
 until redis-cli -p "${NODES[0]#*:}" CLUSTER INFO | grep -q cluster_state:ok; do sleep 0.1; done
 
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+PORT=$(free_port)
 URL="redis+cluster://$(IFS=,; echo "${NODES[*]}")"
 STOCKD_LOG=warn target/release/stockd serve --listen "127.0.0.1:$PORT" --backend "$URL" \
     --redis-partitions 16 &

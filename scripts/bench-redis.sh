@@ -22,15 +22,8 @@ CONNECTIONS=50
 THREADS=2
 TOTAL=1000000000000
 
-need() {
-    local missing=()
-    for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
-    if [ ${#missing[@]} -gt 0 ]; then
-        echo "installing ${missing[*]}" >&2
-        apt-get update -qq >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-    fi
-}
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
 need wrk redis-server redis-tools curl
 
 # The tree the binary is built from (untracked files under crates/ count as changes too).
@@ -51,8 +44,6 @@ cleanup() { # newest first: the load generators and servers before the Redis the
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() { for _ in $(seq 1 200); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "not ready: $1" >&2; return 1; }
 stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
 # The seeds' check-and-deduct (seeds/004 receive_coupon.lua, steps 1, 2 and 5: the coupon exists,

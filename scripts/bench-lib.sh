@@ -1,0 +1,18 @@
+# Helpers shared by the benchmark scripts (sourced, not run).
+
+# Installs the Debian packages named that are missing.
+need() {
+    local missing=()
+    for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "installing ${missing[*]}" >&2
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+}
+
+# A free loopback port.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Waits (10 s at most) until the URL answers 2xx.
+wait_http() { for _ in $(seq 1 200); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "not ready: $1" >&2; return 1; }
