@@ -10,6 +10,9 @@
 #   3. redis-benchmark -c 50 running EVALSHA of the seeds' Lua check-and-deduct (the coupon
 #      script of seeds/004: the coupon exists, its stock is above zero, take one) on the Redis
 #      of run 2.
+# And once, before both: 4. the bare axum JSON handler (crates/stockd-server/examples/bare_axum.rs:
+# parse the hold, answer a fixed object, no state, no Redis) under the same wrk load: the ceiling
+# of the HTTP stack on this machine, which no HTTP service can pass.
 # Around every run it reads Redis's INFO (cpu, commandstats, persistence), the stockd processes'
 # CPU (/proc/PID/stat) and the machine's (/proc/stat), and after every stockd run the pool, to
 # check total == available + held + sold and that sold matches wrk's count of 2xx answers.
@@ -33,6 +36,7 @@ if ! git diff --quiet HEAD -- crates Cargo.toml Cargo.lock 2>/dev/null \
     VERSION="$VERSION + uncommitted changes"
 fi
 cargo build --release -q -p stockd --bin stockd
+cargo build --release -q -p stockd-server --example bare_axum
 WORK="$(mktemp -d)"
 PIDS=()
 cleanup() { # newest first: the load generators and servers before the Redis they use
@@ -216,6 +220,11 @@ def evalsha_run(mode, before, after, csv_file, left):
                      eval_us=d["evalsha_usec"] / max(1, ops), others=d["others"]).items():
         save(f"{mode}.evalsha.{k}", v)
 
+def ceiling_run(wrk_file):
+    r = wrk(os.path.join(work, wrk_file))
+    print(f"[http] bare axum JSON handler (no state, no Redis): {r['rps']:,.0f} req/s (p50 {r['p50']} p99 {r['p99']})")
+    save("http.rps", r["rps"])
+
 def table():
     r = {}
     for line in open(os.path.join(work, "results")):
@@ -242,6 +251,9 @@ def table():
     row("stockd, 1 server, latency p50/p99", lambda m: g(f"{m}.one.latency"), "")
     row("redis-benchmark EVALSHA, req/s", lambda m: g(f"{m}.evalsha.rps"), ",.0f")
     row("ratio stockd / redis-benchmark", lambda m: g(f"{m}.one.rps") / g(f"{m}.evalsha.rps"), ".3f")
+    row("bare axum handler (HTTP ceiling), req/s", lambda m: g("http.rps"), ",.0f")
+    row("ratio HTTP ceiling / redis-benchmark", lambda m: g("http.rps") / g(f"{m}.evalsha.rps"), ".3f")
+    row("ratio stockd / HTTP ceiling", lambda m: g(f"{m}.one.rps") / g("http.rps"), ".3f")
     row("ratio 2 servers / 1 server", lambda m: g(f"{m}.two.rps") / g(f"{m}.one.rps"), ".2f")
     row("Redis CPU us per hold, stockd (1 server)", lambda m: g(f"{m}.one.redis_us"), ".1f")
     row("Redis CPU us per hold, stockd (2 servers)", lambda m: g(f"{m}.two.redis_us"), ".1f")
@@ -262,7 +274,7 @@ def table():
           + (f"; FAILED: {', '.join(bad)}" if bad else ""))
 
 if __name__ == "__main__":
-    {"stockd": stockd_run, "evalsha": evalsha_run, "table": table}[sys.argv[1]](*sys.argv[2:])
+    {"stockd": stockd_run, "evalsha": evalsha_run, "ceiling": ceiling_run, "table": table}[sys.argv[1]](*sys.argv[2:])
 PY
 export WORK DURATION CONNECTIONS
 bench() { python3 "$WORK/bench.py" "$@"; }
@@ -351,6 +363,19 @@ one_mode() { # MODE redis-server persistence arguments...
 }
 
 echo "== ${DURATION}s per run, ${CONNECTIONS} connections, $(nproc) cores, stockd at $VERSION, $(redis-server --version | cut -d' ' -f1-3)"
+# 4. the HTTP ceiling: the bare handler under the same load as stockd
+HPORT=$(free_port)
+target/release/examples/bare_axum "127.0.0.1:$HPORT" &
+HPID=$!
+PIDS+=("$HPID")
+for _ in $(seq 1 100); do
+    curl -s -o /dev/null -X POST "http://127.0.0.1:$HPORT/v1/holds" && break
+    sleep 0.05
+done
+wrk_run http.wrk "$HPORT" "$CONNECTIONS" "$THREADS" scripts/wrk/reserve_confirm.lua
+stop "$HPID"
+bench ceiling http.wrk
+
 one_mode none --save '' --appendonly no
 # Automatic AOF rewrites are off: a rewrite (a fork writing the whole dataset) would land inside
 # some runs and not others (stockd writes over 10x more AOF per hold than EVALSHA does per op).
