@@ -26,6 +26,9 @@ pub enum ApiError {
     InvalidJson(String),
     /// The body is larger than the configured limit; 413.
     PayloadTooLarge { limit_bytes: usize },
+    /// The body did not arrive in full within the body timeout; 408, and the connection is
+    /// closed (what is left of the body would otherwise be read as the next request).
+    RequestTimeout { timeout_ms: u64 },
     /// No route has this path; 404.
     NotFound,
     /// The path exists but not with this method; 405.
@@ -53,6 +56,7 @@ impl ApiError {
             ApiError::Core(error) => core_status(error),
             ApiError::InvalidJson(_) => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -68,6 +72,7 @@ impl ApiError {
             ApiError::Core(error) => error.code(),
             ApiError::InvalidJson(_) => "invalid_json",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::RequestTimeout { .. } => "request_timeout",
             ApiError::NotFound => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Unauthorized => "unauthorized",
@@ -114,6 +119,10 @@ impl fmt::Display for ApiError {
             ApiError::PayloadTooLarge { limit_bytes } => {
                 write!(f, "request body is larger than {limit_bytes} bytes")
             }
+            ApiError::RequestTimeout { timeout_ms } => write!(
+                f,
+                "the request body did not arrive in full within {timeout_ms} ms (body_timeout_ms)"
+            ),
             ApiError::NotFound => f.write_str("no such route"),
             ApiError::MethodNotAllowed => f.write_str("this route does not allow this method"),
             ApiError::Unauthorized => f.write_str("missing or invalid bearer token"),
@@ -180,6 +189,9 @@ impl Serialize for ApiError {
             ApiError::PartitionRequired { partitions } => {
                 map.serialize_entry("partitions", partitions)?;
             }
+            ApiError::RequestTimeout { timeout_ms } => {
+                map.serialize_entry("timeout_ms", timeout_ms)?;
+            }
             _ => {}
         }
         map.end()
@@ -193,6 +205,11 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if matches!(self, ApiError::RequestTimeout { .. }) {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response
     }

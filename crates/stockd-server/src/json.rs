@@ -45,32 +45,49 @@ pub(crate) async fn read_body<S: BodyLimit + Send + Sync>(
         })
 }
 
+/// What `buffer_body` enforces: the body limit and how long the whole body may take to arrive.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BodyRules {
+    pub(crate) limit_bytes: usize,
+    pub(crate) timeout: std::time::Duration,
+}
+
 /// Middleware, outermost: reads the whole request body (up to the limit) before anything can
 /// answer. A 401, a 404, or a 422 for a bad path id would otherwise be sent while the client is
 /// still writing its body; hyper then closes the connection, and the client sees a broken pipe
 /// instead of the answer, and loses its keep-alive connection. Handlers read whole bodies
-/// anyway, so this only moves the read earlier. Over the limit: 413 at once.
+/// anyway, so this only moves the read earlier. Over the limit: 413 at once. Not in full within
+/// the body timeout (a client that announced 100 bytes and sent 10, or trickles them): 408, and
+/// the connection is closed, so that a slow client cannot hold a request open for ever.
 pub(crate) async fn buffer_body(
-    axum::extract::State(limit_bytes): axum::extract::State<usize>,
+    axum::extract::State(rules): axum::extract::State<BodyRules>,
     request: Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     let (parts, body) = request.into_parts();
-    match axum::body::to_bytes(body, limit_bytes).await {
-        Ok(bytes) => {
+    let read = axum::body::to_bytes(body, rules.limit_bytes);
+    match tokio::time::timeout(rules.timeout, read).await {
+        Ok(Ok(bytes)) => {
             let request = Request::from_parts(parts, axum::body::Body::from(bytes));
             next.run(request).await
         }
-        Err(error) => {
+        Ok(Err(error)) => {
             let too_large = std::error::Error::source(&error)
                 .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
             if too_large {
-                ApiError::PayloadTooLarge { limit_bytes }.into_response()
+                ApiError::PayloadTooLarge {
+                    limit_bytes: rules.limit_bytes,
+                }
+                .into_response()
             } else {
                 ApiError::InvalidJson(format!("could not read the body: {error}")).into_response()
             }
         }
+        Err(_) => ApiError::RequestTimeout {
+            timeout_ms: u64::try_from(rules.timeout.as_millis()).unwrap_or(u64::MAX),
+        }
+        .into_response(),
     }
 }
 

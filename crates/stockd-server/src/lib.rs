@@ -23,6 +23,7 @@ mod routes;
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use stockd_core::Backend;
 
@@ -30,6 +31,9 @@ pub use auth::Role;
 
 /// Largest request body accepted by default (1 MiB); larger bodies get 413 `payload_too_large`.
 pub const BODY_LIMIT_BYTES_DEFAULT: usize = 1 << 20;
+
+/// How long a request body may take to arrive by default (10 s); slower bodies get 408.
+pub const BODY_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 
 /// How the HTTP layer is set up. Everything about the data lives in the backend.
 #[derive(Clone)]
@@ -39,6 +43,8 @@ pub struct ServerConfig {
     pub tokens: Vec<(String, Role)>,
     /// Largest request body accepted, in bytes.
     pub body_limit_bytes: usize,
+    /// How long a request's whole body may take to arrive once its head has (408 after that).
+    pub body_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -46,6 +52,7 @@ impl Default for ServerConfig {
         ServerConfig {
             tokens: Vec::new(),
             body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
+            body_timeout: BODY_TIMEOUT_DEFAULT,
         }
     }
 }
@@ -60,6 +67,7 @@ impl fmt::Debug for ServerConfig {
                 &format_args!("{} redacted ({roles:?})", roles.len()),
             )
             .field("body_limit_bytes", &self.body_limit_bytes)
+            .field("body_timeout", &self.body_timeout)
             .finish()
     }
 }

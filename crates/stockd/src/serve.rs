@@ -226,6 +226,7 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         ServerConfig {
             tokens: settings.tokens,
             body_limit_bytes: BODY_LIMIT_BYTES,
+            ..ServerConfig::default()
         },
     );
     tracing::info!(listen = %settings.listen, "stockd serving");

@@ -254,7 +254,10 @@ pub(crate) fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> Router 
         .layer(DefaultBodyLimit::max(config.body_limit_bytes))
         .layer(EdgeLayer::new(auth, metrics))
         .layer(axum::middleware::from_fn_with_state(
-            config.body_limit_bytes,
+            crate::json::BodyRules {
+                limit_bytes: config.body_limit_bytes,
+                timeout: config.body_timeout,
+            },
             crate::json::buffer_body,
         ))
 }
