@@ -12,6 +12,7 @@
 //! on the way is an `error::ApiError`, mapped to a status in exactly one place.
 
 mod auth;
+mod conn;
 mod dto;
 mod edge;
 mod error;
@@ -28,6 +29,7 @@ use std::time::Duration;
 use stockd_core::Backend;
 
 pub use auth::Role;
+pub use conn::ConnectionLimits;
 
 /// Largest request body accepted by default (1 MiB); larger bodies get 413 `payload_too_large`.
 pub const BODY_LIMIT_BYTES_DEFAULT: usize = 1 << 20;
@@ -45,6 +47,8 @@ pub struct ServerConfig {
     pub body_limit_bytes: usize,
     /// How long a request's whole body may take to arrive once its head has (408 after that).
     pub body_timeout: Duration,
+    /// Connection limits and timeouts, enforced by [`serve`].
+    pub connections: ConnectionLimits,
 }
 
 impl Default for ServerConfig {
@@ -53,6 +57,7 @@ impl Default for ServerConfig {
             tokens: Vec::new(),
             body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
             body_timeout: BODY_TIMEOUT_DEFAULT,
+            connections: ConnectionLimits::default(),
         }
     }
 }
@@ -68,13 +73,29 @@ impl fmt::Debug for ServerConfig {
             )
             .field("body_limit_bytes", &self.body_limit_bytes)
             .field("body_timeout", &self.body_timeout)
+            .field("connections", &self.connections)
             .finish()
     }
 }
 
-/// The whole HTTP API over `backend`, ready to be served (`axum::serve(listener, router)`).
+/// The whole HTTP API over `backend`, as a router to call in process (tests). [`serve`] is how
+/// it is served on a socket.
 pub fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> axum::Router {
-    routes::router(backend, config)
+    routes::router(backend, config).0
+}
+
+/// Serves the whole HTTP API over `backend` on `listener`, with the connection limits of
+/// `config`, until `shutdown` completes; then stops accepting and returns once every open
+/// connection has finished its request.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    backend: Arc<dyn Backend>,
+    config: ServerConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) {
+    let limits = config.connections;
+    let (router, metrics) = routes::router(backend, config);
+    conn::serve(listener, router, limits, metrics.connections(), shutdown).await;
 }
 
 /// The OpenAPI 3 document of this API; the same one `GET /openapi.json` serves.

@@ -19,11 +19,13 @@ use prometheus_client::encoding::{
 };
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use stockd_core::{Backend, BackendStats};
 
+use crate::conn::Closed;
 use crate::routes::RouteId;
 
 /// Latency buckets in seconds: sub-millisecond for the hot path, up to 30 s for long polls.
@@ -43,8 +45,8 @@ const METHODS: [&str; 8] = [
 
 /// Statuses this server sends; any other one is still counted, through the slower family
 /// lookup.
-const STATUSES: [u16; 13] = [
-    200, 201, 204, 400, 401, 403, 404, 405, 409, 413, 422, 500, 503,
+const STATUSES: [u16; 15] = [
+    200, 201, 204, 400, 401, 403, 404, 405, 408, 409, 410, 413, 422, 500, 503,
 ];
 
 /// The method's label slot; methods outside the list share `OTHER` to bound cardinality.
@@ -103,6 +105,75 @@ fn duration_histogram() -> Histogram {
     Histogram::new(DURATION_BUCKETS_SECONDS)
 }
 
+/// The connection layer's metrics: open connections, and connections the server closed itself,
+/// by reason. Cheap to clone (shared atomics).
+#[derive(Clone)]
+pub(crate) struct ConnectionMetrics {
+    open: Gauge,
+    accepted: Counter,
+    closed_by_server: [Counter; Closed::ALL.len()],
+}
+
+impl ConnectionMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let open = Gauge::default();
+        registry.register(
+            "stockd_http_connections",
+            "HTTP connections open now",
+            open.clone(),
+        );
+        let accepted = Counter::default();
+        registry.register(
+            "stockd_http_connections_accepted",
+            "HTTP connections accepted",
+            accepted.clone(),
+        );
+        let family = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "stockd_http_connections_closed_by_server",
+            "HTTP connections the server closed because a limit passed (idle_timeout, \
+             header_timeout, write_timeout)",
+            family.clone(),
+        );
+        let closed_by_server = Closed::ALL.map(|reason| {
+            family
+                .get_or_create(&ReasonLabels {
+                    reason: reason.label(),
+                })
+                .clone()
+        });
+        ConnectionMetrics {
+            open,
+            accepted,
+            closed_by_server,
+        }
+    }
+
+    pub(crate) fn opened(&self) {
+        self.accepted.inc();
+        self.open.inc();
+    }
+
+    pub(crate) fn closed(&self) {
+        self.open.dec();
+    }
+
+    pub(crate) fn closed_by_server(&self, reason: Closed) {
+        self.closed_by_server[reason as usize].inc();
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+impl EncodeLabelSet for ReasonLabels {
+    fn encode(&self, mut encoder: LabelSetEncoder) -> Result<(), fmt::Error> {
+        ("reason", self.reason).encode(encoder.encode_label())
+    }
+}
+
 /// The registry and the handles the request path uses.
 pub(crate) struct Metrics {
     registry: Registry,
@@ -111,6 +182,7 @@ pub(crate) struct Metrics {
     request_cells: Box<[OnceLock<Counter>]>,
     /// One per route slot, created up front so every route shows in the first scrape.
     durations: Box<[Histogram]>,
+    connections: ConnectionMetrics,
 }
 
 impl Metrics {
@@ -139,8 +211,10 @@ impl Metrics {
                     .clone()
             })
             .collect();
+        let connections = ConnectionMetrics::register(&mut registry);
         registry.register_collector(Box::new(BackendCollector { backend }));
         Metrics {
+            connections,
             registry,
             requests,
             request_cells: (0..ROUTE_SLOTS * METHODS.len() * STATUSES.len())
@@ -148,6 +222,10 @@ impl Metrics {
                 .collect(),
             durations,
         }
+    }
+
+    pub(crate) fn connections(&self) -> ConnectionMetrics {
+        self.connections.clone()
     }
 
     /// Counts one finished request.

@@ -8,12 +8,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Deserialize;
 use stockd_core::{Backend, StateConfig};
 use stockd_engine::{Engine, EngineConfig, SystemClock};
 use stockd_redis::{RedisBackend, RedisConfig, Target};
-use stockd_server::{Role, ServerConfig};
+use stockd_server::{ConnectionLimits, Role, ServerConfig, BODY_TIMEOUT_DEFAULT};
 
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:7070";
 pub const DATA_DIR_DEFAULT: &str = "./stockd-data";
@@ -36,8 +37,10 @@ pub struct ServeArgs {
     /// Directory of the write-ahead log and snapshots.
     #[arg(long, env = "STOCKD_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// TOML config file (keys: backend, listen, data_dir, tokens, hold_retention_ms,
-    /// confirmed_retention_ms, event_retention_max, snapshot_every_records).
+    /// TOML config file (keys: backend, redis_partitions, listen, data_dir, tokens,
+    /// hold_retention_ms, confirmed_retention_ms, event_retention_max, snapshot_every_records,
+    /// max_connections, header_timeout_ms, body_timeout_ms, idle_timeout_ms, write_timeout_ms,
+    /// max_header_bytes).
     #[arg(long, env = "STOCKD_CONFIG")]
     pub config: Option<PathBuf>,
     /// Bearer tokens as `role:secret` pairs separated by commas (roles: admin, client).
@@ -58,6 +61,28 @@ pub struct ServeArgs {
     /// Records between snapshots.
     #[arg(long, env = "STOCKD_SNAPSHOT_EVERY_RECORDS")]
     pub snapshot_every_records: Option<u64>,
+    /// Connections open at once (default 10000); past it, new ones wait in the listen backlog.
+    /// Keep it under the process's open-files limit (`ulimit -n`).
+    #[arg(long, env = "STOCKD_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// How long a request head may take to arrive from its first byte, and a new connection to
+    /// send its first request, before the connection is closed (default 10000).
+    #[arg(long, env = "STOCKD_HEADER_TIMEOUT_MS")]
+    pub header_timeout_ms: Option<u64>,
+    /// How long a request body may take to arrive in full once its head has (default 10000);
+    /// slower gets 408 `request_timeout` and the connection is closed.
+    #[arg(long, env = "STOCKD_BODY_TIMEOUT_MS")]
+    pub body_timeout_ms: Option<u64>,
+    /// How long a keep-alive connection may wait for its next request (default 60000).
+    #[arg(long, env = "STOCKD_IDLE_TIMEOUT_MS")]
+    pub idle_timeout_ms: Option<u64>,
+    /// How long a write may stay blocked on a client that does not read (default 10000).
+    #[arg(long, env = "STOCKD_WRITE_TIMEOUT_MS")]
+    pub write_timeout_ms: Option<u64>,
+    /// Largest request head, request line and headers, in bytes (default 16384); larger gets
+    /// 431.
+    #[arg(long, env = "STOCKD_MAX_HEADER_BYTES")]
+    pub max_header_bytes: Option<usize>,
 }
 
 /// The config file. Every key is optional; unknown keys are refused so typos are caught.
@@ -73,6 +98,12 @@ struct FileConfig {
     confirmed_retention_ms: Option<u64>,
     event_retention_max: Option<usize>,
     snapshot_every_records: Option<u64>,
+    max_connections: Option<usize>,
+    header_timeout_ms: Option<u64>,
+    body_timeout_ms: Option<u64>,
+    idle_timeout_ms: Option<u64>,
+    write_timeout_ms: Option<u64>,
+    max_header_bytes: Option<usize>,
 }
 
 /// Which backend, with its settings.
@@ -89,6 +120,43 @@ pub struct Settings {
     pub backend: BackendSettings,
     pub tokens: Vec<(String, Role)>,
     pub insecure_no_auth: bool,
+    pub body_timeout: Duration,
+    pub connections: ConnectionLimits,
+}
+
+/// Timeouts are 100 ms to 1 hour.
+const TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=3_600_000;
+const MAX_CONNECTIONS_RANGE: std::ops::RangeInclusive<usize> = 1..=1_000_000;
+const MAX_HEADER_BYTES_RANGE: std::ops::RangeInclusive<usize> = 1024..=1024 * 1024;
+
+/// A timeout setting: the first source that has it, checked, or the default.
+fn timeout(name: &str, value: Option<u64>, default: Duration) -> Result<Duration, String> {
+    match value {
+        None => Ok(default),
+        Some(ms) if TIMEOUT_MS_RANGE.contains(&ms) => Ok(Duration::from_millis(ms)),
+        Some(ms) => Err(format!(
+            "{name} must be from {} to {} (milliseconds), got {ms}",
+            TIMEOUT_MS_RANGE.start(),
+            TIMEOUT_MS_RANGE.end()
+        )),
+    }
+}
+
+fn within(
+    name: &str,
+    value: Option<usize>,
+    range: std::ops::RangeInclusive<usize>,
+    default: usize,
+) -> Result<usize, String> {
+    match value {
+        None => Ok(default),
+        Some(n) if range.contains(&n) => Ok(n),
+        Some(n) => Err(format!(
+            "{name} must be from {} to {}, got {n}",
+            range.start(),
+            range.end()
+        )),
+    }
 }
 
 fn parse_token(entry: &str) -> Result<(String, Role), String> {
@@ -170,11 +238,48 @@ impl ServeArgs {
                 BackendSettings::Redis(redis)
             }
         };
+        let limits = ConnectionLimits::default();
+        let connections = ConnectionLimits {
+            max_connections: within(
+                "max_connections",
+                self.max_connections.or(file.max_connections),
+                MAX_CONNECTIONS_RANGE,
+                limits.max_connections,
+            )?,
+            header_timeout: timeout(
+                "header_timeout_ms",
+                self.header_timeout_ms.or(file.header_timeout_ms),
+                limits.header_timeout,
+            )?,
+            idle_timeout: timeout(
+                "idle_timeout_ms",
+                self.idle_timeout_ms.or(file.idle_timeout_ms),
+                limits.idle_timeout,
+            )?,
+            write_timeout: timeout(
+                "write_timeout_ms",
+                self.write_timeout_ms.or(file.write_timeout_ms),
+                limits.write_timeout,
+            )?,
+            max_header_bytes: within(
+                "max_header_bytes",
+                self.max_header_bytes.or(file.max_header_bytes),
+                MAX_HEADER_BYTES_RANGE,
+                limits.max_header_bytes,
+            )?,
+        };
+        let body_timeout = timeout(
+            "body_timeout_ms",
+            self.body_timeout_ms.or(file.body_timeout_ms),
+            BODY_TIMEOUT_DEFAULT,
+        )?;
         Ok(Settings {
             listen,
             backend,
             tokens,
             insecure_no_auth: self.insecure_no_auth,
+            body_timeout,
+            connections,
         })
     }
 }
@@ -221,32 +326,20 @@ pub async fn run(args: ServeArgs) -> ExitCode {
             }
         },
     };
-    let router = stockd_server::router(
-        backend.clone(),
-        ServerConfig {
-            tokens: settings.tokens,
-            body_limit_bytes: BODY_LIMIT_BYTES,
-            ..ServerConfig::default()
-        },
-    );
+    let config = ServerConfig {
+        tokens: settings.tokens,
+        body_limit_bytes: BODY_LIMIT_BYTES,
+        body_timeout: settings.body_timeout,
+        connections: settings.connections,
+    };
     tracing::info!(listen = %settings.listen, "stockd serving");
-    let served = axum::serve(listener, router)
-        .with_graceful_shutdown(stop_signal())
-        .await;
+    stockd_server::serve(listener, backend.clone(), config, stop_signal()).await;
     // In-flight requests are done; make everything durable before exiting.
     if let Err(error) = backend.shutdown().await {
         tracing::warn!(%error, "backend shutdown");
     }
-    match served {
-        Ok(()) => {
-            tracing::info!("stopped cleanly");
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            eprintln!("error: server failed: {error}");
-            ExitCode::from(1)
-        }
-    }
+    tracing::info!("stopped cleanly");
+    ExitCode::SUCCESS
 }
 
 #[derive(Debug, clap::Subcommand)]

@@ -206,7 +206,7 @@ impl AppState {
     }
 }
 
-pub(crate) fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> Router {
+pub(crate) fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> (Router, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new(Arc::clone(&backend)));
     let auth = Arc::new(Auth::new(&config.tokens));
     let openapi_json = match serde_json::to_vec(&openapi::document()) {
@@ -222,7 +222,7 @@ pub(crate) fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> Router 
         openapi_json,
         body_limit_bytes: config.body_limit_bytes,
     });
-    Router::new()
+    let router = Router::new()
         .route(paths::HEALTHZ, get(ops::healthz))
         .route(paths::READYZ, get(ops::readyz))
         .route(paths::METRICS, get(ops::metrics))
@@ -252,14 +252,15 @@ pub(crate) fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> Router 
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(app)
         .layer(DefaultBodyLimit::max(config.body_limit_bytes))
-        .layer(EdgeLayer::new(auth, metrics))
+        .layer(EdgeLayer::new(auth, Arc::clone(&metrics)))
         .layer(axum::middleware::from_fn_with_state(
             crate::json::BodyRules {
                 limit_bytes: config.body_limit_bytes,
                 timeout: config.body_timeout,
             },
             crate::json::buffer_body,
-        ))
+        ));
+    (router, metrics)
 }
 
 async fn not_found() -> ApiError {
