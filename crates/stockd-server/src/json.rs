@@ -162,7 +162,8 @@ impl<S: BodyLimit + Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBod
     }
 }
 
-/// A body that must be empty or `{}` (confirm, release, refund).
+/// A body that must be empty, `null` or `{}` (confirm, release, refund): `null` is the same as
+/// absent, for a body as for a field.
 pub(crate) struct EmptyBody;
 
 #[derive(Deserialize)]
@@ -174,7 +175,7 @@ impl<S: BodyLimit + Send + Sync> FromRequest<S> for EmptyBody {
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
         let bytes = read_body(request, state).await?;
-        if bytes.iter().all(u8::is_ascii_whitespace) {
+        if bytes.trim_ascii().is_empty() || bytes.trim_ascii() == b"null" {
             return Ok(EmptyBody);
         }
         parse::<EmptyObject>(&bytes).map(|_| EmptyBody)
@@ -235,6 +236,37 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T>
         Query::try_from_uri(&parts.uri)
             .map(|Query(query)| QueryParams(query))
             .map_err(|rejection| ApiError::invalid(rejection.body_text()))
+    }
+}
+
+/// The query string of a route that takes no parameters: any parameter is 422, so that
+/// `POST /v1/holds?wait_ms=3000` is refused instead of silently not waiting, and
+/// `DELETE /v1/pools/p?dry_run=1` does not delete. An empty query (`/healthz?`) is no parameter.
+pub(crate) struct NoQuery;
+
+impl<S: Send + Sync> FromRequestParts<S> for NoQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        let Some(query) = parts.uri.query().filter(|query| !query.is_empty()) else {
+            return Ok(NoQuery);
+        };
+        let names: Vec<String> = query
+            .split('&')
+            .filter(|pair| !pair.is_empty())
+            .map(|pair| {
+                let name = pair.split('=').next().unwrap_or(pair);
+                let shown: String = name.chars().take(64).collect();
+                format!("{shown:?}")
+            })
+            .collect();
+        if names.is_empty() {
+            return Ok(NoQuery);
+        }
+        Err(ApiError::invalid(format!(
+            "unknown query parameter {}: this route takes no query parameters",
+            names.join(", ")
+        )))
     }
 }
 

@@ -457,20 +457,23 @@ async fn null_is_the_same_as_absent() {
 }
 
 #[tokio::test]
-async fn action_bodies_must_be_empty_or_an_empty_object() {
+async fn action_bodies_must_be_empty_null_or_an_empty_object() {
     let (_, router) = open_server();
     make_pool(&router, "p", json!({"total": 5})).await;
     reserve(&router, hold("h", "p", 1)).await;
     for (body, status) in [
         ("{\"x\": 1}", 422),
         ("[]", 422),
-        ("null", 422),
         ("1", 422),
+        ("\"\"", 422),
         ("nope", 400),
         ("{", 400),
         ("", 200),
         ("  \n", 200),
         ("{}", 200),
+        // `null` is the same as absent, for a body as for a field.
+        ("null", 200),
+        (" null\n", 200),
     ] {
         let answer = send(&router, Method::POST, "/v1/holds/h/release", None, body).await;
         assert_eq!(
@@ -1265,4 +1268,68 @@ async fn metrics_count_requests_and_render_backend_stats() {
         })
         .unwrap();
     assert!(pool_count.ends_with(" 3"), "{pool_count}");
+}
+
+/// Every route refuses a query parameter it does not take, before it does anything: a wait
+/// that would be silently dropped, a delete with a flag it does not know.
+#[tokio::test]
+async fn every_route_refuses_unknown_query_parameters_and_changes_nothing() {
+    let (_, router) = open_server();
+    let created = send(&router, Method::PUT, "/v1/pools/p", None, "{\"total\": 5}").await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    for (method, path, body) in every_operation() {
+        // `wait_ms` is a parameter of the feed only; `if_absent` of PUT /v1/pools/p only.
+        for query in [
+            "wait_ms=3000",
+            "x=1&y",
+            "if_absent=true&bogus",
+            "limit=1&bogus=2",
+        ] {
+            if query == "wait_ms=3000" && path == "/v1/events" {
+                continue;
+            }
+            let uri = format!("{path}?{query}");
+            let answer = send(&router, method.clone(), &uri, None, body).await;
+            assert_eq!(
+                answer.status,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "{method} {uri}: {}",
+                answer.text()
+            );
+            assert_eq!(answer.code(), "invalid_request", "{method} {uri}");
+        }
+    }
+    let pool = get(&router, "/v1/pools/p").await.json();
+    assert_eq!(
+        (&pool["total"], &pool["available"]),
+        (&json!(5), &json!(5)),
+        "{pool}"
+    );
+    assert_eq!(
+        get(&router, "/v1/holds/h").await.status,
+        StatusCode::NOT_FOUND
+    );
+    // An empty query string is no parameter at all.
+    assert_eq!(get(&router, "/healthz?").await.status, StatusCode::OK);
+    assert_eq!(get(&router, "/v1/pools/p?").await.status, StatusCode::OK);
+}
+
+/// `null` is the same as absent, for the body of confirm, release and refund as for a field.
+#[tokio::test]
+async fn a_null_body_is_no_body() {
+    let (_, router) = open_server();
+    send(&router, Method::PUT, "/v1/pools/p", None, "{\"total\": 5}").await;
+    for (hold, action, status) in [("a", "confirm", "confirmed"), ("b", "release", "released")] {
+        let reserve =
+            format!("{{\"hold_id\": \"{hold}\", \"items\": [{{\"pool\": \"p\", \"qty\": 1}}]}}");
+        let held = send(&router, Method::POST, "/v1/holds", None, reserve).await;
+        assert_eq!(held.status, StatusCode::CREATED, "{}", held.text());
+        let uri = format!("/v1/holds/{hold}/{action}");
+        let answer = send(&router, Method::POST, &uri, None, " null ").await;
+        assert_eq!(answer.status, StatusCode::OK, "{uri}: {}", answer.text());
+        assert_eq!(answer.json()["status"], status);
+    }
+    let answer = send(&router, Method::POST, "/v1/holds/a/refund", None, "null").await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
+    assert_eq!(answer.json()["status"], "refunded");
 }

@@ -16,7 +16,7 @@ use stockd_core::{Outcome, Reply};
 use super::{paths, App};
 use crate::dto::{BatchBody, BatchOp};
 use crate::error::ApiError;
-use crate::json::{JsonBody, Object};
+use crate::json::{JsonBody, NoQuery, Object};
 use crate::openapi::schemas::{BatchResponse, ErrorBody};
 use crate::reply::{self, ReplyBody};
 
@@ -33,7 +33,11 @@ use crate::reply::{self, ReplyBody};
         (status = 422, description = "`invalid_request`: not 1..=1000 ops", body = ErrorBody),
     )
 )]
-pub(crate) async fn batch(State(app): State<App>, JsonBody(body): JsonBody<BatchBody>) -> Response {
+pub(crate) async fn batch(
+    State(app): State<App>,
+    _: NoQuery,
+    JsonBody(body): JsonBody<BatchBody>,
+) -> Response {
     match run(&app, body.ops).await {
         Ok(results) => reply::json(StatusCode::OK, &Results(&results)),
         Err(error) => error.into_response(),

@@ -17,7 +17,7 @@ use stockd_core::{Event, EventKind, EventPage, HoldId, HoldItemView, PoolId, Use
 use super::{paths, App, AppState};
 use crate::dto::EventsQuery;
 use crate::error::ApiError;
-use crate::json::QueryParams;
+use crate::json::{NoQuery, QueryParams};
 use crate::openapi::schemas::{ErrorBody, EventPage as EventPageSchema, EventPartitions};
 use crate::reply;
 
@@ -125,7 +125,7 @@ struct PartitionsJson {
          example = json!({"partitions": 1})),
     )
 )]
-pub(crate) async fn partitions(State(app): State<App>) -> Response {
+pub(crate) async fn partitions(State(app): State<App>, _: NoQuery) -> Response {
     let partitions = app.backend.partitions();
     reply::json(StatusCode::OK, &PartitionsJson { partitions })
 }

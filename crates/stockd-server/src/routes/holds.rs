@@ -10,7 +10,7 @@ use stockd_core::{Command, HoldId};
 
 use super::{paths, App};
 use crate::dto::{ExtendBody, HoldBody};
-use crate::json::{EmptyBody, JsonBody, PathId};
+use crate::json::{EmptyBody, JsonBody, NoQuery, PathId};
 use crate::openapi::schemas::{EmptyObject, ErrorBody, HoldObject};
 
 #[utoipa::path(
@@ -33,6 +33,7 @@ use crate::openapi::schemas::{EmptyObject, ErrorBody, HoldObject};
 )]
 pub(crate) async fn reserve(
     State(app): State<App>,
+    _: NoQuery,
     JsonBody(body): JsonBody<HoldBody>,
 ) -> Response {
     app.execute(body.into_command()).await
@@ -49,7 +50,11 @@ pub(crate) async fn reserve(
         (status = 404, description = "`hold_not_found`", body = ErrorBody),
     )
 )]
-pub(crate) async fn get_hold(State(app): State<App>, PathId(hold_id): PathId<HoldId>) -> Response {
+pub(crate) async fn get_hold(
+    State(app): State<App>,
+    PathId(hold_id): PathId<HoldId>,
+    _: NoQuery,
+) -> Response {
     app.execute(Command::GetHold { hold_id }).await
 }
 
@@ -70,6 +75,7 @@ pub(crate) async fn get_hold(State(app): State<App>, PathId(hold_id): PathId<Hol
 pub(crate) async fn confirm_hold(
     State(app): State<App>,
     PathId(hold_id): PathId<HoldId>,
+    _: NoQuery,
     _: EmptyBody,
 ) -> Response {
     app.execute(Command::Confirm { hold_id }).await
@@ -91,6 +97,7 @@ pub(crate) async fn confirm_hold(
 pub(crate) async fn release_hold(
     State(app): State<App>,
     PathId(hold_id): PathId<HoldId>,
+    _: NoQuery,
     _: EmptyBody,
 ) -> Response {
     app.execute(Command::Release { hold_id }).await
@@ -114,6 +121,7 @@ pub(crate) async fn release_hold(
 pub(crate) async fn extend_hold(
     State(app): State<App>,
     PathId(hold_id): PathId<HoldId>,
+    _: NoQuery,
     JsonBody(body): JsonBody<ExtendBody>,
 ) -> Response {
     app.execute(Command::Extend {
@@ -139,6 +147,7 @@ pub(crate) async fn extend_hold(
 pub(crate) async fn refund_hold(
     State(app): State<App>,
     PathId(hold_id): PathId<HoldId>,
+    _: NoQuery,
     _: EmptyBody,
 ) -> Response {
     app.execute(Command::Refund { hold_id }).await

@@ -9,7 +9,7 @@ use stockd_core::{Command, LockName, LockRequest};
 
 use super::{paths, App};
 use crate::dto::{LockAcquireBody, LockReleaseBody, LockRenewBody};
-use crate::json::{JsonBody, PathId};
+use crate::json::{JsonBody, NoQuery, PathId};
 use crate::openapi::schemas::{ErrorBody, LockGrant, LockReleased};
 
 #[utoipa::path(
@@ -28,6 +28,7 @@ use crate::openapi::schemas::{ErrorBody, LockGrant, LockReleased};
 pub(crate) async fn acquire_lock(
     State(app): State<App>,
     PathId(name): PathId<LockName>,
+    _: NoQuery,
     JsonBody(body): JsonBody<LockAcquireBody>,
 ) -> Response {
     app.execute(Command::LockAcquire(LockRequest {
@@ -55,6 +56,7 @@ pub(crate) async fn acquire_lock(
 pub(crate) async fn renew_lock(
     State(app): State<App>,
     PathId(name): PathId<LockName>,
+    _: NoQuery,
     JsonBody(body): JsonBody<LockRenewBody>,
 ) -> Response {
     app.execute(Command::LockRenew {
@@ -82,6 +84,7 @@ pub(crate) async fn renew_lock(
 pub(crate) async fn release_lock(
     State(app): State<App>,
     PathId(name): PathId<LockName>,
+    _: NoQuery,
     JsonBody(body): JsonBody<LockReleaseBody>,
 ) -> Response {
     app.execute(Command::LockRelease {

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::{paths, App};
 use crate::error::ApiError;
+use crate::json::NoQuery;
 use crate::openapi::schemas::{ErrorBody, StatusBody};
 use crate::reply;
 
@@ -27,7 +28,7 @@ struct Status {
     security(()),
     responses((status = 200, description = "Up", body = StatusBody, example = json!({"status": "ok"})))
 )]
-pub(crate) async fn healthz() -> Response {
+pub(crate) async fn healthz(_: NoQuery) -> Response {
     reply::json(StatusCode::OK, &Status { status: "ok" })
 }
 
@@ -42,7 +43,7 @@ pub(crate) async fn healthz() -> Response {
         (status = 503, description = "`backend_unavailable`", body = ErrorBody),
     )
 )]
-pub(crate) async fn readyz(State(app): State<App>) -> Response {
+pub(crate) async fn readyz(State(app): State<App>, _: NoQuery) -> Response {
     match app.backend.ready().await {
         Ok(()) => reply::json(StatusCode::OK, &Status { status: "ready" }),
         Err(error) => ApiError::from(error).into_response(),
@@ -58,7 +59,7 @@ pub(crate) async fn readyz(State(app): State<App>) -> Response {
     responses((status = 200, description = "Text exposition format", body = String,
                content_type = "text/plain"))
 )]
-pub(crate) async fn metrics(State(app): State<App>) -> Response {
+pub(crate) async fn metrics(State(app): State<App>, _: NoQuery) -> Response {
     let mut response = Response::new(Body::from(app.metrics.render()));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -76,7 +77,7 @@ pub(crate) async fn metrics(State(app): State<App>) -> Response {
     responses((status = 200, description = "The document", body = Object,
                content_type = "application/json"))
 )]
-pub(crate) async fn openapi_json(State(app): State<App>) -> Response {
+pub(crate) async fn openapi_json(State(app): State<App>, _: NoQuery) -> Response {
     (
         [(
             header::CONTENT_TYPE,

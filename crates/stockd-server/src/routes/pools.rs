@@ -9,7 +9,7 @@ use stockd_core::{Command, PoolId};
 
 use super::{paths, App};
 use crate::dto::{ListPoolsQuery, PoolBody, PutPoolQuery, RestockBody};
-use crate::json::{JsonBody, PathId, QueryParams};
+use crate::json::{JsonBody, NoQuery, PathId, QueryParams};
 use crate::openapi::schemas::{ErrorBody, PoolList, PoolObject};
 
 #[utoipa::path(
@@ -59,6 +59,7 @@ pub(crate) async fn put_pool(
 pub(crate) async fn restock_pool(
     State(app): State<App>,
     PathId(pool): PathId<PoolId>,
+    _: NoQuery,
     JsonBody(body): JsonBody<RestockBody>,
 ) -> Response {
     app.execute(Command::Restock {
@@ -79,7 +80,11 @@ pub(crate) async fn restock_pool(
         (status = 404, description = "`pool_not_found`", body = ErrorBody),
     )
 )]
-pub(crate) async fn get_pool(State(app): State<App>, PathId(pool): PathId<PoolId>) -> Response {
+pub(crate) async fn get_pool(
+    State(app): State<App>,
+    PathId(pool): PathId<PoolId>,
+    _: NoQuery,
+) -> Response {
     app.execute(Command::GetPool { pool }).await
 }
 
@@ -115,6 +120,10 @@ pub(crate) async fn list_pools(
         (status = 409, description = "`pool_has_active_holds`", body = ErrorBody),
     )
 )]
-pub(crate) async fn delete_pool(State(app): State<App>, PathId(pool): PathId<PoolId>) -> Response {
+pub(crate) async fn delete_pool(
+    State(app): State<App>,
+    PathId(pool): PathId<PoolId>,
+    _: NoQuery,
+) -> Response {
     app.execute(Command::DeletePool { pool }).await
 }
