@@ -522,7 +522,46 @@ impl Garbage {
         parts.join("&")
     }
 
+    /// A request that would change a sentinel, made harmless only by a query parameter its route
+    /// does not take: the route must refuse it (422) before doing anything.
+    fn unknown_query_request(&mut self) -> Request {
+        let pool = self.pick(&SENTINEL_POOLS).to_string();
+        let hold = self.pick(&SENTINEL_HOLDS).to_string();
+        let query = *[
+            "wait_ms=3000",
+            "x=1",
+            "dry_run=true&force=1",
+            "if_absent=true",
+        ]
+        .choose(&mut self.rng)
+        .unwrap();
+        let (method, path, route) = match self.rng.gen_range(0..8) {
+            0 => ("POST", format!("/v1/pools/{pool}/restock"), Route::Restock),
+            1 => ("DELETE", format!("/v1/pools/{pool}"), Route::DeletePool),
+            2 => ("POST", format!("/v1/holds/{hold}/confirm"), Route::Confirm),
+            3 => ("POST", format!("/v1/holds/{hold}/release"), Route::Release),
+            4 => ("POST", format!("/v1/holds/{hold}/refund"), Route::Refund),
+            5 => ("POST", format!("/v1/holds/{hold}/extend"), Route::Extend),
+            6 => ("POST", "/v1/holds".to_string(), Route::Reserve),
+            _ => (
+                "POST",
+                format!("/v1/locks/{SENTINEL_LOCK}/release"),
+                Route::LockRelease,
+            ),
+        };
+        let body = self.valid_body(route, Target::Sentinel);
+        Request {
+            method: method.to_string(),
+            path: format!("{path}?{query}"),
+            body: Some(serde_json::to_vec(&body).unwrap()),
+            oversized: false,
+        }
+    }
+
     fn request(&mut self) -> Request {
+        if self.rng.gen_ratio(1, 20) {
+            return self.unknown_query_request();
+        }
         let route = *ROUTES.choose(&mut self.rng).unwrap();
         let target = if route.sentinel_safe() && self.rng.gen_bool(0.4) {
             Target::Sentinel
