@@ -51,6 +51,19 @@ impl FromStr for Role {
     }
 }
 
+/// What a request was routed to, as far as access is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// No route matched: the answer is 404 whoever asks, so no token is needed to learn it.
+    Unrouted,
+    /// A route of the table.
+    Route(RouteId),
+    /// A route the router has but the route table does not list: a programming error, and it
+    /// fails closed (admin only) rather than open, so a route added without its access rule is
+    /// never public.
+    Unlisted,
+}
+
 /// The configured secrets.
 pub(crate) struct Auth {
     tokens: Vec<(Box<[u8]>, Role)>,
@@ -66,26 +79,26 @@ impl Auth {
         }
     }
 
-    /// Whether the request may reach its handler. `route` is `None` for an unknown path.
+    /// Whether the request may reach its handler.
     pub(crate) fn check(
         &self,
-        route: Option<RouteId>,
+        target: Target,
         method: &Method,
         headers: &HeaderMap,
     ) -> Result<(), ApiError> {
         if self.tokens.is_empty() {
             return Ok(());
         }
-        let Some(route) = route else {
-            return Ok(());
+        let admin_only = match target {
+            Target::Unrouted => return Ok(()),
+            Target::Route(route) if route.is_open() => return Ok(()),
+            Target::Route(route) => route.is_admin_only(method),
+            Target::Unlisted => true,
         };
-        if route.is_open() {
-            return Ok(());
-        }
         let role = bearer(headers)
             .and_then(|given| self.role_of(given))
             .ok_or(ApiError::Unauthorized)?;
-        if role == Role::Client && route.is_admin_only(method) {
+        if role == Role::Client && admin_only {
             return Err(ApiError::Forbidden);
         }
         Ok(())
@@ -159,6 +172,37 @@ mod tests {
         assert_eq!(auth.role_of(b"admin-secreT"), None);
         assert_eq!(auth.role_of(b"admin-secret2"), None);
         assert_eq!(auth.role_of(b""), None);
+    }
+
+    #[test]
+    fn a_route_missing_from_the_table_is_admin_only() {
+        let auth = Auth::new(&[
+            ("admin-secret".into(), Role::Admin),
+            ("client-secret".into(), Role::Client),
+        ]);
+        let check = |token: Option<&str>| {
+            let headers = token.map_or_else(HeaderMap::new, |t| headers(&format!("Bearer {t}")));
+            auth.check(Target::Unlisted, &Method::GET, &headers)
+                .map_err(|error| error.code())
+        };
+        assert_eq!(check(None), Err("unauthorized"));
+        assert_eq!(check(Some("client-secret")), Err("forbidden"));
+        assert_eq!(check(Some("admin-secret")), Ok(()));
+        // Unrouted paths answer 404 to anyone; open routes need nothing.
+        assert_eq!(
+            auth.check(Target::Unrouted, &Method::GET, &HeaderMap::new())
+                .map_err(|error| error.code()),
+            Ok(())
+        );
+        assert_eq!(
+            auth.check(
+                Target::Route(RouteId::Healthz),
+                &Method::GET,
+                &HeaderMap::new()
+            )
+            .map_err(|error| error.code()),
+            Ok(())
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use axum::extract::{MatchedPath, Request};
 use axum::response::{IntoResponse, Response};
 use tower::{Layer, Service};
 
-use crate::auth::Auth;
+use crate::auth::{Auth, Target};
 use crate::metrics::{method_slot, Metrics};
 use crate::routes::RouteId;
 
@@ -64,15 +64,18 @@ where
 
     fn call(&mut self, request: Request) -> Self::Future {
         let started = Instant::now();
-        let route = request
-            .extensions()
-            .get::<MatchedPath>()
-            .and_then(|matched| RouteId::from_path(matched.as_str()));
+        let matched = request.extensions().get::<MatchedPath>();
+        let route = matched.and_then(|matched| RouteId::from_path(matched.as_str()));
+        let target = match (matched, route) {
+            (None, _) => Target::Unrouted,
+            (Some(_), Some(route)) => Target::Route(route),
+            (Some(_), None) => Target::Unlisted,
+        };
         let method = method_slot(request.method());
         let state = match self
             .layer
             .auth
-            .check(route, request.method(), request.headers())
+            .check(target, request.method(), request.headers())
         {
             Ok(()) => State::Inner(self.inner.call(request)),
             Err(denied) => State::Denied(Some(denied.into_response())),

@@ -98,6 +98,39 @@ pub async fn serve(
     conn::serve(listener, router, limits, metrics.connections(), shutdown).await;
 }
 
+/// One route of the table the router and the access rules are built from.
+#[derive(Debug, Clone)]
+pub struct RouteAccess {
+    /// The path template, as routed (`/v1/pools/{pool}`).
+    pub path: &'static str,
+    /// Needs no token (`/healthz`, `/readyz`, `/metrics`, `/openapi.json`).
+    pub open: bool,
+    /// Methods only an admin token may call on it.
+    pub admin_only: Vec<axum::http::Method>,
+}
+
+/// The route table, for tests that walk every route (who may call it, what it refuses).
+pub fn route_table() -> Vec<RouteAccess> {
+    use axum::http::Method;
+    routes::RouteId::ALL
+        .iter()
+        .map(|route| RouteAccess {
+            path: route.path(),
+            open: route.is_open(),
+            admin_only: [
+                Method::GET,
+                Method::POST,
+                Method::PUT,
+                Method::DELETE,
+                Method::PATCH,
+            ]
+            .into_iter()
+            .filter(|method| route.is_admin_only(method))
+            .collect(),
+        })
+        .collect()
+}
+
 /// The OpenAPI 3 document of this API; the same one `GET /openapi.json` serves.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     openapi::document()

@@ -1333,3 +1333,71 @@ async fn a_null_body_is_no_body() {
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
     assert_eq!(answer.json()["status"], "refunded");
 }
+
+/// Walks the server's own route table with every method: each route the router serves asks for
+/// a token unless it is open, refuses a client token where it is admin only, and is one of the
+/// operations the other tests here (auth matrix, query rules, OpenAPI) walk, and the reverse.
+#[tokio::test]
+async fn every_route_of_the_table_checks_its_token() {
+    let (_, router) = secured_server();
+    let mut served = Vec::new();
+    for route in stockd_server::route_table() {
+        let path = route
+            .path
+            .replace("{pool}", "p")
+            .replace("{hold_id}", "h")
+            .replace("{name}", "l");
+        for method in [
+            Method::GET,
+            Method::POST,
+            Method::PUT,
+            Method::DELETE,
+            Method::PATCH,
+        ] {
+            let body = every_operation()
+                .into_iter()
+                .find(|(m, p, _)| *m == method && *p == path)
+                .map_or("", |(_, _, body)| body);
+            let admin = send(&router, method.clone(), &path, Some(ADMIN_TOKEN), body).await;
+            if admin.status == StatusCode::METHOD_NOT_ALLOWED {
+                continue;
+            }
+            served.push((method.clone(), path.clone()));
+            let anonymous = send(&router, method.clone(), &path, None, body).await;
+            let client = send(&router, method.clone(), &path, Some(CLIENT_TOKEN), body).await;
+            if route.open {
+                assert_ne!(
+                    anonymous.status,
+                    StatusCode::UNAUTHORIZED,
+                    "{method} {path}"
+                );
+                continue;
+            }
+            assert_eq!(
+                anonymous.status,
+                StatusCode::UNAUTHORIZED,
+                "{method} {path}"
+            );
+            if route.admin_only.contains(&method) {
+                assert_eq!(client.status, StatusCode::FORBIDDEN, "{method} {path}");
+            } else {
+                assert!(
+                    ![401, 403].contains(&client.status.as_u16()),
+                    "{method} {path}: client got {}",
+                    client.status
+                );
+            }
+        }
+    }
+    let mut listed: Vec<(Method, String)> = every_operation()
+        .into_iter()
+        .map(|(method, path, _)| (method, path.to_string()))
+        .collect();
+    let key = |(method, path): &(Method, String)| format!("{method} {path}");
+    served.sort_by_key(key);
+    listed.sort_by_key(key);
+    assert_eq!(
+        served, listed,
+        "the route table and every_operation() differ"
+    );
+}
