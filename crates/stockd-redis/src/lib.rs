@@ -894,4 +894,23 @@ mod tests {
             .unwrap_err()
             .contains("expected embedded"));
     }
+
+    #[test]
+    fn passwords_never_show() {
+        let target =
+            Target::parse("redis+cluster://:s3cret-pw@10.0.0.1:7000,10.0.0.2:7000").unwrap();
+        let shown = format!("{target:?}");
+        assert!(!shown.contains("s3cret-pw"), "{shown}");
+        assert!(shown.contains("redis://***@10.0.0.1:7000"), "{shown}");
+        let single = format!(
+            "{:?}",
+            Target::parse("redis://user:s3cret-pw@h:1/0").unwrap()
+        );
+        assert!(!single.contains("s3cret-pw"), "{single}");
+        let config = format!("{:?}", RedisConfig::new(target));
+        assert!(!config.contains("s3cret-pw"), "{config}");
+        let refused = Target::parse("redis://:s3cret-pw@h:notaport").unwrap_err();
+        assert!(!refused.contains("s3cret-pw"), "{refused}");
+        assert_eq!(link::redact("redis://h:1"), "redis://h:1");
+    }
 }

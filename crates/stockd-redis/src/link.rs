@@ -16,8 +16,8 @@ use redis::{Cmd, RedisError, RedisResult, Value};
 
 use crate::library;
 
-/// Where the data lives, as given by `--backend`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where the data lives, as given by `--backend`. Its `Debug` hides passwords.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Target {
     /// `redis://[:PASSWORD@]HOST:PORT[/DB]`: one primary.
     Single(String),
@@ -26,10 +26,35 @@ pub enum Target {
     Cluster(Vec<String>),
 }
 
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Single(url) => f.debug_tuple("Single").field(&redact(url)).finish(),
+            Target::Cluster(urls) => f
+                .debug_tuple("Cluster")
+                .field(&urls.iter().map(|url| redact(url)).collect::<Vec<_>>())
+                .finish(),
+        }
+    }
+}
+
+/// `url` with the user and password between `://` and `@` replaced by `***`, for messages and
+/// logs: a `--backend` value may carry the Redis password.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.rsplit_once('@') {
+        Some((_, hosts)) => format!("{scheme}://***@{hosts}"),
+        None => url.to_string(),
+    }
+}
+
 impl Target {
-    /// Parses a `--backend` value other than `embedded`.
+    /// Parses a `--backend` value other than `embedded`. Errors name the value with its
+    /// password hidden.
     pub fn parse(text: &str) -> Result<Target, String> {
-        let bad = |why: String| format!("--backend {text:?}: {why}");
+        let bad = |why: String| format!("--backend {:?}: {why}", redact(text));
         if text.starts_with("redis://") {
             redis::Client::open(text).map_err(|e| bad(e.to_string()))?;
             return Ok(Target::Single(text.to_string()));

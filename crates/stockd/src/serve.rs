@@ -113,8 +113,7 @@ pub enum BackendSettings {
     Redis(RedisConfig),
 }
 
-/// Settings after every source is merged.
-#[derive(Debug)]
+/// Settings after every source is merged. Its `Debug` hides the token secrets.
 pub struct Settings {
     pub listen: SocketAddr,
     pub backend: BackendSettings,
@@ -122,6 +121,23 @@ pub struct Settings {
     pub insecure_no_auth: bool,
     pub body_timeout: Duration,
     pub connections: ConnectionLimits,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let roles: Vec<Role> = self.tokens.iter().map(|(_, role)| *role).collect();
+        f.debug_struct("Settings")
+            .field("listen", &self.listen)
+            .field("backend", &self.backend)
+            .field(
+                "tokens",
+                &format_args!("{} redacted ({roles:?})", roles.len()),
+            )
+            .field("insecure_no_auth", &self.insecure_no_auth)
+            .field("body_timeout", &self.body_timeout)
+            .field("connections", &self.connections)
+            .finish()
+    }
 }
 
 /// Timeouts are 100 ms to 1 hour.
@@ -445,5 +461,73 @@ mod tests {
         assert!(parse_token("root:secret-123").is_err());
         assert!(parse_token("admin").is_err());
         assert!(parse_token("client:short").is_err());
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn settings(args: &[&str]) -> Result<Settings, String> {
+        use clap::Parser;
+        let cli = Cli::try_parse_from(std::iter::once("stockd").chain(args.iter().copied()))
+            .map_err(|error| error.to_string())?;
+        cli.serve.settings()
+    }
+
+    #[test]
+    fn secrets_never_show_in_settings() {
+        let settings = settings(&[
+            "--tokens",
+            "admin:admin-s3cret,client:client-s3cret",
+            "--backend",
+            "redis://:redis-s3cret@127.0.0.1:6379",
+        ])
+        .unwrap();
+        let shown = format!("{settings:?}");
+        for secret in ["admin-s3cret", "client-s3cret", "redis-s3cret"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("2 redacted"), "{shown}");
+    }
+
+    #[test]
+    fn connection_limits_are_checked() {
+        let limits = settings(&[
+            "--header-timeout-ms",
+            "100",
+            "--idle-timeout-ms",
+            "3600000",
+            "--max-connections",
+            "1",
+            "--max-header-bytes",
+            "1024",
+            "--body-timeout-ms",
+            "2500",
+        ])
+        .unwrap();
+        assert_eq!(
+            limits.connections.header_timeout,
+            Duration::from_millis(100)
+        );
+        assert_eq!(limits.connections.idle_timeout, Duration::from_secs(3600));
+        assert_eq!(limits.connections.max_connections, 1);
+        assert_eq!(limits.connections.max_header_bytes, 1024);
+        assert_eq!(limits.body_timeout, Duration::from_millis(2500));
+        for (flag, value, named) in [
+            ("--header-timeout-ms", "99", "header_timeout_ms"),
+            ("--idle-timeout-ms", "3600001", "idle_timeout_ms"),
+            ("--write-timeout-ms", "0", "write_timeout_ms"),
+            ("--body-timeout-ms", "0", "body_timeout_ms"),
+            ("--max-connections", "0", "max_connections"),
+            ("--max-header-bytes", "1023", "max_header_bytes"),
+        ] {
+            let error = settings(&[flag, value]).unwrap_err();
+            assert!(
+                error.contains(named) && error.contains(value),
+                "{flag} {value}: {error}"
+            );
+        }
     }
 }
