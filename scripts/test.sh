@@ -38,5 +38,7 @@ STOCKD_TEST_BACKEND=redis cargo test -p stockd --locked \
 echo "== cargo test (black-box suites against a real 3-primary Redis Cluster, 16 partitions)"
 STOCKD_TEST_BACKEND=redis-cluster cargo test -p stockd --locked \
     --test conformance --test concurrency --test garbage --test fleet "$@"
+echo "== TLS in front of stockd: the nginx example of docs/security.md, over HTTPS"
+scripts/tls-proxy.sh
 echo "== cargo test (a server killed at each step of a cross-partition hold; test build only)"
 cargo test -p stockd --locked --features fault-injection --test cluster_faults "$@"

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Runs the TLS example of docs/security.md (docs/examples/nginx-tls.conf) for real: a stockd
+# server with tokens on loopback, nginx with that config (ports, certificate and runtime paths
+# replaced) in front of it with a self-signed certificate, and requests through it over HTTPS:
+# health, a pool written with the admin token, a hold with the client token, a refusal without
+# a token, and plain HTTP refused on the TLS port. Everything listens on 127.0.0.1.
+# Installs nginx and openssl from Debian's packages when missing (without starting the
+# packaged service). Usage: scripts/tls-proxy.sh (builds the debug binary if needed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
+
+if ! command -v nginx >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
+    echo "== installing nginx (the packaged service is not started)"
+    sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    # policy-rc.d tells the package scripts not to start services; only add one if none is there.
+    policy_added=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' | $sudo_cmd tee /usr/sbin/policy-rc.d >/dev/null
+        $sudo_cmd chmod +x /usr/sbin/policy-rc.d
+        policy_added=1
+    fi
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq nginx-light openssl >/dev/null
+    [ -z "$policy_added" ] || $sudo_cmd rm -f /usr/sbin/policy-rc.d
+fi
+NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
+
+cargo build -q -p stockd --bin stockd
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+ADMIN="admin-$(openssl rand -hex 12)"
+CLIENT="client-$(openssl rand -hex 12)"
+STOCKD_PORT=$(free_port)
+STOCKD_LOG=warn STOCKD_TOKENS="admin:$ADMIN,client:$CLIENT" target/debug/stockd serve \
+    --listen "127.0.0.1:$STOCKD_PORT" --data-dir "$WORK/data" &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$STOCKD_PORT/healthz"
+
+# A self-signed certificate for "localhost".
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=localhost" \
+    -addext "subjectAltName=DNS:localhost" \
+    -keyout "$WORK/privkey.pem" -out "$WORK/fullchain.pem" 2>/dev/null
+
+TLS_PORT=$(free_port)
+mkdir -p "$WORK/nginx/logs"
+sed -e "s|^pid .*|pid $WORK/nginx/nginx.pid;|" \
+    -e "s|^error_log .*|error_log $WORK/nginx/logs/error.log warn;|" \
+    -e "s|server 127.0.0.1:7070;|server 127.0.0.1:$STOCKD_PORT;|" \
+    -e "s|listen 443 ssl;|listen 127.0.0.1:$TLS_PORT ssl;|" \
+    -e "s|/etc/ssl/stockd/fullchain.pem|$WORK/fullchain.pem|" \
+    -e "s|/etc/ssl/stockd/privkey.pem|$WORK/privkey.pem|" \
+    -e "s|^worker_processes auto;|worker_processes 1;|" \
+    -e "s|worker_connections 8192;|worker_connections 256;|" \
+    docs/examples/nginx-tls.conf > "$WORK/nginx/nginx.conf"
+# Every line the script rewrites must have been found: the example and this script stay in step.
+for expected in "$WORK/nginx/nginx.pid" "127.0.0.1:$STOCKD_PORT" "127.0.0.1:$TLS_PORT ssl" \
+    "$WORK/fullchain.pem" "$WORK/privkey.pem"; do
+    grep -qF "$expected" "$WORK/nginx/nginx.conf" || {
+        echo "docs/examples/nginx-tls.conf changed: cannot place $expected" >&2
+        exit 1
+    }
+done
+# Temporary files under the work directory; as root, workers run as root too so they can use it.
+extra="client_body_temp_path $WORK/nginx/body; proxy_temp_path $WORK/nginx/proxy;"
+extra="$extra fastcgi_temp_path $WORK/nginx/f; uwsgi_temp_path $WORK/nginx/u; scgi_temp_path $WORK/nginx/s;"
+sed -i "s|^http {|http {\n    $extra|" "$WORK/nginx/nginx.conf"
+user_directive=""
+[ "$(id -u)" -ne 0 ] || user_directive="user root;"
+"$NGINX" -t -q -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -g "daemon off; $user_directive"
+"$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -g "daemon off; $user_directive" &
+PIDS+=($!)
+
+BASE="https://localhost:$TLS_PORT"
+CURL=(curl -sS --cacert "$WORK/fullchain.pem" --resolve "localhost:$TLS_PORT:127.0.0.1")
+for _ in $(seq 1 100); do
+    "${CURL[@]}" -o /dev/null "$BASE/healthz" 2>/dev/null && break
+    sleep 0.05
+done
+
+fail() { echo "tls-proxy: $*" >&2; exit 1; }
+expect() { # NAME EXPECTED_STATUS curl args...
+    local name="$1" want="$2"; shift 2
+    local got
+    got=$("${CURL[@]}" -o "$WORK/body" -w '%{http_code}' "$@")
+    [ "$got" = "$want" ] || fail "$name: got $got, want $want: $(cat "$WORK/body")"
+    echo "   $name: $got"
+}
+echo "== through nginx over TLS (https://localhost:$TLS_PORT -> 127.0.0.1:$STOCKD_PORT)"
+expect "health" 200 "$BASE/healthz"
+expect "no token" 401 "$BASE/v1/pools"
+expect "client may not write pools" 403 -X PUT -H "Authorization: Bearer $CLIENT" \
+    -d '{"total": 3}' "$BASE/v1/pools/tls-pool"
+expect "admin writes a pool" 201 -X PUT -H "Authorization: Bearer $ADMIN" \
+    -d '{"total": 3}' "$BASE/v1/pools/tls-pool"
+expect "client holds" 201 -X POST -H "Authorization: Bearer $CLIENT" \
+    -d '{"hold_id": "tls-1", "items": [{"pool": "tls-pool", "qty": 1}], "confirm": true}' \
+    "$BASE/v1/holds"
+expect "client holds again (same hold_id)" 200 -X POST -H "Authorization: Bearer $CLIENT" \
+    -d '{"hold_id": "tls-1", "items": [{"pool": "tls-pool", "qty": 1}], "confirm": true}' \
+    "$BASE/v1/holds"
+"${CURL[@]}" -H "Authorization: Bearer $CLIENT" "$BASE/v1/pools/tls-pool" > "$WORK/pool"
+python3 - "$WORK/pool" <<'PY' || fail "pool after the holds: $(cat "$WORK/pool")"
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert (p["total"], p["available"], p["held"], p["sold"]) == (3, 2, 0, 1), p
+PY
+echo "   pool: total 3, sold 1, available 2"
+# Plain HTTP on the TLS port is refused by nginx (400), and never reaches stockd.
+plain=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$TLS_PORT/healthz" || true)
+[ "$plain" = "400" ] || fail "plain HTTP on the TLS port: got $plain, want 400"
+echo "   plain HTTP on the TLS port: $plain"
+echo "tls-proxy: ok"
