@@ -2,7 +2,8 @@
 # Runs every check and test of stockd on a fresh machine: formatting, lints, and the whole test
 # suite (unit, property, engine, HTTP conformance, concurrency, crash and garbage tests) against
 # the embedded engine, then the black-box suites again against a real Redis and a real Redis
-# Cluster, plus the Redis fleet, fault and cluster tests.
+# Cluster, plus the Redis fleet, fault and cluster tests, and schemathesis against a live server
+# (its OpenAPI document must match every answer; it needs python3 with venv and PyPI access).
 # Tests start their own stockd and redis-server processes on free loopback ports; this script
 # installs what they need (redis-server from Debian's packages) when it is missing.
 set -euo pipefail
@@ -42,3 +43,5 @@ echo "== TLS in front of stockd: the nginx example of docs/security.md, over HTT
 scripts/tls-proxy.sh
 echo "== cargo test (a server killed at each step of a cross-partition hold; test build only)"
 cargo test -p stockd --locked --features fault-injection --test cluster_faults "$@"
+echo "== schemathesis: a live server's answers against its OpenAPI document (a few minutes)"
+scripts/schemathesis.sh
