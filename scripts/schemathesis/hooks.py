@@ -6,6 +6,11 @@ description). JSON Schema cannot express that (it counts a whole float such as `
 integer), and schemathesis spells some generated integers that way in JSON bodies. This hook
 writes whole floats back as the integers they stand for, in every generated body; real fractions
 such as `5.5` are left alone, so no schema-violating body becomes a valid one.
+
+A hold's items must name distinct pools (422 otherwise, docs/api.md). JSON Schema can say only
+that items are not identical (`uniqueItems`), so schemathesis may generate two items of one pool
+with different quantities as "valid". The second hook drops such a later item (never an identical
+one, which is the schema's own violation), in reserve bodies and in batch reserve ops.
 """
 
 import schemathesis
@@ -21,6 +26,26 @@ def _whole_floats_as_integers(value):
     return value
 
 
+def _distinct_pools(value):
+    if isinstance(value, list):
+        return [_distinct_pools(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    value = {key: _distinct_pools(item) for key, item in value.items()}
+    items = value.get("items")
+    if isinstance(items, list):
+        kept, seen = [], {}
+        for item in items:
+            pool = item.get("pool") if isinstance(item, dict) else None
+            if isinstance(pool, str) and pool in seen and seen[pool] != item:
+                continue  # same pool, different item: what the schema cannot express
+            if isinstance(pool, str):
+                seen.setdefault(pool, item)
+            kept.append(item)
+        value["items"] = kept
+    return value
+
+
 @schemathesis.hook
 def map_body(context, body):
-    return _whole_floats_as_integers(body)
+    return _distinct_pools(_whole_floats_as_integers(body))

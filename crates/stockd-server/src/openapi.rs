@@ -21,7 +21,7 @@ use utoipa::openapi::path::{Operation, ParameterIn};
 use utoipa::openapi::response::{Response, ResponseBuilder};
 use utoipa::openapi::schema::{
     AdditionalProperties, AllOfBuilder, AnyOfBuilder, Object, ObjectBuilder, OneOfBuilder, Schema,
-    SchemaType, Type,
+    Type,
 };
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::{Ref, RefOr};
@@ -77,7 +77,6 @@ use crate::routes::{batch, events, holds, locks, ops, pools, RouteId};
         dto::BatchBody,
         dto::BatchOp,
         schemas::EmptyObject,
-        schemas::RefundBody,
         schemas::PoolObject,
         schemas::PoolList,
         schemas::HoldStatus,
@@ -213,10 +212,7 @@ const BODY_RULES: &[(&str, &[(&str, Rule)])] = &[
     ),
     (
         "RestockBody",
-        &[
-            ("delta", Rule::NonZero { max: TOTAL_MAX }),
-            ("request_id", Rule::Id),
-        ],
+        &[("delta", Rule::NonZero { max: TOTAL_MAX })],
     ),
     (
         "HoldItemBody",
@@ -258,15 +254,6 @@ const BODY_RULES: &[(&str, &[(&str, Rule)])] = &[
         ],
     ),
     ("ExtendBody", &[("ttl_ms", HOLD_TTL_REQUIRED)]),
-    (
-        "RefundBody",
-        &[(
-            "restock",
-            Rule::Bool {
-                default: Some(true),
-            },
-        )],
-    ),
     (
         "LockAcquireBody",
         &[("owner", Rule::Id), ("ttl_ms", LOCK_TTL), ("wait_ms", WAIT)],
@@ -408,7 +395,6 @@ const ERRORS: &[ErrorSpec] = &[
     error("hold_confirmed", 409, &[HOLD_ID], "the hold is confirmed"),
     error("hold_refunded", 409, &[HOLD_ID], "the hold was refunded"),
     error("hold_not_confirmed", 409, &[HOLD_ID], "the hold is not confirmed"),
-    error("request_id_conflict", 409, &[], "the request_id was used with another delta"),
     error("lock_held", 409, &[n("expires_at_ms")], "the lock is held (by another owner or by this one)"),
     error("not_lock_owner", 409, &[], "not the current owner and token, or the lease lapsed"),
     error("events_expired", 410, &[n("after"), n("oldest_seq")], "some event after `after` is no longer kept: repair your copy, then resume from oldest_seq - 1"),
@@ -430,14 +416,7 @@ const OPERATION_ERRORS: &[(&str, &[&str])] = &[
     ("get_pool", &["pool_not_found"]),
     ("delete_pool", &["pool_not_found", "pool_has_active_holds"]),
     ("list_pools", &[]),
-    (
-        "restock_pool",
-        &[
-            "pool_not_found",
-            "insufficient_stock",
-            "request_id_conflict",
-        ],
-    ),
+    ("restock_pool", &["pool_not_found", "insufficient_stock"]),
     (
         "reserve",
         &[
@@ -613,10 +592,6 @@ fn object_mut<'a>(
     }
 }
 
-fn nullable(schema_type: Type) -> SchemaType {
-    SchemaType::Array(vec![schema_type, Type::Null])
-}
-
 /// Makes the document derived from the handlers' annotations exact, from the core's constants
 /// and the route table, so that it cannot drift from the server:
 /// - every request field, path id and query parameter carries its range or grammar;
@@ -635,7 +610,6 @@ pub(crate) fn make_exact(openapi: &mut utoipa::openapi::OpenApi) -> Vec<String> 
         SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
     );
     let schemas = &mut components.schemas;
-    add_contract_fields(schemas, &mut problems);
     for (schema_name, rules) in BODY_RULES {
         let Some(object) = object_mut(schemas, schema_name) else {
             problems.push(format!("request schema {schema_name} is missing"));
@@ -725,27 +699,6 @@ pub(crate) fn make_exact(openapi: &mut utoipa::openapi::OpenApi) -> Vec<String> 
         }
     }
     problems
-}
-
-/// Fields the contract defines that no request type carries: restock's `request_id`, refund's
-/// `restock` (schema-only `RefundBody`).
-fn add_contract_fields(schemas: &mut BTreeMap<String, RefOr<Schema>>, problems: &mut Vec<String>) {
-    match object_mut(schemas, "RestockBody") {
-        Some(object) => {
-            object.properties.insert(
-                "request_id".into(),
-                ObjectBuilder::new()
-                    .schema_type(nullable(Type::String))
-                    .description(Some(
-                        "Makes the restock idempotent: a retry with the same pool, request_id \
-                         and delta changes nothing and answers 200 with the pool as it is now; \
-                         the same request_id with another delta is 409 `request_id_conflict`.",
-                    ))
-                    .into(),
-            );
-        }
-        None => problems.push("request schema RestockBody is missing".into()),
-    }
 }
 
 /// `BatchOp` as the flat objects the server reads: the derived `allOf` of `HoldBody` (which
@@ -881,20 +834,10 @@ fn exact_operation(
     }
     // Bodies of confirm, release and refund may be absent, empty, `null` or an object.
     if matches!(id.as_str(), "confirm_hold" | "release_hold" | "refund_hold") {
-        let object = if id == "refund_hold" {
-            "RefundBody"
-        } else {
-            "EmptyObject"
-        };
+        let object = "EmptyObject";
         match operation.request_body.as_mut() {
             Some(body) => {
-                body.description = Some(if id == "refund_hold" {
-                    "Optional: absent, empty, `null` or `{\"restock\": bool}` (default true: \
-                     the units go back to available; false: they leave the pool)."
-                        .into()
-                } else {
-                    "Optional: absent, empty, `null` or `{}`.".into()
-                });
+                body.description = Some("Optional: absent, empty, `null` or `{}`.".into());
                 body.content.insert(
                     "application/json".into(),
                     ContentBuilder::new()
@@ -1001,15 +944,6 @@ pub(crate) mod schemas {
     #[derive(Serialize, ToSchema)]
     #[serde(deny_unknown_fields)]
     pub(crate) struct EmptyObject {}
-
-    /// The body of refund, which may also be absent, empty or `null`.
-    #[derive(Serialize, ToSchema)]
-    #[serde(deny_unknown_fields)]
-    pub(crate) struct RefundBody {
-        /// true (the default): the refunded units go back to available. false: they leave the
-        /// pool (sold and total both shrink: a return that cannot be sold again).
-        pub restock: Option<bool>,
-    }
 
     /// A pool. `total = available + held + sold`; rule fields are null when unset.
     #[derive(Serialize, ToSchema)]
@@ -1190,10 +1124,6 @@ mod tests {
     use crate::error::ApiError;
     use crate::ServerConfig;
 
-    /// Codes of the contract the server does not send yet: restock's `request_id` is not
-    /// implemented (docs/testing.md, known server bugs).
-    const NOT_SENT_YET: &[&str] = &["request_id_conflict"];
-
     fn document_json() -> Value {
         serde_json::to_value(document()).unwrap()
     }
@@ -1242,7 +1172,7 @@ mod tests {
     /// serves (a method it does not serve answers 405), and nothing else is.
     #[tokio::test]
     async fn every_route_is_documented_with_the_methods_the_router_serves() {
-        let router = crate::routes::router(Arc::new(Down), ServerConfig::default());
+        let router = crate::routes::router(Arc::new(Down), ServerConfig::default()).0;
         let document = document_json();
         let paths = document["paths"].as_object().unwrap();
         for route in RouteId::ALL {
@@ -1560,10 +1490,9 @@ mod tests {
             }
         }
         for spec in ERRORS {
-            assert_eq!(
+            assert!(
                 sent.contains(&spec.code),
-                !NOT_SENT_YET.contains(&spec.code),
-                "{}: documented, but sent?",
+                "{}: documented, but never sent",
                 spec.code
             );
         }
@@ -1813,7 +1742,6 @@ mod tests {
             ("LockAcquireBody", "owner"),
             ("LockRenewBody", "owner"),
             ("LockReleaseBody", "owner"),
-            ("RestockBody", "request_id"),
         ] {
             id(
                 schema_of(&document, name, property),
