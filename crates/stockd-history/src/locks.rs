@@ -3,16 +3,26 @@
 //! cannot renew or release a lease after a newer one was granted, and a live lease is not refused
 //! to its owner.
 //!
-//! A lease granted with token T ends at its latest deadline or when released. Only bounds the
-//! history proves are used: the deadline is at least the latest one acknowledged (to the grant, or
-//! to a renew answered before the moment in question), and a release (acknowledged or not) can
-//! end it no earlier than it was sent.
+//! A lease granted with token T ends at the deadline its latest renew set (`now + ttl_ms`, which
+//! may shorten it) or when released. Only bounds the history proves are used: at a moment within
+//! `[from, until]`, the lease lasts at least until the smallest of: the deadline of the last
+//! acknowledged grant or renew answered before `from`; the deadline of any acknowledged renew
+//! still in flight then; `sent + ttl_ms` of any renew without a trusted answer sent before
+//! `until`; and the send time of any release (acknowledged or not) sent before `until`. This
+//! relies on an owner sending its renews one at a time, as the recorder's clients do.
 
 use std::collections::HashMap;
 
 use serde_json::Value;
 
 use crate::{answered, Bounds, History, Op, Request};
+
+/// A renew that may have applied: acknowledged with a deadline, or without a trusted answer.
+struct Renew<'a> {
+    op: &'a Op,
+    ttl_ms: u64,
+    expires: Option<u64>,
+}
 
 struct Grant<'a> {
     index: usize,
@@ -29,9 +39,9 @@ pub(crate) fn check_locks(
     violations: &mut Vec<String>,
 ) -> usize {
     let mut grants: HashMap<&str, Vec<Grant>> = HashMap::new();
-    // Per (lock, token): deadlines acknowledged to renews (answer time, deadline), and the send
-    // times of releases.
-    let mut deadlines: HashMap<(&str, u64), Vec<(u64, u64)>> = HashMap::new();
+    // Per (lock, token): renews that may have applied, and the send times of releases that may
+    // have.
+    let mut renews: HashMap<(&str, u64), Vec<Renew>> = HashMap::new();
     let mut releases: HashMap<(&str, u64), Vec<u64>> = HashMap::new();
     let mut fail = |index: usize, op: &Op, why: String| {
         violations.push(format!(
@@ -83,10 +93,11 @@ pub(crate) fn check_locks(
                     if *sent != token {
                         fail(index, op, format!("renew of token {sent} answered {token}"));
                     }
-                    deadlines
-                        .entry((name, token))
-                        .or_default()
-                        .push((op.complete_us, expires));
+                    renews.entry((name, token)).or_default().push(Renew {
+                        op,
+                        ttl_ms: *ttl_ms,
+                        expires: Some(expires),
+                    });
                 } else {
                     grants.entry(name).or_default().push(Grant {
                         index,
@@ -97,12 +108,27 @@ pub(crate) fn check_locks(
                     });
                 }
             }
+            (
+                Request::LockRenew {
+                    name,
+                    token,
+                    ttl_ms,
+                    ..
+                },
+                None,
+            ) => {
+                renews.entry((name, *token)).or_default().push(Renew {
+                    op,
+                    ttl_ms: *ttl_ms,
+                    expires: None,
+                });
+            }
             (Request::LockRelease { name, token, .. }, None)
             | (Request::LockRelease { name, token, .. }, Some((200, _))) => {
                 releases
                     .entry((name, *token))
                     .or_default()
-                    .push(op.invoke_us / 1000);
+                    .push(op.invoke_us);
             }
             (Request::LockAcquire { .. }, Some((409, body))) if body["error"] == "lock_held" => {}
             (Request::LockRenew { .. } | Request::LockRelease { .. }, Some((409, body)))
@@ -117,27 +143,42 @@ pub(crate) fn check_locks(
         }
     }
 
-    // A lease's end, as far as the history proves it, seen from a moment `before_us`: the grant's
-    // deadline or a later one acknowledged to a renew before then, cut short by any release sent.
-    let lease_end_lower = |grant: &Grant, name: &str, before_us: u64| -> u64 {
-        let token = grant.token;
-        let renewed = deadlines
-            .get(&(name, token))
-            .into_iter()
-            .flatten()
-            .filter(|(answered_us, _)| *answered_us < before_us)
-            .map(|(_, expires)| *expires)
-            .max()
-            .unwrap_or(0);
-        let deadline = grant.expires.max(renewed);
-        let released = releases
-            .get(&(name, token))
-            .into_iter()
-            .flatten()
-            .copied()
-            .min()
-            .unwrap_or(u64::MAX);
-        deadline.min(released)
+    // The earliest a lease can have ended, at a moment within [from_us, until_us] (module doc).
+    let lease_end_lower = |grant: &Grant, name: &str, from_us: u64, until_us: u64| -> u64 {
+        let mut bound = u64::MAX;
+        // (answered_us, deadline) of the last acknowledged decision known before `from_us`.
+        let mut latest = None;
+        if grant.op.complete_us < from_us {
+            latest = Some((grant.op.complete_us, grant.expires));
+        } else {
+            bound = grant.expires;
+        }
+        for renew in renews.get(&(name, grant.token)).into_iter().flatten() {
+            let known_before = renew.op.complete_us < from_us;
+            let maybe_during = renew.op.invoke_us < until_us;
+            let later_than_latest =
+                latest.is_none_or(|(answered_us, _)| renew.op.complete_us > answered_us);
+            match renew.expires {
+                Some(expires) if known_before && later_than_latest => {
+                    latest = Some((renew.op.complete_us, expires));
+                }
+                Some(_) if known_before => {}
+                Some(expires) if maybe_during => bound = bound.min(expires),
+                None if maybe_during => {
+                    bound = bound.min(renew.op.invoke_us / 1000 + renew.ttl_ms);
+                }
+                _ => {}
+            }
+        }
+        if let Some((_, expires)) = latest {
+            bound = bound.min(expires);
+        }
+        for &sent_us in releases.get(&(name, grant.token)).into_iter().flatten() {
+            if sent_us < until_us {
+                bound = bound.min(sent_us / 1000);
+            }
+        }
+        bound
     };
 
     let mut total = 0;
@@ -172,7 +213,7 @@ pub(crate) fn check_locks(
                 // b granted after a (tokens give the order) while a's lease was surely still
                 // valid.
                 if b.token > a.token {
-                    let end = lease_end_lower(a, name, b.op.invoke_us);
+                    let end = lease_end_lower(a, name, b.op.invoke_us, b.op.complete_us);
                     let granted_by = b.op.complete_us / 1000 + bounds.slack_ms;
                     if granted_by < end {
                         fail(
@@ -222,7 +263,9 @@ pub(crate) fn check_locks(
                 .iter()
                 .find(|g| g.token == token && g.owner == owner.as_str());
             let decided_by = op.complete_us / 1000 + bounds.slack_ms;
-            let end = mine.map_or(0, |grant| lease_end_lower(grant, name, op.invoke_us));
+            let end = mine.map_or(0, |grant| {
+                lease_end_lower(grant, name, op.invoke_us, op.complete_us)
+            });
             if decided_by < end {
                 fail(
                     index,

@@ -331,6 +331,45 @@ fn a_released_lease_may_pass_hands_early() {
 }
 
 #[test]
+fn a_renew_may_shorten_a_lease() {
+    let mut history = explained();
+    // o1 renews with a short ttl at 1050: its lease now ends at 1200, and o2 gets it at 1300.
+    history.ops.push(answered(
+        4,
+        1_050,
+        1_052,
+        Request::LockRenew {
+            name: "L".to_string(),
+            owner: "o1".to_string(),
+            token: 1,
+            ttl_ms: 150,
+        },
+        200,
+        json!({"token": 1, "expires_at_ms": 1_201}),
+    ));
+    history.ops[9] = answered(
+        5,
+        1_300,
+        1_302,
+        acquire("o2"),
+        200,
+        json!({"token": 2, "expires_at_ms": 1_801}),
+    );
+    let found = violations(&history);
+    assert!(found.is_empty(), "{found:#?}");
+    // ... but not at 1150.
+    history.ops[9] = answered(
+        5,
+        1_150,
+        1_152,
+        acquire("o2"),
+        200,
+        json!({"token": 2, "expires_at_ms": 1_651}),
+    );
+    rejected(&history, "two owners at once");
+}
+
+#[test]
 fn an_acknowledged_confirm_missing_from_the_feed_is_rejected() {
     let mut history = explained();
     history.feed[0].remove(3);
