@@ -485,6 +485,7 @@ async fn run_history(scenario: &Scenario, seed: u64, secs: u64) -> stockd_histor
             stats.answers
         );
     }
+    tampered_copies_are_rejected(&history, scenario.name);
     // A run that tested nothing must not pass.
     assert!(
         stats.answered >= 300 && stats.holds >= 50 && stats.expiries >= 5,
@@ -497,6 +498,86 @@ async fn run_history(scenario: &Scenario, seed: u64, secs: u64) -> stockd_histor
         scenario.name
     );
     stats
+}
+
+/// The checker is not blind on real histories: copies of this one, each with one thing made
+/// wrong, are rejected.
+fn tampered_copies_are_rejected(history: &History, name: &str) {
+    let rejected = |tampered: &History, what: &str| {
+        let report = check(tampered, Bounds::default());
+        assert!(!report.ok(), "history {name}: the checker missed {what}");
+    };
+
+    // An acknowledged hold lost: its held event (and everything after it) gone.
+    let created = history.ops.iter().rposition(|op| {
+        matches!(op.request, Request::Reserve { .. })
+            && matches!(op.outcome, Outcome::Answered { status: 201, .. })
+    });
+    let created = created.expect("a hold was made");
+    let Request::Reserve { hold_id, .. } = &history.ops[created].request else {
+        unreachable!("a reserve");
+    };
+    let mut lost = history.clone();
+    for events in &mut lost.feed {
+        if let Some(at) = events.iter().position(|e| e["hold_id"] == hold_id.as_str()) {
+            events.truncate(at);
+        }
+    }
+    rejected(&lost, "a lost acknowledged hold");
+
+    // A hold applied twice: its held event again at the end of its partition.
+    let mut twice = history.clone();
+    for events in &mut twice.feed {
+        let held = events
+            .iter()
+            .find(|e| e["type"] == "held" && e["hold_id"] == hold_id.as_str())
+            .cloned();
+        if let (Some(mut again), Some(last)) = (held, events.last().cloned()) {
+            again["seq"] = serde_json::json!(events.len() + 1);
+            again["at_ms"] = last["at_ms"].clone();
+            events.push(again);
+        }
+    }
+    rejected(&twice, "a hold applied twice");
+
+    // A stale or invented read: a pool answer with a total it never had.
+    let mut read = history.clone();
+    let pool_read = read.ops.iter_mut().find(|op| {
+        matches!(op.request, Request::GetPool { .. })
+            && matches!(op.outcome, Outcome::Answered { status: 200, .. })
+    });
+    if let Some(Op {
+        outcome: Outcome::Answered { body, .. },
+        ..
+    }) = pool_read
+    {
+        body["total"] = serde_json::json!(body["total"].as_u64().unwrap_or(0) + 1_000);
+        body["available"] = serde_json::json!(body["available"].as_u64().unwrap_or(0) + 1_000);
+        rejected(&read, "a pool read no state explains");
+    }
+
+    // A fencing token handed out twice: the last grant gets the first grant's token.
+    let grants: Vec<usize> = history
+        .ops
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| {
+            matches!(&op.request, Request::LockAcquire { name, .. } if name == LOCK_NAMES[0])
+                && matches!(op.outcome, Outcome::Answered { status: 200, .. })
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if let [first, .., last] = grants[..] {
+        let mut reused = history.clone();
+        let token = match &history.ops[first].outcome {
+            Outcome::Answered { body, .. } => body["token"].clone(),
+            Outcome::Unknown { .. } => unreachable!("answered"),
+        };
+        if let Outcome::Answered { body, .. } = &mut reused.ops[last].outcome {
+            body["token"] = token;
+        }
+        rejected(&reused, "a fencing token handed out twice");
+    }
 }
 
 async fn run_scenario(scenario: Scenario) {
