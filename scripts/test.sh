@@ -2,7 +2,9 @@
 # Runs every check and test of stockd on a fresh machine: formatting, lints, and the whole test
 # suite (unit, property, engine, HTTP conformance, concurrency, crash and garbage tests) against
 # the embedded engine, then the black-box suites again against a real Redis and a real Redis
-# Cluster, plus the Redis fleet, fault and cluster tests, and schemathesis against a live server
+# Cluster, plus the Redis fleet, fault and cluster tests, the history checks (one bounded
+# history each on the embedded engine, a Redis, a Redis killed under load and a Redis Cluster,
+# with kills; docs/testing.md), the TLS proxy example, and schemathesis against a live server
 # (its OpenAPI document must match every answer; it needs python3 with venv and PyPI access).
 # Tests start their own stockd and redis-server processes on free loopback ports; this script
 # installs what they need (redis-server from Debian's packages) when it is missing.
@@ -31,7 +33,7 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== cargo test (embedded engine; Redis fleet and fault tests)"
+echo "== cargo test (embedded engine; Redis fleet and fault tests; history checks on every backend)"
 cargo test --workspace --locked "$@"
 echo "== cargo test (black-box suites against a real Redis)"
 STOCKD_TEST_BACKEND=redis cargo test -p stockd --locked \

@@ -118,8 +118,8 @@ impl RedisClusterBackend {
         let timeout = CLUSTER_NODE_TIMEOUT_MS.to_string();
         let nodes: Vec<RedisServer> = (0..6)
             .map(|_| {
-                RedisServer::start_on(
-                    cluster_port(),
+                RedisServer::start_on_some_port(
+                    cluster_port,
                     &[
                         "--appendonly",
                         "no",
@@ -235,23 +235,41 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts `redis-server` with extra config arguments (`--appendonly yes`, ...).
     pub fn start_with(args: &[&str]) -> RedisServer {
-        RedisServer::start_on(free_port(), args)
+        RedisServer::start_on_some_port(free_port, args)
+    }
+
+    /// Starts `redis-server` on a port `pick` chooses, choosing again when the port turns out to
+    /// be taken (another test bound it between the probe and redis-server's bind).
+    pub fn start_on_some_port(pick: fn() -> u16, args: &[&str]) -> RedisServer {
+        let mut last_error = String::new();
+        for _ in 0..START_ATTEMPTS {
+            let server = RedisServer::unstarted(pick(), args);
+            match server.try_start() {
+                Ok(()) => return server,
+                Err(error) => last_error = error,
+            }
+        }
+        panic!("redis-server did not start after {START_ATTEMPTS} attempts: {last_error}");
     }
 
     /// Starts `redis-server` on `port` with extra config arguments.
     pub fn start_on(port: u16, args: &[&str]) -> RedisServer {
+        let server = RedisServer::unstarted(port, args);
+        server.start_again();
+        server
+    }
+
+    fn unstarted(port: u16, args: &[&str]) -> RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("stockd-redis-")
             .tempdir()
             .expect("tempdir");
-        let server = RedisServer {
+        RedisServer {
             port,
             dir,
             args: args.iter().map(|a| a.to_string()).collect(),
             child: std::sync::Mutex::new(None),
-        };
-        server.start_again();
-        server
+        }
     }
 
     pub fn url(&self) -> String {
@@ -260,6 +278,14 @@ impl RedisServer {
 
     /// Starts the process again on the same port and directory (after [`RedisServer::kill`]).
     pub fn start_again(&self) {
+        if let Err(error) = self.try_start() {
+            panic!("{error}");
+        }
+    }
+
+    /// Starts the process and waits until it answers PING; an error when it exits first (its
+    /// port is taken) or does not answer in time.
+    fn try_start(&self) -> Result<(), String> {
         let mut child = self.child.lock().expect("redis child lock");
         assert!(child.is_none(), "redis-server already running");
         let spawned = Command::new("redis-server")
@@ -277,9 +303,39 @@ impl RedisServer {
         drop(child);
         let deadline = Instant::now() + READY_TIMEOUT;
         while self.ping().is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
+            if !self.is_running() {
+                self.kill();
+                return Err(format!(
+                    "redis-server on port {} exited at start (port taken?)",
+                    self.port
+                ));
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                return Err(format!("redis-server on port {} did not start", self.port));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
+        // The PONG may come from another test's redis-server that holds the port.
+        let pid = self
+            .child
+            .lock()
+            .expect("redis child lock")
+            .as_ref()
+            .map(Child::id);
+        let info = self.cli(&["INFO", "server"]);
+        let answered_by = info
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("process_id:"))
+            .and_then(|id| id.parse::<u32>().ok());
+        if pid.is_none() || answered_by != pid {
+            self.kill();
+            return Err(format!(
+                "port {} answered by another redis-server (pid {answered_by:?})",
+                self.port
+            ));
+        }
+        Ok(())
     }
 
     /// Whether the process is running (not killed, not exited).

@@ -1,0 +1,976 @@
+//! The feed replayed through a naive model: every pool's numbers, every hold's status and every
+//! user's usage as timelines over the feed's positions, and, for every event, the request that
+//! caused it. The lifecycle, arithmetic and limit rules are checked as each event is applied;
+//! what an answer says is checked later against these timelines (`answers.rs`).
+//!
+//! Positions: in a partition with N events there are N + 1 states; state `s` is the one after the
+//! first `s` events. A timeline is a list of `(s, value)`: the value from state `s` on.
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde_json::Value;
+
+use crate::{answered, may_have_applied, Bounds, History, Item, Op, Request};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Status {
+    Absent,
+    Held,
+    Confirmed,
+    Released,
+    Expired,
+    Refunded,
+}
+
+impl Status {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Status::Absent => "absent",
+            Status::Held => "held",
+            Status::Confirmed => "confirmed",
+            Status::Released => "released",
+            Status::Expired => "expired",
+            Status::Refunded => "refunded",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PoolNums {
+    pub total: u64,
+    pub available: u64,
+    pub held: u64,
+    pub sold: u64,
+}
+
+pub(crate) struct HoldLine {
+    pub partition: usize,
+    pub user: Option<String>,
+    pub items: Vec<Item>,
+    pub created_at_ms: u64,
+    /// The reserve that made it (the op index).
+    pub creator: usize,
+    /// The reserve that made it asked for `confirm: true`: its `confirmed` must follow at once.
+    pub confirm_on_create: bool,
+    /// `(s, status, expires_at_ms)`; the hold is absent before the first entry.
+    pub timeline: Vec<(usize, Status, u64)>,
+}
+
+pub(crate) struct PoolLine {
+    pub partition: usize,
+    pub per_user_limit: Option<u64>,
+    pub low_stock_threshold: Option<u64>,
+    /// `(s, numbers)`; the pool does not exist before the first entry.
+    pub timeline: Vec<(usize, PoolNums)>,
+}
+
+pub(crate) struct Replay {
+    /// `at_ms` of every event, per partition.
+    pub at_ms: Vec<Vec<u64>>,
+    pub holds: HashMap<String, HoldLine>,
+    pub pools: HashMap<String, PoolLine>,
+    /// Per (pool, user): units in held and confirmed holds, `(s, units)`.
+    pub usage: HashMap<(String, String), Vec<(usize, u64)>>,
+    /// Per op: the (partition, position) of the first event it caused.
+    pub first_effect: Vec<Option<(usize, usize)>>,
+    /// Per op: the events it caused.
+    pub effects: Vec<Vec<(usize, usize)>>,
+    pub expiry_lags_ms: Vec<u64>,
+}
+
+fn str_field<'a>(event: &'a Value, key: &str) -> Option<&'a str> {
+    event.get(key).and_then(Value::as_str)
+}
+
+fn u64_field(event: &Value, key: &str) -> Option<u64> {
+    event.get(key).and_then(Value::as_u64)
+}
+
+pub(crate) fn items_of(value: &Value) -> Option<Vec<Item>> {
+    value
+        .as_array()?
+        .iter()
+        .map(|item| {
+            Some(Item {
+                pool: item.get("pool")?.as_str()?.to_string(),
+                qty: item.get("qty")?.as_u64()?,
+            })
+        })
+        .collect()
+}
+
+/// The value of a timeline at state `s`, if it has one yet.
+pub(crate) fn value_at<T: Copy>(timeline: &[(usize, T)], s: usize) -> Option<T> {
+    let after = timeline.partition_point(|(from, _)| *from <= s);
+    after.checked_sub(1).map(|i| timeline[i].1)
+}
+
+/// The state indices at which a timeline changes within `(lo, hi]`.
+pub(crate) fn changes_within<T>(timeline: &[(usize, T)], lo: usize, hi: usize) -> Vec<usize> {
+    let start = timeline.partition_point(|(from, _)| *from <= lo);
+    timeline[start..]
+        .iter()
+        .take_while(|(from, _)| *from <= hi)
+        .map(|(from, _)| *from)
+        .collect()
+}
+
+impl HoldLine {
+    pub(crate) fn at(&self, s: usize) -> (Status, u64) {
+        let after = self.timeline.partition_point(|(from, _, _)| *from <= s);
+        match after.checked_sub(1) {
+            Some(i) => (self.timeline[i].1, self.timeline[i].2),
+            None => (Status::Absent, 0),
+        }
+    }
+
+    pub(crate) fn changes_within(&self, lo: usize, hi: usize) -> Vec<usize> {
+        let start = self.timeline.partition_point(|(from, _, _)| *from <= lo);
+        self.timeline[start..]
+            .iter()
+            .take_while(|(from, _, _)| *from <= hi)
+            .map(|(from, _, _)| *from)
+            .collect()
+    }
+
+    fn now(&self) -> (Status, u64) {
+        self.timeline
+            .last()
+            .map_or((Status::Absent, 0), |(_, status, expires)| {
+                (*status, *expires)
+            })
+    }
+}
+
+/// Ops by the hold or pool they name, in recorded order.
+struct Index {
+    by_hold: HashMap<String, Vec<usize>>,
+    by_pool: HashMap<String, Vec<usize>>,
+}
+
+impl Index {
+    fn new(history: &History) -> Index {
+        let mut index = Index {
+            by_hold: HashMap::new(),
+            by_pool: HashMap::new(),
+        };
+        for (i, op) in history.ops.iter().enumerate() {
+            if let Some(hold_id) = op.request.hold_id() {
+                index
+                    .by_hold
+                    .entry(hold_id.to_string())
+                    .or_default()
+                    .push(i);
+            }
+            if let Request::PutPool { pool, .. } | Request::Restock { pool, .. } = &op.request {
+                index.by_pool.entry(pool.clone()).or_default().push(i);
+            }
+        }
+        index
+    }
+}
+
+/// Whether `at_ms` may be the moment `op` was applied.
+pub(crate) fn within_effect_window(op: &Op, at_ms: u64, bounds: Bounds) -> bool {
+    let from = (op.invoke_us / 1000).saturating_sub(bounds.slack_ms);
+    let until = if answered(op).is_some() {
+        op.complete_us / 1000 + bounds.slack_ms
+    } else {
+        u64::MAX
+    };
+    (from..=until).contains(&at_ms)
+}
+
+struct Runner<'a> {
+    history: &'a History,
+    bounds: Bounds,
+    index: Index,
+    replay: Replay,
+    /// Ops that cause at most one event and have caused it.
+    used: Vec<bool>,
+    violations: &'a mut Vec<String>,
+}
+
+impl Replay {
+    pub(crate) fn run(history: &History, bounds: Bounds, violations: &mut Vec<String>) -> Replay {
+        let replay = Replay {
+            at_ms: Vec::new(),
+            holds: HashMap::new(),
+            pools: HashMap::new(),
+            usage: HashMap::new(),
+            first_effect: vec![None; history.ops.len()],
+            effects: vec![Vec::new(); history.ops.len()],
+            expiry_lags_ms: Vec::new(),
+        };
+        let mut runner = Runner {
+            history,
+            bounds,
+            index: Index::new(history),
+            replay,
+            used: vec![false; history.ops.len()],
+            violations,
+        };
+        for (partition, events) in history.feed.iter().enumerate() {
+            runner.partition(partition, events);
+        }
+        runner.end_of_feed();
+        runner.replay
+    }
+}
+
+impl Runner<'_> {
+    fn fail(&mut self, partition: usize, position: usize, event: &Value, why: String) {
+        self.violations.push(format!(
+            "feed partition {partition}, event {position} ({event}): {why}"
+        ));
+    }
+
+    fn partition(&mut self, partition: usize, events: &[Value]) {
+        let mut at_ms = Vec::with_capacity(events.len());
+        // Pools whose `low_stock` must come next, in any order.
+        let mut low_stock_due: BTreeSet<String> = BTreeSet::new();
+        for (position, event) in events.iter().enumerate() {
+            let seq = u64_field(event, "seq");
+            if seq != Some(position as u64 + 1) {
+                self.fail(
+                    partition,
+                    position,
+                    event,
+                    format!(
+                        "seq should be {} (a feed read from the start counts up by one)",
+                        position + 1
+                    ),
+                );
+            }
+            let at = u64_field(event, "at_ms").unwrap_or(0);
+            if let Some(&before) = at_ms.last() {
+                if at < before {
+                    self.fail(
+                        partition,
+                        position,
+                        event,
+                        format!("at_ms goes backwards (previous event at {before})"),
+                    );
+                }
+            }
+            at_ms.push(at);
+            let kind = str_field(event, "type").unwrap_or("").to_string();
+            if kind == "low_stock" {
+                self.low_stock(partition, position, event, &mut low_stock_due);
+                continue;
+            }
+            if !low_stock_due.is_empty() {
+                let due = std::mem::take(&mut low_stock_due);
+                self.fail(
+                    partition,
+                    position,
+                    event,
+                    format!("low_stock of {due:?} should have come before this event"),
+                );
+            }
+            let crossed = match kind.as_str() {
+                "pool_upserted" => self.pool_upserted(partition, position, event),
+                "restocked" => self.restocked(partition, position, event),
+                "held" => self.held(partition, position, event),
+                "confirmed" | "released" | "expired" | "refunded" | "extended" => {
+                    self.transition(partition, position, event, &kind)
+                }
+                _ => {
+                    self.fail(
+                        partition,
+                        position,
+                        event,
+                        "an event no request of this history can cause".to_string(),
+                    );
+                    Vec::new()
+                }
+            };
+            low_stock_due.extend(crossed);
+        }
+        if !low_stock_due.is_empty() {
+            self.violations.push(format!(
+                "feed partition {partition}: ends without the low_stock of {low_stock_due:?}"
+            ));
+        }
+        if self.replay.at_ms.len() <= partition {
+            self.replay.at_ms.resize(partition + 1, Vec::new());
+        }
+        self.replay.at_ms[partition] = at_ms;
+    }
+
+    /// Attributes an event to `op`.
+    fn caused_by(&mut self, op: usize, partition: usize, position: usize) {
+        if self.replay.first_effect[op].is_none() {
+            self.replay.first_effect[op] = Some((partition, position));
+        }
+        self.replay.effects[op].push((partition, position));
+    }
+
+    /// The first candidate op that may have caused an event at `at_ms` and passes `fits`:
+    /// acknowledged ones first, then those without a trusted answer.
+    fn pick(
+        &self,
+        candidates: &[usize],
+        at_ms: u64,
+        once: bool,
+        fits: impl Fn(&Op) -> bool,
+    ) -> Option<usize> {
+        let usable = |&&i: &&usize| {
+            let op = &self.history.ops[i];
+            may_have_applied(op)
+                && !(once && self.used[i])
+                && within_effect_window(op, at_ms, self.bounds)
+                && fits(op)
+        };
+        let acknowledged = candidates
+            .iter()
+            .filter(usable)
+            .find(|&&i| answered(&self.history.ops[i]).is_some());
+        acknowledged
+            .or_else(|| candidates.iter().find(usable))
+            .copied()
+    }
+
+    fn pool_nums(&self, pool: &str) -> Option<PoolNums> {
+        self.replay
+            .pools
+            .get(pool)
+            .and_then(|line| line.timeline.last().map(|(_, nums)| *nums))
+    }
+
+    fn set_pool(&mut self, pool: &str, s: usize, nums: PoolNums) {
+        if let Some(line) = self.replay.pools.get_mut(pool) {
+            match line.timeline.last_mut() {
+                Some((from, last)) if *from == s => *last = nums,
+                _ => line.timeline.push((s, nums)),
+            }
+        }
+    }
+
+    /// Whether `available` went from above the pool's threshold to at or below it.
+    fn crossed(&self, pool: &str, before: Option<u64>, after: u64) -> bool {
+        let threshold = self
+            .replay
+            .pools
+            .get(pool)
+            .and_then(|line| line.low_stock_threshold);
+        match threshold {
+            Some(threshold) => after <= threshold && before.is_none_or(|b| b > threshold),
+            None => false,
+        }
+    }
+
+    fn low_stock(
+        &mut self,
+        partition: usize,
+        position: usize,
+        event: &Value,
+        due: &mut BTreeSet<String>,
+    ) {
+        let pool = str_field(event, "pool").unwrap_or("").to_string();
+        if !due.remove(&pool) {
+            self.fail(
+                partition,
+                position,
+                event,
+                "low_stock without the pool's available crossing its threshold just before"
+                    .to_string(),
+            );
+        }
+        let nums = self.pool_nums(&pool);
+        let said = (u64_field(event, "total"), u64_field(event, "available"));
+        if nums.map(|n| (Some(n.total), Some(n.available))) != Some(said) {
+            self.fail(
+                partition,
+                position,
+                event,
+                format!("total and available differ from the model's {nums:?}"),
+            );
+        }
+    }
+
+    fn pool_upserted(&mut self, partition: usize, position: usize, event: &Value) -> Vec<String> {
+        let pool = str_field(event, "pool").unwrap_or("").to_string();
+        let at = u64_field(event, "at_ms").unwrap_or(0);
+        let candidates = self.index.by_pool.get(&pool).cloned().unwrap_or_default();
+        let cause = self.pick(&candidates, at, true, |op| {
+            matches!(op.request, Request::PutPool { .. })
+        });
+        let Some(cause) = cause else {
+            self.fail(
+                partition,
+                position,
+                event,
+                "no PUT of this pool explains it".to_string(),
+            );
+            return Vec::new();
+        };
+        self.used[cause] = true;
+        self.caused_by(cause, partition, position);
+        let Request::PutPool {
+            total,
+            per_user_limit,
+            low_stock_threshold,
+            ..
+        } = self.history.ops[cause].request
+        else {
+            unreachable!("picked a PUT");
+        };
+        let before = self.pool_nums(&pool);
+        let (held, sold) = before.map_or((0, 0), |n| (n.held, n.sold));
+        let Some(available) = total.checked_sub(held + sold) else {
+            self.fail(
+                partition,
+                position,
+                event,
+                format!("total {total} below held {held} + sold {sold}"),
+            );
+            return Vec::new();
+        };
+        let line = self
+            .replay
+            .pools
+            .entry(pool.clone())
+            .or_insert_with(|| PoolLine {
+                partition,
+                per_user_limit,
+                low_stock_threshold,
+                timeline: Vec::new(),
+            });
+        line.per_user_limit = per_user_limit;
+        line.low_stock_threshold = low_stock_threshold;
+        let nums = PoolNums {
+            total,
+            available,
+            held,
+            sold,
+        };
+        self.set_pool(&pool, position + 1, nums);
+        if (u64_field(event, "total"), u64_field(event, "available"))
+            != (Some(total), Some(available))
+        {
+            self.fail(
+                partition,
+                position,
+                event,
+                format!("the model has total {total}, available {available}"),
+            );
+        }
+        // A PUT that leaves the pool at or below its threshold always fires.
+        if self.crossed(&pool, None, available) {
+            vec![pool]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn restocked(&mut self, partition: usize, position: usize, event: &Value) -> Vec<String> {
+        let pool = str_field(event, "pool").unwrap_or("").to_string();
+        let at = u64_field(event, "at_ms").unwrap_or(0);
+        let delta = event.get("delta").and_then(Value::as_i64);
+        let said_total = u64_field(event, "total");
+        let candidates = self.index.by_pool.get(&pool).cloned().unwrap_or_default();
+        let cause = self.pick(&candidates, at, true, |op| {
+            match (&op.request, answered(op)) {
+                (Request::Restock { delta: sent, .. }, Some((_, body))) => {
+                    Some(*sent) == delta && u64_field(body, "total") == said_total
+                }
+                (Request::Restock { delta: sent, .. }, None) => Some(*sent) == delta,
+                _ => false,
+            }
+        });
+        let Some(cause) = cause else {
+            self.fail(
+                partition,
+                position,
+                event,
+                "no restock request explains it".to_string(),
+            );
+            return Vec::new();
+        };
+        self.used[cause] = true;
+        self.caused_by(cause, partition, position);
+        let delta = delta.unwrap_or(0);
+        let Some(before) = self.pool_nums(&pool) else {
+            self.fail(
+                partition,
+                position,
+                event,
+                "restock of a pool that does not exist".to_string(),
+            );
+            return Vec::new();
+        };
+        let (total, available) = match (
+            before.total.checked_add_signed(delta),
+            before.available.checked_add_signed(delta),
+        ) {
+            (Some(total), Some(available)) => (total, available),
+            _ => {
+                self.fail(
+                    partition,
+                    position,
+                    event,
+                    format!("delta {delta} takes the pool below zero: {before:?}"),
+                );
+                return Vec::new();
+            }
+        };
+        let nums = PoolNums {
+            total,
+            available,
+            ..before
+        };
+        self.set_pool(&pool, position + 1, nums);
+        if (said_total, u64_field(event, "available")) != (Some(total), Some(available)) {
+            self.fail(
+                partition,
+                position,
+                event,
+                format!("the model has total {total}, available {available}"),
+            );
+        }
+        if self.crossed(&pool, Some(before.available), available) {
+            vec![pool]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn change_usage(&mut self, s: usize, user: &Option<String>, items: &[Item], add: bool) {
+        let Some(user) = user else { return };
+        for item in items {
+            let line = self
+                .replay
+                .usage
+                .entry((item.pool.clone(), user.clone()))
+                .or_default();
+            let now = line.last().map_or(0, |(_, units)| *units);
+            let next = if add {
+                now + item.qty
+            } else {
+                now.saturating_sub(item.qty)
+            };
+            match line.last_mut() {
+                Some((from, units)) if *from == s => *units = next,
+                _ => line.push((s, next)),
+            }
+        }
+    }
+
+    fn held(&mut self, partition: usize, position: usize, event: &Value) -> Vec<String> {
+        let hold_id = str_field(event, "hold_id").unwrap_or("").to_string();
+        let at = u64_field(event, "at_ms").unwrap_or(0);
+        let expires = u64_field(event, "expires_at_ms").unwrap_or(0);
+        let user = str_field(event, "user").map(str::to_string);
+        let Some(items) = event.get("items").and_then(items_of) else {
+            self.fail(partition, position, event, "no items".to_string());
+            return Vec::new();
+        };
+        if let Some(line) = self.replay.holds.get(&hold_id) {
+            let (status, _) = line.now();
+            self.fail(
+                partition,
+                position,
+                event,
+                format!(
+                    "hold {hold_id} applied twice (it is already {})",
+                    status.name()
+                ),
+            );
+            return Vec::new();
+        }
+
+        // The creator: the reserve answered 201 if there is one, or else one whose answer is
+        // unknown. A reserve answered 200 only replayed a hold that existed.
+        let candidates = self
+            .index
+            .by_hold
+            .get(&hold_id)
+            .cloned()
+            .unwrap_or_default();
+        let created: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|&i| {
+                matches!(self.history.ops[i].request, Request::Reserve { .. })
+                    && answered(&self.history.ops[i]).is_some_and(|(status, _)| status == 201)
+            })
+            .collect();
+        let cause = if created.is_empty() {
+            self.pick(&candidates, at, true, |op| {
+                matches!(op.request, Request::Reserve { .. }) && answered(op).is_none()
+            })
+        } else {
+            self.pick(&created, at, true, |_| true)
+        };
+        let Some(cause) = cause else {
+            let why = if created.is_empty() {
+                format!("no reserve of {hold_id} without a certain answer explains it")
+            } else {
+                format!(
+                    "its at_ms lies outside the window of the reserve answered 201 (op #{})",
+                    created[0]
+                )
+            };
+            self.fail(partition, position, event, why);
+            return Vec::new();
+        };
+        self.used[cause] = true;
+        self.caused_by(cause, partition, position);
+        let Request::Reserve {
+            user: sent_user,
+            items: sent_items,
+            ttl_ms,
+            confirm,
+            ..
+        } = &self.history.ops[cause].request
+        else {
+            unreachable!("picked a reserve");
+        };
+        if (&user, &items) != (sent_user, sent_items) {
+            self.fail(
+                partition,
+                position,
+                event,
+                format!(
+                    "user and items differ from the request (op #{cause}: {sent_user:?}, \
+                     {sent_items:?})"
+                ),
+            );
+        }
+        if expires != at + ttl_ms {
+            self.fail(
+                partition,
+                position,
+                event,
+                format!("expires_at_ms is not at_ms + ttl_ms {ttl_ms}"),
+            );
+        }
+
+        let s = position + 1;
+        let mut crossed = Vec::new();
+        for item in &items {
+            let Some(before) = self.pool_nums(&item.pool) else {
+                self.fail(
+                    partition,
+                    position,
+                    event,
+                    format!("pool {} does not exist", item.pool),
+                );
+                continue;
+            };
+            let line = &self.replay.pools[&item.pool];
+            let (pool_partition, limit) = (line.partition, line.per_user_limit);
+            if pool_partition != partition {
+                self.fail(
+                    partition,
+                    position,
+                    event,
+                    format!(
+                        "pool {} is in partition {pool_partition}: a hold over several \
+                         partitions, which this checker does not order",
+                        item.pool
+                    ),
+                );
+            }
+            if before.available < item.qty {
+                self.fail(
+                    partition,
+                    position,
+                    event,
+                    format!(
+                        "OVERSELL: pool {} has {} available, the hold takes {}",
+                        item.pool, before.available, item.qty
+                    ),
+                );
+            }
+            let nums = PoolNums {
+                available: before.available.saturating_sub(item.qty),
+                held: before.held + item.qty,
+                ..before
+            };
+            self.set_pool(&item.pool, s, nums);
+            if self.crossed(&item.pool, Some(before.available), nums.available) {
+                crossed.push(item.pool.clone());
+            }
+            if let (Some(limit), Some(user)) = (limit, &user) {
+                let used = self
+                    .replay
+                    .usage
+                    .get(&(item.pool.clone(), user.clone()))
+                    .and_then(|line| line.last().map(|(_, units)| *units))
+                    .unwrap_or(0);
+                if used + item.qty > limit {
+                    self.fail(
+                        partition,
+                        position,
+                        event,
+                        format!(
+                            "per-user limit of {} is {limit}: {user} had {used}, the hold adds {}",
+                            item.pool, item.qty
+                        ),
+                    );
+                }
+            }
+        }
+        self.change_usage(s, &user, &items, true);
+        self.replay.holds.insert(
+            hold_id,
+            HoldLine {
+                partition,
+                user,
+                items,
+                created_at_ms: at,
+                creator: cause,
+                confirm_on_create: *confirm,
+                timeline: vec![(s, Status::Held, expires)],
+            },
+        );
+        crossed
+    }
+
+    fn transition(
+        &mut self,
+        partition: usize,
+        position: usize,
+        event: &Value,
+        kind: &str,
+    ) -> Vec<String> {
+        let hold_id = str_field(event, "hold_id").unwrap_or("").to_string();
+        let at = u64_field(event, "at_ms").unwrap_or(0);
+        let Some(line) = self.replay.holds.get(&hold_id) else {
+            self.fail(
+                partition,
+                position,
+                event,
+                format!("{kind} of a hold that was never held"),
+            );
+            return Vec::new();
+        };
+        let (status, expires) = line.now();
+        let (user, items) = (line.user.clone(), line.items.clone());
+        let hold_partition = line.partition;
+        let first_after_create = line.timeline.len() == 1;
+        let confirm_on_create = line.confirm_on_create;
+        if hold_partition != partition {
+            self.fail(
+                partition,
+                position,
+                event,
+                format!(
+                    "the hold's events are in two partitions ({hold_partition} and {partition})"
+                ),
+            );
+        }
+        if kind != "extended"
+            && (
+                str_field(event, "user").map(str::to_string),
+                event.get("items").and_then(items_of),
+            ) != (user.clone(), Some(items.clone()))
+        {
+            self.fail(
+                partition,
+                position,
+                event,
+                format!("user and items differ from the held event's ({user:?}, {items:?})"),
+            );
+        }
+        if confirm_on_create && first_after_create && kind != "confirmed" {
+            self.fail(
+                partition,
+                position,
+                event,
+                "a confirm: true reserve must be confirmed in the same step as held".to_string(),
+            );
+        }
+
+        // Which status the hold must be in, and where it goes.
+        let (from, to) = match kind {
+            "confirmed" => (Status::Held, Status::Confirmed),
+            "released" => (Status::Held, Status::Released),
+            "expired" => (Status::Held, Status::Expired),
+            "refunded" => (Status::Confirmed, Status::Refunded),
+            _ => (Status::Held, Status::Held),
+        };
+        if status != from {
+            self.fail(
+                partition,
+                position,
+                event,
+                format!("illegal transition: {kind} of a {} hold", status.name()),
+            );
+            return Vec::new();
+        }
+        let past_deadline = at >= expires;
+        match kind {
+            "expired" => {
+                if !past_deadline {
+                    self.fail(
+                        partition,
+                        position,
+                        event,
+                        format!("expired before its deadline {expires}"),
+                    );
+                }
+                let lag = at.saturating_sub(expires);
+                self.replay.expiry_lags_ms.push(lag);
+                if lag > self.bounds.expiry_lag_max_ms {
+                    self.fail(
+                        partition,
+                        position,
+                        event,
+                        format!(
+                            "expired {lag} ms after its deadline (bound {} ms)",
+                            self.bounds.expiry_lag_max_ms
+                        ),
+                    );
+                }
+            }
+            _ if past_deadline && from == Status::Held => {
+                self.fail(
+                    partition,
+                    position,
+                    event,
+                    format!("{kind} of a hold past its deadline {expires}: it is expired"),
+                );
+            }
+            _ => {}
+        }
+
+        // Attribution.
+        let candidates = self
+            .index
+            .by_hold
+            .get(&hold_id)
+            .cloned()
+            .unwrap_or_default();
+        let event_expires = u64_field(event, "expires_at_ms").unwrap_or(0);
+        let cause = match kind {
+            "expired" => None,
+            "confirmed" if confirm_on_create && first_after_create => {
+                let creator = Some(self.replay.holds[&hold_id].creator);
+                if at != self.replay.holds[&hold_id].created_at_ms {
+                    self.fail(
+                        partition,
+                        position,
+                        event,
+                        "a confirm: true reserve's confirmed has another at_ms than its held"
+                            .to_string(),
+                    );
+                }
+                creator
+            }
+            _ => {
+                let once = kind == "extended";
+                let found = self.pick(&candidates, at, once, |op| match (kind, &op.request) {
+                    ("confirmed", Request::Confirm { .. })
+                    | ("released", Request::Release { .. })
+                    | ("refunded", Request::Refund { .. }) => true,
+                    ("extended", Request::Extend { ttl_ms, .. }) => {
+                        at + ttl_ms == event_expires
+                            && answered(op).is_none_or(|(_, body)| {
+                                u64_field(body, "expires_at_ms") == Some(event_expires)
+                            })
+                    }
+                    _ => false,
+                });
+                if found.is_none() {
+                    self.fail(
+                        partition,
+                        position,
+                        event,
+                        format!("no {kind} request of {hold_id} explains it"),
+                    );
+                }
+                if once {
+                    if let Some(op) = found {
+                        self.used[op] = true;
+                    }
+                }
+                found
+            }
+        };
+        if let Some(op) = cause {
+            self.caused_by(op, partition, position);
+        }
+
+        let s = position + 1;
+        let mut crossed = Vec::new();
+        if kind == "extended" {
+            if event_expires == 0 {
+                self.fail(partition, position, event, "no expires_at_ms".to_string());
+            }
+        } else {
+            for item in &items {
+                let Some(before) = self.pool_nums(&item.pool) else {
+                    continue;
+                };
+                let mut nums = before;
+                match kind {
+                    "confirmed" => {
+                        nums.held = nums.held.saturating_sub(item.qty);
+                        nums.sold += item.qty;
+                    }
+                    "released" | "expired" => {
+                        nums.held = nums.held.saturating_sub(item.qty);
+                        nums.available += item.qty;
+                    }
+                    _ => {
+                        // A refund puts the units back on sale (the `restock: false` variant
+                        // of the contract is not offered by this server; its event would say
+                        // `"restock": false`).
+                        nums.sold = nums.sold.saturating_sub(item.qty);
+                        if event.get("restock") == Some(&Value::Bool(false)) {
+                            nums.total = nums.total.saturating_sub(item.qty);
+                        } else {
+                            nums.available += item.qty;
+                        }
+                    }
+                }
+                self.set_pool(&item.pool, s, nums);
+                if self.crossed(&item.pool, Some(before.available), nums.available) {
+                    crossed.push(item.pool.clone());
+                }
+            }
+            if kind != "confirmed" {
+                self.change_usage(s, &user, &items, false);
+            }
+        }
+        let new_expires = if kind == "extended" {
+            event_expires
+        } else {
+            expires
+        };
+        if let Some(line) = self.replay.holds.get_mut(&hold_id) {
+            line.timeline.push((s, to, new_expires));
+        }
+        crossed
+    }
+
+    /// Holds left held long past their deadline when the feed was read were never expired, and a
+    /// `confirm: true` hold left held was never confirmed.
+    fn end_of_feed(&mut self) {
+        let read_ms = self.history.feed_read_us / 1000;
+        let mut problems = Vec::new();
+        for (hold_id, line) in &self.replay.holds {
+            let (status, expires) = line.now();
+            if status != Status::Held {
+                continue;
+            }
+            if line.confirm_on_create {
+                problems.push(format!(
+                    "hold {hold_id}: a confirm: true reserve left held, never confirmed"
+                ));
+            }
+            if expires + self.bounds.expiry_lag_max_ms < read_ms {
+                problems.push(format!(
+                    "hold {hold_id}: still held {} ms after its deadline {expires} when the \
+                     feed was read: it never expired",
+                    read_ms - expires
+                ));
+            }
+        }
+        problems.sort();
+        self.violations.extend(problems);
+    }
+}

@@ -1,0 +1,502 @@
+//! Small hand-written histories: one that is explained, and variants that must be rejected, each
+//! for one reason (proof that the checker can fail, and fails for the right reason).
+
+use serde_json::{json, Value};
+
+use crate::{check, Bounds, History, Item, Op, Outcome, Request};
+
+const MS: u64 = 1_000;
+
+fn answered(
+    process: u32,
+    from_ms: u64,
+    to_ms: u64,
+    request: Request,
+    status: u16,
+    body: Value,
+) -> Op {
+    Op {
+        process,
+        invoke_us: from_ms * MS,
+        complete_us: to_ms * MS,
+        request,
+        outcome: Outcome::Answered { status, body },
+    }
+}
+
+fn unknown(process: u32, from_ms: u64, to_ms: u64, request: Request) -> Op {
+    Op {
+        process,
+        invoke_us: from_ms * MS,
+        complete_us: to_ms * MS,
+        request,
+        outcome: Outcome::Unknown {
+            why: "connection reset".to_string(),
+        },
+    }
+}
+
+fn reserve(hold_id: &str, user: &str, qty: u64) -> Request {
+    Request::Reserve {
+        hold_id: hold_id.to_string(),
+        user: Some(user.to_string()),
+        items: vec![Item {
+            pool: "p".to_string(),
+            qty,
+        }],
+        ttl_ms: 1_000,
+        confirm: false,
+        wait_ms: 0,
+    }
+}
+
+fn hold(hold_id: &str, user: &str, qty: u64, status: &str, created: u64) -> Value {
+    json!({"hold_id": hold_id, "status": status, "user": user,
+           "items": [{"pool": "p", "qty": qty}], "created_at_ms": created,
+           "expires_at_ms": created + 1_000, "finished_at_ms": null, "partition": 0})
+}
+
+fn held(seq: u64, at: u64, hold_id: &str, user: &str, qty: u64) -> Value {
+    json!({"seq": seq, "at_ms": at, "type": "held", "hold_id": hold_id, "user": user,
+           "items": [{"pool": "p", "qty": qty}], "expires_at_ms": at + 1_000})
+}
+
+fn step(seq: u64, at: u64, kind: &str, hold_id: &str, user: &str, expires: u64) -> Value {
+    json!({"seq": seq, "at_ms": at, "type": kind, "hold_id": hold_id, "user": user,
+           "items": [{"pool": "p", "qty": 1}], "expires_at_ms": expires})
+}
+
+fn pool(total: u64, available: u64, held: u64, sold: u64) -> Value {
+    json!({"pool": "p", "total": total, "available": available, "held": held, "sold": sold,
+           "per_user_limit": 2, "starts_at_ms": null, "ends_at_ms": null,
+           "low_stock_threshold": null, "partition": 0})
+}
+
+fn acquire(owner: &str) -> Request {
+    Request::LockAcquire {
+        name: "L".to_string(),
+        owner: owner.to_string(),
+        ttl_ms: 500,
+    }
+}
+
+/// Two units, three buyers, a confirm, an expiry, a refusal, a read, and a lock passing hands.
+fn explained() -> History {
+    let put = Request::PutPool {
+        pool: "p".to_string(),
+        total: 2,
+        per_user_limit: Some(2),
+        low_stock_threshold: None,
+    };
+    History {
+        ops: vec![
+            answered(0, 1_000, 1_002, put, 201, pool(2, 2, 0, 0)),
+            answered(
+                1,
+                1_010,
+                1_012,
+                reserve("h1", "u1", 1),
+                201,
+                hold("h1", "u1", 1, "held", 1_011),
+            ),
+            answered(
+                2,
+                1_020,
+                1_022,
+                reserve("h2", "u2", 1),
+                201,
+                hold("h2", "u2", 1, "held", 1_021),
+            ),
+            answered(
+                3,
+                1_030,
+                1_032,
+                reserve("h3", "u3", 1),
+                409,
+                json!({"error": "insufficient_stock", "pool": "p", "available": 0, "requested": 1}),
+            ),
+            answered(
+                1,
+                1_040,
+                1_042,
+                Request::Confirm {
+                    hold_id: "h1".to_string(),
+                },
+                200,
+                hold("h1", "u1", 1, "confirmed", 1_011),
+            ),
+            answered(
+                3,
+                2_100,
+                2_101,
+                Request::GetPool {
+                    pool: "p".to_string(),
+                },
+                200,
+                pool(2, 1, 0, 1),
+            ),
+            answered(
+                2,
+                2_110,
+                2_111,
+                Request::Confirm {
+                    hold_id: "h2".to_string(),
+                },
+                409,
+                json!({"error": "hold_expired", "hold_id": "h2"}),
+            ),
+            answered(
+                4,
+                1_000,
+                1_002,
+                acquire("o1"),
+                200,
+                json!({"token": 1, "expires_at_ms": 1_501}),
+            ),
+            answered(
+                5,
+                1_100,
+                1_102,
+                acquire("o2"),
+                409,
+                json!({"error": "lock_held", "expires_at_ms": 1_501}),
+            ),
+            answered(
+                5,
+                1_600,
+                1_602,
+                acquire("o2"),
+                200,
+                json!({"token": 2, "expires_at_ms": 2_101}),
+            ),
+        ],
+        feed: vec![vec![
+            json!({"seq": 1, "at_ms": 1_001, "type": "pool_upserted", "pool": "p", "total": 2, "available": 2}),
+            held(2, 1_011, "h1", "u1", 1),
+            held(3, 1_021, "h2", "u2", 1),
+            step(4, 1_041, "confirmed", "h1", "u1", 2_011),
+            step(5, 2_030, "expired", "h2", "u2", 2_021),
+        ]],
+        feed_read_us: 3_000 * MS,
+    }
+}
+
+fn violations(history: &History) -> Vec<String> {
+    check(history, Bounds::default()).violations
+}
+
+/// The history is rejected, and some violation mentions `why`.
+fn rejected(history: &History, why: &str) {
+    let found = violations(history);
+    assert!(
+        found.iter().any(|v| v.contains(why)),
+        "expected a violation mentioning {why:?}, got {found:#?}"
+    );
+}
+
+#[test]
+fn an_explained_history_passes_and_is_counted() {
+    let report = check(&explained(), Bounds::default());
+    assert!(report.ok(), "{:#?}", report.violations);
+    assert_eq!(report.stats.ops, 10);
+    assert_eq!(report.stats.answered, 10);
+    assert_eq!(report.stats.events, 5);
+    assert_eq!(report.stats.holds, 2);
+    assert_eq!(report.stats.expiries, 1);
+    assert_eq!(report.stats.expiry_lag_max_ms, 9);
+    assert_eq!(report.stats.lock_grants, 2);
+    assert_eq!(report.stats.answers["reserve 409 insufficient_stock"], 1);
+}
+
+#[test]
+fn an_oversell_is_rejected() {
+    let mut history = explained();
+    history.ops[3] = answered(
+        3,
+        1_030,
+        1_032,
+        reserve("h3", "u3", 1),
+        201,
+        hold("h3", "u3", 1, "held", 1_031),
+    );
+    history.feed[0].insert(3, held(4, 1_031, "h3", "u3", 1));
+    for (seq, event) in history.feed[0].iter_mut().enumerate() {
+        event["seq"] = json!(seq + 1);
+    }
+    rejected(&history, "OVERSELL");
+}
+
+#[test]
+fn a_hold_applied_twice_is_rejected() {
+    let mut history = explained();
+    // A retry of h1 whose outcome is unknown, and a second held event for it.
+    history
+        .ops
+        .push(unknown(1, 1_013, 1_015, reserve("h1", "u1", 1)));
+    history.feed[0].insert(2, held(3, 1_014, "h1", "u1", 1));
+    for (seq, event) in history.feed[0].iter_mut().enumerate() {
+        event["seq"] = json!(seq + 1);
+    }
+    rejected(&history, "applied twice");
+}
+
+#[test]
+fn a_stale_read_is_rejected() {
+    let mut history = explained();
+    // Read 70 ms after the expiry was applied, yet showing the unit still held.
+    history.ops[5] = answered(
+        3,
+        2_100,
+        2_101,
+        Request::GetPool {
+            pool: "p".to_string(),
+        },
+        200,
+        pool(2, 0, 1, 1),
+    );
+    rejected(&history, "not a state the pool had");
+}
+
+#[test]
+fn a_refusal_no_state_explains_is_rejected() {
+    let mut history = explained();
+    // h3 refused while a unit was surely free: h2 was expired long before.
+    history.ops[3] = answered(
+        3,
+        2_200,
+        2_201,
+        reserve("h3", "u3", 1),
+        409,
+        json!({"error": "insufficient_stock", "pool": "p", "available": 0, "requested": 1}),
+    );
+    rejected(&history, "gives this refusal");
+}
+
+#[test]
+fn a_fencing_token_going_backwards_is_rejected() {
+    let mut history = explained();
+    history.ops.push(answered(
+        6,
+        2_200,
+        2_202,
+        acquire("o3"),
+        200,
+        json!({"token": 1, "expires_at_ms": 2_701}),
+    ));
+    rejected(&history, "token went backwards");
+}
+
+#[test]
+fn two_owners_at_once_are_rejected() {
+    let mut history = explained();
+    // o2 granted while o1's lease (until 1501) was valid.
+    history.ops[8] = answered(
+        5,
+        1_100,
+        1_102,
+        acquire("o2"),
+        200,
+        json!({"token": 2, "expires_at_ms": 1_601}),
+    );
+    history.ops.remove(9);
+    rejected(&history, "two owners at once");
+}
+
+#[test]
+fn a_released_lease_may_pass_hands_early() {
+    let mut history = explained();
+    history.ops.push(answered(
+        4,
+        1_050,
+        1_052,
+        Request::LockRelease {
+            name: "L".to_string(),
+            owner: "o1".to_string(),
+            token: 1,
+        },
+        200,
+        json!({"released": true}),
+    ));
+    history.ops[8] = answered(
+        5,
+        1_100,
+        1_102,
+        acquire("o2"),
+        200,
+        json!({"token": 2, "expires_at_ms": 1_601}),
+    );
+    history.ops.remove(9);
+    let found = violations(&history);
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+#[test]
+fn a_renew_may_shorten_a_lease() {
+    let mut history = explained();
+    // o1 renews with a short ttl at 1050: its lease now ends at 1200, and o2 gets it at 1300.
+    history.ops.push(answered(
+        4,
+        1_050,
+        1_052,
+        Request::LockRenew {
+            name: "L".to_string(),
+            owner: "o1".to_string(),
+            token: 1,
+            ttl_ms: 150,
+        },
+        200,
+        json!({"token": 1, "expires_at_ms": 1_201}),
+    ));
+    history.ops[9] = answered(
+        5,
+        1_300,
+        1_302,
+        acquire("o2"),
+        200,
+        json!({"token": 2, "expires_at_ms": 1_801}),
+    );
+    let found = violations(&history);
+    assert!(found.is_empty(), "{found:#?}");
+    // ... but not at 1150.
+    history.ops[9] = answered(
+        5,
+        1_150,
+        1_152,
+        acquire("o2"),
+        200,
+        json!({"token": 2, "expires_at_ms": 1_651}),
+    );
+    rejected(&history, "two owners at once");
+}
+
+#[test]
+fn an_acknowledged_confirm_missing_from_the_feed_is_rejected() {
+    let mut history = explained();
+    history.feed[0].remove(3);
+    history.feed[0][3] = step(4, 2_030, "expired", "h2", "u2", 2_021);
+    rejected(&history, "confirmed");
+}
+
+#[test]
+fn an_event_no_request_explains_is_rejected() {
+    let mut history = explained();
+    // h2 released although nobody asked.
+    history.feed[0][4] = step(5, 1_500, "released", "h2", "u2", 2_021);
+    history.ops.remove(6);
+    rejected(&history, "no released request of h2 explains it");
+}
+
+#[test]
+fn an_unknown_outcome_may_or_may_not_have_happened() {
+    // The release of h2 was sent, the server was killed, and nobody knows: both feeds pass.
+    let release = Request::Release {
+        hold_id: "h2".to_string(),
+    };
+    let mut applied = explained();
+    applied.ops.push(unknown(2, 1_500, 1_501, release));
+    applied.ops.remove(6);
+    let not_applied = applied.clone();
+    applied.feed[0][4] = step(5, 1_700, "released", "h2", "u2", 2_021);
+    assert!(
+        violations(&applied).is_empty(),
+        "{:#?}",
+        violations(&applied)
+    );
+    assert!(
+        violations(&not_applied).is_empty(),
+        "{:#?}",
+        violations(&not_applied)
+    );
+    // A 503 is the same as unknown.
+    let mut answered_503 = applied.clone();
+    let last = answered_503.ops.len() - 1;
+    answered_503.ops[last].outcome = Outcome::Answered {
+        status: 503,
+        body: json!({"error": "backend_unavailable"}),
+    };
+    assert!(
+        violations(&answered_503).is_empty(),
+        "{:#?}",
+        violations(&answered_503)
+    );
+}
+
+#[test]
+fn an_early_expiry_is_rejected() {
+    let mut history = explained();
+    history.feed[0][4] = step(5, 2_000, "expired", "h2", "u2", 2_021);
+    rejected(&history, "expired before its deadline");
+}
+
+#[test]
+fn a_hold_that_never_expires_is_rejected() {
+    let mut history = explained();
+    history.feed[0].remove(4);
+    history.ops.truncate(5);
+    history.feed_read_us = 9_000 * MS;
+    rejected(&history, "never expired");
+}
+
+#[test]
+fn a_feed_against_real_time_is_rejected() {
+    let mut history = explained();
+    // h2 was sent after h1 was acknowledged, but its held event comes first.
+    history.ops[1] = answered(
+        1,
+        1_000,
+        1_003,
+        reserve("h1", "u1", 1),
+        201,
+        hold("h1", "u1", 1, "held", 1_004),
+    );
+    history.ops[2] = answered(
+        2,
+        1_004,
+        1_006,
+        reserve("h2", "u2", 1),
+        201,
+        hold("h2", "u2", 1, "held", 1_004),
+    );
+    history.feed[0][1] = held(2, 1_004, "h2", "u2", 1);
+    history.feed[0][2] = held(3, 1_004, "h1", "u1", 1);
+    history.feed[0][4] = step(5, 2_030, "expired", "h2", "u2", 2_004);
+    history.ops[4] = answered(
+        1,
+        1_040,
+        1_042,
+        Request::Confirm {
+            hold_id: "h1".to_string(),
+        },
+        200,
+        hold("h1", "u1", 1, "confirmed", 1_004),
+    );
+    history.feed[0][3] = step(4, 1_041, "confirmed", "h1", "u1", 2_004);
+    let found = violations(&history);
+    assert!(
+        found.iter().any(|v| v.contains("real-time order")),
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn a_per_user_limit_broken_in_the_feed_is_rejected() {
+    let mut history = explained();
+    history.ops[2] = answered(
+        2,
+        1_020,
+        1_022,
+        reserve("h2", "u1", 2),
+        201,
+        hold("h2", "u1", 2, "held", 1_021),
+    );
+    history.feed[0][2] = held(3, 1_021, "h2", "u1", 2);
+    rejected(&history, "per-user limit");
+}
+
+#[test]
+fn a_history_survives_a_round_trip_through_json() {
+    let history = explained();
+    let text = serde_json::to_string(&history).expect("serialise");
+    let back: History = serde_json::from_str(&text).expect("parse");
+    assert_eq!(back, history);
+}
