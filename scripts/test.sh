@@ -37,7 +37,8 @@ echo "== cargo test (embedded engine; Redis fleet and fault tests; history check
 cargo test --workspace --locked "$@"
 echo "== cargo test (black-box suites against a real Redis)"
 STOCKD_TEST_BACKEND=redis cargo test -p stockd --locked \
-    --test conformance --test concurrency --test crash --test garbage --test cli --test keepalive "$@"
+    --test conformance --test concurrency --test crash --test garbage --test cli --test keepalive \
+    --test bench "$@"
 echo "== cargo test (black-box suites against a real 3-primary Redis Cluster, 16 partitions)"
 STOCKD_TEST_BACKEND=redis-cluster cargo test -p stockd --locked \
     --test conformance --test concurrency --test garbage --test fleet "$@"

@@ -1,6 +1,7 @@
 //! The `stockd` binary: `stockd serve` runs the service; the other subcommands are an admin and
 //! client command line over its HTTP API.
 
+mod bench;
 mod cli;
 mod serve;
 
@@ -47,6 +48,11 @@ enum Command {
         #[command(subcommand)]
         command: cli::HoldCommand,
     },
+    /// Load a running stockd and check its numbers afterwards.
+    Bench {
+        #[command(subcommand)]
+        command: bench::BenchCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -78,6 +84,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) => serve::run(args).await,
             Command::Redis { command } => serve::run_redis(command).await,
+            Command::Bench { command } => bench::run(command).await,
             Command::Pool { client, command } => cli::run_pool(&client, command).await,
             Command::Hold { client, command } => cli::run_hold(&client, command).await,
         }

@@ -1,0 +1,176 @@
+//! One HTTP/1.1 keep-alive connection to a stockd server, as a load generator needs it: one
+//! request at a time, the whole answer read, and a new connection when the old one fails.
+//!
+//! Built on hyper's client connection directly (no pool): a load generator must control exactly
+//! how many connections it opens, and reuse each for every request of its worker.
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::{handshake, SendRequest};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST};
+use hyper::{Method, Request as HttpRequest};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+/// Where the server is: `host:port` and the bearer token to send.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    /// `host:port`, from an `http://` URL.
+    pub authority: String,
+    /// Sent as `Authorization: Bearer ...` on every request when set.
+    pub token: Option<String>,
+}
+
+impl Endpoint {
+    /// Parses `http://host:port` (a trailing `/` is fine; `https` is not supported: put the
+    /// bench next to the server, or behind the same proxy's plain side).
+    pub fn parse(url: &str, token: Option<String>) -> Result<Endpoint, String> {
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("--url {url:?}: expected http://HOST:PORT"))?;
+        let authority = rest.trim_end_matches('/');
+        if authority.is_empty() || authority.contains('/') {
+            return Err(format!(
+                "--url {url:?}: expected http://HOST:PORT with no path"
+            ));
+        }
+        let authority = if authority.contains(':') {
+            authority.to_string()
+        } else {
+            format!("{authority}:80")
+        };
+        Ok(Endpoint {
+            authority,
+            token: token.filter(|token| !token.is_empty()),
+        })
+    }
+}
+
+/// One request of a workload.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub method: Method,
+    pub path: String,
+    pub body: Bytes,
+}
+
+impl Request {
+    pub fn get(path: impl Into<String>) -> Request {
+        Request {
+            method: Method::GET,
+            path: path.into(),
+            body: Bytes::new(),
+        }
+    }
+
+    pub fn json(method: Method, path: impl Into<String>, body: &serde_json::Value) -> Request {
+        Request {
+            method,
+            path: path.into(),
+            body: Bytes::from(body.to_string()),
+        }
+    }
+}
+
+/// A whole answer.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn json(&self) -> Option<serde_json::Value> {
+        serde_json::from_slice(&self.body).ok()
+    }
+
+    /// The `error` code of an error body, if it has one.
+    pub fn error_code(&self) -> Option<String> {
+        if self.status < 400 {
+            return None;
+        }
+        self.json()?.get("error")?.as_str().map(str::to_string)
+    }
+}
+
+/// A keep-alive connection that reconnects on the next request after a failure.
+pub struct Connection {
+    endpoint: Endpoint,
+    authorization: Option<HeaderValue>,
+    host: HeaderValue,
+    sender: Option<SendRequest<Full<Bytes>>>,
+}
+
+impl Connection {
+    pub fn new(endpoint: &Endpoint) -> Result<Connection, String> {
+        let authorization = match &endpoint.token {
+            Some(token) => Some(
+                HeaderValue::from_str(&format!("Bearer {token}"))
+                    .map_err(|_| "the token has characters a header cannot carry".to_string())?,
+            ),
+            None => None,
+        };
+        let host = HeaderValue::from_str(&endpoint.authority)
+            .map_err(|_| format!("bad host {:?}", endpoint.authority))?;
+        Ok(Connection {
+            endpoint: endpoint.clone(),
+            authorization,
+            host,
+            sender: None,
+        })
+    }
+
+    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, String> {
+        let stream = TcpStream::connect(&self.endpoint.authority)
+            .await
+            .map_err(|error| format!("connect {}: {error}", self.endpoint.authority))?;
+        let _ = stream.set_nodelay(true);
+        let (sender, connection) = handshake(TokioIo::new(stream))
+            .await
+            .map_err(|error| format!("handshake: {error}"))?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(sender)
+    }
+
+    /// Sends `request` and reads the whole answer. An error means the outcome is unknown (the
+    /// request may or may not have reached the server); the next call reconnects.
+    pub async fn send(&mut self, request: &Request) -> Result<Answer, String> {
+        let sender = match &mut self.sender {
+            Some(sender) if !sender.is_closed() => sender,
+            _ => self.sender.insert(self.connect().await?),
+        };
+        sender
+            .ready()
+            .await
+            .map_err(|error| format!("connection: {error}"))?;
+        let mut builder = HttpRequest::builder()
+            .method(request.method.clone())
+            .uri(&request.path)
+            .header(HOST, self.host.clone());
+        if let Some(authorization) = &self.authorization {
+            builder = builder.header(AUTHORIZATION, authorization.clone());
+        }
+        if !request.body.is_empty() {
+            builder = builder.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        let http = builder
+            .body(Full::new(request.body.clone()))
+            .map_err(|error| format!("request: {error}"))?;
+        let result = async {
+            let response = sender.send_request(http).await?;
+            let status = response.status().as_u16();
+            let body = response.into_body().collect().await?.to_bytes();
+            Ok::<_, hyper::Error>(Answer { status, body })
+        }
+        .await;
+        match result {
+            Ok(answer) => Ok(answer),
+            Err(error) => {
+                self.sender = None;
+                Err(format!("{error}"))
+            }
+        }
+    }
+}

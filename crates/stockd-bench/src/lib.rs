@@ -1,0 +1,82 @@
+//! `stockd bench`: a load generator for a running stockd, whatever its backend, that ends every
+//! run with a correctness verdict read back from the server.
+//!
+//! - [`http`]: one keep-alive HTTP/1.1 connection per worker (hyper's client connection).
+//! - [`load`]: the driver, closed or open loop (wrk2-style schedule, latency from the intended
+//!   send time), HDR histograms per run and per second, the progress line.
+//! - [`scenario`]: flash, team, cart, lifecycle and batch: set-up, requests, verdict.
+//! - [`report`]: the table, the JSON document and the SVG plot.
+//!
+//! It never decides anything about stock: it sends requests and checks what the server says.
+
+pub mod http;
+pub mod load;
+pub mod report;
+pub mod scenario;
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use http::Endpoint;
+pub use load::{LoadConfig, Pace};
+pub use report::Report;
+pub use scenario::{Scenario, Verdict};
+
+/// One `stockd bench run`.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// `http://HOST:PORT` of the server.
+    pub url: String,
+    /// An admin token when the server has tokens (the bench creates its own pools).
+    pub token: Option<String>,
+    pub scenario: Scenario,
+    pub load: LoadConfig,
+}
+
+/// A short id that names this run's pools and holds, unique across runs on one server.
+fn run_id(seed: u64) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_nanos() as u64);
+    format!(
+        "bench-{:x}",
+        (nanos ^ seed.rotate_left(17)) & 0xffff_ffff_ffff
+    )
+}
+
+/// Sets the scenario up on the server, runs the load, and reads the verdict back.
+pub async fn run(config: RunConfig) -> Result<Report, String> {
+    let endpoint = Endpoint::parse(&config.url, config.token.clone())?;
+    let mut admin = scenario::Admin::new(&endpoint)?;
+    let health = admin
+        .send(&http::Request::get("/healthz"))
+        .await
+        .map_err(|error| format!("{}: not reachable: {error}", config.url))?;
+    if health.status != 200 {
+        return Err(format!("{}/healthz answered {}", config.url, health.status));
+    }
+    let run_id = run_id(config.load.seed);
+    let run = Arc::new(
+        scenario::Run::set_up(
+            &mut admin,
+            config.scenario.clone(),
+            &run_id,
+            config.load.connections,
+        )
+        .await?,
+    );
+    let load = load::run(&endpoint, Arc::clone(&run), &config.load).await?;
+    let verdict = run.verdict(&mut admin).await?;
+    let (holds, _units) = run.created();
+    Ok(Report::new(
+        &run_id,
+        &config.url,
+        config.scenario,
+        config.load.connections,
+        config.load.pace,
+        config.load.seed,
+        &load,
+        holds,
+        verdict,
+    ))
+}

@@ -1,0 +1,749 @@
+//! The scenarios of `stockd bench run`: what they set up, what they send, and how their
+//! verdict is read back from the server.
+//!
+//! Every scenario names its pools and holds after the run's id, so runs against one server never
+//! mix. The verdict trusts nothing the load generator believes: it reads every pool back, and
+//! every hold whose outcome is unknown, and checks the arithmetic against the answers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use hyper::Method;
+use rand::rngs::StdRng;
+use rand::seq::index::sample;
+use rand::Rng;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::http::{Answer, Connection, Endpoint, Request};
+use crate::load::Workload;
+
+/// Which scenario, with its knobs.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "scenario", rename_all = "snake_case")]
+pub enum Scenario {
+    /// One hot pool of `stock` units, `buyers` distinct users, each limited to `per_user_limit`.
+    Flash {
+        stock: u64,
+        buyers: u64,
+        per_user_limit: Option<u64>,
+    },
+    /// `teams` pools of `team_size` slots, set up with `?if_absent=true`; `buyers` users race
+    /// for each team, each trying once.
+    Team {
+        teams: u64,
+        team_size: u64,
+        buyers: u64,
+    },
+    /// Holds of `items` units, each from a different one of `pools` pools.
+    Cart { pools: u64, items: u64, stock: u64 },
+    /// Reserve with a short `ttl_ms`, then confirm, release or let expire, in these shares.
+    Lifecycle {
+        confirm_share: f64,
+        release_share: f64,
+        ttl_ms: u64,
+    },
+    /// The batch endpoint: `ops` reserve-and-confirm ops per request, on one pool.
+    Batch { ops: u64 },
+}
+
+impl Scenario {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scenario::Flash { .. } => "flash",
+            Scenario::Team { .. } => "team",
+            Scenario::Cart { .. } => "cart",
+            Scenario::Lifecycle { .. } => "lifecycle",
+            Scenario::Batch { .. } => "batch",
+        }
+    }
+}
+
+/// One check of a verdict.
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// What the server says after the run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Verdict {
+    pub ok: bool,
+    pub checks: Vec<Check>,
+    /// Units sold beyond what the pools had: 0 unless the server oversold.
+    pub oversold_units: u64,
+}
+
+impl Verdict {
+    fn check(&mut self, name: impl Into<String>, ok: bool, detail: impl Into<String>) {
+        self.checks.push(Check {
+            name: name.into(),
+            ok,
+            detail: detail.into(),
+        });
+    }
+
+    fn finish(mut self) -> Verdict {
+        self.ok = self.checks.iter().all(|check| check.ok);
+        self
+    }
+}
+
+/// Sequential requests for set-up and read-back.
+pub struct Admin {
+    connection: Connection,
+}
+
+impl Admin {
+    pub fn new(endpoint: &Endpoint) -> Result<Admin, String> {
+        Ok(Admin {
+            connection: Connection::new(endpoint)?,
+        })
+    }
+
+    pub async fn send(&mut self, request: &Request) -> Result<Answer, String> {
+        // Read-back must not fail on one dropped connection: retry reads and idempotent writes.
+        let mut last = String::new();
+        for _ in 0..5 {
+            match self.connection.send(request).await {
+                Ok(answer) if answer.status == 503 => {
+                    last = format!("503: {}", String::from_utf8_lossy(&answer.body));
+                }
+                Ok(answer) => return Ok(answer),
+                Err(error) => last = error,
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Err(last)
+    }
+
+    pub async fn put_pool(
+        &mut self,
+        pool: &str,
+        body: Value,
+        if_absent: bool,
+    ) -> Result<(), String> {
+        let path = if if_absent {
+            format!("/v1/pools/{pool}?if_absent=true")
+        } else {
+            format!("/v1/pools/{pool}")
+        };
+        let answer = self.send(&Request::json(Method::PUT, path, &body)).await?;
+        match answer.status {
+            200 | 201 => Ok(()),
+            401 | 403 => Err(format!(
+                "setting up pool {pool}: {} (the bench needs an admin token to create its pools: --token)",
+                answer.status
+            )),
+            status => Err(format!(
+                "setting up pool {pool}: {status} {}",
+                String::from_utf8_lossy(&answer.body)
+            )),
+        }
+    }
+
+    pub async fn pool(&mut self, pool: &str) -> Result<PoolState, String> {
+        let answer = self
+            .send(&Request::get(format!("/v1/pools/{pool}")))
+            .await?;
+        let body = answer
+            .json()
+            .filter(|_| answer.status == 200)
+            .ok_or_else(|| {
+                format!(
+                    "reading pool {pool}: {} {}",
+                    answer.status,
+                    String::from_utf8_lossy(&answer.body)
+                )
+            })?;
+        let n = |field: &str| body[field].as_u64().unwrap_or(u64::MAX);
+        Ok(PoolState {
+            total: n("total"),
+            available: n("available"),
+            held: n("held"),
+            sold: n("sold"),
+        })
+    }
+
+    /// The hold's status and user, or `None` when the server has no such hold.
+    pub async fn hold(
+        &mut self,
+        hold_id: &str,
+    ) -> Result<Option<(String, Option<String>)>, String> {
+        let answer = self
+            .send(&Request::get(format!("/v1/holds/{hold_id}")))
+            .await?;
+        match answer.status {
+            200 => {
+                let body = answer.json().unwrap_or_default();
+                Ok(Some((
+                    body["status"].as_str().unwrap_or("").to_string(),
+                    body["user"].as_str().map(str::to_string),
+                )))
+            }
+            404 => Ok(None),
+            status => Err(format!(
+                "reading hold {hold_id}: {status} {}",
+                String::from_utf8_lossy(&answer.body)
+            )),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct PoolState {
+    pub total: u64,
+    pub available: u64,
+    pub held: u64,
+    pub sold: u64,
+}
+
+impl PoolState {
+    fn adds_up(&self) -> bool {
+        self.available
+            .checked_add(self.held)
+            .and_then(|n| n.checked_add(self.sold))
+            == Some(self.total)
+    }
+}
+
+/// One hold the run sent: its id, its user and the units it asked of each pool.
+#[derive(Clone, Debug)]
+pub struct Sent {
+    pub hold_id: String,
+    pub user: Option<String>,
+    pub units: Vec<(usize, u64)>,
+}
+
+/// What came of the holds the run sent: created (201), refused, or unknown.
+#[derive(Default)]
+struct Ledger {
+    created: Vec<Sent>,
+    unknown: Vec<Sent>,
+    /// Per-op refusals and other answers, for the record.
+    other: u64,
+}
+
+/// A running scenario: the workload the driver runs, and its verdict afterwards.
+pub struct Run {
+    scenario: Scenario,
+    run_id: String,
+    pools: Vec<String>,
+    /// Units each pool was set up with.
+    stock: Vec<u64>,
+    next_id: AtomicU64,
+    ledger: Mutex<Ledger>,
+    /// Lifecycle: per worker, the hold waiting for its confirm or release.
+    pending: Vec<Mutex<Option<(String, Action)>>>,
+    /// Lifecycle: confirms and releases the server accepted.
+    confirmed: Mutex<Vec<Sent>>,
+    released: AtomicU64,
+    /// Team: tickets handed out (team, buyer).
+    tickets: AtomicU64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    Confirm,
+    Release,
+}
+
+/// Tags: which hold a request was (or which holds, for a batch).
+pub enum Tag {
+    Hold(Sent),
+    Holds(Vec<Sent>),
+    Confirm(Sent),
+    Release,
+}
+
+impl Run {
+    /// Creates the scenario's pools on the server.
+    pub async fn set_up(
+        admin: &mut Admin,
+        scenario: Scenario,
+        run_id: &str,
+        connections: usize,
+    ) -> Result<Run, String> {
+        let (pools, stock): (Vec<String>, Vec<u64>) = match &scenario {
+            Scenario::Flash { stock, .. } => (vec![format!("{run_id}-hot")], vec![*stock]),
+            Scenario::Team {
+                teams, team_size, ..
+            } => (
+                (0..*teams).map(|t| format!("{run_id}-team-{t}")).collect(),
+                vec![*team_size; *teams as usize],
+            ),
+            Scenario::Cart { pools, stock, .. } => (
+                (0..*pools).map(|p| format!("{run_id}-cart-{p}")).collect(),
+                vec![*stock; *pools as usize],
+            ),
+            Scenario::Lifecycle { .. } => (vec![format!("{run_id}-life")], vec![BIG_STOCK]),
+            Scenario::Batch { .. } => (vec![format!("{run_id}-batch")], vec![BIG_STOCK]),
+        };
+        for (pool, &units) in pools.iter().zip(&stock) {
+            let mut body = json!({ "total": units });
+            if let Scenario::Flash {
+                per_user_limit: Some(limit),
+                ..
+            } = &scenario
+            {
+                body["per_user_limit"] = json!(limit);
+            }
+            // Teams are set up as many services would: create if absent, never overwrite.
+            let if_absent = matches!(scenario, Scenario::Team { .. });
+            admin.put_pool(pool, body, if_absent).await?;
+        }
+        Ok(Run {
+            scenario,
+            run_id: run_id.to_string(),
+            pools,
+            stock,
+            next_id: AtomicU64::new(0),
+            ledger: Mutex::new(Ledger::default()),
+            pending: (0..connections).map(|_| Mutex::new(None)).collect(),
+            confirmed: Mutex::new(Vec::new()),
+            released: AtomicU64::new(0),
+            tickets: AtomicU64::new(0),
+        })
+    }
+
+    pub fn scenario(&self) -> &Scenario {
+        &self.scenario
+    }
+
+    fn hold_id(&self) -> String {
+        format!(
+            "{}-{}",
+            self.run_id,
+            self.next_id.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    fn reserve_body(&self, sent: &Sent, confirm: bool, ttl_ms: Option<u64>) -> Value {
+        let items: Vec<Value> = sent
+            .units
+            .iter()
+            .map(|&(pool, qty)| json!({"pool": self.pools[pool], "qty": qty}))
+            .collect();
+        let mut body = json!({"hold_id": sent.hold_id, "items": items});
+        if let Some(user) = &sent.user {
+            body["user"] = json!(user);
+        }
+        if confirm {
+            body["confirm"] = json!(true);
+        }
+        if let Some(ttl_ms) = ttl_ms {
+            body["ttl_ms"] = json!(ttl_ms);
+        }
+        body
+    }
+
+    fn record_hold(&self, sent: Sent, answer: &Result<Answer, String>) {
+        let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
+        match answer {
+            Ok(answer) if answer.status == 201 => ledger.created.push(sent),
+            Ok(answer) if answer.status == 503 => ledger.unknown.push(sent),
+            Ok(_) => ledger.other += 1,
+            Err(_) => ledger.unknown.push(sent),
+        }
+    }
+
+    /// Holds and units created by the run (for `batch`: holds per second).
+    pub fn created(&self) -> (u64, u64) {
+        let ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
+        let units = ledger
+            .created
+            .iter()
+            .flat_map(|sent| sent.units.iter().map(|&(_, qty)| qty))
+            .sum();
+        (ledger.created.len() as u64, units)
+    }
+}
+
+/// Pools that must not run out during the run: big enough for any run on one machine.
+const BIG_STOCK: u64 = 1_000_000_000_000;
+
+impl Workload for Run {
+    type Tag = Tag;
+
+    fn next(&self, worker: usize, rng: &mut StdRng) -> Option<(Request, Tag)> {
+        match &self.scenario {
+            Scenario::Flash { buyers, .. } => {
+                let sent = Sent {
+                    hold_id: self.hold_id(),
+                    user: Some(format!("u{}", rng.gen_range(0..(*buyers).max(1)))),
+                    units: vec![(0, 1)],
+                };
+                let body = self.reserve_body(&sent, true, None);
+                Some((
+                    Request::json(Method::POST, "/v1/holds", &body),
+                    Tag::Hold(sent),
+                ))
+            }
+            Scenario::Team { teams, buyers, .. } => {
+                let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
+                if ticket >= teams * buyers {
+                    return None;
+                }
+                let (team, buyer) = (ticket % teams, ticket / teams);
+                let sent = Sent {
+                    hold_id: format!("{}-t{team}-b{buyer}", self.run_id),
+                    user: Some(format!("b{buyer}")),
+                    units: vec![(team as usize, 1)],
+                };
+                let body = self.reserve_body(&sent, true, None);
+                Some((
+                    Request::json(Method::POST, "/v1/holds", &body),
+                    Tag::Hold(sent),
+                ))
+            }
+            Scenario::Cart { pools, items, .. } => {
+                let picked = sample(rng, *pools as usize, (*items).min(*pools) as usize);
+                let sent = Sent {
+                    hold_id: self.hold_id(),
+                    user: None,
+                    units: picked.into_iter().map(|pool| (pool, 1)).collect(),
+                };
+                let body = self.reserve_body(&sent, true, None);
+                Some((
+                    Request::json(Method::POST, "/v1/holds", &body),
+                    Tag::Hold(sent),
+                ))
+            }
+            Scenario::Lifecycle {
+                confirm_share,
+                release_share,
+                ttl_ms,
+            } => {
+                let pending = self.pending[worker]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+                if let Some((hold_id, action)) = pending {
+                    let (verb, tag) = match action {
+                        Action::Confirm => (
+                            "confirm",
+                            Tag::Confirm(Sent {
+                                hold_id: hold_id.clone(),
+                                user: None,
+                                units: vec![(0, 1)],
+                            }),
+                        ),
+                        Action::Release => ("release", Tag::Release),
+                    };
+                    let path = format!("/v1/holds/{hold_id}/{verb}");
+                    return Some((
+                        Request {
+                            method: Method::POST,
+                            path,
+                            body: Default::default(),
+                        },
+                        tag,
+                    ));
+                }
+                let roll: f64 = rng.gen();
+                let action = if roll < *confirm_share {
+                    Some(Action::Confirm)
+                } else if roll < confirm_share + release_share {
+                    Some(Action::Release)
+                } else {
+                    None // left to expire
+                };
+                let sent = Sent {
+                    hold_id: self.hold_id(),
+                    user: None,
+                    units: vec![(0, 1)],
+                };
+                if let Some(action) = action {
+                    // Set before the answer; cleared by `answered` if the reserve fails.
+                    *self.pending[worker]
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = Some((sent.hold_id.clone(), action));
+                }
+                let body = self.reserve_body(&sent, false, Some(*ttl_ms));
+                Some((
+                    Request::json(Method::POST, "/v1/holds", &body),
+                    Tag::Hold(sent),
+                ))
+            }
+            Scenario::Batch { ops } => {
+                let sents: Vec<Sent> = (0..*ops)
+                    .map(|_| Sent {
+                        hold_id: self.hold_id(),
+                        user: None,
+                        units: vec![(0, 1)],
+                    })
+                    .collect();
+                let ops: Vec<Value> = sents
+                    .iter()
+                    .map(|sent| {
+                        let mut op = self.reserve_body(sent, true, None);
+                        op["op"] = json!("reserve");
+                        op
+                    })
+                    .collect();
+                let body = json!({ "ops": ops });
+                Some((
+                    Request::json(Method::POST, "/v1/batch", &body),
+                    Tag::Holds(sents),
+                ))
+            }
+        }
+    }
+
+    fn answered(&self, worker: usize, tag: Tag, answer: &Result<Answer, String>) {
+        match tag {
+            Tag::Hold(sent) => {
+                let created = matches!(answer, Ok(answer) if answer.status == 201);
+                if !created && matches!(self.scenario, Scenario::Lifecycle { .. }) {
+                    let mut pending = self.pending[worker]
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
+                    if pending.as_ref().is_some_and(|(id, _)| *id == sent.hold_id) {
+                        *pending = None;
+                    }
+                }
+                self.record_hold(sent, answer);
+            }
+            Tag::Holds(sents) => {
+                // A batch answers 200 with one result per op; anything else leaves them all
+                // unknown (503, no answer) or refused (4xx: nothing was applied).
+                let results = match answer {
+                    Ok(answer) if answer.status == 200 => answer
+                        .json()
+                        .and_then(|body| body["results"].as_array().cloned()),
+                    _ => None,
+                };
+                match results {
+                    Some(results) => {
+                        for (sent, result) in sents.into_iter().zip(results) {
+                            let status = result["status"].as_u64().unwrap_or(0) as u16;
+                            self.record_hold(
+                                sent,
+                                &Ok(Answer {
+                                    status,
+                                    body: Default::default(),
+                                }),
+                            );
+                        }
+                    }
+                    None => {
+                        for sent in sents {
+                            self.record_hold(sent, answer);
+                        }
+                    }
+                }
+            }
+            Tag::Confirm(sent) => match answer {
+                Ok(answer) if answer.status == 200 => self
+                    .confirmed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(sent),
+                _ => {}
+            },
+            Tag::Release => {
+                if matches!(answer, Ok(answer) if answer.status == 200) {
+                    self.released.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+impl Run {
+    /// Reads every pool back, and every hold whose outcome is unknown, and checks the run's
+    /// answers against them.
+    pub async fn verdict(&self, admin: &mut Admin) -> Result<Verdict, String> {
+        let mut verdict = Verdict::default();
+        if let Scenario::Lifecycle { ttl_ms, .. } = &self.scenario {
+            // Holds left to expire: wait for the sweeper (the contract: within a second of the
+            // deadline), then some slack.
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(ttl_ms + 5_000);
+            loop {
+                let pool = admin.pool(&self.pools[0]).await?;
+                if pool.held == 0 || tokio::time::Instant::now() >= deadline {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        let (created, unknown) = {
+            let ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
+            (ledger.created.clone(), ledger.unknown.clone())
+        };
+        // Which unknown outcomes did happen: ask the server.
+        let mut happened = Vec::new();
+        for sent in &unknown {
+            if let Some((status, user)) = admin.hold(&sent.hold_id).await? {
+                happened.push((sent.clone(), status, user));
+            }
+        }
+        let mut states = Vec::with_capacity(self.pools.len());
+        for pool in &self.pools {
+            states.push(admin.pool(pool).await?);
+        }
+        let mut broken = Vec::new();
+        let mut oversold = 0u64;
+        for ((pool, state), &stock) in self.pools.iter().zip(&states).zip(&self.stock) {
+            if !state.adds_up() {
+                broken.push(format!(
+                    "{pool}: total {} != available {} + held {} + sold {}",
+                    state.total, state.available, state.held, state.sold
+                ));
+            }
+            let committed = state.held.saturating_add(state.sold);
+            if committed > stock || state.total != stock {
+                oversold += committed.saturating_sub(stock);
+                broken.push(format!(
+                    "{pool}: set up with {stock}, now total {} with held + sold = {committed}",
+                    state.total
+                ));
+            }
+        }
+        verdict.oversold_units = oversold;
+        verdict.check(
+            "every pool adds up and none is oversold",
+            broken.is_empty(),
+            if broken.is_empty() {
+                format!(
+                    "{} pools: total = available + held + sold, held + sold <= the stock set up",
+                    self.pools.len()
+                )
+            } else {
+                broken.join("; ")
+            },
+        );
+        // Units each pool must have committed: the created holds, plus the unknown ones the
+        // server has, minus what was released or expired (lifecycle).
+        let mut expected = vec![0u64; self.pools.len()];
+        for sent in created
+            .iter()
+            .chain(happened.iter().map(|(sent, _, _)| sent))
+        {
+            for &(pool, qty) in &sent.units {
+                expected[pool] += qty;
+            }
+        }
+        match &self.scenario {
+            Scenario::Lifecycle { .. } => {
+                // Only confirmed holds stay committed; everything else was released or expired.
+                let confirmed = self
+                    .confirmed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .len() as u64;
+                let confirmed_unknown = happened
+                    .iter()
+                    .filter(|(_, status, _)| status == "confirmed")
+                    .count() as u64;
+                let state = states[0];
+                let low = confirmed;
+                // A confirm whose answer was lost can still have been applied.
+                let high = created.len() as u64 + happened.len() as u64;
+                verdict.check(
+                    "sold equals the confirms acknowledged",
+                    state.sold >= low && state.sold <= high && state.held == 0,
+                    format!(
+                        "sold {} (confirms acknowledged {confirmed}, unknown that happened {confirmed_unknown}), held {} after expiry, released {}",
+                        state.sold,
+                        state.held,
+                        self.released.load(Ordering::Relaxed)
+                    ),
+                );
+            }
+            _ => {
+                let mut mismatched = Vec::new();
+                for ((pool, state), want) in self.pools.iter().zip(&states).zip(&expected) {
+                    let committed = state.held + state.sold;
+                    if committed != *want {
+                        mismatched.push(format!(
+                            "{pool}: held + sold {committed}, holds created {want}"
+                        ));
+                    }
+                }
+                verdict.check(
+                    "units committed equal the holds acknowledged",
+                    mismatched.is_empty(),
+                    if mismatched.is_empty() {
+                        format!(
+                            "{} holds acknowledged, {} unknown outcomes of which {} happened",
+                            created.len(),
+                            unknown.len(),
+                            happened.len()
+                        )
+                    } else {
+                        mismatched.join("; ")
+                    },
+                );
+            }
+        }
+        if let Scenario::Flash {
+            per_user_limit: Some(limit),
+            ..
+        } = &self.scenario
+        {
+            let mut per_user: HashMap<&str, u64> = HashMap::new();
+            for sent in created
+                .iter()
+                .chain(happened.iter().map(|(sent, _, _)| sent))
+            {
+                if let Some(user) = &sent.user {
+                    *per_user.entry(user).or_insert(0) += sent.units[0].1;
+                }
+            }
+            let over: Vec<String> = per_user
+                .iter()
+                .filter(|(_, &units)| units > *limit)
+                .map(|(user, units)| format!("{user}: {units}"))
+                .collect();
+            let most = per_user.values().copied().max().unwrap_or(0);
+            verdict.check(
+                "no user over the per-user limit",
+                over.is_empty(),
+                if over.is_empty() {
+                    format!(
+                        "{} users bought, at most {most} each (limit {limit})",
+                        per_user.len()
+                    )
+                } else {
+                    format!("over the limit of {limit}: {}", over.join(", "))
+                },
+            );
+        }
+        if let Scenario::Team {
+            team_size, buyers, ..
+        } = &self.scenario
+        {
+            let mut winners: BTreeMap<usize, u64> = BTreeMap::new();
+            for sent in created
+                .iter()
+                .chain(happened.iter().map(|(sent, _, _)| sent))
+            {
+                *winners.entry(sent.units[0].0).or_insert(0) += 1;
+            }
+            let want = (*team_size).min(*buyers);
+            let wrong: Vec<String> = (0..self.pools.len())
+                .filter_map(|team| {
+                    let got = winners.get(&team).copied().unwrap_or(0);
+                    let sold = states[team].sold;
+                    (got != want || sold != want)
+                        .then(|| format!("{}: {got} winners, sold {sold}", self.pools[team]))
+                })
+                .collect();
+            verdict.check(
+                format!("exactly {want} winners per team"),
+                wrong.is_empty(),
+                if wrong.is_empty() {
+                    format!("{} teams, {want} winners each", self.pools.len())
+                } else {
+                    wrong.join("; ")
+                },
+            );
+        }
+        Ok(verdict.finish())
+    }
+}

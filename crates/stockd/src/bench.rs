@@ -1,0 +1,291 @@
+//! `stockd bench`: the load generator's command line. The work is in the `stockd-bench` crate;
+//! this module turns flags into its settings and prints or writes the report.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use stockd_bench::{LoadConfig, Pace, RunConfig, Scenario};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Run a scenario against a running stockd (any backend), then check the server's numbers.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScenarioName {
+    /// One hot pool, many buyers, limited stock, a per-user limit.
+    Flash,
+    /// Many 5-slot team pools, 1,000 buyers racing per team, each trying once.
+    Team,
+    /// Holds over several pools.
+    Cart,
+    /// Reserve, then confirm, release or let expire, in given shares.
+    Lifecycle,
+    /// The batch endpoint, many ops per request.
+    Batch,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Which scenario.
+    #[arg(long, value_enum)]
+    scenario: ScenarioName,
+    /// Base URL of the server (`http://HOST:PORT`).
+    #[arg(long, env = "STOCKD_URL", default_value = "http://127.0.0.1:7070")]
+    url: String,
+    /// Bearer token; an admin token when the server has tokens (the bench creates its pools).
+    #[arg(long, env = "STOCKD_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Connections, each with one request in flight at a time.
+    #[arg(long, default_value_t = 50)]
+    connections: usize,
+    /// Open loop: requests per second in all (latency counted from each request's intended
+    /// send time). Without it, closed loop.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// How long to measure after the warm-up (`10s`, `500ms`, `2m`; default 10s unless
+    /// --requests is given; `team` runs until every buyer has tried, unless this is given).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// How many requests to measure after the warm-up.
+    #[arg(long)]
+    requests: Option<u64>,
+    /// Requests sent before measuring starts (default 1s; 0 for `team`, whose every request
+    /// counts).
+    #[arg(long, value_parser = parse_duration)]
+    warmup: Option<Duration>,
+    /// Seed of every random choice (users, pools, shares).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the report as JSON to this file (`-` for standard output, instead of the table).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw throughput and latency over time to this SVG file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// No progress line, even on a terminal.
+    #[arg(long)]
+    quiet: bool,
+    /// flash, cart: units in each pool.
+    #[arg(long)]
+    stock: Option<u64>,
+    /// flash: distinct buyers; team: buyers racing per team.
+    #[arg(long)]
+    buyers: Option<u64>,
+    /// flash: units one buyer may hold or buy (0: no limit).
+    #[arg(long, default_value_t = 20)]
+    per_user_limit: u64,
+    /// team: team pools.
+    #[arg(long, default_value_t = 20)]
+    teams: u64,
+    /// team: slots per team.
+    #[arg(long, default_value_t = 5)]
+    team_size: u64,
+    /// cart: pools to pick from.
+    #[arg(long, default_value_t = 100)]
+    pools: u64,
+    /// cart: pools per hold.
+    #[arg(long, default_value_t = 3)]
+    items: u64,
+    /// batch: ops per request (1..=1000).
+    #[arg(long, default_value_t = 100)]
+    ops: u64,
+    /// lifecycle: share of holds confirmed.
+    #[arg(long, default_value_t = 0.6)]
+    confirm_share: f64,
+    /// lifecycle: share of holds released (the rest expire).
+    #[arg(long, default_value_t = 0.2)]
+    release_share: f64,
+    /// lifecycle: the holds' ttl_ms (1000..=86400000).
+    #[arg(long, default_value_t = 1000)]
+    ttl_ms: u64,
+}
+
+/// `10s`, `500ms`, `2m`, or a plain number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(index) => text.split_at(index),
+        None => (text, "s"),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a duration such as 10s, 500ms or 2m"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("{text:?}: the unit must be ms, s, m or h")),
+    };
+    if !(0.0..=7.0 * 86_400.0).contains(&seconds) {
+        return Err(format!("{text:?}: out of range"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+impl RunArgs {
+    fn config(&self) -> Result<RunConfig, String> {
+        let scenario = match self.scenario {
+            ScenarioName::Flash => Scenario::Flash {
+                stock: self.stock.unwrap_or(1_000_000),
+                buyers: self.buyers.unwrap_or(100_000).max(1),
+                per_user_limit: (self.per_user_limit > 0).then_some(self.per_user_limit),
+            },
+            ScenarioName::Team => Scenario::Team {
+                teams: self.teams.max(1),
+                team_size: self.team_size.max(1),
+                buyers: self.buyers.unwrap_or(1_000).max(1),
+            },
+            ScenarioName::Cart => {
+                if self.items == 0 || self.items > 64 || self.items > self.pools {
+                    return Err(format!(
+                        "--items must be 1..=64 and at most --pools ({}), got {}",
+                        self.pools, self.items
+                    ));
+                }
+                Scenario::Cart {
+                    pools: self.pools,
+                    items: self.items,
+                    stock: self.stock.unwrap_or(1_000_000_000),
+                }
+            }
+            ScenarioName::Lifecycle => {
+                let shares = [self.confirm_share, self.release_share];
+                if shares.iter().any(|share| !(0.0..=1.0).contains(share))
+                    || self.confirm_share + self.release_share > 1.0
+                {
+                    return Err(
+                        "--confirm-share and --release-share must be 0..=1 and add up to at most 1"
+                            .into(),
+                    );
+                }
+                if !(1_000..=86_400_000).contains(&self.ttl_ms) {
+                    return Err(format!(
+                        "--ttl-ms must be 1000..=86400000, got {}",
+                        self.ttl_ms
+                    ));
+                }
+                Scenario::Lifecycle {
+                    confirm_share: self.confirm_share,
+                    release_share: self.release_share,
+                    ttl_ms: self.ttl_ms,
+                }
+            }
+            ScenarioName::Batch => {
+                if !(1..=1_000).contains(&self.ops) {
+                    return Err(format!("--ops must be 1..=1000, got {}", self.ops));
+                }
+                Scenario::Batch { ops: self.ops }
+            }
+        };
+        let pace = match self.rate {
+            None => Pace::Closed,
+            Some(rate) if rate.is_finite() && rate > 0.0 => Pace::Open { rate_per_s: rate },
+            Some(rate) => return Err(format!("--rate must be above 0, got {rate}")),
+        };
+        if self.connections == 0 || self.connections > 100_000 {
+            return Err(format!(
+                "--connections must be 1..=100000, got {}",
+                self.connections
+            ));
+        }
+        // A team run is finite: every buyer tries once.
+        let finite = matches!(scenario, Scenario::Team { .. });
+        let duration = match (self.duration, self.requests) {
+            (None, None) if !finite => Some(Duration::from_secs(10)),
+            (duration, _) => duration,
+        };
+        let warmup = self.warmup.unwrap_or(if finite {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(1)
+        });
+        Ok(RunConfig {
+            url: self.url.clone(),
+            token: self.token.clone(),
+            scenario,
+            load: LoadConfig {
+                connections: self.connections,
+                pace,
+                duration,
+                requests: self.requests,
+                warmup,
+                seed: self.seed,
+                progress: !self.quiet && std::io::stderr().is_terminal(),
+            },
+        })
+    }
+}
+
+pub async fn run(command: BenchCommand) -> ExitCode {
+    match command {
+        BenchCommand::Run(args) => run_scenario(args).await,
+    }
+}
+
+async fn run_scenario(args: RunArgs) -> ExitCode {
+    let config = match args.config() {
+        Ok(config) => config,
+        Err(why) => {
+            eprintln!("error: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = match stockd_bench::run(config).await {
+        Ok(report) => report,
+        Err(why) => {
+            eprintln!("error: {why}");
+            return ExitCode::from(1);
+        }
+    };
+    let to_stdout_json = args.json.as_deref() == Some(std::path::Path::new("-"));
+    if !to_stdout_json {
+        print!("{}", report.table());
+    }
+    if let Some(path) = &args.json {
+        let text = match serde_json::to_string_pretty(&report) {
+            Ok(text) => text,
+            Err(error) => {
+                eprintln!("error: the report failed to serialise: {error}");
+                return ExitCode::from(1);
+            }
+        };
+        if to_stdout_json {
+            println!("{text}");
+        } else if let Err(error) = std::fs::write(path, text + "\n") {
+            eprintln!("error: cannot write {}: {error}", path.display());
+            return ExitCode::from(1);
+        }
+    }
+    if let Some(path) = &args.plot {
+        if let Err(error) = std::fs::write(path, report.svg()) {
+            eprintln!("error: cannot write {}: {error}", path.display());
+            return ExitCode::from(1);
+        }
+    }
+    if report.verdict.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("10 parsecs").is_err());
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}

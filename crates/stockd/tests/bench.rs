@@ -1,0 +1,241 @@
+//! `stockd bench run`: every scenario, briefly, against a real server (the backend of
+//! `STOCKD_TEST_BACKEND`), with its verdict read back; and against servers that lie, to show the
+//! verdict catches what it claims to.
+
+mod support;
+
+use std::process::Output;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use support::Server;
+
+/// Runs `stockd bench run ARGS --json -` and returns the process output (stdout and stderr are
+/// pipes, not terminals).
+async fn bench(url: &str, args: &[&str]) -> Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_stockd"));
+    command
+        .args(["bench", "run", "--url", url, "--json", "-"])
+        .args(args)
+        .env_remove("STOCKD_TOKEN")
+        .env_remove("STOCKD_URL");
+    tokio::task::spawn_blocking(move || command.output().expect("stockd bench runs"))
+        .await
+        .expect("the bench's runner")
+}
+
+fn parse_report(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "not a JSON report ({error}); stdout {:?}, stderr {:?}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+fn assert_clean(output: &Output, report: &Value) {
+    assert!(
+        output.status.success(),
+        "exit {:?}: {report:#}",
+        output.status
+    );
+    assert_eq!(report["verdict"]["ok"], true, "{report:#}");
+    assert_eq!(report["verdict"]["oversold_units"], 0, "{report:#}");
+    assert!(report["requests"].as_u64().unwrap() > 0, "{report:#}");
+    assert!(
+        report["latency"]["p99_ms"].as_f64().unwrap() > 0.0,
+        "{report:#}"
+    );
+    // Not a terminal: no progress line, nothing at all on stderr.
+    assert!(
+        output.stderr.is_empty(),
+        "stderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[tokio::test]
+async fn every_scenario_passes_its_verdict_on_a_real_server() {
+    let server = Server::start().await;
+    let url = format!("http://127.0.0.1:{}", server.port());
+    let runs: [(&str, &[&str]); 5] = [
+        (
+            "flash",
+            &["--stock", "300", "--buyers", "40", "--per-user-limit", "3"],
+        ),
+        ("team", &["--teams", "4", "--buyers", "200"]),
+        ("cart", &["--pools", "10", "--items", "3"]),
+        ("lifecycle", &["--ttl-ms", "1000"]),
+        ("batch", &["--ops", "20"]),
+    ];
+    for (scenario, extra) in runs {
+        let mut args = vec![
+            "--scenario",
+            scenario,
+            "--connections",
+            "8",
+            "--warmup",
+            "0s",
+        ];
+        if scenario != "team" {
+            args.extend(["--duration", "1s"]);
+        }
+        args.extend_from_slice(extra);
+        let output = bench(&url, &args).await;
+        let report = parse_report(&output);
+        assert_clean(&output, &report);
+        assert_eq!(report["scenario"], scenario);
+        let outcomes = &report["outcomes"];
+        match scenario {
+            // 40 buyers at 3 each can buy 120 of 300 units: the limit is what stops them.
+            "flash" => {
+                assert!(
+                    outcomes["409 user_limit_exceeded"].as_u64().unwrap_or(0) > 0,
+                    "{report:#}"
+                );
+                let pool = server
+                    .api()
+                    .pool(&format!("{}-hot", report["run_id"].as_str().unwrap()))
+                    .await;
+                assert_eq!(pool["sold"], 120, "{pool}");
+            }
+            "team" => {
+                assert_eq!(outcomes["201"], 20, "{report:#}");
+                assert_eq!(outcomes["409 insufficient_stock"], 780, "{report:#}");
+            }
+            "lifecycle" => {
+                assert!(outcomes["200"].as_u64().unwrap_or(0) > 0, "{report:#}");
+            }
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn open_loop_keeps_its_rate_and_counts_from_the_intended_time() {
+    let server = Server::start().await;
+    let url = format!("http://127.0.0.1:{}", server.port());
+    let output = bench(
+        &url,
+        &[
+            "--scenario",
+            "cart",
+            "--rate",
+            "200",
+            "--duration",
+            "2s",
+            "--connections",
+            "4",
+            "--warmup",
+            "0s",
+        ],
+    )
+    .await;
+    let report = parse_report(&output);
+    assert_clean(&output, &report);
+    let requests = report["requests"].as_u64().unwrap();
+    // 200/s for 2 s: the schedule fixes the count, whatever the server's speed.
+    assert!((380..=400).contains(&requests), "{requests}: {report:#}");
+    assert_eq!(report["rate_per_s"], 200.0);
+}
+
+/// A server that answers like stockd but does not keep its word: it says 201 to every hold and
+/// reports `sold` as it pleases.
+#[derive(Default)]
+struct Liar {
+    holds: AtomicU64,
+    /// Added to the sold units it reports (0: it under-reports everything).
+    extra_sold: u64,
+    total: AtomicU64,
+}
+
+async fn liar(liar: Arc<Liar>) -> String {
+    async fn put_pool(
+        State(liar): State<Arc<Liar>>,
+        Json(body): Json<Value>,
+    ) -> (axum::http::StatusCode, Json<Value>) {
+        liar.total
+            .store(body["total"].as_u64().unwrap_or(0), Ordering::Relaxed);
+        (axum::http::StatusCode::CREATED, Json(json!({})))
+    }
+    async fn get_pool(State(liar): State<Arc<Liar>>) -> Json<Value> {
+        let total = liar.total.load(Ordering::Relaxed);
+        let sold = if liar.extra_sold > 0 {
+            liar.holds.load(Ordering::Relaxed) + liar.extra_sold
+        } else {
+            0
+        };
+        Json(
+            json!({"total": total, "available": total.saturating_sub(sold), "held": 0, "sold": sold}),
+        )
+    }
+    async fn hold(
+        State(liar): State<Arc<Liar>>,
+        Json(body): Json<Value>,
+    ) -> (axum::http::StatusCode, Json<Value>) {
+        liar.holds.fetch_add(1, Ordering::Relaxed);
+        (axum::http::StatusCode::CREATED, Json(body))
+    }
+    let app = Router::new()
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/v1/pools/{pool}", put(put_pool).get(get_pool))
+        .route("/v1/holds", post(hold))
+        .with_state(liar);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+#[tokio::test]
+async fn the_verdict_catches_a_server_that_loses_or_oversells() {
+    // Acknowledges holds it never records.
+    let url = liar(Arc::new(Liar::default())).await;
+    let args = [
+        "--scenario",
+        "flash",
+        "--stock",
+        "50",
+        "--duration",
+        "1s",
+        "--warmup",
+        "0s",
+        "--connections",
+        "2",
+    ];
+    let output = bench(&url, &args).await;
+    let report = parse_report(&output);
+    assert_eq!(output.status.code(), Some(1), "{report:#}");
+    assert_eq!(report["verdict"]["ok"], false);
+    let failed: Vec<&str> = report["verdict"]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|check| check["ok"] == false)
+        .map(|check| check["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        failed,
+        ["units committed equal the holds acknowledged"],
+        "{report:#}"
+    );
+
+    // Sells more than the pool had.
+    let url = liar(Arc::new(Liar {
+        extra_sold: 7,
+        ..Liar::default()
+    }))
+    .await;
+    let output = bench(&url, &args).await;
+    let report = parse_report(&output);
+    assert_eq!(output.status.code(), Some(1), "{report:#}");
+    assert!(
+        report["verdict"]["oversold_units"].as_u64().unwrap() > 0,
+        "{report:#}"
+    );
+}
