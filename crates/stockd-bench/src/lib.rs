@@ -6,10 +6,13 @@
 //!   send time), HDR histograms per run and per second, the progress line.
 //! - [`scenario`]: flash, team, cart, lifecycle and batch: set-up, requests, verdict.
 //! - [`report`]: the table, the JSON document and the SVG plot.
+//! - [`lab`]: `stockd bench lab`, the oversell experiment: naive Redis, locks, Lua, PostgreSQL
+//!   and stockd side by side, on servers it starts itself.
 //!
 //! It never decides anything about stock: it sends requests and checks what the server says.
 
 pub mod http;
+pub mod lab;
 pub mod load;
 pub mod report;
 pub mod scenario;

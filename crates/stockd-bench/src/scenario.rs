@@ -314,6 +314,11 @@ impl Run {
         &self.scenario
     }
 
+    /// The pools the scenario set up, by id.
+    pub fn pools(&self) -> &[String] {
+        &self.pools
+    }
+
     fn hold_id(&self) -> String {
         format!(
             "{}-{}",

@@ -1,0 +1,285 @@
+//! The lab's driver: the same closed loop for every variant. Each buyer owns one connection to
+//! the server its variant talks to (opened before the clock starts) and tries to take one unit,
+//! again and again, until the duration is over; every attempt is timed into one HDR histogram.
+//!
+//! It knows nothing of Redis, PostgreSQL or HTTP: a variant is a [`Buyer`] whose attempt says
+//! what happened. It never decides whether anything was oversold; the variant's verdict does,
+//! from these counts and the server's own counter.
+
+use std::future::Future;
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// What one attempt to take a unit gave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Take {
+    /// The variant told its buyer the unit is theirs.
+    Sold,
+    /// The variant said there is no stock left.
+    SoldOut,
+    /// A lock was held by another buyer: nothing was tried (the buyer's loop is the retry).
+    Busy,
+}
+
+/// One buyer of a variant, with its own connection.
+pub trait Buyer: Send + 'static {
+    /// Tries to take one unit. `Err` is an error of the attempt (no answer, an unexpected
+    /// answer): whether it took a unit is unknown to the buyer.
+    fn attempt(&mut self) -> impl Future<Output = Result<Take, String>> + Send;
+}
+
+/// An attempt that takes longer than this is an error (a server that stopped answering must
+/// not hang the lab).
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the buyers of one variant did.
+#[derive(Clone)]
+pub struct Measured {
+    pub attempts: u64,
+    pub sold: u64,
+    pub sold_out: u64,
+    pub busy: u64,
+    pub errors: u64,
+    /// The first few errors, to say why.
+    pub error_samples: Vec<String>,
+    /// Every attempt's latency, in microseconds.
+    pub latency_us: Histogram<u64>,
+    /// From the start to the last answer, or to the deadline if that is later.
+    pub window: Duration,
+    /// When the first "sold out" answer came, from the start: how long selling the stock took.
+    pub first_sold_out: Option<Duration>,
+}
+
+impl Measured {
+    fn new() -> Measured {
+        Measured {
+            attempts: 0,
+            sold: 0,
+            sold_out: 0,
+            busy: 0,
+            errors: 0,
+            error_samples: Vec::new(),
+            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3)
+                .expect("valid histogram bounds"),
+            window: Duration::ZERO,
+            first_sold_out: None,
+        }
+    }
+
+    fn merge(&mut self, other: Measured) {
+        self.attempts += other.attempts;
+        self.sold += other.sold;
+        self.sold_out += other.sold_out;
+        self.busy += other.busy;
+        self.errors += other.errors;
+        for sample in other.error_samples {
+            if self.error_samples.len() < 5 {
+                self.error_samples.push(sample);
+            }
+        }
+        let _ = self.latency_us.add(&other.latency_us);
+        self.window = self.window.max(other.window);
+        self.first_sold_out = match (self.first_sold_out, other.first_sold_out) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    pub fn throughput_per_s(&self) -> f64 {
+        let seconds = self.window.as_secs_f64();
+        if seconds > 0.0 {
+            self.attempts as f64 / seconds
+        } else {
+            0.0
+        }
+    }
+
+    /// The latency at quantile `q`, in milliseconds.
+    pub fn quantile_ms(&self, q: f64) -> f64 {
+        if self.latency_us.is_empty() {
+            0.0
+        } else {
+            self.latency_us.value_at_quantile(q) as f64 / 1000.0
+        }
+    }
+}
+
+/// Counters the buyers share with the progress line.
+#[derive(Default)]
+struct Live {
+    attempts: AtomicU64,
+    sold: AtomicU64,
+    errors: AtomicU64,
+    stop: AtomicBool,
+}
+
+/// Runs every buyer from the same instant for `duration`, and merges what they measured. An
+/// attempt under way when the time is up is finished and counted; none starts after it.
+/// `progress` names the variant on a progress line drawn only when stderr is a terminal.
+pub async fn drive<B: Buyer>(
+    buyers: Vec<B>,
+    duration: Duration,
+    progress: Option<&str>,
+) -> Measured {
+    let live = Arc::new(Live::default());
+    let start = Instant::now();
+    let deadline = start + duration;
+    let progress = progress
+        .filter(|_| std::io::stderr().is_terminal())
+        .map(|name| spawn_progress(name.to_string(), Arc::clone(&live), start, duration));
+    // A JoinSet: if the lab is dropped (Ctrl-C), its buyers are aborted with it.
+    let mut tasks = JoinSet::new();
+    for mut buyer in buyers {
+        let live = Arc::clone(&live);
+        tasks.spawn(async move {
+            let mut measured = Measured::new();
+            while Instant::now() < deadline {
+                let sent = Instant::now();
+                let outcome = match tokio::time::timeout(ATTEMPT_TIMEOUT, buyer.attempt()).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => Err(format!("no answer within {} s", ATTEMPT_TIMEOUT.as_secs())),
+                };
+                let done = Instant::now();
+                let micros = u64::try_from((done - sent).as_micros())
+                    .unwrap_or(u64::MAX)
+                    .clamp(1, measured.latency_us.high());
+                let _ = measured.latency_us.record(micros);
+                measured.attempts += 1;
+                measured.window = done - start;
+                live.attempts.fetch_add(1, Ordering::Relaxed);
+                match outcome {
+                    Ok(Take::Sold) => {
+                        measured.sold += 1;
+                        live.sold.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Take::SoldOut) => {
+                        measured.sold_out += 1;
+                        measured.first_sold_out.get_or_insert(done - start);
+                    }
+                    Ok(Take::Busy) => measured.busy += 1,
+                    Err(why) => {
+                        measured.errors += 1;
+                        live.errors.fetch_add(1, Ordering::Relaxed);
+                        if measured.error_samples.len() < 5 {
+                            measured.error_samples.push(why);
+                        }
+                        // A server that is down would otherwise be hammered.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            }
+            measured
+        });
+    }
+    let mut total = Measured::new();
+    while let Some(result) = tasks.join_next().await {
+        match result {
+            Ok(measured) => total.merge(measured),
+            Err(error) => {
+                total.errors += 1;
+                total.error_samples.push(format!("a buyer failed: {error}"));
+            }
+        }
+    }
+    // The buyers were at it until the deadline at least (the last attempt may end before it,
+    // when its buyer paused after an error).
+    total.window = total.window.max(duration);
+    live.stop.store(true, Ordering::Relaxed);
+    if let Some(progress) = progress {
+        let _ = progress.await;
+    }
+    total
+}
+
+/// A spinner with the variant's counts, four times a second; only ever started on a terminal.
+fn spawn_progress(
+    name: String,
+    live: Arc<Live>,
+    start: Instant,
+    duration: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        while !live.stop.load(Ordering::Relaxed) {
+            bar.set_message(format!(
+                "{name}: {:.1}/{:.0} s, {} attempts, {} sold, {} errors",
+                start.elapsed().as_secs_f64(),
+                duration.as_secs_f64(),
+                live.attempts.load(Ordering::Relaxed),
+                live.sold.load(Ordering::Relaxed),
+                live.errors.load(Ordering::Relaxed),
+            ));
+            bar.tick();
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        bar.finish_and_clear();
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sells `left` units, one per attempt, then says sold out; fails every `fail_every`-th.
+    struct Counter {
+        left: Arc<AtomicU64>,
+        calls: u64,
+        fail_every: u64,
+    }
+
+    impl Buyer for Counter {
+        async fn attempt(&mut self) -> Result<Take, String> {
+            self.calls += 1;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            if self.calls.is_multiple_of(self.fail_every) {
+                return Err("failed on purpose".into());
+            }
+            let taken = self
+                .left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                    left.checked_sub(1)
+                });
+            Ok(if taken.is_ok() {
+                Take::Sold
+            } else {
+                Take::SoldOut
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn every_attempt_is_counted_and_timed_until_the_duration_ends() {
+        let left = Arc::new(AtomicU64::new(20));
+        let buyers: Vec<Counter> = (0..4)
+            .map(|_| Counter {
+                left: Arc::clone(&left),
+                calls: 0,
+                fail_every: 7,
+            })
+            .collect();
+        let measured = drive(buyers, Duration::from_millis(300), None).await;
+        assert_eq!(measured.sold, 20);
+        assert_eq!(
+            measured.attempts,
+            measured.sold + measured.sold_out + measured.busy + measured.errors
+        );
+        assert_eq!(measured.latency_us.len(), measured.attempts);
+        assert!(measured.errors > 0 && measured.error_samples.len() <= 5);
+        assert!(measured.sold_out > 0);
+        let sold_out_at = measured.first_sold_out.expect("the stock ran out");
+        assert!(sold_out_at <= measured.window, "{sold_out_at:?}");
+        assert!(measured.window >= Duration::from_millis(300));
+        assert!(measured.window < Duration::from_millis(300) + ATTEMPT_TIMEOUT);
+        assert!(measured.quantile_ms(0.99) >= 1.0);
+    }
+}

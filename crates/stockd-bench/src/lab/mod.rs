@@ -1,0 +1,680 @@
+//! `stockd bench lab`: the seed's oversell experiment (seed 002) in one command on one machine.
+//! Every variant sells the same stock to the same number of concurrent buyers for the same
+//! duration, each buyer on its own connection looping "try to take one unit"; the lab measures
+//! attempts per second, the p99 of an attempt and errors, and counts the units sold twice over:
+//! the sales the variant told its buyers about, and its own counter read back afterwards.
+//!
+//! - [`driver`]: the buyer loop, the same for every variant.
+//! - [`servers`]: `redis-server`, PostgreSQL (`initdb`) and `stockd serve`, started on free
+//!   loopback ports in a temporary directory, stopped and removed afterwards.
+//! - [`redis`], [`postgres`], [`stockd`]: the variants, one module per family.
+//!
+//! A variant whose server is not installed is skipped with the reason, never faked.
+
+pub mod driver;
+pub mod postgres;
+pub mod redis;
+pub mod servers;
+pub mod stockd;
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use driver::Measured;
+use servers::{LabDir, Postgres, RedisServer, StockdServer};
+
+/// Every variant of the lab, in the order it runs and is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    RedisNaive,
+    RedisSetnxLock,
+    RedisLeaseLock,
+    RedisLua,
+    PgUpdate,
+    PgForUpdate,
+    StockdEmbedded,
+    StockdRedis,
+}
+
+/// Which servers a variant needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    Redis,
+    Postgres,
+    Stockd,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 8] = [
+        Variant::RedisNaive,
+        Variant::RedisSetnxLock,
+        Variant::RedisLeaseLock,
+        Variant::RedisLua,
+        Variant::PgUpdate,
+        Variant::PgForUpdate,
+        Variant::StockdEmbedded,
+        Variant::StockdRedis,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::RedisNaive => "redis-naive",
+            Variant::RedisSetnxLock => "redis-setnx-lock",
+            Variant::RedisLeaseLock => "redis-lease-lock",
+            Variant::RedisLua => "redis-lua",
+            Variant::PgUpdate => "pg-update",
+            Variant::PgForUpdate => "pg-for-update",
+            Variant::StockdEmbedded => "stockd-embedded",
+            Variant::StockdRedis => "stockd-redis",
+        }
+    }
+
+    pub fn family(self) -> Family {
+        match self {
+            Variant::RedisNaive
+            | Variant::RedisSetnxLock
+            | Variant::RedisLeaseLock
+            | Variant::RedisLua => Family::Redis,
+            Variant::PgUpdate | Variant::PgForUpdate => Family::Postgres,
+            Variant::StockdEmbedded | Variant::StockdRedis => Family::Stockd,
+        }
+    }
+
+    /// What one attempt does, for the report.
+    pub fn description(self) -> &'static str {
+        match self {
+            Variant::RedisNaive => "GET stock, then SET stock n-1 if n > 0",
+            Variant::RedisSetnxLock => "SETNX lock (no expiry) or busy; GET, SET; DEL lock",
+            Variant::RedisLeaseLock => {
+                "SET lock token NX PX 30000 or busy, watchdog renewing; GET, SET; \
+                 compare-and-delete"
+            }
+            Variant::RedisLua => "one Lua script: HGET, compare, HINCRBY",
+            Variant::PgUpdate => "UPDATE ... SET available = available - 1 WHERE available >= 1",
+            Variant::PgForUpdate => {
+                "BEGIN; SELECT ... FOR UPDATE; UPDATE ... SET available = n-1; COMMIT"
+            }
+            Variant::StockdEmbedded => "POST /v1/holds confirm=true to stockd serve (embedded)",
+            Variant::StockdRedis => "POST /v1/holds confirm=true to stockd serve --backend redis",
+        }
+    }
+
+    /// Only the naive variant is expected to oversell: it is the experiment's control.
+    pub fn oversells_by_design(self) -> bool {
+        self == Variant::RedisNaive
+    }
+
+    /// Whether `word` (a variant's name, or a family: `redis`, `postgres`/`pg`, `stockd`)
+    /// names this variant.
+    fn matches(self, word: &str) -> bool {
+        word == self.name()
+            || match self.family() {
+                Family::Redis => word == "redis",
+                Family::Postgres => word == "postgres" || word == "pg",
+                Family::Stockd => word == "stockd",
+            }
+    }
+}
+
+/// The variants `--only` (all when empty) and `--skip` leave, in the lab's order. An unknown
+/// name is an error that lists the known ones.
+pub fn select(only: &[String], skip: &[String]) -> Result<Vec<Variant>, String> {
+    for word in only.iter().chain(skip) {
+        if !Variant::ALL.iter().any(|variant| variant.matches(word)) {
+            let names: Vec<&str> = Variant::ALL.iter().map(|variant| variant.name()).collect();
+            return Err(format!(
+                "unknown variant {word:?}: expected one of {}, or a family (redis, postgres, stockd)",
+                names.join(", ")
+            ));
+        }
+    }
+    let selected: Vec<Variant> = Variant::ALL
+        .into_iter()
+        .filter(|variant| only.is_empty() || only.iter().any(|word| variant.matches(word)))
+        .filter(|variant| !skip.iter().any(|word| variant.matches(word)))
+        .collect();
+    if selected.is_empty() {
+        return Err("--only and --skip leave no variant to run".into());
+    }
+    Ok(selected)
+}
+
+/// One `stockd bench lab`.
+#[derive(Clone, Debug)]
+pub struct LabConfig {
+    /// Units every variant starts with.
+    pub stock: u64,
+    /// Concurrent buyers, each with its own connection.
+    pub buyers: usize,
+    /// How long each variant runs.
+    pub duration: Duration,
+    pub seed: u64,
+    pub variants: Vec<Variant>,
+    /// A progress line per variant (drawn only when stderr is a terminal).
+    pub progress: bool,
+    /// The `stockd` executable to run `serve` with; the stockd variants are skipped without it.
+    pub stockd_executable: Option<PathBuf>,
+}
+
+/// What a variant's run gave, before it becomes a row.
+pub struct VariantRun {
+    measured: Measured,
+    stock: u64,
+    /// Units the variant's own counter says were taken (`stock - left`, or `held + sold`).
+    counter_taken: Option<i64>,
+    note: Option<String>,
+}
+
+impl VariantRun {
+    pub fn new(measured: Measured, stock: u64) -> VariantRun {
+        VariantRun {
+            measured,
+            stock,
+            counter_taken: None,
+            note: None,
+        }
+    }
+
+    /// The counter read back shows `left` units.
+    pub fn with_counter_left(self, left: i64) -> VariantRun {
+        let taken = i64::try_from(self.stock)
+            .unwrap_or(i64::MAX)
+            .saturating_sub(left);
+        self.with_counter_taken(taken)
+    }
+
+    pub fn with_counter_taken(mut self, taken: i64) -> VariantRun {
+        self.counter_taken = Some(taken);
+        self
+    }
+
+    pub fn with_note(mut self, note: String) -> VariantRun {
+        self.note = Some(note);
+        self
+    }
+
+    fn into_row(self, variant: Variant) -> Row {
+        let measured = &self.measured;
+        let stock = i64::try_from(self.stock).unwrap_or(i64::MAX);
+        let sold = i64::try_from(measured.sold).unwrap_or(i64::MAX);
+        // The worse of what the buyers were told and what the counter says.
+        let worst = sold.max(self.counter_taken.unwrap_or(0));
+        let mut note = self.note;
+        if measured.errors > 0 {
+            let errors = format!(
+                "{} errors, e.g. {}",
+                measured.errors,
+                measured.error_samples.join("; ")
+            );
+            note = Some(match note {
+                Some(note) => format!("{note}; {errors}"),
+                None => errors,
+            });
+        }
+        Row {
+            variant: variant.name().to_string(),
+            throughput_per_s: measured.throughput_per_s(),
+            p99_ms: measured.quantile_ms(0.99),
+            oversold_units: u64::try_from(worst.saturating_sub(stock)).unwrap_or(0),
+            errors: measured.errors,
+            attempts: measured.attempts,
+            p50_ms: measured.quantile_ms(0.50),
+            sold_units: measured.sold,
+            counter_sold_units: self.counter_taken,
+            sold_out_answers: measured.sold_out,
+            busy: measured.busy,
+            sold_out_ms: measured.first_sold_out.map(|at| at.as_secs_f64() * 1000.0),
+            window_s: measured.window.as_secs_f64(),
+            oversells_by_design: variant.oversells_by_design(),
+            does: variant.description().to_string(),
+            note,
+        }
+    }
+}
+
+/// One variant's line of the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub variant: String,
+    /// Attempts per second, whatever their outcome.
+    pub throughput_per_s: f64,
+    /// The 99th percentile of an attempt's latency.
+    pub p99_ms: f64,
+    /// Units taken beyond the stock: the worse of `sold_units` and `counter_sold_units`.
+    pub oversold_units: u64,
+    /// Attempts that failed (no answer, an unexpected answer).
+    pub errors: u64,
+    pub attempts: u64,
+    pub p50_ms: f64,
+    /// Units the buyers were told are theirs.
+    pub sold_units: u64,
+    /// Units the variant's own counter says were taken, read back after the run.
+    pub counter_sold_units: Option<i64>,
+    /// Attempts answered "sold out".
+    pub sold_out_answers: u64,
+    /// Attempts refused because another buyer held the lock.
+    pub busy: u64,
+    /// When the first "sold out" came, from the start: how long selling the stock took.
+    pub sold_out_ms: Option<f64>,
+    pub window_s: f64,
+    /// True for the naive variant only: the control that must be caught.
+    pub oversells_by_design: bool,
+    /// What one attempt does.
+    pub does: String,
+    pub note: Option<String>,
+}
+
+/// A variant that did not run, and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct Skipped {
+    pub variant: String,
+    pub reason: String,
+    /// True when it was selected and its server ran, but the variant itself failed.
+    pub failed: bool,
+}
+
+/// The lab's result: one row per variant that ran, and the ones that did not.
+#[derive(Clone, Debug, Serialize)]
+pub struct LabReport {
+    pub stock: u64,
+    pub buyers: usize,
+    pub duration_s: f64,
+    pub seed: u64,
+    pub redis_persistence: &'static str,
+    pub postgres_persistence: &'static str,
+    pub rows: Vec<Row>,
+    pub skipped: Vec<Skipped>,
+}
+
+impl LabReport {
+    fn new(config: &LabConfig) -> LabReport {
+        LabReport {
+            stock: config.stock,
+            buyers: config.buyers,
+            duration_s: config.duration.as_secs_f64(),
+            seed: config.seed,
+            redis_persistence: RedisServer::PERSISTENCE,
+            postgres_persistence: Postgres::PERSISTENCE,
+            rows: Vec::new(),
+            skipped: Vec::new(),
+        }
+    }
+
+    fn record(&mut self, variant: Variant, result: Result<VariantRun, String>) {
+        match result {
+            Ok(run) => self.rows.push(run.into_row(variant)),
+            Err(reason) => self.skipped.push(Skipped {
+                variant: variant.name().to_string(),
+                reason,
+                failed: true,
+            }),
+        }
+    }
+
+    fn skip(&mut self, variants: &[Variant], reason: &str) {
+        for variant in variants {
+            self.skipped.push(Skipped {
+                variant: variant.name().to_string(),
+                reason: reason.to_string(),
+                failed: false,
+            });
+        }
+    }
+
+    /// Rows of variants that must never oversell and did.
+    pub fn unexpected_oversells(&self) -> Vec<&Row> {
+        self.rows
+            .iter()
+            .filter(|row| !row.oversells_by_design && row.oversold_units > 0)
+            .collect()
+    }
+
+    /// Whether a variant failed (as opposed to being skipped for a missing server).
+    pub fn any_failed(&self) -> bool {
+        self.skipped.iter().any(|skipped| skipped.failed)
+    }
+
+    /// The table for people.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "stockd bench lab: {} units, {} buyers, {:.1} s per variant, seed {}",
+            thousands(self.stock),
+            self.buyers,
+            self.duration_s,
+            self.seed
+        );
+        let _ = writeln!(
+            out,
+            "each buyer: its own connection, one attempt at a time, one unit per attempt"
+        );
+        let _ = writeln!(out);
+        let embedded = self
+            .rows
+            .iter()
+            .find(|row| row.variant == Variant::StockdEmbedded.name())
+            .map(|row| row.throughput_per_s)
+            .filter(|rate| *rate > 0.0);
+        let _ = writeln!(
+            out,
+            "{:<17} {:>11} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>9}",
+            "variant",
+            "attempts/s",
+            "vs emb.",
+            "p99 ms",
+            "sold",
+            "counter",
+            "oversold",
+            "errors",
+            "sold out"
+        );
+        for row in &self.rows {
+            let ratio = embedded.map_or("-".to_string(), |embedded| {
+                format!("{:.2}x", row.throughput_per_s / embedded)
+            });
+            let counter = row
+                .counter_sold_units
+                .map_or("-".to_string(), |counter| counter.to_string());
+            let sold_out = row
+                .sold_out_ms
+                .map_or("never".to_string(), |ms| format!("{:.2} s", ms / 1000.0));
+            let flag = if row.oversold_units == 0 {
+                ""
+            } else if row.oversells_by_design {
+                "  (oversold, as expected)"
+            } else {
+                "  OVERSOLD"
+            };
+            let _ = writeln!(
+                out,
+                "{:<17} {:>11} {:>8} {:>8.2} {:>8} {:>8} {:>9} {:>7} {:>9}{flag}",
+                row.variant,
+                thousands(row.throughput_per_s.round() as u64),
+                ratio,
+                row.p99_ms,
+                thousands(row.sold_units),
+                counter,
+                thousands(row.oversold_units),
+                thousands(row.errors),
+                sold_out,
+            );
+        }
+        let _ = writeln!(out);
+        for line in [
+            "attempts/s: attempts of any outcome (sold, sold out, lock busy, error) per second",
+            "sold: units the buyers were told are theirs",
+            "counter: units the variant's own counter says were taken, read back after the run",
+            "oversold: the worse of sold and counter, beyond the stock",
+            "sold out: when the first \"sold out\" answer came (how long selling the stock took)",
+        ] {
+            let _ = writeln!(out, "  {line}");
+        }
+        let _ = writeln!(out, "  redis persistence: {}", self.redis_persistence);
+        let _ = writeln!(out, "  postgres persistence: {}", self.postgres_persistence);
+        let _ = writeln!(
+            out,
+            "  stockd embedded persistence: its log fsync'd before it answers"
+        );
+        for row in &self.rows {
+            if let Some(note) = &row.note {
+                let _ = writeln!(out, "note: {}: {note}", row.variant);
+            }
+        }
+        for skipped in &self.skipped {
+            let what = if skipped.failed { "failed" } else { "skipped" };
+            let _ = writeln!(out, "{}: {what}, {}", skipped.variant, skipped.reason);
+        }
+        out
+    }
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// Runs the selected variants, family by family, each family on servers of its own, and
+/// stops and removes every server before it returns (or when the future is dropped).
+pub async fn run(config: &LabConfig) -> LabReport {
+    let mut report = LabReport::new(config);
+    let dir = match LabDir::create() {
+        Ok(dir) => dir,
+        Err(reason) => {
+            report.skip(&config.variants, &reason);
+            return report;
+        }
+    };
+    let of = |family: Family| -> Vec<Variant> {
+        config
+            .variants
+            .iter()
+            .copied()
+            .filter(|variant| variant.family() == family)
+            .collect()
+    };
+
+    let redis_variants = of(Family::Redis);
+    if !redis_variants.is_empty() {
+        let server = match dir.subdir("redis") {
+            Ok(path) => RedisServer::start(&path).await,
+            Err(reason) => Err(reason),
+        };
+        match server {
+            Ok(server) => {
+                for variant in redis_variants {
+                    report.record(variant, redis::run(variant, &server, config).await);
+                }
+            }
+            Err(reason) => report.skip(&redis_variants, &reason),
+        }
+    }
+
+    let postgres_variants = of(Family::Postgres);
+    if !postgres_variants.is_empty() {
+        // The buyers, the lab's own connection, and a few to spare.
+        let max_connections = config.buyers + 10;
+        let server = match dir.subdir("postgres") {
+            Ok(path) => Postgres::start(&path, max_connections).await,
+            Err(reason) => Err(reason),
+        };
+        let server = match server {
+            Ok(server) => postgres::set_up(&server).await.map(|()| server),
+            Err(reason) => Err(reason),
+        };
+        match server {
+            Ok(server) => {
+                for variant in postgres_variants {
+                    report.record(variant, postgres::run(variant, &server, config).await);
+                }
+            }
+            Err(reason) => report.skip(&postgres_variants, &reason),
+        }
+    }
+
+    for variant in of(Family::Stockd) {
+        let Some(executable) = &config.stockd_executable else {
+            report.skip(&[variant], "no stockd executable to run `serve` with");
+            continue;
+        };
+        let result = async {
+            let path = dir.subdir(variant.name())?;
+            // stockd on Redis gets a Redis of its own, fresh, persisted like the lab's.
+            let (redis, backend) = if variant == Variant::StockdRedis {
+                let redis =
+                    RedisServer::start(&dir.subdir(&format!("{}-redis", variant.name()))?).await?;
+                let url = redis.url();
+                (Some(redis), Some(url))
+            } else {
+                (None, None)
+            };
+            let server = StockdServer::start(executable, &path, backend.as_deref()).await?;
+            let result = stockd::run(variant, &server.url(), config).await;
+            drop(server);
+            drop(redis);
+            result
+        }
+        .await;
+        match result {
+            Err(reason) if reason.contains("redis-server not found") => {
+                report.skip(&[variant], &reason)
+            }
+            result => report.record(variant, result),
+        }
+    }
+    drop(dir);
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(list: &[&str]) -> Vec<String> {
+        list.iter().map(|word| word.to_string()).collect()
+    }
+
+    #[test]
+    fn variants_are_selected_by_name_or_family_in_the_lab_order() {
+        assert_eq!(select(&[], &[]).unwrap(), Variant::ALL.to_vec());
+        assert_eq!(
+            select(&words(&["stockd-redis", "redis-naive"]), &[]).unwrap(),
+            [Variant::RedisNaive, Variant::StockdRedis]
+        );
+        assert_eq!(
+            select(&words(&["postgres"]), &[]).unwrap(),
+            [Variant::PgUpdate, Variant::PgForUpdate]
+        );
+        assert_eq!(
+            select(&words(&["redis"]), &words(&["redis-lease-lock"])).unwrap(),
+            [
+                Variant::RedisNaive,
+                Variant::RedisSetnxLock,
+                Variant::RedisLua
+            ]
+        );
+        let why = select(&words(&["memcached"]), &[]).unwrap_err();
+        assert!(
+            why.contains("redis-naive") && why.contains("memcached"),
+            "{why}"
+        );
+        assert!(select(&[], &words(&["redis", "pg", "stockd"])).is_err());
+    }
+
+    fn measured(sold: u64, errors: u64) -> Measured {
+        let mut latency_us = hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap();
+        for micros in 1..=100u64 {
+            latency_us.record(micros * 100).unwrap();
+        }
+        Measured {
+            attempts: 100,
+            sold,
+            sold_out: 100 - sold - errors,
+            busy: 0,
+            errors,
+            error_samples: (0..errors).map(|n| format!("error {n}")).collect(),
+            latency_us,
+            window: Duration::from_secs(2),
+            first_sold_out: Some(Duration::from_millis(1500)),
+        }
+    }
+
+    #[test]
+    fn oversold_is_the_worse_of_the_answers_and_the_counter() {
+        // Told 60 buyers yes, the counter went down by 50 only: lost updates.
+        let row = VariantRun::new(measured(60, 0), 50)
+            .with_counter_left(0)
+            .into_row(Variant::RedisNaive);
+        assert_eq!((row.sold_units, row.counter_sold_units), (60, Some(50)));
+        assert_eq!(row.oversold_units, 10);
+        // Told 50 yes, but the counter went below zero.
+        let row = VariantRun::new(measured(50, 0), 50)
+            .with_counter_left(-3)
+            .into_row(Variant::PgUpdate);
+        assert_eq!(row.oversold_units, 3);
+        // Exactly the stock: nothing oversold; errors are counted and explained.
+        let row = VariantRun::new(measured(50, 2), 50)
+            .with_counter_taken(50)
+            .into_row(Variant::StockdEmbedded);
+        assert_eq!((row.oversold_units, row.errors), (0, 2));
+        assert!(row.note.unwrap().contains("error 1"));
+        assert_eq!(row.throughput_per_s, 50.0);
+        assert!((row.p99_ms - 9.9).abs() < 0.01, "{}", row.p99_ms);
+    }
+
+    #[test]
+    fn the_table_flags_an_oversell_that_was_not_expected_and_names_what_was_skipped() {
+        let config = LabConfig {
+            stock: 50,
+            buyers: 4,
+            duration: Duration::from_secs(2),
+            seed: 1,
+            variants: Variant::ALL.to_vec(),
+            progress: false,
+            stockd_executable: None,
+        };
+        let mut report = LabReport::new(&config);
+        report.record(
+            Variant::RedisNaive,
+            Ok(VariantRun::new(measured(60, 0), 50).with_counter_left(0)),
+        );
+        report.record(
+            Variant::RedisLua,
+            Ok(VariantRun::new(measured(51, 0), 50).with_counter_left(0)),
+        );
+        report.record(
+            Variant::StockdEmbedded,
+            Ok(VariantRun::new(measured(50, 0), 50).with_counter_taken(50)),
+        );
+        report.skip(&[Variant::PgUpdate], "initdb not found");
+        report.record(Variant::StockdRedis, Err("stockd did not start".into()));
+        let table = report.table();
+        assert!(table.contains("(oversold, as expected)"), "{table}");
+        assert!(table.contains("OVERSOLD"), "{table}");
+        assert!(
+            table.contains("pg-update: skipped, initdb not found"),
+            "{table}"
+        );
+        assert!(
+            table.contains("stockd-redis: failed, stockd did not start"),
+            "{table}"
+        );
+        assert!(table.contains("1.00x"), "{table}");
+        let unexpected: Vec<&str> = report
+            .unexpected_oversells()
+            .iter()
+            .map(|row| row.variant.as_str())
+            .collect();
+        assert_eq!(unexpected, ["redis-lua"]);
+        assert!(report.any_failed());
+        let json = serde_json::to_value(&report).unwrap();
+        for field in [
+            "variant",
+            "throughput_per_s",
+            "p99_ms",
+            "oversold_units",
+            "errors",
+        ] {
+            assert!(json["rows"][0].get(field).is_some(), "{field}: {json}");
+        }
+    }
+
+    #[test]
+    fn thousands_are_separated() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000), "1,000");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+}
