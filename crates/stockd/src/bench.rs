@@ -12,6 +12,38 @@ use stockd_bench::{LoadConfig, Pace, RunConfig, Scenario};
 pub enum BenchCommand {
     /// Run a scenario against a running stockd (any backend), then check the server's numbers.
     Run(RunArgs),
+    /// The oversell lab: naive Redis, Redis locks, Lua, PostgreSQL and stockd selling the same
+    /// stock to the same buyers, on servers it starts itself; one table of throughput, p99,
+    /// units oversold and errors.
+    Lab(LabArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LabArgs {
+    /// How long each variant runs (`5s`, `500ms`, `1m`).
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    duration: Duration,
+    /// Concurrent buyers, each with its own connection to the variant's server.
+    #[arg(long, visible_alias = "connections", default_value_t = 50)]
+    buyers: usize,
+    /// Units every variant starts with: small enough that each sells out within the run.
+    #[arg(long, default_value_t = 1_000)]
+    stock: u64,
+    /// Seed of the random choices (lock tokens, the stockd buyers' user ids).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the report as JSON to this file (`-` for standard output, instead of the table).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Run only these variants (names or families: redis, postgres, stockd; comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Leave these variants out (names or families; comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    skip: Vec<String>,
+    /// No progress line, even on a terminal.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -224,6 +256,105 @@ impl RunArgs {
 pub async fn run(command: BenchCommand) -> ExitCode {
     match command {
         BenchCommand::Run(args) => run_scenario(args).await,
+        BenchCommand::Lab(args) => run_lab(args).await,
+    }
+}
+
+impl LabArgs {
+    fn config(&self) -> Result<stockd_bench::lab::LabConfig, String> {
+        if !(1..=10_000).contains(&self.buyers) {
+            return Err(format!("--buyers must be 1..=10000, got {}", self.buyers));
+        }
+        if !(1..=1_000_000_000).contains(&self.stock) {
+            return Err(format!(
+                "--stock must be 1..=1000000000, got {}",
+                self.stock
+            ));
+        }
+        if self.duration.is_zero() {
+            return Err("--duration must be above 0".into());
+        }
+        Ok(stockd_bench::lab::LabConfig {
+            stock: self.stock,
+            buyers: self.buyers,
+            duration: self.duration,
+            seed: self.seed,
+            variants: stockd_bench::lab::select(&self.only, &self.skip)?,
+            progress: !self.quiet && std::io::stderr().is_terminal(),
+            stockd_executable: std::env::current_exe().ok(),
+        })
+    }
+}
+
+/// Runs the lab; Ctrl-C or SIGTERM stops it, and dropping the lab stops its servers and removes
+/// their files. Exit 1 when a variant that must never oversell did, or a variant failed.
+async fn run_lab(args: LabArgs) -> ExitCode {
+    let config = match args.config() {
+        Ok(config) => config,
+        Err(why) => {
+            eprintln!("error: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = tokio::select! {
+        report = stockd_bench::lab::run(&config) => report,
+        () = interrupted() => {
+            eprintln!("interrupted: the lab's servers are stopped and its files removed");
+            return ExitCode::from(130);
+        }
+    };
+    let to_stdout_json = args.json.as_deref() == Some(std::path::Path::new("-"));
+    if !to_stdout_json {
+        print!("{}", report.table());
+    } else {
+        // The table is not printed: say on stderr what did not run, and why.
+        for skipped in &report.skipped {
+            let what = if skipped.failed { "failed" } else { "skipped" };
+            eprintln!("{}: {what}, {}", skipped.variant, skipped.reason);
+        }
+    }
+    if let Some(path) = &args.json {
+        let text = match serde_json::to_string_pretty(&report) {
+            Ok(text) => text,
+            Err(error) => {
+                eprintln!("error: the report failed to serialise: {error}");
+                return ExitCode::from(1);
+            }
+        };
+        if to_stdout_json {
+            println!("{text}");
+        } else if let Err(error) = std::fs::write(path, text + "\n") {
+            eprintln!("error: cannot write {}: {error}", path.display());
+            return ExitCode::from(1);
+        }
+    }
+    let oversold = report.unexpected_oversells();
+    for row in &oversold {
+        eprintln!(
+            "error: {} oversold {} units, and it must never oversell",
+            row.variant, row.oversold_units
+        );
+    }
+    if oversold.is_empty() && !report.any_failed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// Ctrl-C or SIGTERM.
+async fn interrupted() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        () = terminate => {},
     }
 }
 
