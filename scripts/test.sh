@@ -4,10 +4,12 @@
 # the embedded engine, then the black-box suites again against a real Redis and a real Redis
 # Cluster, plus the Redis fleet, fault and cluster tests, the history checks (one bounded
 # history each on the embedded engine, a Redis, a Redis killed under load and a Redis Cluster,
-# with kills; docs/testing.md), the TLS proxy example, and schemathesis against a live server
-# (its OpenAPI document must match every answer; it needs python3 with venv and PyPI access).
-# Tests start their own stockd and redis-server processes on free loopback ports; this script
-# installs what they need (redis-server from Debian's packages) when it is missing.
+# with kills; docs/testing.md), the oversell lab (`stockd bench lab`, briefly, on a real Redis
+# and PostgreSQL), the TLS proxy example, and schemathesis against a live server (its OpenAPI
+# document must match every answer; it needs python3 with venv and PyPI access).
+# Tests start their own stockd, redis-server and postgres processes on free loopback ports; this
+# script installs what they need (redis-server and postgresql from Debian's packages) when it is
+# missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +30,29 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq redis-server redis-tools >/dev/null
 fi
 redis-server --version
+
+# PostgreSQL (Debian's postgresql), for the oversell lab (`stockd bench lab`), which runs initdb
+# in a temporary directory and its own postgres on a free loopback port (as the `postgres` user
+# the package creates, when this runs as root). The packaged service is not started.
+pg_initdb() {
+    command -v initdb 2>/dev/null || ls -d /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -n 1
+}
+if [ -z "$(pg_initdb)" ]; then
+    echo "== installing postgresql (the packaged service is not started)"
+    sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    # policy-rc.d tells the package scripts not to start services; only add one if none is there.
+    policy_added=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' | $sudo_cmd tee /usr/sbin/policy-rc.d >/dev/null
+        $sudo_cmd chmod +x /usr/sbin/policy-rc.d
+        policy_added=1
+    fi
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq postgresql >/dev/null
+    [ -z "$policy_added" ] || $sudo_cmd rm -f /usr/sbin/policy-rc.d
+fi
+"$(pg_initdb)" --version
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
