@@ -19,6 +19,8 @@
 
 pub mod clock;
 mod feed;
+#[cfg(test)]
+mod sim;
 mod stats;
 pub mod storage;
 mod writer;

@@ -101,6 +101,10 @@ pub enum SnapshotRunner {
     /// On a thread of their own; the one in flight is joined before the writer ends, so that
     /// no snapshot is still being written into the directory once the engine has let go of it.
     Thread(Option<std::thread::JoinHandle<()>>),
+    /// Queued for the deterministic simulation, which runs each when its seed says, between
+    /// (or instead of) writer steps, on the one simulation thread.
+    #[cfg(test)]
+    Queued(Vec<SnapshotJob>),
 }
 
 /// One snapshot build: everything durable up to `up_to_lsn`, rolled forward from the newest
@@ -250,6 +254,9 @@ impl Writer {
                     let _ = thread.join();
                 }
             }
+            // Joining a queued build is letting it run to its end now.
+            #[cfg(test)]
+            SnapshotRunner::Queued(jobs) => jobs.drain(..).for_each(SnapshotJob::run),
         }
     }
 
@@ -457,6 +464,8 @@ impl Writer {
                     }
                 }
             }
+            #[cfg(test)]
+            SnapshotRunner::Queued(jobs) => jobs.push(job),
         }
     }
 
@@ -480,6 +489,31 @@ impl Writer {
             }
             Err(error) => tracing::warn!(%error, "final snapshot failed; the log has everything"),
         }
+    }
+}
+
+/// What the deterministic simulation (`crate::sim`) drives and looks at; test builds only.
+#[cfg(test)]
+impl Writer {
+    /// From now on snapshot builds wait in a queue for the simulation to run them.
+    pub(crate) fn queue_snapshots(&mut self) {
+        self.snapshots = SnapshotRunner::Queued(Vec::new());
+    }
+
+    pub(crate) fn take_snapshot_job(&mut self) -> Option<SnapshotJob> {
+        match &mut self.snapshots {
+            SnapshotRunner::Queued(jobs) => jobs.pop(),
+            SnapshotRunner::Thread(_) => None,
+        }
+    }
+
+    pub(crate) fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// The lsn of the last record written (or recovered).
+    pub(crate) fn last_lsn(&self) -> u64 {
+        self.next_lsn - 1
     }
 }
 

@@ -161,6 +161,11 @@ impl Storage {
         let fs = &*shared_fs;
         let dir = config.dir;
         fs.create_dir_all(&dir)?;
+        // The directory's own name lives in its parent: without this fsync a power loss can
+        // take the whole directory, every acknowledged record with it, however well its files
+        // were synced. Every time, not only when created here: an earlier start may have
+        // crashed between creating it and this fsync.
+        sync_directory(fs, parent_dir(&dir))?;
         // Two processes appending to one log would interleave records and corrupt it; the
         // advisory lock makes the second one fail fast instead. It is held until drop.
         let dir_lock = match fs.try_lock(&dir.join(LOCK_FILE_NAME))? {
@@ -407,6 +412,15 @@ fn create_segment(
     file.sync_data()?;
     sync_directory(fs, dir)?;
     Ok(file)
+}
+
+/// The directory `dir` is an entry of ("." for a bare relative name).
+fn parent_dir(dir: &Path) -> &Path {
+    match dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        Some(_) => Path::new("."),
+        None => dir,
+    }
 }
 
 /// fsync of a directory: makes file creations, renames and deletions in it durable. Without it
