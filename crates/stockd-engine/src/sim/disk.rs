@@ -6,8 +6,9 @@
 //! - a file has the bytes programs read (`current`, the page cache) and the bytes a power loss
 //!   keeps (`durable`); a sync of the file makes them equal;
 //! - a directory has the names programs see and the names a power loss keeps; changes to names
-//!   (create, rename, remove, mkdir) become durable with an fsync of that directory, and a power
-//!   loss keeps a prefix of the changes made since (journalled metadata is ordered);
+//!   (create, rename, remove, mkdir) become durable with an fsync of that directory; a power
+//!   loss keeps a prefix of the changes made since (ext4 and XFS journal them in order) or, on
+//!   seeds that say so, any subset of them (all POSIX promises);
 //! - a power loss keeps, of each file's unsynced bytes, nothing, everything, or a torn mix:
 //!   per sector the old bytes or the new ones (garbage where nothing was ever synced), and any
 //!   length between the two;
@@ -149,6 +150,10 @@ struct Disk {
     dead: bool,
     /// Bytes a torn sector spans.
     sector_bytes: usize,
+    /// Whether a power loss keeps a prefix of a directory's unsynced changes (else any subset).
+    ordered_metadata: bool,
+    /// Files a program removed since the last power loss.
+    removed: BTreeSet<PathBuf>,
     inodes: BTreeMap<u64, Inode>,
     next_inode: u64,
     /// Every directory, by path; the root exists from the start, durably.
@@ -253,10 +258,18 @@ impl Disk {
     /// The machine loses power: names keep a prefix of their unsynced changes, bytes keep what
     /// the seed says of what was not synced. Afterwards what is read is what is durable.
     fn power_loss(&mut self) {
+        self.removed.clear();
         for dir in self.dirs.values_mut() {
             let kept = self.rng.below(dir.unsynced.len() as u64 + 1) as usize;
-            for change in &dir.unsynced[..kept] {
-                change.apply(&mut dir.durable);
+            for (index, change) in dir.unsynced.iter().enumerate() {
+                let keep = if self.ordered_metadata {
+                    index < kept
+                } else {
+                    self.rng.below(2) == 0
+                };
+                if keep {
+                    change.apply(&mut dir.durable);
+                }
             }
             dir.unsynced.clear();
             dir.current = dir.durable.clone();
@@ -368,7 +381,13 @@ pub struct SimFs {
 
 impl SimFs {
     /// An empty disk with `root` as a durable, empty directory.
-    pub fn new(seed: u64, root: &Path, rates: FaultRates, sector_bytes: usize) -> SimFs {
+    pub fn new(
+        seed: u64,
+        root: &Path,
+        rates: FaultRates,
+        sector_bytes: usize,
+        ordered_metadata: bool,
+    ) -> SimFs {
         let mut dirs: BTreeMap<PathBuf, Dir> = BTreeMap::new();
         for ancestor in root.ancestors() {
             dirs.entry(ancestor.to_path_buf()).or_default();
@@ -389,6 +408,8 @@ impl SimFs {
                 crash_in_calls: None,
                 dead: false,
                 sector_bytes: sector_bytes.max(1),
+                ordered_metadata,
+                removed: BTreeSet::new(),
                 inodes: BTreeMap::new(),
                 next_inode: 1,
                 dirs,
@@ -448,6 +469,18 @@ impl SimFs {
             .get(dir)
             .map(|dir| dir.durable.keys().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// The bytes of `path` as programs read them, if it exists; not a call (no fault).
+    pub fn contents(&self, path: &Path) -> Option<Vec<u8>> {
+        let disk = self.disk();
+        let inode = disk.lookup(path).ok()?;
+        Some(disk.inodes[&inode].current.clone())
+    }
+
+    /// Whether a program removed `path` since the last power loss.
+    pub fn was_removed(&self, path: &Path) -> bool {
+        self.disk().removed.contains(path)
     }
 
     /// Length of the file at `path` as programs read it, if it exists.
@@ -589,7 +622,9 @@ impl Fs for SimFs {
         disk.call(CallKind::Metadata)?;
         disk.lookup(path)?;
         let (dir, name) = split(path)?;
-        disk.change(&dir, DirChange::Remove(name))
+        disk.change(&dir, DirChange::Remove(name))?;
+        disk.removed.insert(path.to_path_buf());
+        Ok(())
     }
 }
 
@@ -674,7 +709,13 @@ mod tests {
     use super::*;
 
     fn fs(seed: u64) -> SimFs {
-        SimFs::new(seed, Path::new("/sim"), FaultRates::default(), 16)
+        SimFs::new(
+            seed,
+            Path::new("/sim"),
+            FaultRates::default(),
+            16,
+            seed.is_multiple_of(2),
+        )
     }
 
     fn append(fs: &SimFs, path: &Path, bytes: &[u8], sync: bool) {

@@ -40,7 +40,7 @@ const DATA_DIR: &str = "/sim/data";
 /// of the last frame is the same damage.
 const FRAME_HEADER_BYTES: u64 = 16;
 /// Lines of the run kept to print when a seed fails.
-const TRACE_LINES: usize = 80;
+const TRACE_LINES: usize = 120;
 
 /// What one seed decides before the run starts.
 #[derive(Debug, Clone)]
@@ -48,6 +48,7 @@ struct Plan {
     steps: usize,
     rates: FaultRates,
     sector_bytes: usize,
+    ordered_metadata: bool,
     crash_per_million: u64,
     arm_per_million: u64,
     flip_per_crash_per_million: u64,
@@ -75,6 +76,7 @@ impl Plan {
             steps: 60 + rng.below(240) as usize,
             rates,
             sector_bytes: 1 << (3 + rng.below(7)),
+            ordered_metadata: rng.below(2) == 0,
             crash_per_million: 5_000 + rng.below(30_000),
             arm_per_million: rng.below(25_000),
             flip_per_crash_per_million: rng.below(250_000),
@@ -233,6 +235,9 @@ struct Sim {
     /// Steps since the engine stopped acknowledging (it fails stop after an I/O error).
     failed_steps: u64,
     failed_steps_max: u64,
+    /// Snapshots the engine was told are written, with their bytes: each must survive a power
+    /// loss intact, unless the engine removed it (or a bit flipped in it).
+    snapshots_written: Vec<(PathBuf, Vec<u8>)>,
     /// Whether a bit was ever flipped in this run: only then may recovery refuse to start.
     flips_injected: bool,
     /// The bit flipped at the last crash, and whether it was in the newest log segment.
@@ -273,6 +278,7 @@ impl Sim {
             Path::new("/sim"),
             plan.rates,
             plan.sector_bytes,
+            plan.ordered_metadata,
         );
         let mut config = EngineConfig::new(data_dir());
         config.state = model::CONFIG;
@@ -305,6 +311,7 @@ impl Sim {
             feed_seen_seq: 0,
             failed_steps: 0,
             failed_steps_max,
+            snapshots_written: Vec::new(),
             flips_injected: false,
             flip: None,
             totals: Totals {
@@ -656,10 +663,64 @@ impl Sim {
     fn run_snapshot_job(&mut self) {
         if let Some(job) = self.writer().take_snapshot_job() {
             let up_to_lsn = job.up_to_lsn;
+            let written_before = self.snapshots_reported();
             job.run();
             self.totals.snapshots_run += 1;
             self.note(format!("snapshot build up to lsn {up_to_lsn} ran"));
+            if self.snapshots_reported() > written_before {
+                self.promise_snapshot(up_to_lsn);
+            }
         }
+    }
+
+    /// Snapshots the engine reports written (its `snapshots_total`).
+    fn snapshots_reported(&self) -> u64 {
+        let shared = self.writer.as_ref().expect("running").shared();
+        shared
+            .stats
+            .snapshots
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The engine said the snapshot at `lsn` is written: its bytes now must be what any later
+    /// power loss leaves (a build that found a newer snapshot on disk writes nothing).
+    fn promise_snapshot(&mut self, lsn: u64) {
+        let path = data_dir().join(format!("snapshot-{lsn:020}.snap"));
+        if let Some(bytes) = self.disk.contents(&path) {
+            self.note(format!("the engine reports {} written", path.display()));
+            self.snapshots_written
+                .retain(|(written, _)| *written != path);
+            self.snapshots_written.push((path, bytes));
+        }
+    }
+
+    /// The machine loses power. Every snapshot the engine said was written must still be
+    /// there afterwards, byte for byte, unless the engine removed it itself.
+    fn power_loss(&mut self) -> Result<(), String> {
+        self.totals.power_losses += 1;
+        // Removed on purpose: whether the removal survives does not matter.
+        let disk = &self.disk;
+        self.snapshots_written
+            .retain(|(path, _)| !disk.was_removed(path));
+        self.disk.power_loss();
+        for (path, bytes) in &self.snapshots_written {
+            match self.disk.contents(path) {
+                Some(kept) if kept == *bytes => {}
+                Some(_) => {
+                    return Err(format!(
+                        "{} was reported written but a power loss changed it",
+                        path.display()
+                    ))
+                }
+                None => {
+                    return Err(format!(
+                        "{} was reported written but a power loss lost it",
+                        path.display()
+                    ))
+                }
+            }
+        }
+        Ok(())
     }
 
     fn clean_restart(&mut self) -> Result<RecoveryEnd, String> {
@@ -690,7 +751,12 @@ impl Sim {
             self.writer().log_batch(job);
         }
         let done = shutdown.ok_or("a shutdown request did not stop the writer")?;
+        let written_before = self.snapshots_reported();
+        let last_lsn = self.writer().last_lsn();
         self.writer().finish(done);
+        if self.snapshots_reported() > written_before {
+            self.promise_snapshot(last_lsn);
+        }
         self.crash(Crash::Clean)
     }
 
@@ -710,10 +776,7 @@ impl Sim {
         self.writer = None;
         self.queue.clear();
         match crash {
-            Crash::PowerLoss => {
-                self.totals.power_losses += 1;
-                self.disk.power_loss();
-            }
+            Crash::PowerLoss => self.power_loss()?,
             Crash::Process => {
                 self.totals.process_crashes += 1;
                 self.disk.process_crash();
@@ -738,6 +801,8 @@ impl Sim {
                     flip.len_bytes
                 ));
                 self.flips_injected = true;
+                self.snapshots_written
+                    .retain(|(written, _)| *written != flip.path);
                 self.flip = Some((flip, in_newest_segment));
             }
         }
@@ -756,8 +821,7 @@ impl Sim {
         let writer = loop {
             if self.disk.is_dead() {
                 self.totals.crashes_mid_call += 1;
-                self.totals.power_losses += 1;
-                self.disk.power_loss();
+                self.power_loss()?;
             }
             // After a few failed attempts the disk stops failing calls, as a replaced one would.
             self.disk.set_faults_enabled(attempt < 3);
