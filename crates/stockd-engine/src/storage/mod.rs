@@ -567,6 +567,23 @@ fn recover_wal(
         let bytes = fs.read(&path)?;
         match wal::check_segment_header(&bytes, first_lsn) {
             SegmentHeader::Valid => {}
+            // A damaged header on the last segment with no valid record anywhere after it is a
+            // header whose sync never returned (records are written only after it): torn, not
+            // corrupt. With a record after it, it is damage to acknowledged data.
+            SegmentHeader::Damaged(reason)
+                if is_last && !wal::valid_frame_follows(&bytes, 0, first_lsn) =>
+            {
+                tracing::warn!(
+                    path = %path.display(),
+                    bytes = bytes.len(),
+                    %reason,
+                    "rewriting the torn header of the last segment, which holds no record"
+                );
+                rewrite_segment_header(fs, &path, first_lsn)?;
+                recovery.truncated_tail_bytes += bytes.len() as u64;
+                recovery.last_segment_len_bytes = SEGMENT_HEADER_BYTES as u64;
+                continue;
+            }
             SegmentHeader::Torn if is_last => {
                 // Created but its header never reached the disk: no record was ever in it.
                 tracing::warn!(
@@ -583,7 +600,9 @@ fn recover_wal(
                 let reason = "segment header is missing but later segments exist".to_string();
                 return Err(corrupt(&path, 0, reason));
             }
-            SegmentHeader::Invalid(reason) => return Err(corrupt(&path, 0, reason)),
+            SegmentHeader::Damaged(reason) | SegmentHeader::Invalid(reason) => {
+                return Err(corrupt(&path, 0, reason))
+            }
         }
 
         let scan = wal::scan_segment(&bytes, first_lsn);
@@ -651,7 +670,9 @@ pub fn read_durable(fs: &dyn Fs, dir: &Path, up_to_lsn: u64) -> Result<Recovered
             }
             let path = segment_path(dir, first_lsn);
             let bytes = fs.read(&path)?;
-            if let SegmentHeader::Invalid(reason) = wal::check_segment_header(&bytes, first_lsn) {
+            if let SegmentHeader::Damaged(reason) | SegmentHeader::Invalid(reason) =
+                wal::check_segment_header(&bytes, first_lsn)
+            {
                 return Err(corrupt(&path, 0, reason));
             }
             for (lsn, payload) in wal::scan_segment(&bytes, first_lsn).records {
@@ -1146,6 +1167,34 @@ mod tests {
         drop(storage);
         let (_storage, recovered) = Storage::open(StorageConfig::new(dir.path())).unwrap();
         assert_eq!(recovered.records, records(1..=7));
+    }
+
+    #[test]
+    fn garbled_header_of_the_last_segment_without_records_is_rewritten() {
+        // A crash while the header of a new segment was being written: half of it reached the
+        // disk, the rest reads back as garbage. No record was ever written after it.
+        let dir = five_records();
+        let torn = dir.path().join(wal::segment_file_name(6));
+        let mut bytes = wal::encode_segment_header(6).to_vec();
+        bytes[16..].copy_from_slice(&[0xA5; 8]);
+        bytes.extend_from_slice(&[0x5A; 40]);
+        fs::write(&torn, &bytes).unwrap();
+
+        let (mut storage, recovered) = Storage::open(StorageConfig::new(dir.path())).unwrap();
+        assert_eq!(recovered.records, records(1..=5));
+        assert_eq!(recovered.truncated_tail_bytes, bytes.len() as u64);
+        append_and_sync(&mut storage, 6..=7);
+        drop(storage);
+        let (_storage, recovered) = Storage::open(StorageConfig::new(dir.path())).unwrap();
+        assert_eq!(recovered.records, records(1..=7));
+    }
+
+    #[test]
+    fn damaged_header_of_the_last_segment_with_records_refuses_to_open() {
+        let dir = five_records();
+        flip_byte(&last_segment_path(dir.path()), 14);
+        let (_, offset) = expect_corrupt(StorageConfig::new(dir.path()));
+        assert_eq!(offset, 0);
     }
 
     #[test]
