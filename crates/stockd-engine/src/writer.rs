@@ -507,6 +507,10 @@ impl Writer {
         }
     }
 
+    pub(crate) fn has_snapshot_job(&self) -> bool {
+        matches!(&self.snapshots, SnapshotRunner::Queued(jobs) if !jobs.is_empty())
+    }
+
     pub(crate) fn state(&self) -> &State {
         &self.state
     }

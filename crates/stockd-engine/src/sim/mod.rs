@@ -751,6 +751,11 @@ impl Sim {
             self.writer().log_batch(job);
         }
         let done = shutdown.ok_or("a shutdown request did not stop the writer")?;
+        // The engine lets a build in flight finish first; run it here, so that what it wrote
+        // is told apart from the final snapshot.
+        while self.writer().has_snapshot_job() {
+            self.run_snapshot_job();
+        }
         let written_before = self.snapshots_reported();
         let last_lsn = self.writer().last_lsn();
         self.writer().finish(done);
@@ -997,7 +1002,9 @@ mod tests {
     /// - 1000281: a crash while a new segment's header was being written left it half
     ///   written (garbage where it was never synced), and the engine refused to start forever,
     ///   though no record was ever in that segment.
-    const REGRESSION_SEEDS: &[u64] = &[1, 7, 1_000_281];
+    /// - 1007083: a bug of the simulation itself (a snapshot build the shutdown let finish
+    ///   was taken for the final snapshot); kept for the path it drives.
+    const REGRESSION_SEEDS: &[u64] = &[1, 7, 1_000_281, 1_007_083];
 
     fn env_u64(name: &str) -> Option<u64> {
         let value = std::env::var(name).ok()?;
