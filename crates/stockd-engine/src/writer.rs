@@ -137,8 +137,8 @@ impl SnapshotJob {
         match built {
             Ok(()) => {
                 let build_ms = started.elapsed().as_millis() as u64;
-                self.shared.stats.snapshots.fetch_add(1, Relaxed);
                 let stats = &self.shared.stats;
+                stats.snapshots.fetch_add(1, Relaxed);
                 stats.snapshot_build_ms_last.store(build_ms, Relaxed);
                 tracing::info!(lsn = self.up_to_lsn, build_ms, "snapshot written");
                 self.done_lsn.store(self.up_to_lsn, Relaxed);
