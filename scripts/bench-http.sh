@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# HTTP benchmark, all in one run so that the ratios are comparable on a shared, noisy machine:
-#   1. stockd (release build, embedded engine, fsync'd log): POST /v1/holds confirm=true, unique
-#      hold ids, one hot pool, wrk with 50 keep-alive connections;
-#   2. a bare axum JSON handler (no state, no log) under the same wrk load: the HTTP ceiling;
-#   3. redis-benchmark -c 50 running EVALSHA of a Lua check-and-deduct on one key, without
-#      persistence (Redis's fastest, and what most hand-written Lua setups run), and
-#   4. the same with AOF appendfsync always: Redis as durable as stockd.
-# Usage: scripts/bench-http.sh [seconds per run, default 10]
+# HTTP benchmark of the embedded engine, all in one run so that the ratios are comparable on a
+# shared, noisy machine. stockd is measured with `stockd bench run`, which ends every run with a
+# verdict read back from the server:
+#   1. flash: POST /v1/holds confirm=true on one hot pool (stock that never runs out, no per-user
+#      limit), 50 connections, closed loop;
+#   2. team: 20 five-slot team pools, 1,000 buyers racing for each, 1,000 connections: exactly 5
+#      winners per team, and the latency of the race;
+#   3. batch: the batch endpoint with 1,000 reserve+confirm ops per request, 4 connections;
+# and the baselines, each under the load generator it is measured with elsewhere:
+#   4. the same flash requests from wrk (50 connections), and a bare axum JSON handler (no state,
+#      no log) under the same wrk load: the HTTP ceiling (the bare handler has no pools for
+#      `stockd bench` to set up and read back, so both go through wrk for this ratio);
+#   5. redis-benchmark -c 50 running EVALSHA of a Lua check-and-deduct on one key, without
+#      persistence and with AOF appendfsync always (as durable as stockd), and with -P 16
+#      (pipelined: what the batch endpoint is compared with).
+# Usage: scripts/bench-http.sh [seconds per run, default 10]. Set BENCH_OUT=DIR to keep the JSON
+# reports and SVG plots of the stockd runs (docs/img/ holds the ones docs/benchmarks.md shows).
 # Installs wrk, redis-server and redis-tools from Debian's packages when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,83 +27,129 @@ THREADS=2
 source scripts/bench-lib.sh
 need wrk redis-server redis-tools
 
-
 cargo build --release -q -p stockd --bin stockd
 cargo build --release -q -p stockd-server --example bare_axum
 WORK="$(mktemp -d)"
+OUT="${BENCH_OUT:-$WORK/out}"
+mkdir -p "$OUT"
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
 
 rps_of() { awk '/^Requests\/sec:/ {print $2}' "$1"; }
 p99_of() { awk '$1=="99%" {print $2}' "$1"; }
-errors_of() { awk '/Non-2xx/ {print $5} END {}' "$1" | head -1; }
+BENCH=(target/release/stockd bench run --quiet)
 
-# 1. stockd
-PORT=$(free_port)
-STOCKD_LOG=warn target/release/stockd serve --listen "127.0.0.1:$PORT" --data-dir "$WORK/data" &
-PIDS+=($!)
-wait_http "http://127.0.0.1:$PORT/healthz"
-curl -fs -X PUT "http://127.0.0.1:$PORT/v1/pools/hot" -d '{"total":1000000000000}' >/dev/null
+# Each stockd measurement gets a fresh server and data directory, so that none runs on the
+# holds another left behind.
+start_stockd() { # -> URL, SPID
+    local port; port=$(free_port)
+    mkdir -p "$WORK/data-$port"
+    STOCKD_LOG=warn target/release/stockd serve --listen "127.0.0.1:$port" \
+        --data-dir "$WORK/data-$port" &
+    SPID=$!
+    PIDS+=("$SPID")
+    URL="http://127.0.0.1:$port"
+    wait_http "$URL/healthz"
+}
+stop_stockd() { kill "$SPID" 2>/dev/null || true; wait "$SPID" 2>/dev/null || true; }
+
+# 1-3. stockd bench: flash, team, batch.
+start_stockd
+"${BENCH[@]}" --url "$URL" --scenario flash --stock 1000000000000 --per-user-limit 0 \
+    --connections "$CONNECTIONS" --duration "${DURATION}s" \
+    --json "$OUT/flash.json" --plot "$OUT/flash.svg" > "$WORK/flash.txt"
+stop_stockd
+start_stockd
+"${BENCH[@]}" --url "$URL" --scenario team --teams 20 --team-size 5 --buyers 1000 \
+    --connections 1000 --json "$OUT/team.json" --plot "$OUT/team.svg" > "$WORK/team.txt"
+stop_stockd
+start_stockd
+"${BENCH[@]}" --url "$URL" --scenario batch --ops 1000 --connections 4 \
+    --duration "${DURATION}s" --json "$OUT/batch.json" --plot "$OUT/batch.svg" > "$WORK/batch.txt"
+stop_stockd
+
+# 4. wrk: the same flash requests to a fresh stockd, then to the bare handler.
+start_stockd
+curl -fs -X PUT "$URL/v1/pools/hot" -d '{"total":1000000000000}' >/dev/null
 wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s scripts/wrk/reserve_confirm.lua \
-    "http://127.0.0.1:$PORT" > "$WORK/stockd.txt"
-SOLD=$(curl -fs "http://127.0.0.1:$PORT/v1/pools/hot" | python3 -c 'import json,sys; p=json.load(sys.stdin); print(p["sold"], p["total"]==p["available"]+p["held"]+p["sold"])')
-kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
+    "$URL" > "$WORK/stockd-wrk.txt"
+SOLD=$(curl -fs "$URL/v1/pools/hot" | python3 -c 'import json,sys; p=json.load(sys.stdin); print(p["sold"], p["total"]==p["available"]+p["held"]+p["sold"])')
+stop_stockd
 
-# 2. bare axum
 PORT=$(free_port)
 target/release/examples/bare_axum "127.0.0.1:$PORT" &
 PIDS+=($!)
-sleep 0.3
+for _ in $(seq 1 100); do
+    curl -s -o /dev/null -X POST "http://127.0.0.1:$PORT/v1/holds" && break
+    sleep 0.05
+done
 wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s scripts/wrk/reserve_confirm.lua \
     "http://127.0.0.1:$PORT" > "$WORK/axum.txt"
 kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
 
-# 3. redis EVALSHA check-and-deduct
+# 5. redis-benchmark: EVALSHA check-and-deduct, no persistence (plain and pipelined), then AOF
+# appendfsync always.
+LUA="local s = tonumber(redis.call('GET', KEYS[1])) if s and s >= tonumber(ARGV[1]) then redis.call('DECRBY', KEYS[1], ARGV[1]) return 1 end return 0"
+evalsha() { # PORT N EXTRA... -> "rps p50"
+    local port="$1" n="$2"; shift 2
+    redis-cli -p "$port" set stock 1000000000000 >/dev/null
+    local sha; sha=$(redis-cli -p "$port" script load "$LUA")
+    redis-benchmark -p "$port" -c "$CONNECTIONS" -n "$n" --csv "$@" EVALSHA "$sha" 1 stock 1 \
+        | tail -1 | python3 -c 'import csv,sys; r=list(csv.reader(sys.stdin))[-1]; print(r[1], r[4])'
+}
 PORT=$(free_port)
 redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >/dev/null &
 PIDS+=($!)
 for _ in $(seq 1 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
-redis-cli -p "$PORT" set stock 1000000000000 >/dev/null
-SHA=$(redis-cli -p "$PORT" script load "local s = tonumber(redis.call('GET', KEYS[1])) if s and s >= tonumber(ARGV[1]) then redis.call('DECRBY', KEYS[1], ARGV[1]) return 1 end return 0")
-REDIS_N=$(( DURATION * 150000 ))
-redis-benchmark -p "$PORT" -c "$CONNECTIONS" -n "$REDIS_N" -q EVALSHA "$SHA" 1 stock 1 > "$WORK/redis.txt" 2>&1
-REDIS_LINE=$(tr '\r' '\n' < "$WORK/redis.txt" | grep 'requests per second' | tail -1)
-REDIS_RPS=$(sed -E 's/.*: ([0-9.]+) requests per second.*/\1/' <<< "$REDIS_LINE")
-REDIS_P50=$(sed -E 's/.*p50=([0-9.]+ msec).*/\1/' <<< "$REDIS_LINE")
-
+read -r REDIS_RPS REDIS_P50 <<< "$(evalsha "$PORT" $((DURATION * 140000)))"
+read -r PIPE_RPS _ <<< "$(evalsha "$PORT" $((DURATION * 600000)) -P 16)"
 kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
-
-# 4. the same, with Redis as durable as stockd: AOF with an fsync before every reply.
 PORT=$(free_port)
 mkdir -p "$WORK/redis-aof"
 redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly yes --appendfsync always \
     --dir "$WORK/redis-aof" --daemonize no >/dev/null &
 PIDS+=($!)
 for _ in $(seq 1 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
-redis-cli -p "$PORT" set stock 1000000000000 >/dev/null
-SHA=$(redis-cli -p "$PORT" script load "local s = tonumber(redis.call('GET', KEYS[1])) if s and s >= tonumber(ARGV[1]) then redis.call('DECRBY', KEYS[1], ARGV[1]) return 1 end return 0")
-redis-benchmark -p "$PORT" -c "$CONNECTIONS" -n $(( DURATION * 40000 )) -q EVALSHA "$SHA" 1 stock 1 > "$WORK/redis-aof.txt" 2>&1
-AOF_LINE=$(tr '\r' '\n' < "$WORK/redis-aof.txt" | grep 'requests per second' | tail -1)
-AOF_RPS=$(sed -E 's/.*: ([0-9.]+) requests per second.*/\1/' <<< "$AOF_LINE")
-AOF_P50=$(sed -E 's/.*p50=([0-9.]+ msec).*/\1/' <<< "$AOF_LINE")
+read -r AOF_RPS AOF_P50 <<< "$(evalsha "$PORT" $((DURATION * 50000)))"
+kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
 
-STOCKD_RPS=$(rps_of "$WORK/stockd.txt"); AXUM_RPS=$(rps_of "$WORK/axum.txt")
 echo
-echo "== HTTP benchmark: ${DURATION}s per run, ${CONNECTIONS} connections, $(nproc) cores"
-printf "%-34s %12s %10s\n" "run" "req/s" "p99"
-printf "%-34s %12s %10s\n" "stockd reserve confirm=true" "$STOCKD_RPS" "$(p99_of "$WORK/stockd.txt")"
-printf "%-34s %12s %10s\n" "bare axum JSON handler" "$AXUM_RPS" "$(p99_of "$WORK/axum.txt")"
-printf "%-34s %12s %10s\n" "redis EVALSHA check-and-deduct" "$REDIS_RPS" "p50 $REDIS_P50"
-printf "%-34s %12s %10s\n" "redis EVALSHA, appendfsync always" "$AOF_RPS" "p50 $AOF_P50"
-python3 - "$STOCKD_RPS" "$AXUM_RPS" "$REDIS_RPS" "$AOF_RPS" <<'PY'
-import sys
-s, a, r, f = (float(x) if x else 0.0 for x in sys.argv[1:5])
-def ratio(name, base):
-    print(f"ratio stockd / {name:<27}: {s / base:.2f}" if base else f"ratio stockd / {name}: n/a")
-ratio("bare axum", a)
-ratio("redis (no persistence)", r)
-ratio("redis (appendfsync always)", f)
+echo "== HTTP benchmark: ${DURATION}s per run, $(nproc) cores, stockd at $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+python3 - "$OUT" "$(rps_of "$WORK/stockd-wrk.txt")" "$(p99_of "$WORK/stockd-wrk.txt")" \
+    "$(rps_of "$WORK/axum.txt")" "$(p99_of "$WORK/axum.txt")" \
+    "$REDIS_RPS" "$REDIS_P50" "$AOF_RPS" "$AOF_P50" "$PIPE_RPS" "$SOLD" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+wrk_rps, wrk_p99, axum_rps, axum_p99, redis_rps, redis_p50, aof_rps, aof_p50, pipe_rps, sold = sys.argv[2:12]
+f = lambda x: float(x) if x else 0.0
+rep = {name: json.load(open(os.path.join(out, f"{name}.json"))) for name in ("flash", "team", "batch")}
+def row(name, rps, lat):
+    print(f"{name:<52} {rps:>12} {lat:>14}")
+row("run", "req/s", "latency")
+fl, tm, bt = rep["flash"], rep["team"], rep["batch"]
+row("stockd bench flash (50 conns)", f"{fl['throughput_per_s']:,.0f}", f"p99 {fl['latency']['p99_ms']:.2f} ms")
+row("stockd bench team (20 x 1,000 buyers, 1,000 conns)", f"{tm['throughput_per_s']:,.0f}", f"p99 {tm['latency']['p99_ms']:.2f} ms")
+row("stockd bench batch (1,000 ops/request, 4 conns)", f"{bt['throughput_per_s']:,.0f}", f"p99 {bt['latency']['p99_ms']:.2f} ms")
+print(f"{'  batch: holds per second':<52} {bt['holds_per_s']:>12,.0f}")
+row("wrk -> stockd, same flash requests (50 conns)", f"{f(wrk_rps):,.0f}", f"p99 {wrk_p99}")
+row("wrk -> bare axum JSON handler (50 conns)", f"{f(axum_rps):,.0f}", f"p99 {axum_p99}")
+row("redis-benchmark EVALSHA, no persistence (-c 50)", f"{f(redis_rps):,.0f}", f"p50 {redis_p50} ms")
+row("redis-benchmark EVALSHA, appendfsync always", f"{f(aof_rps):,.0f}", f"p50 {aof_p50} ms")
+row("redis-benchmark EVALSHA, no persistence, -P 16", f"{f(pipe_rps):,.0f}", "")
+print()
+def ratio(name, a, b):
+    print(f"ratio {name:<58}: {a / b:.2f}" if b else f"ratio {name}: n/a")
+ratio("stockd bench flash / redis EVALSHA (no persistence)", fl["throughput_per_s"], f(redis_rps))
+ratio("stockd bench flash / redis EVALSHA (appendfsync always)", fl["throughput_per_s"], f(aof_rps))
+ratio("wrk: stockd / bare axum", f(wrk_rps), f(axum_rps))
+ratio("stockd bench flash / wrk -> stockd (load generator cost)", fl["throughput_per_s"], f(wrk_rps))
+ratio("batch holds per s / redis EVALSHA -P 16", bt["holds_per_s"], f(pipe_rps))
+print()
+for name, r in rep.items():
+    checks = "; ".join(c["name"] + (" ok" if c["ok"] else " FAILED") for c in r["verdict"]["checks"])
+    print(f"verdict {name}: {'OK' if r['verdict']['ok'] else 'FAILED'} ({checks}); outcomes {r['outcomes']}")
+s, inv = sold.split()
+print(f"wrk run: pool sold {int(s):,}, total = available + held + sold: {inv}")
 PY
-echo "stockd non-2xx responses: $(awk '/Non-2xx/ {print $NF}' "$WORK/stockd.txt" | grep . || echo 0)"
-echo "stockd pool after run: sold=${SOLD% *} invariant_holds=${SOLD#* }"
+[ -z "${BENCH_OUT:-}" ] || echo "reports and plots in $OUT"

@@ -19,6 +19,8 @@
 
 pub mod clock;
 mod feed;
+#[cfg(test)]
+mod sim;
 mod stats;
 pub mod storage;
 mod writer;
@@ -40,7 +42,7 @@ use tokio::sync::oneshot;
 pub use clock::{Clock, ManualClock, SystemClock};
 use feed::Feed;
 use stats::Stats;
-use storage::{Storage, StorageConfig, StorageError};
+use storage::{Fs, RealFs, Storage, StorageConfig, StorageError};
 use writer::Request;
 
 /// Settings of the embedded engine.
@@ -179,61 +181,13 @@ pub struct Engine {
 impl Engine {
     /// Opens the data directory, recovers snapshot + log, and starts the engine threads.
     pub fn open(config: EngineConfig, clock: Arc<dyn Clock>) -> Result<Engine, EngineError> {
-        let (storage, recovered) = Storage::open(StorageConfig {
-            dir: config.data_dir.clone(),
-            segment_bytes_max: config.segment_bytes_max,
-        })?;
-        if recovered.truncated_tail_bytes > 0 {
-            tracing::warn!(
-                bytes = recovered.truncated_tail_bytes,
-                "cut a torn tail off the write-ahead log (a write that was never acknowledged)"
-            );
-        }
-        let shared = Arc::new(Shared {
-            feed: Feed::new(config.event_retention_max),
-            stats: Stats::default(),
-            failure: Mutex::new(None),
-            durable_lsn: AtomicU64::new(0),
-            writer_alive: AtomicBool::new(true),
-        });
-        let (state, events, replayed) =
-            rebuild(&recovered, config.state, config.event_retention_max)?;
-        shared.feed.append(events);
-        state.check_invariants().map_err(EngineError::Invariant)?;
-        shared.feed.mark_durable(state.next_seq() - 1);
-        shared
-            .stats
-            .recovered_records
-            .store(replayed, Ordering::Relaxed);
-        tracing::info!(
-            pools = state.pool_count(),
-            holds = state.hold_count(),
-            replayed_records = replayed,
-            snapshot_lsn = recovered.snapshot_lsn,
-            "recovered"
-        );
-
-        shared
-            .durable_lsn
-            .store(storage.last_lsn(), Ordering::Relaxed);
-        let (request_tx, request_rx) = mpsc::sync_channel(config.queue_depth_max);
-        let next_lsn = storage.last_lsn() + 1;
-        let log = writer::Log::new(storage, shared.clone());
-        let mut threads = Vec::new();
-        let writer = writer::Writer::new(
-            state,
-            config.clone(),
-            clock,
-            shared.clone(),
-            log,
-            next_lsn,
-            replayed,
-        );
-        threads.push(
-            std::thread::Builder::new()
-                .name("stockd-writer".into())
-                .spawn(move || writer.run(request_rx))?,
-        );
+        let queue_depth_max = config.queue_depth_max;
+        let writer = recover(config, clock, Arc::new(RealFs))?;
+        let shared = writer.shared().clone();
+        let (request_tx, request_rx) = mpsc::sync_channel(queue_depth_max);
+        let threads = vec![std::thread::Builder::new()
+            .name("stockd-writer".into())
+            .spawn(move || writer.run(request_rx))?];
         Ok(Engine {
             requests: request_tx,
             shared,
@@ -373,6 +327,57 @@ impl Backend for Engine {
     }
 }
 
+/// Opens the data directory on `fs`, recovers snapshot + log (the same code whether the disk
+/// is real or simulated), and returns the writer ready to serve, not yet running on a thread.
+fn recover(
+    config: EngineConfig,
+    clock: Arc<dyn Clock>,
+    fs: Arc<dyn Fs>,
+) -> Result<writer::Writer, EngineError> {
+    let (storage, recovered) = Storage::open(StorageConfig {
+        fs,
+        dir: config.data_dir.clone(),
+        segment_bytes_max: config.segment_bytes_max,
+    })?;
+    if recovered.truncated_tail_bytes > 0 {
+        tracing::warn!(
+            bytes = recovered.truncated_tail_bytes,
+            "cut a torn tail off the write-ahead log (a write that was never acknowledged)"
+        );
+    }
+    let shared = Arc::new(Shared {
+        feed: Feed::new(config.event_retention_max),
+        stats: Stats::default(),
+        failure: Mutex::new(None),
+        durable_lsn: AtomicU64::new(0),
+        writer_alive: AtomicBool::new(true),
+    });
+    let (state, events, replayed) = rebuild(&recovered, config.state, config.event_retention_max)?;
+    shared.feed.append(events);
+    state.check_invariants().map_err(EngineError::Invariant)?;
+    shared.feed.mark_durable(state.next_seq() - 1);
+    shared
+        .stats
+        .recovered_records
+        .store(replayed, Ordering::Relaxed);
+    tracing::info!(
+        pools = state.pool_count(),
+        holds = state.hold_count(),
+        replayed_records = replayed,
+        snapshot_lsn = recovered.snapshot_lsn,
+        "recovered"
+    );
+
+    shared
+        .durable_lsn
+        .store(storage.last_lsn(), Ordering::Relaxed);
+    let next_lsn = storage.last_lsn() + 1;
+    let log = writer::Log::new(storage, shared.clone());
+    Ok(writer::Writer::new(
+        state, config, clock, shared, log, next_lsn, replayed,
+    ))
+}
+
 fn encode_snapshot<'a>(
     state: &State,
     events: impl Iterator<Item = &'a stockd_core::Event>,
@@ -444,18 +449,19 @@ fn rebuild(
 /// Builds a snapshot covering every record up to `up_to_lsn` from the newest snapshot on disk
 /// and the durable log after it, and writes it. Runs on the snapshot thread.
 fn build_snapshot(
+    fs: &dyn Fs,
     dir: &std::path::Path,
     up_to_lsn: u64,
     config: StateConfig,
     event_retention_max: usize,
 ) -> Result<(), EngineError> {
-    let recovered = storage::read_durable(dir, up_to_lsn)?;
+    let recovered = storage::read_durable(fs, dir, up_to_lsn)?;
     if recovered.snapshot_lsn >= up_to_lsn {
         return Ok(());
     }
     let (state, events, _) = rebuild(&recovered, config, event_retention_max)?;
     let payload = encode_snapshot(&state, events.iter());
-    Storage::write_snapshot(dir, up_to_lsn, &payload)?;
+    Storage::write_snapshot(fs, dir, up_to_lsn, &payload)?;
     Ok(())
 }
 
@@ -483,7 +489,7 @@ mod tests {
 
     /// Holds in the newest snapshot on disk.
     fn snapshot_holds(dir: &std::path::Path, config: StateConfig) -> usize {
-        let recovered = storage::read_durable(dir, 0).unwrap();
+        let recovered = storage::read_durable(&RealFs, dir, 0).unwrap();
         let (state, _, _) = rebuild(&recovered, config, 1000).unwrap();
         state.hold_count()
     }

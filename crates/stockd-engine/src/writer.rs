@@ -15,7 +15,7 @@ use stockd_core::{BackendError, Command, Effects, Outcome, State, Step, WaiterId
 use tokio::sync::oneshot;
 
 use crate::clock::Clock;
-use crate::storage::Storage;
+use crate::storage::{Fs, Storage};
 use crate::{encode_snapshot, EngineConfig, Shared};
 
 pub type Reply = oneshot::Sender<Result<Vec<Outcome>, BackendError>>;
@@ -44,7 +44,8 @@ pub struct Parked {
 /// Answers to release once a batch is durable.
 pub struct Completion {
     reply: Reply,
-    outcomes: Vec<Outcome>,
+    /// What the core decided; sent only if the batch becomes durable.
+    pub(crate) outcomes: Vec<Outcome>,
 }
 
 pub enum LogJob {
@@ -92,9 +93,59 @@ pub struct Writer {
     /// Lsn of the last snapshot the snapshot thread finished (0: none yet to act on); the
     /// writer then has the log drop what the snapshot covers.
     snapshot_done_lsn: Arc<AtomicU64>,
-    /// The snapshot thread in flight, joined before the writer ends so that no snapshot is
-    /// still being written into the directory once the engine has let go of it.
-    snapshot_thread: Option<std::thread::JoinHandle<()>>,
+    snapshots: SnapshotRunner,
+}
+
+/// Where snapshot builds run.
+pub enum SnapshotRunner {
+    /// On a thread of their own; the one in flight is joined before the writer ends, so that
+    /// no snapshot is still being written into the directory once the engine has let go of it.
+    Thread(Option<std::thread::JoinHandle<()>>),
+    /// Queued for the deterministic simulation, which runs each when its seed says, between
+    /// (or instead of) writer steps, on the one simulation thread.
+    #[cfg(test)]
+    Queued(Vec<SnapshotJob>),
+}
+
+/// One snapshot build: everything durable up to `up_to_lsn`, rolled forward from the newest
+/// snapshot on disk through the log (the same replay recovery does).
+pub struct SnapshotJob {
+    fs: Arc<dyn Fs>,
+    dir: std::path::PathBuf,
+    pub(crate) up_to_lsn: u64,
+    state_config: stockd_core::StateConfig,
+    event_retention_max: usize,
+    done_lsn: Arc<AtomicU64>,
+    in_flight: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+}
+
+impl SnapshotJob {
+    /// Builds and writes the snapshot, then tells the writer (`done_lsn`) so that the log drops
+    /// what it covers. A failed snapshot loses nothing: the log still has every record.
+    pub fn run(self) {
+        // Clears the in-flight flag however the build ends, a panic included.
+        let _in_flight = FlagGuard(self.in_flight);
+        let started = Instant::now();
+        let built = crate::build_snapshot(
+            &*self.fs,
+            &self.dir,
+            self.up_to_lsn,
+            self.state_config,
+            self.event_retention_max,
+        );
+        match built {
+            Ok(()) => {
+                let build_ms = started.elapsed().as_millis() as u64;
+                let stats = &self.shared.stats;
+                stats.snapshots.fetch_add(1, Relaxed);
+                stats.snapshot_build_ms_last.store(build_ms, Relaxed);
+                tracing::info!(lsn = self.up_to_lsn, build_ms, "snapshot written");
+                self.done_lsn.store(self.up_to_lsn, Relaxed);
+            }
+            Err(error) => tracing::warn!(%error, "snapshot failed; will retry later"),
+        }
+    }
 }
 
 impl Writer {
@@ -119,8 +170,12 @@ impl Writer {
             records_since_snapshot,
             snapshot_in_flight: Arc::new(AtomicBool::new(false)),
             snapshot_done_lsn: Arc::new(AtomicU64::new(0)),
-            snapshot_thread: None,
+            snapshots: SnapshotRunner::Thread(None),
         }
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     /// Time never goes backwards inside the engine, even if the wall clock does.
@@ -151,24 +206,12 @@ impl Writer {
                 Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => break,
             };
-            let mut commands = 0;
             if let Some(request) = first {
-                commands += request_len(&request);
-                batch.push(request);
-                while commands < self.config.batch_commands_max {
-                    match requests.try_recv() {
-                        Ok(request) => {
-                            commands += request_len(&request);
-                            batch.push(request);
-                        }
-                        Err(_) => break,
-                    }
-                }
+                self.fill_batch(&mut batch, request, || requests.try_recv().ok());
             }
             let shutdown = self.apply_batch(&mut batch, &mut effects);
             if let Some(done) = shutdown {
-                self.write_snapshot_now();
-                self.log.process(LogJob::Shutdown { done });
+                self.finish(done);
                 return;
             }
         }
@@ -177,9 +220,43 @@ impl Writer {
         self.log.process(LogJob::Shutdown { done });
     }
 
+    /// A clean stop: a final snapshot, a last sync, then `done`.
+    pub(crate) fn finish(&mut self, done: oneshot::Sender<()>) {
+        self.write_snapshot_now();
+        self.log.process(LogJob::Shutdown { done });
+    }
+
+    /// A batch: `first`, then what `next` has queued, up to `batch_commands_max` commands.
+    pub(crate) fn fill_batch(
+        &self,
+        batch: &mut Vec<Request>,
+        first: Request,
+        mut next: impl FnMut() -> Option<Request>,
+    ) {
+        let mut commands = request_len(&first);
+        batch.push(first);
+        while commands < self.config.batch_commands_max {
+            match next() {
+                Some(request) => {
+                    commands += request_len(&request);
+                    batch.push(request);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Waits for the snapshot build in flight, if any, to finish.
     fn join_snapshot_thread(&mut self) {
-        if let Some(thread) = self.snapshot_thread.take() {
-            let _ = thread.join();
+        match &mut self.snapshots {
+            SnapshotRunner::Thread(thread) => {
+                if let Some(thread) = thread.take() {
+                    let _ = thread.join();
+                }
+            }
+            // Joining a queued build is letting it run to its end now.
+            #[cfg(test)]
+            SnapshotRunner::Queued(jobs) => jobs.drain(..).for_each(SnapshotJob::run),
         }
     }
 
@@ -190,6 +267,22 @@ impl Writer {
         batch: &mut Vec<Request>,
         effects: &mut Effects,
     ) -> Option<oneshot::Sender<()>> {
+        let (job, shutdown) = self.decide_batch(batch, effects);
+        if let Some(job) = job {
+            self.log_batch(job);
+        }
+        shutdown
+    }
+
+    /// The deciding half of a batch: what time did, then every request through the core. The
+    /// state changes in memory only; the records and answers come back as the log job (none
+    /// when the batch changed nothing and answers nobody), which [`Writer::log_batch`] makes
+    /// durable before anyone hears of it. Returns the shutdown signal too.
+    pub(crate) fn decide_batch(
+        &mut self,
+        batch: &mut Vec<Request>,
+        effects: &mut Effects,
+    ) -> (Option<LogJob>, Option<oneshot::Sender<()>>) {
         // First, forget waiters whose client went away, so that units freed in this batch go
         // to someone still listening (a ghost hold would lock them for its whole ttl).
         self.sweep_gone_waiters();
@@ -251,7 +344,7 @@ impl Writer {
 
         let records = effects.records.len() as u64;
         if records == 0 && completions.is_empty() {
-            return shutdown;
+            return (None, shutdown);
         }
         let payloads = encode_frames(&effects.records);
         let first_lsn = self.next_lsn;
@@ -268,12 +361,21 @@ impl Writer {
             last_seq: self.state.next_seq() - 1,
             completions,
         };
+        (Some(job), shutdown)
+    }
+
+    /// The logging half of a batch: the log stage appends and fsyncs its records and only then
+    /// releases its answers; then a snapshot starts if one is due.
+    pub(crate) fn log_batch(&mut self, job: LogJob) {
+        let records = match &job {
+            LogJob::Batch { records, .. } => *records,
+            _ => 0,
+        };
         self.log.process(job);
         self.records_since_snapshot += records;
         if self.records_since_snapshot >= self.config.snapshot_every_records {
             self.start_snapshot();
         }
-        shutdown
     }
 
     /// Runs a request's remaining commands in order until one parks (the request waits in
@@ -337,39 +439,33 @@ impl Writer {
             return;
         }
         self.records_since_snapshot = 0;
-        let up_to_lsn = self.shared.durable_lsn.load(Relaxed);
-        let dir = self.config.data_dir.clone();
-        let state_config = self.config.state;
-        let event_retention_max = self.config.event_retention_max;
-        let done_lsn = self.snapshot_done_lsn.clone();
-        let in_flight = self.snapshot_in_flight.clone();
-        let shared = self.shared.clone();
+        let job = SnapshotJob {
+            fs: self.log.storage.fs().clone(),
+            dir: self.config.data_dir.clone(),
+            up_to_lsn: self.shared.durable_lsn.load(Relaxed),
+            state_config: self.config.state,
+            event_retention_max: self.config.event_retention_max,
+            done_lsn: self.snapshot_done_lsn.clone(),
+            in_flight: self.snapshot_in_flight.clone(),
+            shared: self.shared.clone(),
+        };
         // A finished thread is joined here; at most one runs (`snapshot_in_flight`).
         self.join_snapshot_thread();
-        let spawned = std::thread::Builder::new()
-            .name("stockd-snapshot".into())
-            .spawn(move || {
-                // Clears the in-flight flag however the thread ends, a panic included.
-                let _in_flight = FlagGuard(in_flight);
-                let started = Instant::now();
-                match crate::build_snapshot(&dir, up_to_lsn, state_config, event_retention_max) {
-                    Ok(()) => {
-                        let build_ms = started.elapsed().as_millis() as u64;
-                        shared.stats.snapshots.fetch_add(1, Relaxed);
-                        shared.stats.snapshot_build_ms_last.store(build_ms, Relaxed);
-                        tracing::info!(lsn = up_to_lsn, build_ms, "snapshot written");
-                        done_lsn.store(up_to_lsn, Relaxed);
+        match &mut self.snapshots {
+            SnapshotRunner::Thread(thread) => {
+                let spawned = std::thread::Builder::new()
+                    .name("stockd-snapshot".into())
+                    .spawn(move || job.run());
+                match spawned {
+                    Ok(spawned) => *thread = Some(spawned),
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot start the snapshot thread");
+                        self.snapshot_in_flight.store(false, Relaxed);
                     }
-                    // A failed snapshot loses nothing: the log still has every record.
-                    Err(error) => tracing::warn!(%error, "snapshot failed; will retry later"),
                 }
-            });
-        match spawned {
-            Ok(thread) => self.snapshot_thread = Some(thread),
-            Err(error) => {
-                tracing::warn!(%error, "cannot start the snapshot thread");
-                self.snapshot_in_flight.store(false, Relaxed);
             }
+            #[cfg(test)]
+            SnapshotRunner::Queued(jobs) => jobs.push(job),
         }
     }
 
@@ -384,7 +480,8 @@ impl Writer {
         let lsn = self.next_lsn - 1;
         let retained = self.shared.feed.retained();
         let payload = encode_snapshot(&self.state, retained.iter().map(|event| &**event));
-        match Storage::write_snapshot(&self.config.data_dir, lsn, &payload) {
+        let fs = self.log.storage.fs().clone();
+        match Storage::write_snapshot(&*fs, &self.config.data_dir, lsn, &payload) {
             Ok(()) => {
                 self.shared.stats.snapshots.fetch_add(1, Relaxed);
                 self.log
@@ -392,6 +489,35 @@ impl Writer {
             }
             Err(error) => tracing::warn!(%error, "final snapshot failed; the log has everything"),
         }
+    }
+}
+
+/// What the deterministic simulation (`crate::sim`) drives and looks at; test builds only.
+#[cfg(test)]
+impl Writer {
+    /// From now on snapshot builds wait in a queue for the simulation to run them.
+    pub(crate) fn queue_snapshots(&mut self) {
+        self.snapshots = SnapshotRunner::Queued(Vec::new());
+    }
+
+    pub(crate) fn take_snapshot_job(&mut self) -> Option<SnapshotJob> {
+        match &mut self.snapshots {
+            SnapshotRunner::Queued(jobs) => jobs.pop(),
+            SnapshotRunner::Thread(_) => None,
+        }
+    }
+
+    pub(crate) fn has_snapshot_job(&self) -> bool {
+        matches!(&self.snapshots, SnapshotRunner::Queued(jobs) if !jobs.is_empty())
+    }
+
+    pub(crate) fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// The lsn of the last record written (or recovered).
+    pub(crate) fn last_lsn(&self) -> u64 {
+        self.next_lsn - 1
     }
 }
 

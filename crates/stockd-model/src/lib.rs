@@ -17,7 +17,8 @@ mod steps;
 pub use backend::{read_events, read_views};
 pub use model::{Expect, Model};
 pub use runner::{
-    cases, check_sequence, check_sequence_counting, normalise, Coverage, Target, Views,
+    cases, check_outcome, check_sequence, check_sequence_counting, normalise, Coverage, Target,
+    Views,
 };
 pub use steps::{
     hold_id, pool_id, sequences, sequences_with_waits, Memory, Op, Step, TokenPick, CONFIG, HOLDS,

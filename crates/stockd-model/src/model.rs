@@ -80,7 +80,9 @@ pub enum Expect {
     },
 }
 
-#[derive(Debug)]
+/// Cloneable, so that a caller can keep the model as of several points in a run (the
+/// simulation keeps one per batch a crash may or may not have kept).
+#[derive(Debug, Clone)]
 pub struct Model {
     config: StateConfig,
     pools: BTreeMap<PoolId, ModelPool>,

@@ -232,46 +232,58 @@ impl Run {
     }
 
     fn compare_outcome(&mut self, command: &Command, outcome: &Outcome) -> Result<(), String> {
-        match self.model.execute(command, self.now_ms) {
-            Expect::Exact(expected) => {
-                let got = normalise(outcome);
-                if got != expected {
-                    return Err(format!(
-                        "outcome of {command:?}\n  expected {expected:?}\n  got      {got:?}"
-                    ));
-                }
-            }
-            Expect::LockGranted {
-                name,
-                owner,
-                expires_at_ms,
-            } => {
-                let Ok(Reply::Lock {
-                    token,
-                    expires_at_ms: got_expires_at_ms,
-                }) = outcome
-                else {
-                    return Err(format!(
-                        "expected a lock grant for {command:?}, got {outcome:?}"
-                    ));
-                };
-                if *got_expires_at_ms != expires_at_ms {
-                    return Err(format!(
-                        "lease of {command:?} ends at {got_expires_at_ms}, expected {expires_at_ms}"
-                    ));
-                }
-                if let Some(last) = self.model.last_token(&name) {
-                    if *token <= last {
-                        return Err(format!(
-                            "fence {token} of {command:?} not above the last one, {last}"
-                        ));
-                    }
-                }
-                self.model.granted(name, owner, *token, expires_at_ms);
+        check_outcome(&mut self.model, command, outcome, self.now_ms)
+    }
+}
+
+/// Runs `command` on `model` at `now_ms` and checks `outcome`, the target's answer to it: equal
+/// to the model's (invalid-request messages aside), or for a lock grant, a lease ending when the
+/// model says with a fencing token above every earlier one (which the model then records).
+pub fn check_outcome(
+    model: &mut Model,
+    command: &Command,
+    outcome: &Outcome,
+    now_ms: u64,
+) -> Result<(), String> {
+    match model.execute(command, now_ms) {
+        Expect::Exact(expected) => {
+            let got = normalise(outcome);
+            if got != expected {
+                return Err(format!(
+                    "outcome of {command:?}\n  expected {expected:?}\n  got      {got:?}"
+                ));
             }
         }
-        Ok(())
+        Expect::LockGranted {
+            name,
+            owner,
+            expires_at_ms,
+        } => {
+            let Ok(Reply::Lock {
+                token,
+                expires_at_ms: got_expires_at_ms,
+            }) = outcome
+            else {
+                return Err(format!(
+                    "expected a lock grant for {command:?}, got {outcome:?}"
+                ));
+            };
+            if *got_expires_at_ms != expires_at_ms {
+                return Err(format!(
+                    "lease of {command:?} ends at {got_expires_at_ms}, expected {expires_at_ms}"
+                ));
+            }
+            if let Some(last) = model.last_token(&name) {
+                if *token <= last {
+                    return Err(format!(
+                        "fence {token} of {command:?} not above the last one, {last}"
+                    ));
+                }
+            }
+            model.granted(name, owner, *token, expires_at_ms);
+        }
     }
+    Ok(())
 }
 
 fn count(coverage: &mut Coverage, key: String) {

@@ -22,13 +22,15 @@
 //! `wal-<first_lsn>.log` segments (format in `wal.rs`) and `snapshot-<lsn>.snap` files (format
 //! in `snapshot.rs`), LSNs written as 20 zero-padded digits so that name order is LSN order.
 
+pub mod fs;
 mod snapshot;
 mod wal;
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use self::fs::{Fs, FsFile, FsLock, RealFs};
 
 use self::wal::{SegmentHeader, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 
@@ -52,6 +54,8 @@ const PENDING_CAPACITY_RETAINED_BYTES: usize = 4 << 20;
 
 #[derive(Debug, Clone)]
 pub struct StorageConfig {
+    /// The file system the directory is on: [`RealFs`] except in the simulation.
+    pub fs: Arc<dyn Fs>,
     pub dir: PathBuf,
     /// Roll to a new segment before a record would make the current one exceed this size (a
     /// single record larger than this gets a segment of its own). See [`SEGMENT_BYTES_MAX_RANGE`].
@@ -61,6 +65,7 @@ pub struct StorageConfig {
 impl StorageConfig {
     pub fn new(dir: impl Into<PathBuf>) -> StorageConfig {
         StorageConfig {
+            fs: Arc::new(RealFs),
             dir: dir.into(),
             segment_bytes_max: SEGMENT_BYTES_MAX_DEFAULT,
         }
@@ -120,12 +125,13 @@ pub const LOCK_FILE_NAME: &str = "LOCK";
 /// The write side of the log, owned by the appender thread (see the module docs).
 #[derive(Debug)]
 pub struct Storage {
+    fs: Arc<dyn Fs>,
     dir: PathBuf,
     segment_bytes_max: u64,
     /// First LSN of every segment on disk, ascending; the last one is the segment appended to.
     segment_first_lsns: Vec<u64>,
     /// The current (last) segment, opened for appending.
-    segment_file: File,
+    segment_file: Box<dyn FsFile>,
     /// Bytes of the current segment already handed to the file, header included.
     segment_written_bytes: u64,
     /// Framed records appended since the last write, all for the current segment.
@@ -138,7 +144,7 @@ pub struct Storage {
     /// a restart recover from what is really on disk.
     failed: bool,
     /// Holds the advisory lock on the directory for as long as this storage lives.
-    _dir_lock: File,
+    _dir_lock: Box<dyn FsLock>,
 }
 
 impl Storage {
@@ -151,30 +157,36 @@ impl Storage {
                 segment_bytes_max: config.segment_bytes_max,
             });
         }
+        let shared_fs = config.fs;
+        let fs = &*shared_fs;
         let dir = config.dir;
-        fs::create_dir_all(&dir)?;
+        fs.create_dir_all(&dir)?;
+        // The directory's own name lives in its parent: without this fsync a power loss can
+        // take the whole directory, every acknowledged record with it, however well its files
+        // were synced. Every time, not only when created here: an earlier start may have
+        // crashed between creating it and this fsync.
+        sync_directory(fs, parent_dir(&dir))?;
         // Two processes appending to one log would interleave records and corrupt it; the
         // advisory lock makes the second one fail fast instead. It is held until drop.
-        let dir_lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(LOCK_FILE_NAME))?;
-        if let Err(error) = dir_lock.try_lock() {
-            return Err(StorageError::Locked {
-                dir: dir.clone(),
-                reason: error.to_string(),
-            });
-        }
-        remove_temp_files(&dir)?;
-        let listing = list_directory(&dir)?;
+        let dir_lock = match fs.try_lock(&dir.join(LOCK_FILE_NAME))? {
+            Ok(lock) => lock,
+            Err(reason) => {
+                return Err(StorageError::Locked {
+                    dir: dir.clone(),
+                    reason,
+                })
+            }
+        };
+        remove_temp_files(fs, &dir)?;
+        let listing = list_directory(fs, &dir)?;
         // A crash may have come between creating a file and fsyncing the directory: the file is
         // visible now but its name might not survive a power loss. Records appended to it from
         // now on will be acknowledged, so make the names durable first.
-        sync_directory(&dir)?;
+        sync_directory(fs, &dir)?;
 
-        let (snapshot_lsn, snapshot_payload) = load_newest_snapshot(&dir, &listing.snapshot_lsns)?;
-        let wal = recover_wal(&dir, &listing.segment_first_lsns, snapshot_lsn)?;
+        let (snapshot_lsn, snapshot_payload) =
+            load_newest_snapshot(fs, &dir, &listing.snapshot_lsns)?;
+        let wal = recover_wal(fs, &dir, &listing.segment_first_lsns, snapshot_lsn)?;
         let last_lsn = snapshot_lsn.max(wal.end_lsn);
 
         let mut segment_first_lsns = listing.segment_first_lsns;
@@ -185,14 +197,12 @@ impl Storage {
                 // the last one in the existing segment without a gap inside that segment, so it
                 // starts a new one.
                 let first_lsn = last_lsn + 1;
-                let file = create_segment(&dir, first_lsn)?;
+                let file = create_segment(fs, &dir, first_lsn)?;
                 segment_first_lsns.push(first_lsn);
                 (file, SEGMENT_HEADER_BYTES as u64)
             } else {
                 let current_first_lsn = *segment_first_lsns.last().expect("checked non-empty");
-                let file = OpenOptions::new()
-                    .append(true)
-                    .open(segment_path(&dir, current_first_lsn))?;
+                let mut file = fs.open_append(&segment_path(&dir, current_first_lsn))?;
                 // The previous process may have written records without syncing them before it
                 // died: we can read them from the page cache, and the engine will build on them,
                 // so they must be on disk before anything new is acknowledged.
@@ -209,6 +219,7 @@ impl Storage {
             "storage recovered"
         );
         let storage = Storage {
+            fs: shared_fs.clone(),
             dir,
             segment_bytes_max: config.segment_bytes_max,
             segment_first_lsns,
@@ -272,8 +283,13 @@ impl Storage {
     /// snapshot survives a crash. Deletes nothing. Snapshot thread: it shares no state with the
     /// `Storage` value, so it can run while the appender keeps appending and syncing. At most one
     /// call at a time per directory.
-    pub fn write_snapshot(dir: &Path, lsn: u64, payload: &[u8]) -> Result<(), StorageError> {
-        let path = snapshot::write(dir, lsn, payload)?;
+    pub fn write_snapshot(
+        fs: &dyn Fs,
+        dir: &Path,
+        lsn: u64,
+        payload: &[u8],
+    ) -> Result<(), StorageError> {
+        let path = snapshot::write(fs, dir, lsn, payload)?;
         tracing::debug!(path = %path.display(), lsn, bytes = payload.len(), "snapshot written");
         Ok(())
     }
@@ -294,7 +310,7 @@ impl Storage {
                 last_lsn: self.last_lsn,
             });
         }
-        let mut snapshot_lsns = list_directory(&self.dir)?.snapshot_lsns;
+        let mut snapshot_lsns = list_directory(&*self.fs, &self.dir)?.snapshot_lsns;
         // Newer snapshots may be appearing from the snapshot thread; leave them alone.
         snapshot_lsns.retain(|&lsn| lsn <= snapshot_lsn);
         if snapshot_lsns.last() != Some(&snapshot_lsn) {
@@ -306,13 +322,13 @@ impl Storage {
         // Segment i holds lsns first_lsns[i] ..= first_lsns[i + 1] - 1.
         while self.segment_first_lsns.len() > 1 && self.segment_first_lsns[1] - 1 <= covered_lsn {
             let path = segment_path(&self.dir, self.segment_first_lsns[0]);
-            remove_file_if_present(&path)?;
+            remove_file_if_present(&*self.fs, &path)?;
             tracing::debug!(path = %path.display(), "removed obsolete segment");
             self.segment_first_lsns.remove(0);
         }
         for &lsn in &snapshot_lsns[..retained_from] {
             let path = self.dir.join(snapshot::snapshot_file_name(lsn));
-            remove_file_if_present(&path)?;
+            remove_file_if_present(&*self.fs, &path)?;
             tracing::debug!(path = %path.display(), "removed obsolete snapshot");
         }
         Ok(())
@@ -331,6 +347,11 @@ impl Storage {
     /// The storage directory, for handing to the snapshot thread.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The file system the directory is on, for handing to the snapshot thread.
+    pub fn fs(&self) -> &Arc<dyn Fs> {
+        &self.fs
     }
 
     fn ensure_not_failed(&self) -> Result<(), StorageError> {
@@ -364,7 +385,8 @@ impl Storage {
         // relies on this: only the last segment can ever have a torn tail, so damage anywhere
         // else is corruption of acknowledged data.
         self.write_pending_and_sync()?;
-        let file = create_segment(&self.dir, first_lsn).inspect_err(|_| self.failed = true)?;
+        let file =
+            create_segment(&*self.fs, &self.dir, first_lsn).inspect_err(|_| self.failed = true)?;
         self.segment_file = file;
         self.segment_first_lsns.push(first_lsn);
         self.segment_written_bytes = SEGMENT_HEADER_BYTES as u64;
@@ -379,26 +401,36 @@ fn segment_path(dir: &Path, first_lsn: u64) -> PathBuf {
 /// Creates a segment holding only its header, durably: the header is synced before any record
 /// is written, so that a segment found with a missing header can be known to hold no record;
 /// the directory is synced so that the new file's name survives a crash.
-fn create_segment(dir: &Path, first_lsn: u64) -> Result<File, StorageError> {
+fn create_segment(
+    fs: &dyn Fs,
+    dir: &Path,
+    first_lsn: u64,
+) -> Result<Box<dyn FsFile>, StorageError> {
     let path = segment_path(dir, first_lsn);
-    let mut file = OpenOptions::new()
-        .append(true)
-        .create_new(true)
-        .open(&path)?;
+    let mut file = fs.create_new_append(&path)?;
     file.write_all(&wal::encode_segment_header(first_lsn))?;
     file.sync_data()?;
-    sync_directory(dir)?;
+    sync_directory(fs, dir)?;
     Ok(file)
+}
+
+/// The directory `dir` is an entry of ("." for a bare relative name).
+fn parent_dir(dir: &Path) -> &Path {
+    match dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        Some(_) => Path::new("."),
+        None => dir,
+    }
 }
 
 /// fsync of a directory: makes file creations, renames and deletions in it durable. Without it
 /// a file can be fully synced and still be missing after a power loss, because its name was not.
-fn sync_directory(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
+fn sync_directory(fs: &dyn Fs, dir: &Path) -> std::io::Result<()> {
+    fs.sync_dir(dir)
 }
 
-fn remove_file_if_present(path: &Path) -> std::io::Result<()> {
-    match fs::remove_file(path) {
+fn remove_file_if_present(fs: &dyn Fs, path: &Path) -> std::io::Result<()> {
+    match fs.remove_file(path) {
         Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
         _ => Ok(()),
     }
@@ -412,16 +444,12 @@ struct Listing {
 }
 
 /// Lists segments and snapshots, ignoring any other file (temporary snapshots included).
-fn list_directory(dir: &Path) -> Result<Listing, StorageError> {
+fn list_directory(fs: &dyn Fs, dir: &Path) -> Result<Listing, StorageError> {
     let mut listing = Listing {
         segment_first_lsns: Vec::new(),
         snapshot_lsns: Vec::new(),
     };
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
+    for name in fs.list(dir)? {
         if let Some(first_lsn) = wal::parse_segment_file_name(&name) {
             listing.segment_first_lsns.push(first_lsn);
         } else if let Some(lsn) = snapshot::parse_snapshot_file_name(&name) {
@@ -435,13 +463,12 @@ fn list_directory(dir: &Path) -> Result<Listing, StorageError> {
 
 /// Deletes `snapshot-*.tmp` files left by a snapshot write that a crash interrupted. Only safe
 /// while no snapshot write is running, that is, during `open`.
-fn remove_temp_files(dir: &Path) -> Result<(), StorageError> {
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        if name.to_str().is_some_and(snapshot::is_temp_file_name) {
-            tracing::warn!(path = %entry.path().display(), "removing leftover temporary snapshot");
-            remove_file_if_present(&entry.path())?;
+fn remove_temp_files(fs: &dyn Fs, dir: &Path) -> Result<(), StorageError> {
+    for name in fs.list(dir)? {
+        if snapshot::is_temp_file_name(&name) {
+            let path = dir.join(name);
+            tracing::warn!(path = %path.display(), "removing leftover temporary snapshot");
+            remove_file_if_present(fs, &path)?;
         }
     }
     Ok(())
@@ -451,12 +478,13 @@ fn remove_temp_files(dir: &Path) -> Result<(), StorageError> {
 /// fails verification is skipped with a warning: an older snapshot plus the log after it give
 /// the same state, and if that log is gone, `recover_wal` reports the gap.
 fn load_newest_snapshot(
+    fs: &dyn Fs,
     dir: &Path,
     snapshot_lsns: &[u64],
 ) -> Result<(u64, Option<Vec<u8>>), StorageError> {
     for &lsn in snapshot_lsns.iter().rev() {
         let path = dir.join(snapshot::snapshot_file_name(lsn));
-        match snapshot::read_verified(&path, lsn)? {
+        match snapshot::read_verified(fs, &path, lsn)? {
             Ok(payload) => return Ok((lsn, Some(payload))),
             Err(reason) => tracing::warn!(
                 path = %path.display(),
@@ -496,6 +524,7 @@ fn corrupt(path: &Path, offset: usize, reason: String) -> StorageError {
 /// operator must look instead. A torn tail is different: it is the part of a write that a crash
 /// interrupted before its sync returned, so nobody was told it happened.
 fn recover_wal(
+    fs: &dyn Fs,
     dir: &Path,
     segment_first_lsns: &[u64],
     snapshot_lsn: u64,
@@ -535,9 +564,26 @@ fn recover_wal(
             );
             return Err(corrupt(&path, 0, reason));
         }
-        let bytes = fs::read(&path)?;
+        let bytes = fs.read(&path)?;
         match wal::check_segment_header(&bytes, first_lsn) {
             SegmentHeader::Valid => {}
+            // A damaged header on the last segment with no valid record anywhere after it is a
+            // header whose sync never returned (records are written only after it): torn, not
+            // corrupt. With a record after it, it is damage to acknowledged data.
+            SegmentHeader::Damaged(reason)
+                if is_last && !wal::valid_frame_follows(&bytes, 0, first_lsn) =>
+            {
+                tracing::warn!(
+                    path = %path.display(),
+                    bytes = bytes.len(),
+                    %reason,
+                    "rewriting the torn header of the last segment, which holds no record"
+                );
+                rewrite_segment_header(fs, &path, first_lsn)?;
+                recovery.truncated_tail_bytes += bytes.len() as u64;
+                recovery.last_segment_len_bytes = SEGMENT_HEADER_BYTES as u64;
+                continue;
+            }
             SegmentHeader::Torn if is_last => {
                 // Created but its header never reached the disk: no record was ever in it.
                 tracing::warn!(
@@ -545,7 +591,7 @@ fn recover_wal(
                     bytes = bytes.len(),
                     "rewriting the torn header of the last segment"
                 );
-                rewrite_segment_header(&path, first_lsn)?;
+                rewrite_segment_header(fs, &path, first_lsn)?;
                 recovery.truncated_tail_bytes += bytes.len() as u64;
                 recovery.last_segment_len_bytes = SEGMENT_HEADER_BYTES as u64;
                 continue;
@@ -554,7 +600,9 @@ fn recover_wal(
                 let reason = "segment header is missing but later segments exist".to_string();
                 return Err(corrupt(&path, 0, reason));
             }
-            SegmentHeader::Invalid(reason) => return Err(corrupt(&path, 0, reason)),
+            SegmentHeader::Damaged(reason) | SegmentHeader::Invalid(reason) => {
+                return Err(corrupt(&path, 0, reason))
+            }
         }
 
         let scan = wal::scan_segment(&bytes, first_lsn);
@@ -590,7 +638,7 @@ fn recover_wal(
             reason = %invalid.reason,
             "truncating the torn tail of the log"
         );
-        truncate_segment(&path, invalid.offset as u64)?;
+        truncate_segment(fs, &path, invalid.offset as u64)?;
         recovery.truncated_tail_bytes += cut_bytes;
         recovery.last_segment_len_bytes = invalid.offset as u64;
     }
@@ -602,9 +650,9 @@ fn recover_wal(
 /// including `up_to_lsn`, all of which the caller knows to be durable. This is for building a
 /// new snapshot off the writer's path while the appender keeps writing past `up_to_lsn`: bytes
 /// beyond it are not looked at, nothing is truncated, and no lock is taken. Snapshot thread.
-pub fn read_durable(dir: &Path, up_to_lsn: u64) -> Result<Recovered, StorageError> {
-    let listing = list_directory(dir)?;
-    let (snapshot_lsn, snapshot) = load_newest_snapshot(dir, &listing.snapshot_lsns)?;
+pub fn read_durable(fs: &dyn Fs, dir: &Path, up_to_lsn: u64) -> Result<Recovered, StorageError> {
+    let listing = list_directory(fs, dir)?;
+    let (snapshot_lsn, snapshot) = load_newest_snapshot(fs, dir, &listing.snapshot_lsns)?;
     let mut records = Vec::new();
     let mut next_lsn = snapshot_lsn + 1;
     if up_to_lsn > snapshot_lsn {
@@ -621,8 +669,10 @@ pub fn read_durable(dir: &Path, up_to_lsn: u64) -> Result<Recovered, StorageErro
                 break;
             }
             let path = segment_path(dir, first_lsn);
-            let bytes = fs::read(&path)?;
-            if let SegmentHeader::Invalid(reason) = wal::check_segment_header(&bytes, first_lsn) {
+            let bytes = fs.read(&path)?;
+            if let SegmentHeader::Damaged(reason) | SegmentHeader::Invalid(reason) =
+                wal::check_segment_header(&bytes, first_lsn)
+            {
                 return Err(corrupt(&path, 0, reason));
             }
             for (lsn, payload) in wal::scan_segment(&bytes, first_lsn).records {
@@ -658,28 +708,31 @@ pub fn read_durable(dir: &Path, up_to_lsn: u64) -> Result<Recovered, StorageErro
 /// Cuts the last segment at `len_bytes` and fsyncs. The cut must be durable before new records
 /// are appended after it: otherwise a crash could bring the old tail back behind shorter new
 /// records, where its stale frames could pass for the records that follow.
-fn truncate_segment(path: &Path, len_bytes: u64) -> std::io::Result<()> {
-    let file = OpenOptions::new().write(true).open(path)?;
+fn truncate_segment(fs: &dyn Fs, path: &Path, len_bytes: u64) -> std::io::Result<()> {
+    let mut file = fs.open_write(path)?;
     file.set_len(len_bytes)?;
     file.sync_all()
 }
 
-fn rewrite_segment_header(path: &Path, first_lsn: u64) -> std::io::Result<()> {
-    let mut file = OpenOptions::new().write(true).truncate(true).open(path)?;
+fn rewrite_segment_header(fs: &dyn Fs, path: &Path, first_lsn: u64) -> std::io::Result<()> {
+    // The file exists (it was just read): emptied, then given its header.
+    let mut file = fs.create_truncate(path)?;
     file.write_all(&wal::encode_segment_header(first_lsn))?;
     file.sync_all()
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     const SMALL_SEGMENT_BYTES: u64 = *SEGMENT_BYTES_MAX_RANGE.start();
 
     fn small_segments(dir: &Path) -> StorageConfig {
         StorageConfig {
-            dir: dir.to_path_buf(),
             segment_bytes_max: SMALL_SEGMENT_BYTES,
+            ..StorageConfig::new(dir)
         }
     }
 
@@ -832,7 +885,7 @@ mod tests {
         let (mut storage, _) = Storage::open(small_segments(dir.path())).unwrap();
         append_and_sync(&mut storage, 1..=200);
         let segments_before = file_names(dir.path(), "wal-").len();
-        Storage::write_snapshot(dir.path(), 150, b"state at 150").unwrap();
+        Storage::write_snapshot(&RealFs, dir.path(), 150, b"state at 150").unwrap();
         storage.remove_obsolete(150).unwrap();
         let segments_after = file_names(dir.path(), "wal-");
         assert!(segments_after.len() < segments_before);
@@ -847,10 +900,10 @@ mod tests {
         assert_eq!(recovered.records, records(151..=220));
 
         // Two more snapshots: the oldest one goes, the previous one stays as a fallback.
-        Storage::write_snapshot(storage.dir(), 220, b"state at 220").unwrap();
+        Storage::write_snapshot(&RealFs, storage.dir(), 220, b"state at 220").unwrap();
         storage.remove_obsolete(220).unwrap();
         append_and_sync(&mut storage, 221..=300);
-        Storage::write_snapshot(storage.dir(), 300, b"state at 300").unwrap();
+        Storage::write_snapshot(&RealFs, storage.dir(), 300, b"state at 300").unwrap();
         storage.remove_obsolete(300).unwrap();
         assert_eq!(
             file_names(dir.path(), "snapshot-"),
@@ -896,8 +949,8 @@ mod tests {
         append_and_sync(&mut storage, 1..=100);
         let snapshot_dir = storage.dir().to_path_buf();
         std::thread::scope(|scope| {
-            let writer =
-                scope.spawn(|| Storage::write_snapshot(&snapshot_dir, 100, b"state at 100"));
+            let writer = scope
+                .spawn(|| Storage::write_snapshot(&RealFs, &snapshot_dir, 100, b"state at 100"));
             append_and_sync(&mut storage, 101..=200);
             writer.join().unwrap().unwrap();
         });
@@ -918,7 +971,7 @@ mod tests {
             storage.append(&payload(lsn)).unwrap();
         }
         // The snapshot covers records 6..=10, which the log never made durable.
-        Storage::write_snapshot(dir.path(), 10, b"state at 10").unwrap();
+        Storage::write_snapshot(&RealFs, dir.path(), 10, b"state at 10").unwrap();
         drop(storage);
 
         let (mut storage, recovered) = Storage::open(StorageConfig::new(dir.path())).unwrap();
@@ -1030,10 +1083,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut storage, _) = Storage::open(small_segments(dir.path())).unwrap();
         append_and_sync(&mut storage, 1..=100);
-        Storage::write_snapshot(dir.path(), 100, b"state at 100").unwrap();
+        Storage::write_snapshot(&RealFs, dir.path(), 100, b"state at 100").unwrap();
         storage.remove_obsolete(100).unwrap();
         append_and_sync(&mut storage, 101..=200);
-        Storage::write_snapshot(dir.path(), 200, b"state at 200").unwrap();
+        Storage::write_snapshot(&RealFs, dir.path(), 200, b"state at 200").unwrap();
         storage.remove_obsolete(200).unwrap();
         append_and_sync(&mut storage, 201..=250);
         drop(storage);
@@ -1053,7 +1106,7 @@ mod tests {
         let (mut storage, _) = Storage::open(small_segments(dir.path())).unwrap();
         for snapshot_lsn in [100, 200, 300] {
             append_and_sync(&mut storage, snapshot_lsn - 99..=snapshot_lsn);
-            Storage::write_snapshot(dir.path(), snapshot_lsn, b"state").unwrap();
+            Storage::write_snapshot(&RealFs, dir.path(), snapshot_lsn, b"state").unwrap();
             storage.remove_obsolete(snapshot_lsn).unwrap();
         }
         drop(storage);
@@ -1117,6 +1170,34 @@ mod tests {
     }
 
     #[test]
+    fn garbled_header_of_the_last_segment_without_records_is_rewritten() {
+        // A crash while the header of a new segment was being written: half of it reached the
+        // disk, the rest reads back as garbage. No record was ever written after it.
+        let dir = five_records();
+        let torn = dir.path().join(wal::segment_file_name(6));
+        let mut bytes = wal::encode_segment_header(6).to_vec();
+        bytes[16..].copy_from_slice(&[0xA5; 8]);
+        bytes.extend_from_slice(&[0x5A; 40]);
+        fs::write(&torn, &bytes).unwrap();
+
+        let (mut storage, recovered) = Storage::open(StorageConfig::new(dir.path())).unwrap();
+        assert_eq!(recovered.records, records(1..=5));
+        assert_eq!(recovered.truncated_tail_bytes, bytes.len() as u64);
+        append_and_sync(&mut storage, 6..=7);
+        drop(storage);
+        let (_storage, recovered) = Storage::open(StorageConfig::new(dir.path())).unwrap();
+        assert_eq!(recovered.records, records(1..=7));
+    }
+
+    #[test]
+    fn damaged_header_of_the_last_segment_with_records_refuses_to_open() {
+        let dir = five_records();
+        flip_byte(&last_segment_path(dir.path()), 14);
+        let (_, offset) = expect_corrupt(StorageConfig::new(dir.path()));
+        assert_eq!(offset, 0);
+    }
+
+    #[test]
     fn wrong_magic_in_a_segment_header_refuses_to_open() {
         let dir = five_records();
         flip_byte(&last_segment_path(dir.path()), 0);
@@ -1140,8 +1221,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for segment_bytes_max in [SMALL_SEGMENT_BYTES - 1, *SEGMENT_BYTES_MAX_RANGE.end() + 1] {
             let config = StorageConfig {
-                dir: dir.path().to_path_buf(),
                 segment_bytes_max,
+                ..StorageConfig::new(dir.path())
             };
             assert!(matches!(
                 Storage::open(config),

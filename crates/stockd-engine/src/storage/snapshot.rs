@@ -9,12 +9,10 @@
 //! Layout: `[magic 8][version u32][lsn u64][payload_len u64][payload crc32c u32][header crc32c u32]`
 //! then the payload, all integers little-endian.
 
-use std::fs::{self, File};
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use super::wal::{parse_lsn_name, read_u64};
-use super::{sync_directory, StorageError, SNAPSHOT_PAYLOAD_BYTES_MAX};
+use super::{sync_directory, Fs, StorageError, SNAPSHOT_PAYLOAD_BYTES_MAX};
 
 const SNAPSHOT_MAGIC: [u8; 8] = *b"STKDSNP\0";
 const SNAPSHOT_VERSION: u32 = 1;
@@ -54,7 +52,12 @@ fn encode_header(lsn: u64, payload: &[u8]) -> [u8; SNAPSHOT_HEADER_BYTES] {
 /// Writes `snapshot-<lsn>.snap` durably: temp file, fsync, rename, fsync of the directory.
 /// Returns the final path. Callers guarantee that at most one `write` runs per directory at a
 /// time (the temp file name depends only on the LSN).
-pub(super) fn write(dir: &Path, lsn: u64, payload: &[u8]) -> Result<PathBuf, StorageError> {
+pub(super) fn write(
+    fs: &dyn Fs,
+    dir: &Path,
+    lsn: u64,
+    payload: &[u8],
+) -> Result<PathBuf, StorageError> {
     if lsn == 0 {
         // LSN 0 means "no snapshot" in `Recovered`; a snapshot at 0 would cover nothing.
         return Err(StorageError::InvalidSnapshotLsn { lsn });
@@ -67,21 +70,21 @@ pub(super) fn write(dir: &Path, lsn: u64, payload: &[u8]) -> Result<PathBuf, Sto
     }
     let final_path = dir.join(snapshot_file_name(lsn));
     let temp_path = dir.join(format!("{}{TEMP_SUFFIX}", snapshot_file_name(lsn)));
-    let written = write_temp(&temp_path, lsn, payload);
+    let written = write_temp(fs, &temp_path, lsn, payload);
     if let Err(error) = written {
         // Best effort: a leftover is harmless (open removes it) and the write error matters more.
-        let _ = fs::remove_file(&temp_path);
+        let _ = fs.remove_file(&temp_path);
         return Err(error.into());
     }
-    fs::rename(&temp_path, &final_path)?;
+    fs.rename(&temp_path, &final_path)?;
     // The rename lives in the directory, not in the file: without this fsync a crash could
     // forget the new name after the appender has already deleted the WAL segments it replaces.
-    sync_directory(dir)?;
+    sync_directory(fs, dir)?;
     Ok(final_path)
 }
 
-fn write_temp(temp_path: &Path, lsn: u64, payload: &[u8]) -> std::io::Result<()> {
-    let mut file = File::create(temp_path)?;
+fn write_temp(fs: &dyn Fs, temp_path: &Path, lsn: u64, payload: &[u8]) -> std::io::Result<()> {
+    let mut file = fs.create_truncate(temp_path)?;
     file.write_all(&encode_header(lsn, payload))?;
     file.write_all(payload)?;
     // Full fsync before the rename: the rename must never become durable ahead of the content,
@@ -92,18 +95,21 @@ fn write_temp(temp_path: &Path, lsn: u64, payload: &[u8]) -> std::io::Result<()>
 /// Reads the snapshot at `path` (whose file name says `lsn`) and verifies it. `Ok(Err(reason))`
 /// means the file is readable but not a valid snapshot; `Err` is an I/O failure.
 pub(super) fn read_verified(
+    fs: &dyn Fs,
     path: &Path,
     lsn: u64,
 ) -> Result<Result<Vec<u8>, String>, StorageError> {
-    let mut file = File::open(path)?;
-    let file_len_bytes = file.metadata()?.len();
+    // One read of the whole file: its size is what the disk holds, so no damaged length field
+    // can make this allocate more than the file.
+    let mut bytes = fs.read(path)?;
+    let file_len_bytes = bytes.len() as u64;
     if file_len_bytes < SNAPSHOT_HEADER_BYTES as u64 {
         return Ok(Err(format!(
             "file of {file_len_bytes} bytes is shorter than a header"
         )));
     }
     let mut header = [0u8; SNAPSHOT_HEADER_BYTES];
-    file.read_exact(&mut header)?;
+    header.copy_from_slice(&bytes[..SNAPSHOT_HEADER_BYTES]);
     if header[0..8] != SNAPSHOT_MAGIC {
         return Ok(Err("wrong magic".to_string()));
     }
@@ -122,8 +128,6 @@ pub(super) fn read_verified(
         )));
     }
     let payload_len_bytes = read_u64(&header, 20);
-    // Checked against the real file length before allocating, so a damaged length field cannot
-    // make us allocate gigabytes.
     if payload_len_bytes > SNAPSHOT_PAYLOAD_BYTES_MAX
         || file_len_bytes != SNAPSHOT_HEADER_BYTES as u64 + payload_len_bytes
     {
@@ -132,8 +136,8 @@ pub(super) fn read_verified(
             file_len_bytes.saturating_sub(SNAPSHOT_HEADER_BYTES as u64)
         )));
     }
-    let mut payload = vec![0u8; payload_len_bytes as usize];
-    file.read_exact(&mut payload)?;
+    bytes.drain(..SNAPSHOT_HEADER_BYTES);
+    let payload = bytes;
     let payload_crc = u32::from_le_bytes([header[28], header[29], header[30], header[31]]);
     if payload_crc != crc32c::crc32c(&payload) {
         return Ok(Err("payload checksum mismatch".to_string()));
@@ -143,6 +147,9 @@ pub(super) fn read_verified(
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
+    use super::super::RealFs;
     use super::*;
 
     #[test]
@@ -160,12 +167,12 @@ mod tests {
     #[test]
     fn write_then_read_verifies_and_any_flipped_byte_is_detected() {
         let dir = tempfile::tempdir().unwrap();
-        let path = write(dir.path(), 9, b"state after nine").unwrap();
+        let path = write(&RealFs, dir.path(), 9, b"state after nine").unwrap();
         assert_eq!(
-            read_verified(&path, 9).unwrap(),
+            read_verified(&RealFs, &path, 9).unwrap(),
             Ok(b"state after nine".to_vec())
         );
-        assert!(read_verified(&path, 10).unwrap().is_err());
+        assert!(read_verified(&RealFs, &path, 10).unwrap().is_err());
 
         let original = fs::read(&path).unwrap();
         for index in 0..original.len() {
@@ -173,18 +180,18 @@ mod tests {
             damaged[index] ^= 0x10;
             fs::write(&path, &damaged).unwrap();
             assert!(
-                read_verified(&path, 9).unwrap().is_err(),
+                read_verified(&RealFs, &path, 9).unwrap().is_err(),
                 "flip at byte {index} undetected"
             );
         }
         fs::write(&path, &original[..original.len() - 1]).unwrap();
-        assert!(read_verified(&path, 9).unwrap().is_err());
+        assert!(read_verified(&RealFs, &path, 9).unwrap().is_err());
     }
 
     #[test]
     fn lsn_zero_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let refused = write(dir.path(), 0, b"x");
+        let refused = write(&RealFs, dir.path(), 0, b"x");
         assert!(matches!(
             refused,
             Err(StorageError::InvalidSnapshotLsn { lsn: 0 })

@@ -62,6 +62,10 @@ pub(super) enum SegmentHeader {
     /// never reached the disk, so it cannot hold any record either (records are written only
     /// after the header has been synced).
     Torn,
+    /// The header fails its checksum: damaged, or torn by a crash before its sync returned.
+    /// Which one, only what follows in the file can tell (see `mod.rs`).
+    Damaged(String),
+    /// An intact header that is not this segment's: another version, another first lsn.
     Invalid(String),
 }
 
@@ -71,12 +75,19 @@ pub(super) fn check_segment_header(bytes: &[u8], first_lsn: u64) -> SegmentHeade
         return SegmentHeader::Torn;
     }
     let header = &bytes[..SEGMENT_HEADER_BYTES];
-    if header[0..8] != SEGMENT_MAGIC {
-        return SegmentHeader::Invalid("segment header has a wrong magic".to_string());
-    }
+    // The checksum covers the magic: a wrong magic with a wrong checksum is damage like any
+    // other; a wrong magic with a right checksum is a file that is not a stockd segment.
     let crc = read_u32(header, 20);
     if crc != crc32c::crc32c(&header[0..20]) {
-        return SegmentHeader::Invalid("segment header checksum mismatch".to_string());
+        let what = if header[0..8] != SEGMENT_MAGIC {
+            "segment header has a wrong magic and checksum"
+        } else {
+            "segment header checksum mismatch"
+        };
+        return SegmentHeader::Damaged(what.to_string());
+    }
+    if header[0..8] != SEGMENT_MAGIC {
+        return SegmentHeader::Invalid("segment header has a wrong magic".to_string());
     }
     let version = read_u32(header, 8);
     if version != SEGMENT_VERSION {
@@ -276,10 +287,16 @@ mod tests {
         flipped[13] ^= 1;
         assert!(matches!(
             check_segment_header(&flipped, 5),
-            SegmentHeader::Invalid(_)
+            SegmentHeader::Damaged(_)
         ));
         let mut wrong_magic = header;
         wrong_magic[0] = b'X';
+        assert!(matches!(
+            check_segment_header(&wrong_magic, 5),
+            SegmentHeader::Damaged(_)
+        ));
+        let crc = crc32c::crc32c(&wrong_magic[0..20]);
+        wrong_magic[20..24].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(
             check_segment_header(&wrong_magic, 5),
             SegmentHeader::Invalid(_)

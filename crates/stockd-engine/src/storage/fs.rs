@@ -1,0 +1,136 @@
+//! The file system as storage sees it: the dozen operations the log and the snapshots use, behind
+//! one small trait, so that the same storage code runs on the real disk in production and on the
+//! simulated disk of the deterministic simulation (`crate::sim`, test builds only), which can
+//! tear writes, lose what was not fsync'd, flip bits and fail any call.
+//!
+//! [`RealFs`] is std::fs, call for call what storage did before the trait existed. This module
+//! must never add policy (retries, buffering, caching): every call is one system call's worth
+//! of work, so that where the fsyncs are stays visible in `mod.rs` and `snapshot.rs`.
+
+use std::fmt::Debug;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::Path;
+
+/// A file opened for writing. Files opened in append mode write at their end; the others write
+/// from offset 0 onwards.
+pub trait FsFile: Send + Debug {
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()>;
+    fn set_len(&mut self, len_bytes: u64) -> io::Result<()>;
+    /// `fdatasync`: the file's bytes and length survive a crash once this returns `Ok`.
+    fn sync_data(&mut self) -> io::Result<()>;
+    /// `fsync`: as `sync_data`, plus the rest of the file's metadata.
+    fn sync_all(&mut self) -> io::Result<()>;
+}
+
+/// An advisory lock, held until dropped.
+pub trait FsLock: Send + Sync + Debug {}
+
+/// The file system operations storage uses. Names in a directory are durable only after
+/// [`Fs::sync_dir`] on it; bytes of a file only after a sync of the file.
+pub trait Fs: Send + Sync + Debug + 'static {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Creates `path` if missing and takes an exclusive advisory lock on it without waiting:
+    /// `Ok(Err(reason))` when someone else holds it.
+    fn try_lock(&self, path: &Path) -> io::Result<Result<Box<dyn FsLock>, String>>;
+    /// Names of the entries of `dir`; names that are not UTF-8 are left out (none is ours).
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// fsync of a directory: creations, renames and deletions in it survive a crash.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Creates a file that must not exist yet, for appending.
+    fn create_new_append(&self, path: &Path) -> io::Result<Box<dyn FsFile>>;
+    /// Opens an existing file for appending.
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn FsFile>>;
+    /// Creates a file, or empties an existing one, for writing from the start.
+    fn create_truncate(&self, path: &Path) -> io::Result<Box<dyn FsFile>>;
+    /// Opens an existing file for writing from the start (or for `set_len`).
+    fn open_write(&self, path: &Path) -> io::Result<Box<dyn FsFile>>;
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+}
+
+/// The real file system (std::fs).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealFs;
+
+impl FsFile for File {
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        Write::write_all(self, bytes)
+    }
+    fn set_len(&mut self, len_bytes: u64) -> io::Result<()> {
+        File::set_len(self, len_bytes)
+    }
+    fn sync_data(&mut self) -> io::Result<()> {
+        File::sync_data(self)
+    }
+    fn sync_all(&mut self) -> io::Result<()> {
+        File::sync_all(self)
+    }
+}
+
+impl FsLock for File {}
+
+impl Fs for RealFs {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        fs::create_dir_all(dir)
+    }
+
+    fn try_lock(&self, path: &Path) -> io::Result<Result<Box<dyn FsLock>, String>> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)?;
+        Ok(match file.try_lock() {
+            Ok(()) => Ok(Box::new(file)),
+            Err(error) => Err(error.to_string()),
+        })
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            if let Ok(name) = entry?.file_name().into_string() {
+                names.push(name);
+            }
+        }
+        Ok(names)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        fs::read(path)
+    }
+
+    fn create_new_append(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        let file = OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .open(path)?;
+        Ok(Box::new(file))
+    }
+
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        Ok(Box::new(OpenOptions::new().append(true).open(path)?))
+    }
+
+    fn create_truncate(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        Ok(Box::new(File::create(path)?))
+    }
+
+    fn open_write(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        Ok(Box::new(OpenOptions::new().write(true).open(path)?))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+}
