@@ -1,7 +1,7 @@
 //! `stockd bench lab`, briefly, against the real servers it starts itself (`redis-server`,
 //! PostgreSQL through `initdb`, and this `stockd`): the naive variant must be caught
 //! overselling, every other variant must sell exactly the stock and not a unit more, nothing may
-//! be skipped, and with stderr a pipe there is no progress line.
+//! be skipped, and with stderr a pipe there is no progress line (on a terminal there is).
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
@@ -96,4 +96,30 @@ fn unknown_variants_are_refused_with_the_known_names() {
         stderr.contains("memcached") && stderr.contains("pg-for-update"),
         "{stderr}"
     );
+}
+
+/// The other side of "no progress line on a pipe": on a terminal (a pty from `script(1)`, in
+/// Debian's essential bsdutils) the line is there, and `--quiet` removes it.
+#[test]
+fn the_progress_line_shows_on_a_terminal_only_unless_quiet() {
+    let run = |extra: &str| {
+        let lab = format!(
+            "'{}' bench lab --only redis-lua --duration 1s --stock 100 --buyers 4 {extra}",
+            env!("CARGO_BIN_EXE_stockd")
+        );
+        let output = Command::new("script")
+            .args(["-qec", &lab, "/dev/null"])
+            .output()
+            .expect("script(1) runs");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).replace('\r', "\n")
+    };
+    let shown = run("");
+    assert!(shown.contains("redis-lua: "), "no progress line: {shown}");
+    let quiet = run("--quiet");
+    assert!(
+        !quiet.contains("redis-lua: "),
+        "progress despite --quiet: {quiet}"
+    );
+    assert!(quiet.contains("redis-lua "), "no table: {quiet}");
 }
