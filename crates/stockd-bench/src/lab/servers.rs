@@ -13,6 +13,7 @@ use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
@@ -31,11 +32,16 @@ pub struct LabDir {
 
 impl LabDir {
     pub fn create() -> Result<LabDir, String> {
+        // Unique per process (the pid), per lab in it (a counter), and across pid reuse (time).
+        static LABS: AtomicU64 = AtomicU64::new(0);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.subsec_nanos());
-        let path =
-            std::env::temp_dir().join(format!("stockd-lab-{}-{nanos:08x}", std::process::id()));
+        let path = std::env::temp_dir().join(format!(
+            "stockd-lab-{}-{}-{nanos:08x}",
+            std::process::id(),
+            LABS.fetch_add(1, Ordering::Relaxed)
+        ));
         std::fs::create_dir(&path)
             .map_err(|error| format!("cannot create {}: {error}", path.display()))?;
         // Traversable by the `postgres` user when we run PostgreSQL as it (see `Postgres`).
