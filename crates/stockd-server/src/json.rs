@@ -139,16 +139,15 @@ where
 /// Syntax and truncation are "not JSON" (400); anything serde found while mapping valid JSON onto
 /// the request type is a shape error (422). serde stops at the first problem it meets, so a
 /// shape error early in a body that is broken later (`{"ttl": 1,}`) would pass for a 422: on
-/// the error path only, the whole body is checked for well-formedness first. JSON text is
-/// UTF-8, and `IgnoredAny` skips strings without checking their bytes, so that is checked too.
+/// the error path only, the whole body is read first. Read, not skipped: skipping
+/// (`IgnoredAny`) does not decode strings, so a byte that is not UTF-8 or a lone surrogate
+/// (`"\ud800"`) in a string serde never reached would pass, while the same string in a field it
+/// reads is a 400.
 pub(crate) fn classify(error: serde_json::Error, bytes: &[u8]) -> ApiError {
     match error.classify() {
-        Category::Data => match std::str::from_utf8(bytes) {
-            Err(not_utf8) => ApiError::InvalidJson(format!("not UTF-8: {not_utf8}")),
-            Ok(_) => match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
-                Ok(_) => ApiError::invalid(error.to_string()),
-                Err(syntax) => ApiError::InvalidJson(syntax.to_string()),
-            },
+        Category::Data => match serde_json::from_slice::<serde_json::Value>(bytes) {
+            Ok(_) => ApiError::invalid(error.to_string()),
+            Err(syntax) => ApiError::InvalidJson(syntax.to_string()),
         },
         Category::Syntax | Category::Eof | Category::Io => ApiError::InvalidJson(error.to_string()),
     }
@@ -319,5 +318,15 @@ mod tests {
         assert_eq!(code(b"{\"n\": 1, \"x\": \"\xff\"}"), "invalid_json");
         assert_eq!(code(b"{\"n\": \"\xe8\"}"), "invalid_json");
         assert_eq!(code("{\"x\": \"\u{e8}\"}".as_bytes()), "invalid_request");
+    }
+
+    /// Found by the decode_request fuzz target: a lone surrogate is a 400 in a field serde reads
+    /// (it cannot become a Rust string), so it is a 400 anywhere.
+    #[test]
+    fn a_lone_surrogate_is_400_wherever_it_is() {
+        assert_eq!(code(r#"{"n": "\ud800"}"#), "invalid_json");
+        assert_eq!(code(r#"{"x": "\ud800", "n": 1}"#), "invalid_json");
+        assert_eq!(code(r#"{"n": 1, "x": "\udc00"}"#), "invalid_json");
+        assert_eq!(code(r#"{"x": "\ud83d\ude00", "n": 1}"#), "invalid_request");
     }
 }
