@@ -2,7 +2,8 @@
 # Runs every check and test of stockd on a fresh machine: formatting, lints, and the whole test
 # suite (unit, property, engine, HTTP conformance, concurrency, crash and garbage tests) against
 # the embedded engine, then the black-box suites again against a real Redis and a real Redis
-# Cluster, plus the Redis fleet, fault and cluster tests.
+# Cluster, plus the Redis fleet, fault and cluster tests, and a bounded run of every fuzz target
+# (STOCKD_FUZZ_SECONDS per target, 20 by default; docs/testing.md).
 # Tests start their own stockd and redis-server processes on free loopback ports; this script
 # installs what they need (redis-server from Debian's packages) when it is missing.
 set -euo pipefail
@@ -32,6 +33,8 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test (embedded engine; Redis fleet and fault tests)"
 cargo test --workspace --locked "$@"
+echo "== fuzzing (scripts/fuzz.sh: every fuzz target for a bounded time from its committed corpus)"
+scripts/fuzz.sh "${STOCKD_FUZZ_SECONDS:-20}"
 echo "== cargo test (black-box suites against a real Redis)"
 STOCKD_TEST_BACKEND=redis cargo test -p stockd --locked \
     --test conformance --test concurrency --test crash --test garbage --test cli --test keepalive "$@"
