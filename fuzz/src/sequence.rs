@@ -8,15 +8,21 @@
 //! are replayed into a fresh state, which must rebuild the same events and the same snapshot, as
 //! recovery relies on.
 //!
-//! Waiters are not modelled: a `wait_ms` here is 0, or above the limit (refused).
+//! Waiters are not modelled: against the model a `wait_ms` is 0, or above the limit (refused).
+//! Inputs that start with `0xFF` let requests wait and are judged without the model: invariants
+//! after every step, every parked request answered exactly once, and the replay.
 
+use std::collections::BTreeMap;
 use stockd_core::limits::{
     HOLD_TTL_MS_MAX, LOCK_TTL_MS_MAX, PER_USER_LIMIT_MAX, QTY_MAX, TIME_MS_MAX, TOTAL_MAX,
     WAIT_MS_MAX,
 };
-use stockd_core::{Command, Effects, Event, HoldId, Outcome, Record, State, Step as Decision};
+
+use stockd_core::{
+    Command, Effects, Event, HoldId, Outcome, Record, State, Step as Decision, WaiterId,
+};
 use stockd_model::{
-    check_sequence_counting, Coverage, Op, Step, Target, TokenPick, Views, CONFIG, START_MS,
+    check_sequence_counting, Coverage, Memory, Op, Step, Target, TokenPick, Views, CONFIG, START_MS,
 };
 
 /// Steps per input at most, so that one input stays fast.
@@ -26,6 +32,8 @@ const STEPS_MAX: usize = 256;
 struct Input<'a> {
     bytes: &'a [u8],
     at: usize,
+    /// Whether reserves and lock acquisitions may wait (a mode without the model).
+    waits: bool,
 }
 
 impl Input<'_> {
@@ -103,9 +111,14 @@ fn lock_ttl_ms(input: &mut Input) -> u64 {
     ])
 }
 
-/// 0, or a wait above the limit (refused); a wait the model would have to serve is never made.
+/// 0, or a wait above the limit (refused); a wait the model would have to serve is made only in
+/// the mode without the model.
 fn wait_ms(input: &mut Input) -> u64 {
-    input.pick(&[0, 0, 0, WAIT_MS_MAX + 1])
+    if input.waits {
+        input.pick(&[0, 0, 1_000, 2_500, WAIT_MS_MAX, WAIT_MS_MAX + 1])
+    } else {
+        input.pick(&[0, 0, 0, WAIT_MS_MAX + 1])
+    }
 }
 
 fn offset_ms(input: &mut Input) -> Option<i64> {
@@ -248,9 +261,13 @@ fn token(input: &mut Input) -> TokenPick {
 }
 
 /// Decodes the steps of an input: a byte below 40 is time passing, any other starts a request
-/// (of 2 to 4 commands when it is 240 or above).
-pub fn steps(bytes: &[u8]) -> Vec<Step> {
-    let mut input = Input { bytes, at: 0 };
+/// (of 2 to 4 commands when it is 240 or above). `waits` lets requests wait.
+pub fn steps(bytes: &[u8], waits: bool) -> Vec<Step> {
+    let mut input = Input {
+        bytes,
+        at: 0,
+        waits,
+    };
     let mut steps = Vec::new();
     while !input.is_empty() && steps.len() < STEPS_MAX {
         let kind = input.byte();
@@ -345,30 +362,144 @@ impl Target for CoreTarget {
     }
 }
 
-/// Runs one fuzz input.
+/// The first byte of an input that lets requests wait (see [`run`]).
+const WAITS_MODE: u8 = 0xFF;
+
+/// Runs one fuzz input. An input starting with [`WAITS_MODE`] lets reserves and lock
+/// acquisitions wait, which the model does not cover: it is judged by the invariants after every
+/// step, every parked request answered exactly once (at the latest when its wait is over), and
+/// the replay. Any other input is judged by the model too.
 pub fn run(data: &[u8]) {
-    let steps = steps(data);
-    let mut target = CoreTarget {
+    let target = match data.split_first() {
+        Some((&WAITS_MODE, rest)) => run_with_waits(&steps(rest, true)),
+        _ => run_against_model(&steps(data, false)),
+    };
+    check_replay(target);
+}
+
+fn new_target() -> CoreTarget {
+    CoreTarget {
         state: State::new(CONFIG),
         now_ms: START_MS,
         events: Vec::new(),
         records: Vec::new(),
-    };
+    }
+}
+
+fn run_against_model(steps: &[Step]) -> CoreTarget {
+    let mut target = new_target();
     let mut coverage = Coverage::new();
-    if let Err(failure) = check_sequence_counting(&mut target, &steps, &mut coverage) {
+    if let Err(failure) = check_sequence_counting(&mut target, steps, &mut coverage) {
         panic!("the core and the model disagree: {failure}");
     }
     // `STOCKD_FUZZ_TRACE=1`: what the input decoded to and what happened, to read a reproducer.
-    if std::env::var_os("STOCKD_FUZZ_TRACE").is_some_and(|value| value == "1") {
+    if trace() {
         eprintln!("{steps:#?}");
         for (what, count) in &coverage {
             eprintln!("{count:4}  {what}");
         }
     }
-    // What time did since the last sweep happens first, as an engine does before serving.
     target
-        .advance(0, true)
-        .unwrap_or_else(|why| panic!("{why}"));
+}
+
+fn trace() -> bool {
+    std::env::var_os("STOCKD_FUZZ_TRACE").is_some_and(|value| value == "1")
+}
+
+/// Drives the core with waiting requests: what `Memory` needs is noted as answers come, parked
+/// requests are remembered until their one answer.
+fn run_with_waits(steps: &[Step]) -> CoreTarget {
+    let mut target = new_target();
+    let mut memory = Memory::default();
+    let mut parked: BTreeMap<WaiterId, Command> = BTreeMap::new();
+    for (index, step) in steps.iter().enumerate() {
+        let mut effects = Effects::default();
+        match step {
+            Step::Advance { ms, sweep } => {
+                target.now_ms += ms;
+                if *sweep {
+                    target.state.tick(target.now_ms, &mut effects);
+                }
+            }
+            Step::Commands(ops) => {
+                let commands: Vec<Command> = ops
+                    .iter()
+                    .map(|op| op.command(target.now_ms, &memory))
+                    .collect();
+                for command in commands {
+                    let decision =
+                        target
+                            .state
+                            .execute(command.clone(), target.now_ms, &mut effects);
+                    match decision {
+                        Decision::Done(outcome) => memory.note(&command, Some(&outcome)),
+                        Decision::Waiting(id) => {
+                            memory.note(&command, None);
+                            assert!(
+                                parked.insert(id, command).is_none(),
+                                "waiter id {id} given twice"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        for (id, outcome) in &effects.woken {
+            let command = parked
+                .remove(id)
+                .unwrap_or_else(|| panic!("step {index}: waiter {id} answered, but not waiting"));
+            memory.note(&command, Some(outcome));
+        }
+        target.events.extend(effects.events);
+        target.records.extend(effects.records);
+        if trace() {
+            eprintln!(
+                "step {index} at {} ms: {step:?}; {} parked",
+                target.now_ms,
+                parked.len()
+            );
+        }
+        if let Err(why) = target.state.check_invariants() {
+            panic!("step {index} ({step:?}): invariant broken: {why}");
+        }
+    }
+    // Every wait is over after the longest one: each parked request has had its answer.
+    let mut effects = Effects::default();
+    target.now_ms += WAIT_MS_MAX + 1;
+    target.state.tick(target.now_ms, &mut effects);
+    for (id, _) in &effects.woken {
+        assert!(
+            parked.remove(id).is_some(),
+            "waiter {id} answered, but not waiting"
+        );
+    }
+    target.events.extend(effects.events);
+    target.records.extend(effects.records);
+    assert!(
+        parked.is_empty(),
+        "requests still waiting after their wait is over: {parked:?}"
+    );
+    assert_eq!(
+        target.state.waiter_count(),
+        0,
+        "the core still holds waiters"
+    );
+    target
+}
+
+/// Replaying the records the run logged into a fresh state must rebuild the same events and,
+/// once time has caught up, the same state: recovery relies on it.
+fn check_replay(mut target: CoreTarget) {
+    // What time did since the last sweep happens first, as an engine does before serving.
+    let mut effects = Effects::default();
+    target.state.tick(target.now_ms, &mut effects);
+    assert!(
+        effects.woken.is_empty(),
+        "a waiter answered at the end: {:?}",
+        effects.woken
+    );
+    target.events.extend(effects.events);
+    target.records.extend(effects.records);
     let mut replayed = State::new(CONFIG);
     let mut events = Vec::new();
     for record in &target.records {
