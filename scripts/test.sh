@@ -5,7 +5,8 @@
 # Cluster, plus the Redis fleet, fault and cluster tests, the history checks (one bounded
 # history each on the embedded engine, a Redis, a Redis killed under load and a Redis Cluster,
 # with kills; docs/testing.md), the oversell lab (`stockd bench lab`, briefly, on a real Redis
-# and PostgreSQL), the TLS proxy example, and schemathesis against a live server (its OpenAPI
+# and PostgreSQL), the TLS proxy example, a bounded run of every fuzz target
+# (STOCKD_FUZZ_SECONDS per target, 20 by default), and schemathesis against a live server (its OpenAPI
 # document must match every answer; it needs python3 with venv and PyPI access).
 # Tests start their own stockd, redis-server and postgres processes on free loopback ports; this
 # script installs what they need (redis-server and postgresql from Debian's packages) when it is
@@ -60,6 +61,8 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test (embedded engine; Redis fleet and fault tests; history checks on every backend)"
 cargo test --workspace --locked "$@"
+echo "== fuzzing (scripts/fuzz.sh: every fuzz target for a bounded time from its committed corpus)"
+scripts/fuzz.sh "${STOCKD_FUZZ_SECONDS:-20}"
 echo "== cargo test (black-box suites against a real Redis)"
 STOCKD_TEST_BACKEND=redis cargo test -p stockd --locked \
     --test conformance --test concurrency --test crash --test garbage --test cli --test keepalive \

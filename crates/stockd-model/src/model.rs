@@ -529,6 +529,12 @@ impl Model {
                 requested: delta.unsigned_abs(),
             });
         }
+        // The contract bounds `total` (0..=TOTAL_MAX) and is silent on a restock that would
+        // cross it; stockd refuses it as `invalid_request`, so that a pool's total stays a value
+        // a PUT could have set.
+        if delta > 0 && self.pools[id].total + delta.unsigned_abs() > TOTAL_MAX {
+            return Err(invalid());
+        }
         let pool = self.pools.get_mut(id).unwrap();
         pool.total = (pool.total as i64 + delta) as u64;
         let event = self.emit_pool_event(now_ms, EventKind::Restocked, id);

@@ -197,8 +197,9 @@ fn reserve_again(memory: &Memory, hold: usize, rotate: usize, tweak: u8) -> Rese
             confirm: false,
             wait_ms: 0,
         });
+    // The last reserve may have had no items (an invalid request, as the fuzz target sends).
     let len = request.items.len();
-    request.items.rotate_left(rotate % len);
+    request.items.rotate_left(rotate % len.max(1));
     match tweak {
         // Not part of the identity: still a replay.
         0 => request.ttl_ms = 2_000,
@@ -210,7 +211,11 @@ fn reserve_again(memory: &Memory, hold: usize, rotate: usize, tweak: u8) -> Rese
                 Some(_) => None,
             }
         }
-        3 => request.items[0].qty += 1,
+        3 => {
+            if let Some(item) = request.items.first_mut() {
+                item.qty += 1;
+            }
+        }
         4 if len > 1 => {
             request.items.pop();
         }

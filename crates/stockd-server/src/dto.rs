@@ -193,14 +193,16 @@ pub(crate) struct LockReleaseBody {
     pub token: u64,
 }
 
-/// `POST /v1/batch`. Ops stay raw JSON here so that each is parsed on its own: one bad op gets
-/// its own 422 result while the others run.
+/// `POST /v1/batch`. Ops stay raw JSON text here so that each is parsed on its own: one bad op
+/// gets its own 422 result while the others run. Text, not `serde_json::Value`: a `Value` keeps
+/// the last of two equal keys, so an op with a repeated field would run where its single
+/// endpoint refuses it.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct BatchBody {
     /// 1..=1000 ops, applied in order.
     #[schema(value_type = Vec<BatchOp>)]
-    pub ops: Vec<serde_json::Value>,
+    pub ops: Vec<Box<serde_json::value::RawValue>>,
 }
 
 /// One op of a batch: `op` names it; the other fields are those of the single endpoint.

@@ -139,10 +139,13 @@ where
 /// Syntax and truncation are "not JSON" (400); anything serde found while mapping valid JSON onto
 /// the request type is a shape error (422). serde stops at the first problem it meets, so a
 /// shape error early in a body that is broken later (`{"ttl": 1,}`) would pass for a 422: on
-/// the error path only, the whole body is checked for well-formedness first.
+/// the error path only, the whole body is read first. Read, not skipped: skipping
+/// (`IgnoredAny`) does not decode strings, so a byte that is not UTF-8 or a lone surrogate
+/// (`"\ud800"`) in a string serde never reached would pass, while the same string in a field it
+/// reads is a 400.
 pub(crate) fn classify(error: serde_json::Error, bytes: &[u8]) -> ApiError {
     match error.classify() {
-        Category::Data => match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+        Category::Data => match serde_json::from_slice::<serde_json::Value>(bytes) {
             Ok(_) => ApiError::invalid(error.to_string()),
             Err(syntax) => ApiError::InvalidJson(syntax.to_string()),
         },
@@ -304,5 +307,26 @@ mod tests {
         assert_eq!(code("[1]"), "invalid_request");
         assert_eq!(code("[1, 2]"), "invalid_request");
         assert!(parse::<Sample>(b"{\"n\": 1, \"opt\": null}").is_ok());
+    }
+
+    /// Found by the decode_request fuzz target: a byte that is not UTF-8 inside a string the
+    /// shape check never reads (here after an unknown field) is still not JSON.
+    #[test]
+    fn bytes_that_are_not_utf8_are_400_wherever_they_are() {
+        let code = |bytes: &[u8]| parse::<Sample>(bytes).unwrap_err().code();
+        assert_eq!(code(b"{\"x\": \"\xe8\"}"), "invalid_json");
+        assert_eq!(code(b"{\"n\": 1, \"x\": \"\xff\"}"), "invalid_json");
+        assert_eq!(code(b"{\"n\": \"\xe8\"}"), "invalid_json");
+        assert_eq!(code("{\"x\": \"\u{e8}\"}".as_bytes()), "invalid_request");
+    }
+
+    /// Found by the decode_request fuzz target: a lone surrogate is a 400 in a field serde reads
+    /// (it cannot become a Rust string), so it is a 400 anywhere.
+    #[test]
+    fn a_lone_surrogate_is_400_wherever_it_is() {
+        assert_eq!(code(r#"{"n": "\ud800"}"#), "invalid_json");
+        assert_eq!(code(r#"{"x": "\ud800", "n": 1}"#), "invalid_json");
+        assert_eq!(code(r#"{"n": 1, "x": "\udc00"}"#), "invalid_json");
+        assert_eq!(code(r#"{"x": "\ud83d\ude00", "n": 1}"#), "invalid_request");
     }
 }

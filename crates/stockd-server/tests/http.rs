@@ -860,6 +860,33 @@ async fn batch_runs_valid_ops_in_one_call_and_reports_bad_ops_alone() {
     assert_eq!(backend.execute_calls().len(), calls_before);
 }
 
+/// Found by the decode_request fuzz target: a batch op naming a field twice ran with the last
+/// value, where its single endpoint refuses such a body (422).
+#[tokio::test]
+async fn a_batch_op_that_repeats_a_field_is_refused_like_its_single_endpoint() {
+    let (backend, router) = open_server();
+    make_pool(&router, "p", json!({"total": 3})).await;
+    let twice = r#"{"hold_id": "a", "hold_id": "b", "items": [{"pool": "p", "qty": 1}]}"#;
+    let single = send(&router, Method::POST, "/v1/holds", None, twice.to_string()).await;
+    assert_eq!(single.code(), "invalid_request", "{}", single.text());
+    let calls_before = backend.execute_calls().len();
+    let ops = [
+        r#"{"op": "reserve", "hold_id": "a", "hold_id": "b", "items": [{"pool": "p", "qty": 1}]}"#,
+        r#"{"op": "confirm", "hold_id": "x", "hold_id": "y"}"#,
+        r#"{"op": "release", "op": "confirm", "hold_id": "x"}"#,
+    ];
+    let body = format!("{{\"ops\": [{}]}}", ops.join(", "));
+    let answer = send(&router, Method::POST, "/v1/batch", None, body).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
+    let results = answer.json()["results"].as_array().unwrap().clone();
+    assert_eq!(results.len(), 3);
+    for result in &results {
+        assert_eq!(result["status"], 422, "{result}");
+        assert_eq!(result["body"]["error"], "invalid_request", "{result}");
+    }
+    assert_eq!(backend.execute_calls().len(), calls_before, "no op may run");
+}
+
 #[tokio::test]
 async fn events_omit_fields_that_do_not_apply() {
     let (backend, router) = open_server();

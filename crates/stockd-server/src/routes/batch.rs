@@ -50,7 +50,10 @@ enum OpResult {
     Error(ApiError),
 }
 
-async fn run(app: &App, ops: Vec<serde_json::Value>) -> Result<Vec<OpResult>, ApiError> {
+async fn run(
+    app: &App,
+    ops: Vec<Box<serde_json::value::RawValue>>,
+) -> Result<Vec<OpResult>, ApiError> {
     if ops.is_empty() || ops.len() > BATCH_OPS_MAX {
         return Err(ApiError::invalid(format!(
             "ops must have 1..={BATCH_OPS_MAX} entries, got {}",
@@ -63,7 +66,7 @@ async fn run(app: &App, ops: Vec<serde_json::Value>) -> Result<Vec<OpResult>, Ap
     for (index, op) in ops.into_iter().enumerate() {
         // Parsed as `Object` so that an op written as an array is refused, not read
         // positionally.
-        match serde_json::from_value::<Object<BatchOp>>(op) {
+        match serde_json::from_str::<Object<BatchOp>>(op.get()) {
             Ok(Object(op)) => {
                 commands.push(op.into_command());
                 parse_errors.push(None);
