@@ -20,7 +20,11 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use stockd_engine::storage::{read_durable, Recovered, Storage, StorageConfig, LOCK_FILE_NAME};
+use std::sync::Arc;
+
+use stockd_engine::storage::{
+    read_durable, RealFs, Recovered, Storage, StorageConfig, LOCK_FILE_NAME,
+};
 
 /// Records written per input at most.
 const RECORDS_MAX: usize = 24;
@@ -73,6 +77,7 @@ struct Written {
 
 fn storage_config(dir: &Path, segment_bytes_max: u64) -> StorageConfig {
     StorageConfig {
+        fs: Arc::new(RealFs),
         dir: dir.to_path_buf(),
         segment_bytes_max,
     }
@@ -171,7 +176,7 @@ pub fn run(data: &[u8]) {
     );
     assert_eq!(again.snapshot, recovered.snapshot);
     assert_eq!(again.records, recovered.records);
-    let durable = read_durable(&dir, last_lsn)
+    let durable = read_durable(&RealFs, &dir, last_lsn)
         .unwrap_or_else(|error| panic!("the read-only reader refuses a recovered log: {error}"));
     assert_eq!(durable.snapshot_lsn, recovered.snapshot_lsn);
     assert_eq!(durable.records, recovered.records);
@@ -213,7 +218,7 @@ fn write_history(input: &mut Input, dir: &Path, segment_bytes_max: u64) -> Writt
         if control % 8 == 1 {
             storage.sync().expect("sync");
             let snapshot = format!("snapshot at {lsn} ({control})").into_bytes();
-            Storage::write_snapshot(dir, lsn, &snapshot).expect("write a snapshot");
+            Storage::write_snapshot(&RealFs, dir, lsn, &snapshot).expect("write a snapshot");
             written.snapshots.insert(lsn, snapshot);
             if control % 16 == 9 {
                 storage
