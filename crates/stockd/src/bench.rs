@@ -314,17 +314,8 @@ async fn run_lab(args: LabArgs) -> ExitCode {
         }
     }
     if let Some(path) = &args.json {
-        let text = match serde_json::to_string_pretty(&report) {
-            Ok(text) => text,
-            Err(error) => {
-                eprintln!("error: the report failed to serialise: {error}");
-                return ExitCode::from(1);
-            }
-        };
-        if to_stdout_json {
-            println!("{text}");
-        } else if let Err(error) = std::fs::write(path, text + "\n") {
-            eprintln!("error: cannot write {}: {error}", path.display());
+        if let Err(why) = write_json(&report, path) {
+            eprintln!("error: {why}");
             return ExitCode::from(1);
         }
     }
@@ -339,6 +330,19 @@ async fn run_lab(args: LabArgs) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+/// Writes `report` as JSON to `path`, or to standard output when `path` is `-`.
+fn write_json(report: &impl serde::Serialize, path: &std::path::Path) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(report)
+        .map_err(|error| format!("the report failed to serialise: {error}"))?;
+    if path == std::path::Path::new("-") {
+        println!("{text}");
+        Ok(())
+    } else {
+        std::fs::write(path, text + "\n")
+            .map_err(|error| format!("cannot write {}: {error}", path.display()))
     }
 }
 
@@ -378,17 +382,8 @@ async fn run_scenario(args: RunArgs) -> ExitCode {
         print!("{}", report.table());
     }
     if let Some(path) = &args.json {
-        let text = match serde_json::to_string_pretty(&report) {
-            Ok(text) => text,
-            Err(error) => {
-                eprintln!("error: the report failed to serialise: {error}");
-                return ExitCode::from(1);
-            }
-        };
-        if to_stdout_json {
-            println!("{text}");
-        } else if let Err(error) = std::fs::write(path, text + "\n") {
-            eprintln!("error: cannot write {}: {error}", path.display());
+        if let Err(why) = write_json(&report, path) {
+            eprintln!("error: {why}");
             return ExitCode::from(1);
         }
     }
