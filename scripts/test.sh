@@ -13,6 +13,8 @@
 # missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
 
 if ! command -v cargo >/dev/null 2>&1; then
     echo "cargo is required (https://rustup.rs)" >&2
@@ -40,18 +42,7 @@ pg_initdb() {
 }
 if [ -z "$(pg_initdb)" ]; then
     echo "== installing postgresql (the packaged service is not started)"
-    sudo_cmd=""
-    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-    # policy-rc.d tells the package scripts not to start services; only add one if none is there.
-    policy_added=""
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\nexit 101\n' | $sudo_cmd tee /usr/sbin/policy-rc.d >/dev/null
-        $sudo_cmd chmod +x /usr/sbin/policy-rc.d
-        policy_added=1
-    fi
-    $sudo_cmd apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq postgresql >/dev/null
-    [ -z "$policy_added" ] || $sudo_cmd rm -f /usr/sbin/policy-rc.d
+    install_without_services postgresql
 fi
 "$(pg_initdb)" --version
 

@@ -13,18 +13,7 @@ source scripts/bench-lib.sh
 
 if ! command -v nginx >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
     echo "== installing nginx (the packaged service is not started)"
-    sudo_cmd=""
-    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-    # policy-rc.d tells the package scripts not to start services; only add one if none is there.
-    policy_added=""
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\nexit 101\n' | $sudo_cmd tee /usr/sbin/policy-rc.d >/dev/null
-        $sudo_cmd chmod +x /usr/sbin/policy-rc.d
-        policy_added=1
-    fi
-    $sudo_cmd apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq nginx-light openssl >/dev/null
-    [ -z "$policy_added" ] || $sudo_cmd rm -f /usr/sbin/policy-rc.d
+    install_without_services nginx-light openssl
 fi
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 
