@@ -44,6 +44,34 @@ pub struct LabArgs {
     /// No progress line, even on a terminal.
     #[arg(long)]
     quiet: bool,
+    /// A fault for the first buyer to take a lock, to see what each lock does about it; only
+    /// the variants that hold a lock run (the Redis locks and pg-for-update).
+    #[arg(long, value_enum, default_value = "none")]
+    fault: FaultName,
+    /// The lease of the expiring lock and the lease lock (Redisson's default is 30s; a short
+    /// one shows a lease running out within the run). 10ms to 3s.
+    #[arg(long, value_parser = parse_duration, default_value = "500ms")]
+    lease: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FaultName {
+    /// No fault.
+    None,
+    /// The holder pauses for three leases between its read and its write.
+    SlowHolder,
+    /// The holder dies right after taking the lock, without releasing it.
+    CrashedHolder,
+}
+
+impl From<FaultName> for stockd_bench::lab::Fault {
+    fn from(name: FaultName) -> Self {
+        match name {
+            FaultName::None => Self::None,
+            FaultName::SlowHolder => Self::SlowHolder,
+            FaultName::CrashedHolder => Self::CrashedHolder,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -274,14 +302,30 @@ impl LabArgs {
         if self.duration.is_zero() {
             return Err("--duration must be above 0".into());
         }
+        let lease_ms = self.lease.as_millis();
+        if !(10..=3_000).contains(&lease_ms) {
+            return Err(format!("--lease must be 10ms..=3s, got {lease_ms}ms"));
+        }
+        let fault = stockd_bench::lab::Fault::from(self.fault);
+        let pause = stockd_bench::lab::Fault::pause(self.lease);
+        if fault != stockd_bench::lab::Fault::None && self.duration < pause * 2 {
+            return Err(format!(
+                "--duration must be at least twice the slow holder's pause (three leases, \
+                 {} ms) to show what follows it, got {} ms",
+                pause.as_millis(),
+                self.duration.as_millis()
+            ));
+        }
         Ok(stockd_bench::lab::LabConfig {
             stock: self.stock,
             buyers: self.buyers,
             duration: self.duration,
             seed: self.seed,
-            variants: stockd_bench::lab::select(&self.only, &self.skip)?,
+            variants: stockd_bench::lab::select(&self.only, &self.skip, fault)?,
             progress: !self.quiet && std::io::stderr().is_terminal(),
             stockd_executable: std::env::current_exe().ok(),
+            fault,
+            lease: self.lease,
         })
     }
 }

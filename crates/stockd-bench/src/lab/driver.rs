@@ -25,6 +25,100 @@ pub enum Take {
     SoldOut,
     /// A lock was held by another buyer: nothing was tried (the buyer's loop is the retry).
     Busy,
+    /// The buyer played a crash (see [`Fault::CrashedHolder`]): it stops for good, leaving
+    /// behind whatever it held, as a process that died would.
+    Crashed,
+}
+
+/// A fault the lab plays once, in the first critical section of a run: what the seed says
+/// happens to a lock's holder on sale day, and what each kind of lock does about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    #[default]
+    None,
+    /// The holder stops between its read and its write for three leases (a GC pause, a slow
+    /// payment call), then writes what it decided on the stale read.
+    SlowHolder,
+    /// The holder dies right after taking the lock, without releasing it.
+    CrashedHolder,
+}
+
+impl Fault {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::None => "none",
+            Fault::SlowHolder => "slow-holder",
+            Fault::CrashedHolder => "crashed-holder",
+        }
+    }
+
+    /// What happens, for the report; `None` when nothing does.
+    pub fn description(self) -> Option<&'static str> {
+        match self {
+            Fault::None => None,
+            Fault::SlowHolder => Some(
+                "the first buyer to take the lock pauses for three leases between its read \
+                 and its write",
+            ),
+            Fault::CrashedHolder => {
+                Some("the first buyer to take the lock dies holding it, without releasing it")
+            }
+        }
+    }
+
+    /// How long a slow holder pauses: long enough for any lease that is not renewed to run out.
+    pub fn pause(lease: Duration) -> Duration {
+        lease * 3
+    }
+}
+
+/// Where a buyer that holds a lock asks whether the run's fault strikes now. The buyers of one
+/// variant share the fault: it strikes once, in whichever critical section comes first.
+#[derive(Clone)]
+pub struct FaultPoint {
+    fault: Fault,
+    pause: Duration,
+    armed: Arc<AtomicBool>,
+}
+
+/// What the buyer does after [`FaultPoint::strike`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Strike {
+    /// Carry on (after the pause, for a slow holder).
+    Go,
+    /// Die now, holding what it holds.
+    Crash,
+}
+
+impl FaultPoint {
+    pub fn new(fault: Fault, lease: Duration) -> FaultPoint {
+        FaultPoint {
+            fault,
+            pause: Fault::pause(lease),
+            armed: Arc::new(AtomicBool::new(fault != Fault::None)),
+        }
+    }
+
+    /// A point where nothing ever strikes.
+    pub fn none() -> FaultPoint {
+        FaultPoint::new(Fault::None, Duration::ZERO)
+    }
+
+    /// Plays the fault if it has not struck yet in this run.
+    pub async fn strike(&self) -> Strike {
+        if !self.armed.swap(false, Ordering::SeqCst) {
+            return Strike::Go;
+        }
+        match self.fault {
+            Fault::None => Strike::Go,
+            Fault::SlowHolder => {
+                tokio::time::sleep(self.pause).await;
+                Strike::Go
+            }
+            Fault::CrashedHolder => Strike::Crash,
+        }
+    }
 }
 
 /// One buyer of a variant, with its own connection.
@@ -54,6 +148,10 @@ pub struct Measured {
     pub window: Duration,
     /// When the first "sold out" answer came, from the start: how long selling the stock took.
     pub first_sold_out: Option<Duration>,
+    /// The longest time without a sale while the stock lasted (a stuck lock shows here).
+    pub longest_stall: Duration,
+    /// When a buyer played a crash, from the start.
+    pub crashed_at: Option<Duration>,
 }
 
 impl Measured {
@@ -69,6 +167,8 @@ impl Measured {
                 .expect("valid histogram bounds"),
             window: Duration::ZERO,
             first_sold_out: None,
+            longest_stall: Duration::ZERO,
+            crashed_at: None,
         }
     }
 
@@ -89,6 +189,8 @@ impl Measured {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        self.longest_stall = self.longest_stall.max(other.longest_stall);
+        self.crashed_at = self.crashed_at.or(other.crashed_at);
     }
 
     pub fn throughput_per_s(&self) -> f64 {
@@ -117,6 +219,20 @@ struct Live {
     sold: AtomicU64,
     errors: AtomicU64,
     stop: AtomicBool,
+    /// When the latest sale came, in microseconds from the start.
+    last_sale_us: AtomicU64,
+    /// The longest gap between two sales so far, in microseconds.
+    longest_gap_us: AtomicU64,
+}
+
+impl Live {
+    /// Records a sale at `at_us`, and the gap since the one before.
+    fn sale(&self, at_us: u64) {
+        self.sold.fetch_add(1, Ordering::Relaxed);
+        let before = self.last_sale_us.fetch_max(at_us, Ordering::Relaxed);
+        self.longest_gap_us
+            .fetch_max(at_us.saturating_sub(before), Ordering::Relaxed);
+    }
 }
 
 /// Runs every buyer from the same instant for `duration`, and merges what they measured. An
@@ -156,13 +272,17 @@ pub async fn drive<B: Buyer>(
                 match outcome {
                     Ok(Take::Sold) => {
                         measured.sold += 1;
-                        live.sold.fetch_add(1, Ordering::Relaxed);
+                        live.sale(micros_since(start, done));
                     }
                     Ok(Take::SoldOut) => {
                         measured.sold_out += 1;
                         measured.first_sold_out.get_or_insert(done - start);
                     }
                     Ok(Take::Busy) => measured.busy += 1,
+                    Ok(Take::Crashed) => {
+                        measured.crashed_at = Some(done - start);
+                        break;
+                    }
                     Err(why) => {
                         measured.errors += 1;
                         live.errors.fetch_add(1, Ordering::Relaxed);
@@ -190,11 +310,23 @@ pub async fn drive<B: Buyer>(
     // The buyers were at it until the deadline at least (the last attempt may end before it,
     // when its buyer paused after an error).
     total.window = total.window.max(duration);
+    // While stock is left, the time since the last sale is a stall too (a lock stuck for good).
+    let end_us = u64::try_from(total.window.as_micros()).unwrap_or(u64::MAX);
+    let tail_us = match total.first_sold_out {
+        Some(_) => 0,
+        None => end_us.saturating_sub(live.last_sale_us.load(Ordering::Relaxed)),
+    };
+    total.longest_stall =
+        Duration::from_micros(live.longest_gap_us.load(Ordering::Relaxed).max(tail_us));
     live.stop.store(true, Ordering::Relaxed);
     if let Some(progress) = progress {
         let _ = progress.await;
     }
     total
+}
+
+fn micros_since(start: Instant, at: Instant) -> u64 {
+    u64::try_from((at - start).as_micros()).unwrap_or(u64::MAX)
 }
 
 /// A spinner with the variant's counts, four times a second; only ever started on a terminal.
@@ -281,5 +413,82 @@ mod tests {
         assert!(measured.window >= Duration::from_millis(300));
         assert!(measured.window < Duration::from_millis(300) + ATTEMPT_TIMEOUT);
         assert!(measured.quantile_ms(0.99) >= 1.0);
+    }
+
+    /// A lock around a counter, the lock's first holder playing `fault`.
+    struct Locked {
+        lock: Arc<AtomicBool>,
+        left: Arc<AtomicU64>,
+        fault: FaultPoint,
+    }
+
+    impl Buyer for Locked {
+        async fn attempt(&mut self) -> Result<Take, String> {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            if self.lock.swap(true, Ordering::SeqCst) {
+                return Ok(Take::Busy);
+            }
+            if self.fault.strike().await == Strike::Crash {
+                return Ok(Take::Crashed); // The lock stays taken.
+            }
+            let taken = self
+                .left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                    left.checked_sub(1)
+                });
+            self.lock.store(false, Ordering::SeqCst);
+            Ok(if taken.is_ok() {
+                Take::Sold
+            } else {
+                Take::SoldOut
+            })
+        }
+    }
+
+    async fn locked_run(fault: Fault) -> Measured {
+        let lock = Arc::new(AtomicBool::new(false));
+        let left = Arc::new(AtomicU64::new(50));
+        let point = FaultPoint::new(fault, Duration::from_millis(100));
+        let buyers: Vec<Locked> = (0..4)
+            .map(|_| Locked {
+                lock: Arc::clone(&lock),
+                left: Arc::clone(&left),
+                fault: point.clone(),
+            })
+            .collect();
+        drive(buyers, Duration::from_millis(800), None).await
+    }
+
+    #[tokio::test]
+    async fn a_stall_is_the_longest_time_without_a_sale_while_stock_is_left() {
+        let calm = locked_run(Fault::None).await;
+        assert_eq!((calm.sold, calm.crashed_at), (50, None));
+        assert!(
+            calm.longest_stall < Duration::from_millis(200),
+            "{:?}",
+            calm.longest_stall
+        );
+
+        // Everyone waits out the slow holder's pause (three leases), then the stock sells.
+        let slow = locked_run(Fault::SlowHolder).await;
+        assert_eq!(slow.sold, 50);
+        assert!(
+            slow.longest_stall >= Duration::from_millis(290),
+            "{:?}",
+            slow.longest_stall
+        );
+
+        // The crashed holder's lock is never released: nothing sells, to the end of the run;
+        // the crashed buyer stops, the others keep trying.
+        let crashed = locked_run(Fault::CrashedHolder).await;
+        assert_eq!(crashed.sold, 0);
+        assert!(crashed.crashed_at.is_some());
+        assert!(crashed.busy > 0);
+        assert!(
+            crashed.window - crashed.longest_stall < Duration::from_millis(1),
+            "{:?} of {:?}",
+            crashed.longest_stall,
+            crashed.window
+        );
     }
 }

@@ -10,6 +10,11 @@
 //! - [`redis`], [`postgres`], [`stockd`]: the variants, one module per family.
 //!
 //! A variant whose server is not installed is skipped with the reason, never faked.
+//!
+//! With a [`Fault`], the lab plays the seed's second act: the first buyer to take a lock is slow
+//! (it pauses for three leases between its read and its write) or crashes (it dies holding the
+//! lock). Only the variants that hold a lock across round trips run then, and the table's stall
+//! column shows what each lock does about it.
 
 pub mod driver;
 pub mod postgres;
@@ -23,6 +28,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use driver::Fault;
 use driver::Measured;
 use servers::{LabDir, Postgres, RedisServer, StockdServer};
 
@@ -31,6 +37,7 @@ use servers::{LabDir, Postgres, RedisServer, StockdServer};
 pub enum Variant {
     RedisNaive,
     RedisSetnxLock,
+    RedisExpiringLock,
     RedisLeaseLock,
     RedisLua,
     PgUpdate,
@@ -48,9 +55,10 @@ pub enum Family {
 }
 
 impl Variant {
-    pub const ALL: [Variant; 8] = [
+    pub const ALL: [Variant; 9] = [
         Variant::RedisNaive,
         Variant::RedisSetnxLock,
+        Variant::RedisExpiringLock,
         Variant::RedisLeaseLock,
         Variant::RedisLua,
         Variant::PgUpdate,
@@ -63,6 +71,7 @@ impl Variant {
         match self {
             Variant::RedisNaive => "redis-naive",
             Variant::RedisSetnxLock => "redis-setnx-lock",
+            Variant::RedisExpiringLock => "redis-expiring-lock",
             Variant::RedisLeaseLock => "redis-lease-lock",
             Variant::RedisLua => "redis-lua",
             Variant::PgUpdate => "pg-update",
@@ -76,6 +85,7 @@ impl Variant {
         match self {
             Variant::RedisNaive
             | Variant::RedisSetnxLock
+            | Variant::RedisExpiringLock
             | Variant::RedisLeaseLock
             | Variant::RedisLua => Family::Redis,
             Variant::PgUpdate | Variant::PgForUpdate => Family::Postgres,
@@ -88,8 +98,9 @@ impl Variant {
         match self {
             Variant::RedisNaive => "GET stock, then SET stock n-1 if n > 0",
             Variant::RedisSetnxLock => "SETNX lock (no expiry) or busy; GET, SET; DEL lock",
+            Variant::RedisExpiringLock => "SET lock NX PX lease or busy; GET, SET; DEL lock",
             Variant::RedisLeaseLock => {
-                "SET lock token NX PX 30000 or busy, watchdog renewing; GET, SET; \
+                "SET lock token NX PX lease or busy, watchdog renewing; GET, SET; \
                  compare-and-delete"
             }
             Variant::RedisLua => "one Lua script: HGET, compare, HINCRBY",
@@ -102,9 +113,24 @@ impl Variant {
         }
     }
 
-    /// Only the naive variant is expected to oversell: it is the experiment's control.
-    pub fn oversells_by_design(self) -> bool {
+    /// The naive variant is expected to oversell: it is the experiment's control. So is the
+    /// expiring lock when its holder is slow: its lease runs out while the holder is inside,
+    /// which is the seed's case against it.
+    pub fn oversells_by_design(self, fault: Fault) -> bool {
         self == Variant::RedisNaive
+            || (self == Variant::RedisExpiringLock && fault == Fault::SlowHolder)
+    }
+
+    /// Whether the variant holds a lock across round trips, where a holder can be slow or die:
+    /// the variants a [`Fault`] applies to.
+    pub fn holds_a_lock(self) -> bool {
+        matches!(
+            self,
+            Variant::RedisSetnxLock
+                | Variant::RedisExpiringLock
+                | Variant::RedisLeaseLock
+                | Variant::PgForUpdate
+        )
     }
 
     /// Whether `word` (a variant's name, or a family: `redis`, `postgres`/`pg`, `stockd`)
@@ -119,9 +145,10 @@ impl Variant {
     }
 }
 
-/// The variants `--only` (all when empty) and `--skip` leave, in the lab's order. An unknown
-/// name is an error that lists the known ones.
-pub fn select(only: &[String], skip: &[String]) -> Result<Vec<Variant>, String> {
+/// The variants `--only` (all when empty) and `--skip` leave, in the lab's order; with a fault,
+/// only the ones that hold a lock (naming another is an error). An unknown name is an error that
+/// lists the known ones.
+pub fn select(only: &[String], skip: &[String], fault: Fault) -> Result<Vec<Variant>, String> {
     for word in only.iter().chain(skip) {
         if !Variant::ALL.iter().any(|variant| variant.matches(word)) {
             let names: Vec<&str> = Variant::ALL.iter().map(|variant| variant.name()).collect();
@@ -131,10 +158,32 @@ pub fn select(only: &[String], skip: &[String]) -> Result<Vec<Variant>, String> 
             ));
         }
     }
+    if fault != Fault::None {
+        for word in only {
+            if let Some(variant) = Variant::ALL
+                .iter()
+                .find(|variant| variant.name() == word && !variant.holds_a_lock())
+            {
+                let locks: Vec<&str> = Variant::ALL
+                    .iter()
+                    .filter(|variant| variant.holds_a_lock())
+                    .map(|variant| variant.name())
+                    .collect();
+                return Err(format!(
+                    "--fault {} plays a lock holder's fault, and {} holds no lock: \
+                     the variants that do are {}",
+                    fault.name(),
+                    variant.name(),
+                    locks.join(", ")
+                ));
+            }
+        }
+    }
     let selected: Vec<Variant> = Variant::ALL
         .into_iter()
         .filter(|variant| only.is_empty() || only.iter().any(|word| variant.matches(word)))
         .filter(|variant| !skip.iter().any(|word| variant.matches(word)))
+        .filter(|variant| fault == Fault::None || variant.holds_a_lock())
         .collect();
     if selected.is_empty() {
         return Err("--only and --skip leave no variant to run".into());
@@ -157,6 +206,11 @@ pub struct LabConfig {
     pub progress: bool,
     /// The `stockd` executable to run `serve` with; the stockd variants are skipped without it.
     pub stockd_executable: Option<PathBuf>,
+    /// The fault played in the first critical section, if any.
+    pub fault: Fault,
+    /// The lease of the expiring and the lease lock (Redisson's default is 30 s; the lab's is
+    /// short, so that a lease running out shows within a run).
+    pub lease: Duration,
 }
 
 /// What a variant's run gave, before it becomes a row.
@@ -196,13 +250,23 @@ impl VariantRun {
         self
     }
 
-    fn into_row(self, variant: Variant) -> Row {
+    fn into_row(self, variant: Variant, fault: Fault) -> Row {
         let measured = &self.measured;
         let stock = i64::try_from(self.stock).unwrap_or(i64::MAX);
         let sold = i64::try_from(measured.sold).unwrap_or(i64::MAX);
         // The worse of what the buyers were told and what the counter says.
         let worst = sold.max(self.counter_taken.unwrap_or(0));
         let mut note = self.note;
+        if let Some(at) = measured.crashed_at {
+            let crashed = format!(
+                "a buyer crashed holding the lock at {:.2} s",
+                at.as_secs_f64()
+            );
+            note = Some(match note {
+                Some(note) => format!("{note}; {crashed}"),
+                None => crashed,
+            });
+        }
         if measured.errors > 0 {
             let errors = format!(
                 "{} errors, e.g. {}",
@@ -227,8 +291,9 @@ impl VariantRun {
             sold_out_answers: measured.sold_out,
             busy: measured.busy,
             sold_out_ms: measured.first_sold_out.map(|at| at.as_secs_f64() * 1000.0),
+            longest_stall_ms: measured.longest_stall.as_secs_f64() * 1000.0,
             window_s: measured.window.as_secs_f64(),
-            oversells_by_design: variant.oversells_by_design(),
+            oversells_by_design: variant.oversells_by_design(fault),
             does: variant.description().to_string(),
             note,
         }
@@ -259,8 +324,12 @@ pub struct Row {
     pub busy: u64,
     /// When the first "sold out" came, from the start: how long selling the stock took.
     pub sold_out_ms: Option<f64>,
+    /// The longest time without a sale while stock was left: a lock that got stuck, or kept
+    /// every buyer waiting.
+    pub longest_stall_ms: f64,
     pub window_s: f64,
-    /// True for the naive variant only: the control that must be caught.
+    /// True for the variants that are expected to oversell and must be caught doing it: the
+    /// naive one, and the expiring lock under a slow holder.
     pub oversells_by_design: bool,
     /// What one attempt does.
     pub does: String,
@@ -283,6 +352,10 @@ pub struct LabReport {
     pub buyers: usize,
     pub duration_s: f64,
     pub seed: u64,
+    /// The fault played in the first critical section (`none`, `slow-holder`,
+    /// `crashed-holder`).
+    pub fault: Fault,
+    pub lease_ms: f64,
     pub redis_persistence: &'static str,
     pub postgres_persistence: &'static str,
     pub rows: Vec<Row>,
@@ -296,6 +369,8 @@ impl LabReport {
             buyers: config.buyers,
             duration_s: config.duration.as_secs_f64(),
             seed: config.seed,
+            fault: config.fault,
+            lease_ms: config.lease.as_secs_f64() * 1000.0,
             redis_persistence: RedisServer::PERSISTENCE,
             postgres_persistence: Postgres::PERSISTENCE,
             rows: Vec::new(),
@@ -305,7 +380,7 @@ impl LabReport {
 
     fn record(&mut self, variant: Variant, result: Result<VariantRun, String>) {
         match result {
-            Ok(run) => self.rows.push(run.into_row(variant)),
+            Ok(run) => self.rows.push(run.into_row(variant, self.fault)),
             Err(reason) => self.skipped.push(Skipped {
                 variant: variant.name().to_string(),
                 reason,
@@ -352,6 +427,13 @@ impl LabReport {
             out,
             "each buyer: its own connection, one attempt at a time, one unit per attempt"
         );
+        if let Some(fault) = self.fault.description() {
+            let _ = writeln!(
+                out,
+                "fault: {fault} (lease {:.0} ms; only the variants holding a lock run)",
+                self.lease_ms
+            );
+        }
         let _ = writeln!(out);
         let embedded = self
             .rows
@@ -361,7 +443,7 @@ impl LabReport {
             .filter(|rate| *rate > 0.0);
         let _ = writeln!(
             out,
-            "{:<17} {:>11} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>9}",
+            "{:<19} {:>11} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>9} {:>9}",
             "variant",
             "attempts/s",
             "vs emb.",
@@ -370,15 +452,19 @@ impl LabReport {
             "counter",
             "oversold",
             "errors",
-            "sold out"
+            "sold out",
+            "stall"
         );
         for row in &self.rows {
             let ratio = embedded.map_or("-".to_string(), |embedded| {
                 format!("{:.2}x", row.throughput_per_s / embedded)
             });
-            let counter = row
-                .counter_sold_units
-                .map_or("-".to_string(), |counter| counter.to_string());
+            let counter = row.counter_sold_units.map_or("-".to_string(), |counter| {
+                match u64::try_from(counter) {
+                    Ok(counter) => thousands(counter),
+                    Err(_) => counter.to_string(),
+                }
+            });
             let sold_out = row
                 .sold_out_ms
                 .map_or("never".to_string(), |ms| format!("{:.2} s", ms / 1000.0));
@@ -391,7 +477,7 @@ impl LabReport {
             };
             let _ = writeln!(
                 out,
-                "{:<17} {:>11} {:>8} {:>8.2} {:>8} {:>8} {:>9} {:>7} {:>9}{flag}",
+                "{:<19} {:>11} {:>8} {:>8.2} {:>8} {:>8} {:>9} {:>7} {:>9} {:>9}{flag}",
                 row.variant,
                 thousands(row.throughput_per_s.round() as u64),
                 ratio,
@@ -401,6 +487,7 @@ impl LabReport {
                 thousands(row.oversold_units),
                 thousands(row.errors),
                 sold_out,
+                format!("{:.2} s", row.longest_stall_ms / 1000.0),
             );
         }
         let _ = writeln!(out);
@@ -410,6 +497,7 @@ impl LabReport {
             "counter: units the variant's own counter says were taken, read back after the run",
             "oversold: the worse of sold and counter, beyond the stock",
             "sold out: when the first \"sold out\" answer came (how long selling the stock took)",
+            "stall: the longest time without a sale while stock was left",
         ] {
             let _ = writeln!(out, "  {line}");
         }
@@ -547,29 +635,50 @@ mod tests {
 
     #[test]
     fn variants_are_selected_by_name_or_family_in_the_lab_order() {
-        assert_eq!(select(&[], &[]).unwrap(), Variant::ALL.to_vec());
+        let none = Fault::None;
+        assert_eq!(select(&[], &[], none).unwrap(), Variant::ALL.to_vec());
         assert_eq!(
-            select(&words(&["stockd-redis", "redis-naive"]), &[]).unwrap(),
+            select(&words(&["stockd-redis", "redis-naive"]), &[], none).unwrap(),
             [Variant::RedisNaive, Variant::StockdRedis]
         );
         assert_eq!(
-            select(&words(&["postgres"]), &[]).unwrap(),
+            select(&words(&["postgres"]), &[], none).unwrap(),
             [Variant::PgUpdate, Variant::PgForUpdate]
         );
         assert_eq!(
-            select(&words(&["redis"]), &words(&["redis-lease-lock"])).unwrap(),
+            select(&words(&["redis"]), &words(&["redis-lease-lock"]), none).unwrap(),
             [
                 Variant::RedisNaive,
                 Variant::RedisSetnxLock,
+                Variant::RedisExpiringLock,
                 Variant::RedisLua
             ]
         );
-        let why = select(&words(&["memcached"]), &[]).unwrap_err();
+        let why = select(&words(&["memcached"]), &[], none).unwrap_err();
         assert!(
             why.contains("redis-naive") && why.contains("memcached"),
             "{why}"
         );
-        assert!(select(&[], &words(&["redis", "pg", "stockd"])).is_err());
+        assert!(select(&[], &words(&["redis", "pg", "stockd"]), none).is_err());
+        // A fault leaves the variants that hold a lock, and refuses one named that does not.
+        assert_eq!(
+            select(&[], &[], Fault::SlowHolder).unwrap(),
+            [
+                Variant::RedisSetnxLock,
+                Variant::RedisExpiringLock,
+                Variant::RedisLeaseLock,
+                Variant::PgForUpdate
+            ]
+        );
+        assert_eq!(
+            select(&words(&["postgres"]), &[], Fault::CrashedHolder).unwrap(),
+            [Variant::PgForUpdate]
+        );
+        let why = select(&words(&["redis-lua"]), &[], Fault::CrashedHolder).unwrap_err();
+        assert!(
+            why.contains("redis-lua holds no lock") && why.contains("redis-lease-lock"),
+            "{why}"
+        );
     }
 
     fn measured(sold: u64, errors: u64) -> Measured {
@@ -587,6 +696,8 @@ mod tests {
             latency_us,
             window: Duration::from_secs(2),
             first_sold_out: Some(Duration::from_millis(1500)),
+            longest_stall: Duration::from_millis(20),
+            crashed_at: None,
         }
     }
 
@@ -595,18 +706,18 @@ mod tests {
         // Told 60 buyers yes, the counter went down by 50 only: lost updates.
         let row = VariantRun::new(measured(60, 0), 50)
             .with_counter_left(0)
-            .into_row(Variant::RedisNaive);
+            .into_row(Variant::RedisNaive, Fault::None);
         assert_eq!((row.sold_units, row.counter_sold_units), (60, Some(50)));
         assert_eq!(row.oversold_units, 10);
         // Told 50 yes, but the counter went below zero.
         let row = VariantRun::new(measured(50, 0), 50)
             .with_counter_left(-3)
-            .into_row(Variant::PgUpdate);
+            .into_row(Variant::PgUpdate, Fault::None);
         assert_eq!(row.oversold_units, 3);
         // Exactly the stock: nothing oversold; errors are counted and explained.
         let row = VariantRun::new(measured(50, 2), 50)
             .with_counter_taken(50)
-            .into_row(Variant::StockdEmbedded);
+            .into_row(Variant::StockdEmbedded, Fault::None);
         assert_eq!((row.oversold_units, row.errors), (0, 2));
         assert!(row.note.unwrap().contains("error 1"));
         assert_eq!(row.throughput_per_s, 50.0);
@@ -623,6 +734,8 @@ mod tests {
             variants: Variant::ALL.to_vec(),
             progress: false,
             stockd_executable: None,
+            fault: Fault::None,
+            lease: Duration::from_secs(1),
         };
         let mut report = LabReport::new(&config);
         report.record(

@@ -5,13 +5,16 @@
 //!   available >= $1` in autocommit; one row changed is a sale, none is "sold out";
 //! - `SELECT ... FOR UPDATE`: `BEGIN`, read the row locked, decide, `UPDATE ... SET available =
 //!   <the value read - 1>`, `COMMIT`: the naive read-decide-write, made safe by the row lock.
+//!   The row lock is held across round trips, so the run's fault strikes between the read and
+//!   the write: a slow holder keeps the others waiting; a crashed one drops its connection with
+//!   the transaction open, and PostgreSQL rolls it back and frees the row.
 //!
 //! The table has no `CHECK (available >= 0)` on purpose: the counter must show what the
 //! variant's own code did, not what a constraint refused.
 
 use tokio_postgres::{Client, Statement};
 
-use super::driver::{Buyer, Take};
+use super::driver::{Buyer, FaultPoint, Strike, Take};
 use super::servers::Postgres;
 use super::{LabConfig, Variant, VariantRun};
 
@@ -41,16 +44,18 @@ impl Buyer for ConditionalUpdate {
 }
 
 struct ForUpdate {
-    client: Client,
+    /// `None` once the buyer has crashed: its connection is gone.
+    client: Option<Client>,
     select: Statement,
     update: Statement,
     sku: String,
+    fault: FaultPoint,
 }
 
 impl Buyer for ForUpdate {
     async fn attempt(&mut self) -> Result<Take, String> {
-        let transaction = self
-            .client
+        let client = self.client.as_mut().ok_or("the buyer has crashed")?;
+        let transaction = client
             .transaction()
             .await
             .map_err(|error| pg_error("BEGIN", error))?;
@@ -59,6 +64,12 @@ impl Buyer for ForUpdate {
             .await
             .map_err(|error| pg_error("SELECT ... FOR UPDATE", error))?;
         let available: i64 = row.get(0);
+        if self.fault.strike().await == Strike::Crash {
+            // Die with the transaction open: no ROLLBACK is sent, the socket just closes.
+            std::mem::forget(transaction);
+            self.client = None;
+            return Ok(Take::Crashed);
+        }
         if available <= 0 {
             transaction
                 .rollback()
@@ -106,6 +117,7 @@ pub async fn run(
         .await
         .map_err(|error| pg_error("setting the stock", error))?;
     let progress = config.progress.then_some(variant.name());
+    let fault = FaultPoint::new(config.fault, config.lease);
     let measured = match variant {
         Variant::PgUpdate => {
             let mut buyers = Vec::with_capacity(config.buyers);
@@ -139,10 +151,11 @@ pub async fn run(
                     .await
                     .map_err(|error| pg_error("PREPARE", error))?;
                 buyers.push(ForUpdate {
-                    client,
+                    client: Some(client),
                     select,
                     update,
                     sku: sku.clone(),
+                    fault: fault.clone(),
                 });
             }
             super::driver::drive(buyers, config.duration, progress).await

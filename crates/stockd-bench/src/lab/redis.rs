@@ -4,12 +4,16 @@
 //! - naive: `GET stock`, then `SET stock n-1` if `n > 0` (the seed's first controller);
 //! - SETNX lock without expiry: `SETNX lock`, or give up ("busy"); `GET`, `SET`, and `DEL lock`
 //!   in a `finally` (the seed's second solution);
-//! - lease lock with a watchdog: `SET lock TOKEN NX PX 30000`, a task renewing the lease every
-//!   10 s while it is held (compare-and-`PEXPIRE` in Lua), `GET`, `SET`, release by
+//! - expiring lock: `SET lock NX PX lease` in one command, the same `finally` (the seed's fix
+//!   for a holder that dies, and the lock it then shows failing a slow holder);
+//! - lease lock with a watchdog: `SET lock TOKEN NX PX lease`, a task renewing the lease every
+//!   third of it while it is held (compare-and-`PEXPIRE` in Lua), `GET`, `SET`, release by
 //!   compare-and-delete in Lua (Redisson's lock, as the seed dissects it);
 //! - Lua check-and-deduct: `HGET`, compare, `HINCRBY` in one script (the seeds' Lua scripts).
 //!
-//! The final counter is read back after the run: it is what the shop's stock says is left.
+//! The lock variants hold their lock across round trips, so the run's [`Fault`](super::driver::Fault) strikes inside
+//! them, between the read and the write. The final counter is read back after the run: it is
+//! what the shop's stock says is left.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -19,12 +23,9 @@ use rand::{Rng, SeedableRng};
 use redis::aio::MultiplexedConnection;
 use redis::Script;
 
-use super::driver::{Buyer, Take};
+use super::driver::{Buyer, FaultPoint, Strike, Take};
 use super::servers::RedisServer;
 use super::{LabConfig, Variant, VariantRun};
-
-/// Redisson's default lease (`lockWatchdogTimeout`, 30 s), renewed every third of it.
-pub const LEASE: Duration = Duration::from_secs(30);
 
 fn redis_error(what: &str, error: redis::RedisError) -> String {
     format!("{what}: {error}")
@@ -53,12 +54,16 @@ async fn set_stock(
 }
 
 /// The read, the decision and the write, as the seed's controller does them: correct only if
-/// nobody else runs it at the same time.
+/// nobody else runs it at the same time. `fault` strikes between the read and the write.
 async fn read_decide_write(
     connection: &mut MultiplexedConnection,
     key: &str,
+    fault: &FaultPoint,
 ) -> Result<Take, String> {
     let stock = get_stock(connection, key).await?;
+    if fault.strike().await == Strike::Crash {
+        return Ok(Take::Crashed);
+    }
     if stock > 0 {
         set_stock(connection, key, stock - 1).await?;
         Ok(Take::Sold)
@@ -75,7 +80,7 @@ struct Naive {
 
 impl Buyer for Naive {
     async fn attempt(&mut self) -> Result<Take, String> {
-        read_decide_write(&mut self.connection, &self.stock_key).await
+        read_decide_write(&mut self.connection, &self.stock_key, &FaultPoint::none()).await
     }
 }
 
@@ -85,21 +90,39 @@ struct SetnxLock {
     connection: MultiplexedConnection,
     stock_key: String,
     lock_key: String,
+    /// With a lease, `SET NX PX` (the expiring lock); without, `SETNX`.
+    lease: Option<Duration>,
+    fault: FaultPoint,
 }
 
 impl Buyer for SetnxLock {
     async fn attempt(&mut self) -> Result<Take, String> {
-        let acquired: bool = redis::cmd("SETNX")
-            .arg(&self.lock_key)
-            .arg("this is lock")
-            .query_async(&mut self.connection)
-            .await
-            .map_err(|error| redis_error("SETNX", error))?;
+        let acquired = match self.lease {
+            None => redis::cmd("SETNX")
+                .arg(&self.lock_key)
+                .arg("this is lock")
+                .query_async::<bool>(&mut self.connection)
+                .await
+                .map_err(|error| redis_error("SETNX", error))?,
+            Some(lease) => redis::cmd("SET")
+                .arg(&self.lock_key)
+                .arg("this is lock")
+                .arg("NX")
+                .arg("PX")
+                .arg(lease.as_millis() as u64)
+                .query_async::<Option<String>>(&mut self.connection)
+                .await
+                .map_err(|error| redis_error("SET NX PX", error))?
+                .is_some(),
+        };
         if !acquired {
             return Ok(Take::Busy);
         }
-        let taken = read_decide_write(&mut self.connection, &self.stock_key).await;
-        // The `finally`: delete the lock whatever happened in between.
+        let taken = read_decide_write(&mut self.connection, &self.stock_key, &self.fault).await;
+        if taken == Ok(Take::Crashed) {
+            return taken; // Dead: no `finally` runs.
+        }
+        // The `finally`: delete the lock whatever happened in between, whoever holds it now.
         let deleted = redis::cmd("DEL")
             .arg(&self.lock_key)
             .query_async::<i64>(&mut self.connection)
@@ -219,6 +242,7 @@ struct LeaseLocked {
     connection: MultiplexedConnection,
     stock_key: String,
     lock: LeaseLock,
+    fault: FaultPoint,
     /// Tokens: this buyer's random prefix and a counter, unique per acquisition.
     token_prefix: String,
     acquisitions: u64,
@@ -231,7 +255,11 @@ impl Buyer for LeaseLocked {
         let Some(held) = self.lock.try_acquire(&mut self.connection, token).await? else {
             return Ok(Take::Busy);
         };
-        let taken = read_decide_write(&mut self.connection, &self.stock_key).await;
+        let taken = read_decide_write(&mut self.connection, &self.stock_key, &self.fault).await;
+        if taken == Ok(Take::Crashed) {
+            drop(held); // Its watchdog dies with it; the lease runs out by itself.
+            return taken;
+        }
         let released = self.lock.release(&mut self.connection, held).await;
         match (taken, released) {
             (Err(why), _) | (Ok(_), Err(why)) => Err(why),
@@ -312,6 +340,7 @@ pub async fn run(
         connections.push(connection);
     }
     let progress = config.progress.then_some(variant.name());
+    let fault = FaultPoint::new(config.fault, config.lease);
     let measured = match variant {
         Variant::RedisNaive => {
             let buyers = connections
@@ -323,13 +352,16 @@ pub async fn run(
                 .collect();
             super::driver::drive(buyers, config.duration, progress).await
         }
-        Variant::RedisSetnxLock => {
+        Variant::RedisSetnxLock | Variant::RedisExpiringLock => {
+            let lease = (variant == Variant::RedisExpiringLock).then_some(config.lease);
             let buyers = connections
                 .into_iter()
                 .map(|connection| SetnxLock {
                     connection,
                     stock_key: stock_key.clone(),
                     lock_key: lock_key.clone(),
+                    lease,
+                    fault: fault.clone(),
                 })
                 .collect();
             super::driver::drive(buyers, config.duration, progress).await
@@ -347,8 +379,9 @@ pub async fn run(
                         stock_key: stock_key.clone(),
                         lock: LeaseLock {
                             key: lock_key.clone(),
-                            lease: LEASE,
+                            lease: config.lease,
                         },
+                        fault: fault.clone(),
                         token_prefix: format!("{:016x}:{buyer}", rng.gen::<u64>()),
                         acquisitions: 0,
                     }
