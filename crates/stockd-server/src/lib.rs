@@ -16,6 +16,7 @@ mod conn;
 mod dto;
 mod edge;
 mod error;
+mod exposition;
 mod json;
 mod metrics;
 mod openapi;

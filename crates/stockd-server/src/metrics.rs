@@ -26,6 +26,7 @@ use prometheus_client::registry::Registry;
 use stockd_core::{Backend, BackendStats};
 
 use crate::conn::Closed;
+use crate::exposition::{to_classic, Format};
 use crate::routes::RouteId;
 
 /// Latency buckets in seconds: sub-millisecond for the hot path, up to 30 s for long polls.
@@ -257,13 +258,16 @@ impl Metrics {
         }
     }
 
-    /// The text exposition of every metric, backend stats included.
-    pub(crate) fn render(&self) -> String {
+    /// The text exposition of every metric, backend stats included, in `format`.
+    pub(crate) fn render(&self, format: Format) -> String {
         let mut text = String::with_capacity(16 * 1024);
         if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
             tracing::error!(%error, "metrics failed to encode");
         }
-        text
+        match format {
+            Format::OpenMetrics => text,
+            Format::Classic => to_classic(&text),
+        }
     }
 }
 
@@ -292,7 +296,7 @@ fn encode_backend_stats(
     {
         let mut metric = encoder.encode_descriptor(
             "stockd_hold_transitions",
-            "Hold transitions by outcome",
+            "Hold transitions by outcome.",
             None,
             MetricType::Counter,
         )?;
@@ -305,7 +309,7 @@ fn encode_backend_stats(
         let buckets = expiry_lag_buckets(stats);
         let mut metric = encoder.encode_descriptor(
             "stockd_expiry_lag_ms",
-            "How late hold expiries ran after their deadline, in milliseconds",
+            "How late hold expiries ran after their deadline, in milliseconds.",
             None,
             MetricType::Histogram,
         )?;
@@ -322,7 +326,7 @@ fn encode_backend_stats(
             continue;
         }
         let mut metric =
-            encoder.encode_descriptor(&name, "Backend gauge", None, MetricType::Gauge)?;
+            encoder.encode_descriptor(&name, backend_help(gauge), None, MetricType::Gauge)?;
         metric.encode_gauge(value)?;
     }
     for (counter, value) in &stats.counters {
@@ -332,10 +336,32 @@ fn encode_backend_stats(
             continue;
         }
         let mut metric =
-            encoder.encode_descriptor(&name, "Backend counter", None, MetricType::Counter)?;
+            encoder.encode_descriptor(&name, backend_help(counter), None, MetricType::Counter)?;
         metric.encode_counter::<NoLabelSet, u64, u64>(value, None)?;
     }
     Ok(())
+}
+
+/// What a backend's gauge or counter measures, for its `# HELP` line.
+fn backend_help(name: &str) -> &'static str {
+    match name {
+        "pools" => "Pools that exist now.",
+        "holds" => "Holds retained now, open and finished.",
+        "waiters" => "Reserves waiting for released stock now.",
+        "events_retained" => "Events kept in the feed's window now.",
+        "snapshot_build_ms_last" => "How long the last snapshot took to build, in milliseconds.",
+        "wal_syncs_total" => "fsyncs of the write-ahead log.",
+        "wal_records_total" => "Records appended to the write-ahead log.",
+        "wal_bytes_total" => "Bytes appended to the write-ahead log.",
+        "snapshots_total" => "Snapshots written.",
+        "engine_batches_total" => "Batches of commands the engine's writer applied.",
+        "engine_commands_total" => "Commands the engine's writer applied.",
+        "redis_partitions" => "Partitions of the event feed on Redis.",
+        "redis_healthy" => "1 when the last call to Redis succeeded, else 0.",
+        "redis_calls_total" => "Calls (scripts, functions) made to Redis.",
+        "redis_commands_total" => "Commands carried by the calls made to Redis.",
+        _ => "A backend statistic.",
+    }
 }
 
 /// Writes `stockd_<base>` into `name`; false (and the metric is skipped) when `base` is not a

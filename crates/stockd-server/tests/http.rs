@@ -1297,6 +1297,68 @@ async fn metrics_count_requests_and_render_backend_stats() {
     assert!(pool_count.ends_with(" 3"), "{pool_count}");
 }
 
+/// A Prometheus 0.0.4 scraper (no `Accept`) gets the classic text, where a counter's `# TYPE`
+/// line names its samples; a scraper that prefers OpenMetrics gets OpenMetrics. The parsers of
+/// both formats read them in `scripts/metrics-formats.sh`.
+#[tokio::test]
+async fn metrics_speak_the_classic_text_unless_openmetrics_is_asked_for() {
+    use tower::ServiceExt as _;
+    let (backend, router) = open_server();
+    backend.set_stats(BackendStats {
+        counters: vec![("wal_syncs_total", 7)],
+        ..BackendStats::default()
+    });
+    let scrape = |accept: Option<&'static str>| {
+        let router = router.clone();
+        async move {
+            let mut request = axum::http::Request::builder().uri("/metrics");
+            if let Some(accept) = accept {
+                request = request.header(header::ACCEPT, accept);
+            }
+            let response = router
+                .oneshot(request.body(axum::body::Body::empty()).unwrap())
+                .await
+                .unwrap();
+            let content_type = response.headers()[header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .to_string();
+            assert_eq!(response.headers()[header::VARY], "accept");
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            (content_type, String::from_utf8(body.to_vec()).unwrap())
+        }
+    };
+    let (content_type, classic) = scrape(None).await;
+    assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
+    for line in [
+        "# TYPE stockd_wal_syncs_total counter",
+        "stockd_wal_syncs_total 7",
+        "# TYPE stockd_http_requests_total counter",
+        "# HELP stockd_wal_syncs_total fsyncs of the write-ahead log.",
+    ] {
+        assert!(classic.contains(line), "missing {line:?} in\n{classic}");
+    }
+    assert!(!classic.contains("# EOF"), "{classic}");
+    assert!(
+        !classic.contains("# TYPE stockd_wal_syncs counter"),
+        "{classic}"
+    );
+
+    let (content_type, openmetrics) = scrape(Some(
+        "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    ))
+    .await;
+    assert_eq!(
+        content_type,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(openmetrics.contains("# TYPE stockd_wal_syncs counter"));
+    assert!(openmetrics.contains("stockd_wal_syncs_total 7"));
+    assert!(openmetrics.ends_with("# EOF\n"));
+}
+
 /// Every route refuses a query parameter it does not take, before it does anything: a wait
 /// that would be silently dropped, a delete with a flag it does not know.
 #[tokio::test]

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::{paths, App};
 use crate::error::ApiError;
+use crate::exposition::negotiate;
 use crate::json::NoQuery;
 use crate::openapi::schemas::{ErrorBody, StatusBody};
 use crate::reply;
@@ -56,15 +57,27 @@ pub(crate) async fn readyz(State(app): State<App>, _: NoQuery) -> Response {
     tag = "ops",
     summary = "Prometheus metrics",
     security(()),
-    responses((status = 200, description = "Text exposition format", body = String,
-               content_type = "text/plain"))
+    responses((status = 200,
+               description = "The classic Prometheus text format (0.0.4) by default; \
+                              OpenMetrics 1.0.0 when `Accept` prefers it",
+               content((String = "text/plain"), (String = "application/openmetrics-text"))))
 )]
-pub(crate) async fn metrics(State(app): State<App>, _: NoQuery) -> Response {
-    let mut response = Response::new(Body::from(app.metrics.render()));
-    response.headers_mut().insert(
+pub(crate) async fn metrics(
+    State(app): State<App>,
+    _: NoQuery,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok());
+    let format = negotiate(accept);
+    let mut response = Response::new(Body::from(app.metrics.render(format)));
+    let headers = response.headers_mut();
+    headers.insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        HeaderValue::from_static(format.content_type()),
     );
+    headers.insert(header::VARY, HeaderValue::from_static("accept"));
     response
 }
 
