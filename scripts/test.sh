@@ -5,7 +5,7 @@
 # Cluster, plus the Redis fleet, fault and cluster tests, the history checks (one bounded
 # history each on the embedded engine, a Redis, a Redis killed under load and a Redis Cluster,
 # with kills; docs/testing.md), the oversell lab (`stockd bench lab`, briefly, on a real Redis
-# and PostgreSQL), the TLS proxy example, a bounded run of every fuzz target
+# and PostgreSQL), /metrics read by Prometheus's Python parsers, the TLS proxy example, a bounded run of every fuzz target
 # (STOCKD_FUZZ_SECONDS per target, 20 by default), and schemathesis against a live server (its OpenAPI
 # document must match every answer; it needs python3 with venv and PyPI access).
 # Tests start their own stockd, redis-server and postgres processes on free loopback ports; this
@@ -61,6 +61,8 @@ STOCKD_TEST_BACKEND=redis cargo test -p stockd --locked \
 echo "== cargo test (black-box suites against a real 3-primary Redis Cluster, 16 partitions)"
 STOCKD_TEST_BACKEND=redis-cluster cargo test -p stockd --locked \
     --test conformance --test concurrency --test garbage --test fleet "$@"
+echo "== /metrics in both formats, read by the official Python client's parsers"
+scripts/metrics-formats.sh
 echo "== TLS in front of stockd: the nginx example of docs/security.md, over HTTPS"
 scripts/tls-proxy.sh
 echo "== cargo test (a server killed at each step of a cross-partition hold; test build only)"

@@ -3,6 +3,7 @@
 
 mod bench;
 mod cli;
+mod logging;
 mod serve;
 
 use std::process::ExitCode;
@@ -57,13 +58,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("STOCKD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    if let Err(why) = logging::init() {
+        eprintln!("error: {why}");
+        return ExitCode::from(2);
+    }
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     // HTTP worker threads (default: one per core).
     if let Some(threads) = std::env::var("STOCKD_WORKER_THREADS")
