@@ -31,7 +31,9 @@ pub struct SecondReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub run_id: String,
-    pub url: String,
+    /// The servers the load went to, connections spread over them in turn; set-up and the
+    /// verdict went through the first.
+    pub urls: Vec<String>,
     #[serde(flatten)]
     pub scenario: Scenario,
     pub connections: usize,
@@ -59,7 +61,7 @@ impl Report {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         run_id: &str,
-        url: &str,
+        urls: &[String],
         scenario: Scenario,
         connections: usize,
         pace: Pace,
@@ -81,7 +83,7 @@ impl Report {
         let window = load.window.as_secs_f64();
         Report {
             run_id: run_id.to_string(),
-            url: url.to_string(),
+            urls: urls.to_vec(),
             scenario,
             connections,
             rate_per_s: match pace {
@@ -146,7 +148,7 @@ impl Report {
             out,
             "stockd bench: {} against {} ({} connections, {pace}, seed {}, run {})",
             self.scenario.name(),
-            self.url,
+            self.urls.join(", "),
             self.connections,
             self.seed,
             self.run_id

@@ -65,9 +65,16 @@ pub struct RunArgs {
     /// Which scenario.
     #[arg(long, value_enum)]
     scenario: ScenarioName,
-    /// Base URL of the server (`http://HOST:PORT`).
-    #[arg(long, env = "STOCKD_URL", default_value = "http://127.0.0.1:7070")]
-    url: String,
+    /// Base URL of the server (`http://HOST:PORT`). Several (the flag repeated, or comma
+    /// separated): a fleet of servers on one backend, the connections spread over them in turn;
+    /// set-up and the verdict go through the first.
+    #[arg(
+        long,
+        env = "STOCKD_URL",
+        default_value = "http://127.0.0.1:7070",
+        value_delimiter = ','
+    )]
+    url: Vec<String>,
     /// Bearer token; an admin token when the server has tokens (the bench creates its pools).
     #[arg(long, env = "STOCKD_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -225,6 +232,14 @@ impl RunArgs {
                 self.connections
             ));
         }
+        if self.connections < self.url.len() {
+            return Err(format!(
+                "--connections {} is fewer than the {} servers given with --url: each server \
+                 needs at least one connection",
+                self.connections,
+                self.url.len()
+            ));
+        }
         // A team run is finite: every buyer tries once.
         let finite = matches!(scenario, Scenario::Team { .. });
         let duration = match (self.duration, self.requests) {
@@ -237,7 +252,7 @@ impl RunArgs {
             Duration::from_secs(1)
         });
         Ok(RunConfig {
-            url: self.url.clone(),
+            urls: self.url.clone(),
             token: self.token.clone(),
             scenario,
             load: LoadConfig {
@@ -403,6 +418,49 @@ async fn run_scenario(args: RunArgs) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `stockd bench run ARGS` as clap parses it.
+    fn run_args(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Command {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        <Command as clap::Parser>::try_parse_from(
+            std::iter::once("run").chain(args.iter().copied()),
+        )
+        .map(|command| command.run)
+    }
+
+    #[test]
+    fn a_fleet_is_given_by_repeating_url_or_by_commas() {
+        let args = run_args(&[
+            "--scenario",
+            "flash",
+            "--url",
+            "http://a:1,http://b:2",
+            "--url",
+            "http://c:3",
+        ])
+        .unwrap();
+        let config = args.config().unwrap();
+        assert_eq!(config.urls, ["http://a:1", "http://b:2", "http://c:3"]);
+
+        let args = run_args(&[
+            "--scenario",
+            "flash",
+            "--url",
+            "http://a:1,http://b:2",
+            "--connections",
+            "1",
+        ])
+        .unwrap();
+        let why = args.config().unwrap_err();
+        assert!(
+            why.contains("--connections 1") && why.contains("2 servers given with --url"),
+            "{why}"
+        );
+    }
 
     #[test]
     fn durations() {

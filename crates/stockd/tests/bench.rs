@@ -1,6 +1,6 @@
 //! `stockd bench run`: every scenario, briefly, against a real server (the backend of
-//! `STOCKD_TEST_BACKEND`), with its verdict read back; and against servers that lie, to show the
-//! verdict catches what it claims to.
+//! `STOCKD_TEST_BACKEND`), with its verdict read back; a fleet of two servers on one Redis; and
+//! against servers that lie, to show the verdict catches what it claims to.
 
 mod support;
 
@@ -12,7 +12,7 @@ use axum::extract::State;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use support::Server;
+use support::{Api, RedisBackend, Server, ServerConfig, TestBackend};
 
 /// Runs `stockd bench run ARGS --json -` and returns the process output (stdout and stderr are
 /// pipes, not terminals).
@@ -142,6 +142,71 @@ async fn open_loop_keeps_its_rate_and_counts_from_the_intended_time() {
     // 200/s for 2 s: the schedule fixes the count, whatever the server's speed.
     assert!((380..=400).contains(&requests), "{requests}: {report:#}");
     assert_eq!(report["rate_per_s"], 200.0);
+}
+
+/// `POST /v1/holds` answered 201 by the server behind `api`, from its `/metrics`.
+async fn holds_created_per_metrics(api: &Api) -> u64 {
+    let (status, metrics) = api.call("GET", "/metrics", None).await;
+    assert_eq!(status, 200, "{metrics}");
+    let text = metrics.as_str().expect("/metrics is text");
+    let series = r#"stockd_http_requests_total{route="/v1/holds",method="POST",status="201"} "#;
+    text.lines()
+        .find_map(|line| line.strip_prefix(series))
+        .map_or(0, |count| count.trim().parse().expect("a counter's value"))
+}
+
+#[tokio::test]
+async fn a_fleet_of_two_servers_on_one_redis_gets_the_load_and_one_verdict() {
+    let redis: Arc<dyn TestBackend> = Arc::new(RedisBackend::start());
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let config = ServerConfig {
+            backend: redis.clone(),
+            ..ServerConfig::default()
+        };
+        servers.push(Server::start_with(config).await);
+    }
+    let urls: Vec<String> = servers
+        .iter()
+        .map(|server| format!("http://127.0.0.1:{}", server.port()))
+        .collect();
+    let output = bench(
+        &urls[0],
+        &[
+            "--url",
+            &urls[1],
+            "--scenario",
+            "flash",
+            "--stock",
+            "1000000",
+            "--per-user-limit",
+            "0",
+            "--connections",
+            "8",
+            "--duration",
+            "1s",
+            "--warmup",
+            "0s",
+        ],
+    )
+    .await;
+    let report = parse_report(&output);
+    assert_clean(&output, &report);
+    assert_eq!(report["urls"], json!(urls), "{report:#}");
+    // Every request was measured (no warm-up), so the servers' own counts add up to the report's.
+    let mut created = Vec::new();
+    for server in &servers {
+        created.push(holds_created_per_metrics(&server.api()).await);
+    }
+    assert!(
+        created.iter().all(|&count| count > 0),
+        "each server got holds: {created:?}"
+    );
+    assert_eq!(
+        created.iter().sum::<u64>(),
+        report["outcomes"]["201"].as_u64().unwrap(),
+        "the servers created, per their metrics, {created:?}: {report:#}"
+    );
 }
 
 /// A server that answers like stockd but does not keep its word: it says 201 to every hold and
