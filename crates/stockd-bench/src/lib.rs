@@ -92,6 +92,7 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
     Ok(Report::new(
         &run_id,
         &config.urls,
+        run.pools(),
         config.scenario,
         config.load.connections,
         config.load.pace,

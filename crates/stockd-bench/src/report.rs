@@ -34,6 +34,9 @@ pub struct Report {
     /// The servers the load went to, connections spread over them in turn; set-up and the
     /// verdict went through the first.
     pub urls: Vec<String>,
+    /// The pools the run set up (named after the run, so that a run can be looked into after;
+    /// not `pools`, which is the cart scenario's count).
+    pub pool_ids: Vec<String>,
     #[serde(flatten)]
     pub scenario: Scenario,
     pub connections: usize,
@@ -62,6 +65,7 @@ impl Report {
     pub fn new(
         run_id: &str,
         urls: &[String],
+        pools: &[String],
         scenario: Scenario,
         connections: usize,
         pace: Pace,
@@ -84,6 +88,7 @@ impl Report {
         Report {
             run_id: run_id.to_string(),
             urls: urls.to_vec(),
+            pool_ids: pools.to_vec(),
             scenario,
             connections,
             rate_per_s: match pace {

@@ -129,6 +129,11 @@ pub struct RunArgs {
     /// cart: pools per hold.
     #[arg(long, default_value_t = 3)]
     items: u64,
+    /// cart: every pool in a partition of its own (pools are created until --pools distinct
+    /// partitions are covered), so that a hold spans --items partitions; needs a backend with at
+    /// least --pools partitions (a Redis Cluster).
+    #[arg(long)]
+    spread_partitions: bool,
     /// batch: ops per request (1..=1000).
     #[arg(long, default_value_t = 100)]
     ops: u64,
@@ -168,6 +173,13 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 
 impl RunArgs {
     fn config(&self) -> Result<RunConfig, String> {
+        if self.spread_partitions && self.scenario != ScenarioName::Cart {
+            return Err(format!(
+                "--spread-partitions applies to --scenario cart only, got --scenario {}",
+                clap::ValueEnum::to_possible_value(&self.scenario)
+                    .map_or_else(String::new, |value| value.get_name().to_string())
+            ));
+        }
         let scenario = match self.scenario {
             ScenarioName::Flash => Scenario::Flash {
                 stock: self.stock.unwrap_or(1_000_000),
@@ -190,6 +202,7 @@ impl RunArgs {
                     pools: self.pools,
                     items: self.items,
                     stock: self.stock.unwrap_or(1_000_000_000),
+                    spread_partitions: self.spread_partitions,
                 }
             }
             ScenarioName::Lifecycle => {
@@ -458,6 +471,30 @@ mod tests {
         let why = args.config().unwrap_err();
         assert!(
             why.contains("--connections 1") && why.contains("2 servers given with --url"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn spread_partitions_is_a_cart_flag() {
+        let config = run_args(&["--scenario", "cart", "--pools", "8", "--spread-partitions"])
+            .unwrap()
+            .config()
+            .unwrap();
+        assert!(matches!(
+            config.scenario,
+            Scenario::Cart {
+                pools: 8,
+                spread_partitions: true,
+                ..
+            }
+        ));
+        let why = run_args(&["--scenario", "flash", "--spread-partitions"])
+            .unwrap()
+            .config()
+            .unwrap_err();
+        assert!(
+            why.contains("--spread-partitions") && why.contains("--scenario flash"),
             "{why}"
         );
     }
