@@ -255,7 +255,7 @@ def table():
     row("FCALLs per hold (1 server)", lambda m: 1 / g(f"{m}.one.holds_per_fcall"), ".3f")
     row("holds per FCALL (2 servers)", lambda m: g(f"{m}.two.holds_per_fcall"), ".1f")
     row("stockd CPU us per hold (1 server)", lambda m: g(f"{m}.one.stockd_us"), ".1f")
-    row("cores used: Redis / stockd / bench (1 server)", lambda m: f"{g(f'{m}.one.redis_cores'):.2f} / {g(f'{m}.one.stockd_cores'):.2f} / {g(f'{m}.one.load_cores'):.2f}", "")
+    row("cores: Redis / stockd / bench (1 server)", lambda m: f"{g(f'{m}.one.redis_cores'):.2f} / {g(f'{m}.one.stockd_cores'):.2f} / {g(f'{m}.one.load_cores'):.2f}", "")
     others = [r[k] for k in r if k.endswith(".others")]
     print(f"CPU of other processes during the runs: up to {max(others):.2f} cores "
           f"(near 0 on a quiet machine; more makes the run noisy)")
