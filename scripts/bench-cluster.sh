@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # Redis Cluster benchmark, all in one run: holds over 1, 2 and 8 partitions. Starts a 3-primary
-# Redis Cluster (no replicas, no persistence) on free loopback ports, one stockd (release build)
-# with --backend redis+cluster://... and 16 partitions, makes 8 pools that live in 8 different
-# partitions, then runs wrk (50 connections) with POST /v1/holds confirm=true over the first
-# 1, 2 and 8 of them, and reports req/s and each as a ratio of the single-partition hold.
+# Redis Cluster (no replicas, no persistence) on free loopback ports and one stockd (release
+# build) with --backend redis+cluster://... and 16 partitions, then runs `stockd bench run
+# --scenario cart` (50 connections, closed loop, POST /v1/holds confirm=true) with N pools of
+# their own per run, each in a partition of its own (--spread-partitions), and every hold taking
+# one unit of each of the N pools, for N = 1, 2 and 8. It reports req/s, p99 and the verdict read
+# back from the server (every pool adds up, the units each pool sold equal the holds
+# acknowledged), and each run's req/s as a ratio of the single-partition hold's.
 # A single-partition hold is one call where its id hashes to its pool's partition, else two
 # (a directory entry, then the hold); a hold over N partitions runs the cross-partition protocol
-# (begin, N parts, commit, N applies, applied). After every run the pools are checked:
-# total == available + held + sold, and sold == holds sold.
-# Usage: scripts/bench-cluster.sh [seconds per run, default 10]
-# Installs wrk, redis-server and redis-tools from Debian's packages when missing.
+# (begin, N parts, commit, N applies, applied).
+# Exits 1 when a run's verdict failed (after printing the table).
+# Usage: scripts/bench-cluster.sh [seconds per run, default 10]. Set BENCH_OUT=DIR to keep the JSON
+# reports and SVG plots.
+# Installs redis-server and redis-tools from Debian's packages when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION="${1:-10}"
 CONNECTIONS=50
+SPANS=(1 2 8)
 
 # shellcheck source=scripts/bench-lib.sh
 source scripts/bench-lib.sh
-need wrk redis-server redis-tools
+need redis-server redis-tools curl
 
 # A free port whose cluster bus port (+10000) is free and valid too.
 cluster_port() {
@@ -35,6 +40,8 @@ while True:
 
 cargo build --release -q -p stockd --bin stockd
 WORK="$(mktemp -d)"
+OUT="${BENCH_OUT:-$WORK/out}"
+mkdir -p "$OUT"
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
@@ -63,51 +70,42 @@ PIDS+=($!)
 B="http://127.0.0.1:$PORT"
 wait_http "$B/healthz"
 
-# Eight pools in eight different partitions.
-POOLS=()
-SEEN=" "
-n=0
-while [ ${#POOLS[@]} -lt 8 ]; do
-    name="span-$n"; n=$((n + 1))
-    partition=$(curl -fs -X PUT "$B/v1/pools/$name" -d '{"total":1000000000000}' \
-        | python3 -c 'import json,sys; print(json.load(sys.stdin)["partition"])')
-    if [[ "$SEEN" == *" $partition "* ]]; then
-        curl -fs -X DELETE "$B/v1/pools/$name" >/dev/null
-    else
-        SEEN="$SEEN$partition "
-        POOLS+=("$name")
+# Each run sets up pools of its own, named after the run: no run sells from another's pools.
+FAILED=()
+for span in "${SPANS[@]}"; do
+    status=0
+    target/release/stockd bench run --quiet --url "$B" --scenario cart \
+        --pools "$span" --items "$span" --spread-partitions \
+        --connections "$CONNECTIONS" --duration "${DURATION}s" \
+        --json "$OUT/cluster-span$span.json" --plot "$OUT/cluster-span$span.svg" \
+        > "$WORK/span$span.txt" || status=$?
+    if [ ! -s "$OUT/cluster-span$span.json" ]; then
+        echo "stockd bench run over $span partition(s) failed (exit $status) without a report:" >&2
+        cat "$WORK/span$span.txt" >&2
+        exit 1
     fi
-done
-
-check_pools() {
-    for pool in "$@"; do
-        curl -fs "$B/v1/pools/$pool" | python3 -c '
-import json, sys
-p = json.load(sys.stdin)
-ok = p["total"] == p["available"] + p["held"] + p["sold"] and p["held"] == 0
-print(p["sold"] if ok else "BROKEN %s" % p)'
-    done
-}
-
-declare -A RPS
-for span in 1 2 8; do
-    pools=$(IFS=,; echo "${POOLS[*]:0:$span}")
-    before=$(check_pools "${POOLS[0]}")
-    STOCKD_BENCH_POOLS="$pools" wrk -t2 -c"$CONNECTIONS" -d"${DURATION}s" --latency \
-        -s scripts/wrk/reserve_confirm_items.lua "$B" > "$WORK/span$span.txt"
-    sleep 2.5   # let any part still being applied land (the sweepers finish left work after 2 s)
-    rps=$(awk '/^Requests\/sec:/ {print $2}' "$WORK/span$span.txt")
-    p99=$(awk '$1=="99%" {print $2}' "$WORK/span$span.txt")
-    non2xx=$(awk '/Non-2xx/ {print $5}' "$WORK/span$span.txt"); non2xx=${non2xx:-0}
-    after=$(check_pools "${POOLS[@]:0:$span}" | tr '\n' ' ')
-    RPS[$span]=$rps
-    echo "hold over $span partition(s): $rps req/s (p99 $p99), non-2xx $non2xx; pools sold: $after(first pool had $before before)"
+    [ "$status" -eq 0 ] || FAILED+=("hold over $span partition(s): stockd bench run exited $status")
 done
 
 echo
-echo "== Redis Cluster benchmark: 3 primaries, 16 partitions, $DURATION s per run, $CONNECTIONS connections"
-printf '%-40s %12s %8s\n' "hold over" "req/s" "ratio"
-for span in 1 2 8; do
-    printf '%-40s %12s %8s\n' "$span partition(s)" "${RPS[$span]}" \
-        "$(python3 -c "print(f'{float(${RPS[$span]})/float(${RPS[1]}):.2f}')")"
-done
+echo "== Redis Cluster benchmark: 3 primaries, 16 partitions, $DURATION s per run, $CONNECTIONS connections, stockd at $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+python3 - "$OUT" "${SPANS[@]}" <<'PY'
+import json, os, sys
+out, spans = sys.argv[1], sys.argv[2:]
+reports = {span: json.load(open(os.path.join(out, f"cluster-span{span}.json"))) for span in spans}
+base = reports[spans[0]]["throughput_per_s"]
+print(f"{'hold over':<20} {'req/s':>10} {'p99 ms':>8} {'ratio':>7}  verdict")
+for span, r in reports.items():
+    ratio = f"{r['throughput_per_s'] / base:.2f}" if base else "n/a"
+    print(f"{span + ' partition(s)':<20} {r['throughput_per_s']:>10,.0f} {r['latency']['p99_ms']:>8.2f} "
+          f"{ratio:>7}  {'OK' if r['verdict']['ok'] else 'FAILED'}")
+print()
+for span, r in reports.items():
+    checks = "; ".join(f"{c['name']} {'ok' if c['ok'] else 'FAILED'} ({c['detail']})" for c in r["verdict"]["checks"])
+    print(f"verdict over {span} partition(s): {checks}; outcomes {r['outcomes']}")
+PY
+[ -z "${BENCH_OUT:-}" ] || echo "reports and plots in $OUT"
+if [ ${#FAILED[@]} -gt 0 ]; then
+    printf 'FAILED: %s\n' "${FAILED[@]}" >&2
+    exit 1
+fi

@@ -13,10 +13,18 @@
 #      `stockd bench` to set up and read back, so both go through wrk for this ratio);
 #   5. redis-benchmark -c 50 running EVALSHA of a Lua check-and-deduct on one key, without
 #      persistence and with AOF appendfsync always (as durable as stockd), and with -P 16
-#      (pipelined: what the batch endpoint is compared with).
+#      (pipelined: what the batch endpoint is compared with);
+#   6. `stockd bench lab --only pg-update,stockd-embedded`: PostgreSQL's conditional UPDATE
+#      (`UPDATE ... SET available = available - 1 WHERE ... AND available >= 1`, autocommit,
+#      fsync and synchronous_commit on) and stockd embedded under the same load: 50 buyers, one
+#      hot row / pool whose stock never runs out, on servers the lab starts itself.
+# Exits 1 when a verdict failed: at once for a stockd bench run's, after printing the table for the
+# lab's (a variant oversold, failed or was skipped, or stockd's verdict in it failed).
 # Usage: scripts/bench-http.sh [seconds per run, default 10]. Set BENCH_OUT=DIR to keep the JSON
-# reports and SVG plots of the stockd runs (docs/img/ holds the ones docs/benchmarks.md shows).
-# Installs wrk, redis-server and redis-tools from Debian's packages when missing.
+# reports and SVG plots of the stockd runs and the lab's report (docs/img/ holds the plots
+# docs/benchmarks.md shows).
+# Installs wrk, redis-server, redis-tools and postgresql from Debian's packages when missing
+# (without starting their services).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION="${1:-10}"
@@ -25,7 +33,7 @@ THREADS=2
 
 # shellcheck source=scripts/bench-lib.sh
 source scripts/bench-lib.sh
-need wrk redis-server redis-tools
+need wrk redis-server redis-tools postgresql
 
 cargo build --release -q -p stockd --bin stockd
 cargo build --release -q -p stockd-server --example bare_axum
@@ -114,16 +122,38 @@ for _ in $(seq 1 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sl
 read -r AOF_RPS AOF_P50 <<< "$(evalsha "$PORT" $((DURATION * 50000)))"
 kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
 
+# 6. the lab: PostgreSQL's conditional UPDATE and stockd embedded, 50 buyers each. 10^9 units (the
+# most the lab takes) never run out here: at 100,000 attempts/s that is almost three hours.
+LAB_STATUS=0
+target/release/stockd bench lab --quiet --only pg-update,stockd-embedded \
+    --buyers "$CONNECTIONS" --stock 1000000000 --duration "${DURATION}s" \
+    --json "$OUT/lab.json" > "$WORK/lab.txt" || LAB_STATUS=$?
+if [ ! -s "$OUT/lab.json" ]; then
+    echo "stockd bench lab failed (exit $LAB_STATUS) without a report:" >&2
+    cat "$WORK/lab.txt" >&2
+    exit 1
+fi
+
+VERDICT=0
 echo
 echo "== HTTP benchmark: ${DURATION}s per run, $(nproc) cores, stockd at $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 python3 - "$OUT" "$(rps_of "$WORK/stockd-wrk.txt")" "$(p99_of "$WORK/stockd-wrk.txt")" \
     "$(rps_of "$WORK/axum.txt")" "$(p99_of "$WORK/axum.txt")" \
-    "$REDIS_RPS" "$REDIS_P50" "$AOF_RPS" "$AOF_P50" "$PIPE_RPS" "$SOLD" <<'PY'
+    "$REDIS_RPS" "$REDIS_P50" "$AOF_RPS" "$AOF_P50" "$PIPE_RPS" "$SOLD" "$LAB_STATUS" <<'PY' || VERDICT=$?
 import json, os, sys
 out = sys.argv[1]
-wrk_rps, wrk_p99, axum_rps, axum_p99, redis_rps, redis_p50, aof_rps, aof_p50, pipe_rps, sold = sys.argv[2:12]
+wrk_rps, wrk_p99, axum_rps, axum_p99, redis_rps, redis_p50, aof_rps, aof_p50, pipe_rps, sold, lab_status = sys.argv[2:13]
 f = lambda x: float(x) if x else 0.0
 rep = {name: json.load(open(os.path.join(out, f"{name}.json"))) for name in ("flash", "team", "batch")}
+lab = json.load(open(os.path.join(out, "lab.json")))
+lab_rows = {row["variant"]: row for row in lab["rows"]}
+lab_rate = lambda variant: lab_rows[variant]["throughput_per_s"] if variant in lab_rows else 0.0
+def lab_row(name, variant):
+    r = lab_rows.get(variant)
+    if r:
+        row(name, f"{r['throughput_per_s']:,.0f}", f"p99 {r['p99_ms']:.2f} ms")
+    else:
+        row(name, "did not run", "")
 def row(name, rps, lat):
     print(f"{name:<52} {rps:>12} {lat:>14}")
 row("run", "req/s", "latency")
@@ -137,6 +167,8 @@ row("wrk -> bare axum JSON handler (50 conns)", f"{f(axum_rps):,.0f}", f"p99 {ax
 row("redis-benchmark EVALSHA, no persistence (-c 50)", f"{f(redis_rps):,.0f}", f"p50 {redis_p50} ms")
 row("redis-benchmark EVALSHA, appendfsync always", f"{f(aof_rps):,.0f}", f"p50 {aof_p50} ms")
 row("redis-benchmark EVALSHA, no persistence, -P 16", f"{f(pipe_rps):,.0f}", "")
+lab_row("lab: stockd embedded (50 buyers)", "stockd-embedded")
+lab_row("lab: PostgreSQL conditional UPDATE (50 buyers)", "pg-update")
 print()
 def ratio(name, a, b):
     print(f"ratio {name:<58}: {a / b:.2f}" if b else f"ratio {name}: n/a")
@@ -145,11 +177,24 @@ ratio("stockd bench flash / redis EVALSHA (appendfsync always)", fl["throughput_
 ratio("wrk: stockd / bare axum", f(wrk_rps), f(axum_rps))
 ratio("stockd bench flash / wrk -> stockd (load generator cost)", fl["throughput_per_s"], f(wrk_rps))
 ratio("batch holds per s / redis EVALSHA -P 16", bt["holds_per_s"], f(pipe_rps))
+ratio("pg conditional UPDATE / stockd embedded (lab, same load)", lab_rate("pg-update"), lab_rate("stockd-embedded"))
 print()
 for name, r in rep.items():
     checks = "; ".join(c["name"] + (" ok" if c["ok"] else " FAILED") for c in r["verdict"]["checks"])
     print(f"verdict {name}: {'OK' if r['verdict']['ok'] else 'FAILED'} ({checks}); outcomes {r['outcomes']}")
 s, inv = sold.split()
 print(f"wrk run: pool sold {int(s):,}, total = available + held + sold: {inv}")
+# The lab's exit status covers oversells and failed variants; stockd's own verdict failing only
+# shows as the row's note, so the notes are read too.
+lab_problems = [f"{r['variant']}: {r['note']}" for r in lab["rows"] if r["note"] and "verdict failed" in r["note"]]
+lab_problems += [f"{r['variant']}: oversold {r['oversold_units']}" for r in lab["rows"] if r["oversold_units"]]
+lab_problems += [f"{s['variant']}: {'failed' if s['failed'] else 'skipped'}, {s['reason']}" for s in lab["skipped"]]
+if lab_status != "0":
+    lab_problems.append(f"stockd bench lab exited {lab_status}")
+lab_summary = "; ".join(f"{r['variant']} sold {r['sold_units']:,} (counter {r['counter_sold_units']}), errors {r['errors']}" for r in lab["rows"])
+print(f"verdict lab: {'FAILED (' + '; '.join(lab_problems) + ')' if lab_problems else 'OK'}; {lab_summary}")
+if lab_problems:  # (a stockd bench run whose verdict failed has stopped the script already)
+    sys.exit(1)
 PY
 [ -z "${BENCH_OUT:-}" ] || echo "reports and plots in $OUT"
+exit "$VERDICT"

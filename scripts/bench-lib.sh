@@ -1,13 +1,13 @@
 # Helpers shared by the benchmark scripts (sourced, not run).
 
-# Installs the Debian packages named that are missing.
+# Installs the Debian packages named that are missing, without starting the services they ship
+# (redis-server, postgresql): the scripts start their own servers on free loopback ports.
 need() {
     local missing=()
     for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
     if [ ${#missing[@]} -gt 0 ]; then
         echo "installing ${missing[*]}" >&2
-        apt-get update -qq >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+        install_without_services "${missing[@]}"
     fi
 }
 
@@ -27,7 +27,7 @@ install_without_services() {
         $sudo_cmd chmod +x /usr/sbin/policy-rc.d
         policy_added=1
     fi
-    $sudo_cmd apt-get update -qq
+    $sudo_cmd apt-get update -qq >/dev/null
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "$@" >/dev/null
     [ -z "$policy_added" ] || $sudo_cmd rm -f /usr/sbin/policy-rc.d
 }

@@ -2,21 +2,25 @@
 # Redis backend benchmark, all in one run so that the ratios are comparable on a shared, noisy
 # machine. For each of two Redis persistence settings, (a) none (--save '' --appendonly no) and
 # (b) AOF with --appendfsync always (automatic rewrites off), each on fresh redis-servers bound to
-# 127.0.0.1:
-#   1. two stockd servers (release build, --backend redis://...) on one fresh Redis, two wrk
-#      processes at once with 25 keep-alive connections each: POST /v1/holds confirm=true,
-#      unique hold ids, one hot pool (scripts/wrk/reserve_confirm.lua);
-#   2. one stockd server on another fresh Redis, one wrk with 50 connections, the same requests;
+# 127.0.0.1, stockd measured with `stockd bench run --scenario flash` (POST /v1/holds
+# confirm=true, unique hold ids, one hot pool whose stock never runs out, no per-user limit, 50
+# connections, closed loop), each run ending with the verdict read back from the server:
+#   1. two stockd servers (release build, --backend redis://...) on one fresh Redis, one bench
+#      process given both URLs: its 50 connections go 25 to each server;
+#   2. one stockd server on another fresh Redis, the same load;
 #   3. redis-benchmark -c 50 running EVALSHA of the seeds' Lua check-and-deduct (the coupon
 #      script of seeds/004: the coupon exists, its stock is above zero, take one) on the Redis
 #      of run 2.
 # And once, before both: 4. the bare axum JSON handler (crates/stockd-server/examples/bare_axum.rs:
-# parse the hold, answer a fixed object, no state, no Redis) under the same wrk load: the ceiling
-# of the HTTP stack on this machine, which no HTTP service can pass.
+# parse the hold, answer a fixed object, no state, no Redis) under wrk with the same requests
+# (scripts/wrk/reserve_confirm.lua; the handler has no pools for `stockd bench` to set up and read
+# back): the ceiling of the HTTP stack on this machine, which no HTTP service can pass.
 # Around every run it reads Redis's INFO (cpu, commandstats, persistence), the stockd processes'
-# CPU (/proc/PID/stat) and the machine's (/proc/stat), and after every stockd run the pool, to
-# check total == available + held + sold and that sold matches wrk's count of 2xx answers.
-# Usage: scripts/bench-redis.sh [seconds per run, default 10]
+# CPU (/proc/PID/stat), the load generator's (the shell's `times`) and the machine's
+# (/proc/stat); after every stockd run, the pool (the units sold, for the per-hold figures).
+# Exits 1 when a stockd run's verdict failed (after printing the table).
+# Usage: scripts/bench-redis.sh [seconds per run, default 10]. Set BENCH_OUT=DIR to keep the JSON
+# reports and SVG plots of the stockd runs.
 # Installs wrk, redis-server and redis-tools from Debian's packages when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +42,8 @@ fi
 cargo build --release -q -p stockd --bin stockd
 cargo build --release -q -p stockd-server --example bare_axum
 WORK="$(mktemp -d)"
+OUT="${BENCH_OUT:-$WORK/out}"
+mkdir -p "$OUT"
 PIDS=()
 cleanup() { # newest first: the load generators and servers before the Redis they use
     local i
@@ -59,11 +65,6 @@ redis.call('hincrby', KEYS[1], 'totalNum', '-1')
 return 0"
 SEED_KEY='prs:coupon:1'
 
-# The second wrk of a two-server run needs hold ids of its own: both wrk processes start in the
-# same second, and the script's prefix is the start time and the thread number.
-sed 's/"w%d-%d-"/"v%d-%d-"/' scripts/wrk/reserve_confirm.lua > "$WORK/reserve_confirm_b.lua"
-grep -q '"v%d-%d-"' "$WORK/reserve_confirm_b.lua" || { echo "cannot derive a second id prefix" >&2; exit 1; }
-
 # snap NAME REDIS_PORT [STOCKD_PID...]: everything the analysis needs, before or after a run.
 snap() {
     local name="$1" port="$2"; shift 2
@@ -74,13 +75,14 @@ snap() {
     : > "$WORK/$name.pids"
     for pid in "$@"; do cat "/proc/$pid/stat" >> "$WORK/$name.pids"; done
 }
-pool() { curl -fs "http://127.0.0.1:$1/v1/pools/hot" > "$2"; }
 
-# The analysis and the final table (reads the files written by snap, pool and the load tools).
+# The analysis and the final table (reads the files written by snap, read_pool, the stockd bench
+# reports, redis-benchmark and wrk).
 cat > "$WORK/bench.py" <<'PY'
 import csv, json, os, re, sys
 
-work, duration, conns = os.environ["WORK"], float(os.environ["DURATION"]), int(os.environ["CONNECTIONS"])
+work, out = os.environ["WORK"], os.environ["OUT"]
+duration, conns = float(os.environ["DURATION"]), int(os.environ["CONNECTIONS"])
 ticks = os.sysconf("SC_CLK_TCK")
 ncpu = os.cpu_count()
 
@@ -147,18 +149,11 @@ def delta(b, a):
 
 def wrk(path):
     t = open(path).read()
-    out = dict(rps=float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1)),
-               requests=int(re.search(r"(\d+) requests in", t).group(1)),
-               non2xx=int(m.group(1)) if (m := re.search(r"Non-2xx or 3xx responses: (\d+)", t)) else 0,
-               socket_errors=re.search(r"Socket errors:.*", t).group(0) if "Socket errors" in t else "")
+    out = dict(rps=float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1)))
     for pct in ("50", "99"):
         m = re.search(rf"^\s+{pct}%\s+(\S+)", t, re.M)
         out[f"p{pct}"] = m.group(1) if m else "?"
     return out
-
-def pool_json(path):
-    p = json.load(open(path))
-    return p, p["total"] == p["available"] + p["held"] + p["sold"]
 
 def save(key, value):
     with open(os.path.join(work, "results"), "a") as f:
@@ -167,33 +162,27 @@ def save(key, value):
 def us(x):
     return f"{x * 1e6:.1f}"
 
-def stockd_run(mode, label, before, after, pool_before, pool_after, *wrk_files):
+def stockd_run(mode, label, before, after, report_file, pool_file):
     d = delta(before, after)
-    runs = [wrk(os.path.join(work, w)) for w in wrk_files]
-    rps = sum(r["rps"] for r in runs)
-    ok2xx = sum(r["requests"] - r["non2xx"] for r in runs)
-    non2xx = sum(r["non2xx"] for r in runs)
-    p0, _ = pool_json(os.path.join(work, pool_before))
-    p1, inv = pool_json(os.path.join(work, pool_after))
-    sold = p1["sold"] - p0["sold"]
-    gap = sold - ok2xx  # answers in flight when wrk stopped: sold, never counted by wrk
-    sold_ok = 0 <= gap <= conns  # 50 connections in all, one or two wrk
+    r = json.load(open(os.path.join(out, report_file)))
+    pool = json.load(open(os.path.join(work, pool_file)))
+    rps, lat = r["throughput_per_s"], r["latency"]
+    sold = pool["sold"]  # a fresh pool: every unit it sold was sold during this run, warm-up included
+    others = {k: v for k, v in r["outcomes"].items() if k != "201"}
+    ok = r["verdict"]["ok"]
     per_fcall = sold / d["fcalls"] if d["fcalls"] else 0.0
-    lat = " / ".join(f"p50 {r['p50']} p99 {r['p99']}" for r in runs)
-    print(f"[{mode}] {label}: {rps:,.0f} req/s ({lat})")
-    print(f"    holds sold {sold:,}, wrk 2xx {ok2xx:,}, non-2xx {non2xx}, sold - 2xx = {gap} "
-          f"(in flight at wrk's stop, 0..{conns}): {'OK' if sold_ok else 'MISMATCH'}; "
-          f"invariant total == available + held + sold: {'OK' if inv else 'BROKEN'}")
-    for r in runs:
-        if r["socket_errors"]:
-            print(f"    wrk {r['socket_errors']}")
+    print(f"[{mode}] {label}: {rps:,.0f} req/s (p50 {lat['p50_ms']:.2f} p99 {lat['p99_ms']:.2f} ms) "
+          f"over {', '.join(r['urls'])}")
+    print(f"    holds sold {sold:,}; verdict {'OK' if ok else 'FAILED'}: "
+          + "; ".join(f"{c['name']} {'ok' if c['ok'] else 'FAILED'} ({c['detail']})" for c in r["verdict"]["checks"])
+          + (f"; answers other than 201: {others}" if others else ""))
     print(f"    FCALLs {d['fcalls']:,}: {per_fcall:.1f} holds per FCALL, "
           f"{1 / per_fcall if per_fcall else 0:.3f} FCALLs per hold; "
           f"time inside FCALL {d['fcall_usec'] / max(1, sold):.1f} us per hold, "
           f"{d['inner_calls'] / max(1, sold):.1f} Redis commands per hold inside it")
     print(f"    Redis CPU {us(d['redis_cpu'] / max(1, sold))} us per hold ({d['redis_cpu'] / d['wall']:.2f} cores); "
           f"stockd CPU {us(d['stockd_cpu'] / max(1, sold))} us per hold ({d['stockd_cpu'] / d['wall']:.2f} cores); "
-          f"wrk {d['load_cores']:.2f} cores; other processes {d['others']:.2f} cores"
+          f"stockd bench {d['load_cores']:.2f} cores; other processes {d['others']:.2f} cores"
           + (f"; AOF {d['aof_bytes'] / max(1, sold):,.0f} bytes per hold" if d["aof_bytes"] else ""))
     key = f"{mode}.{label}"
     for k, v in dict(rps=rps, sold=sold, holds_per_fcall=per_fcall,
@@ -201,8 +190,10 @@ def stockd_run(mode, label, before, after, pool_before, pool_after, *wrk_files):
                      stockd_us=d["stockd_cpu"] / max(1, sold) * 1e6,
                      fcall_us=d["fcall_usec"] / max(1, sold),
                      redis_cores=d["redis_cpu"] / d["wall"], stockd_cores=d["stockd_cpu"] / d["wall"],
-                     latency=",".join(f"{r['p50']}/{r['p99']}" for r in runs),
-                     others=d["others"], checks_ok=int(sold_ok and inv and non2xx == 0)).items():
+                     load_cores=d["load_cores"],
+                     latency=f"{lat['p50_ms']:.2f}/{lat['p99_ms']:.2f}",
+                     others=d["others"], verdict_ok=int(ok),
+                     other_answers=sum(others.values())).items():
         save(f"{key}.{k}", v)
 
 def evalsha_run(mode, before, after, csv_file, left):
@@ -248,7 +239,7 @@ def table():
         print(f"{name:44} {vals[0]:>16} {vals[1]:>20}")
     row("stockd, 1 server, req/s", lambda m: g(f"{m}.one.rps"), ",.0f")
     row("stockd, 2 servers (25+25 conns), req/s", lambda m: g(f"{m}.two.rps"), ",.0f")
-    row("stockd, 1 server, latency p50/p99", lambda m: g(f"{m}.one.latency"), "")
+    row("stockd, 1 server, latency p50/p99 ms", lambda m: g(f"{m}.one.latency"), "")
     row("redis-benchmark EVALSHA, req/s", lambda m: g(f"{m}.evalsha.rps"), ",.0f")
     row("ratio stockd / redis-benchmark", lambda m: g(f"{m}.one.rps") / g(f"{m}.evalsha.rps"), ".3f")
     row("bare axum handler (HTTP ceiling), req/s", lambda m: g("http.rps"), ",.0f")
@@ -264,24 +255,49 @@ def table():
     row("FCALLs per hold (1 server)", lambda m: 1 / g(f"{m}.one.holds_per_fcall"), ".3f")
     row("holds per FCALL (2 servers)", lambda m: g(f"{m}.two.holds_per_fcall"), ".1f")
     row("stockd CPU us per hold (1 server)", lambda m: g(f"{m}.one.stockd_us"), ".1f")
-    row("cores used: Redis / stockd (1 server)", lambda m: f"{g(f'{m}.one.redis_cores'):.2f} / {g(f'{m}.one.stockd_cores'):.2f}", "")
+    row("cores: Redis / stockd / bench (1 server)", lambda m: f"{g(f'{m}.one.redis_cores'):.2f} / {g(f'{m}.one.stockd_cores'):.2f} / {g(f'{m}.one.load_cores'):.2f}", "")
     others = [r[k] for k in r if k.endswith(".others")]
     print(f"CPU of other processes during the runs: up to {max(others):.2f} cores "
           f"(near 0 on a quiet machine; more makes the run noisy)")
-    checks = [k for k in r if k.endswith(".checks_ok")]
-    bad = [k for k in checks if r[k] != 1]
-    print(f"pool checks (invariant, sold vs 2xx, no non-2xx): {len(checks) - len(bad)}/{len(checks)} runs OK"
+    verdicts = [k for k in r if k.endswith(".verdict_ok")]
+    bad = [k[: -len(".verdict_ok")] for k in verdicts if r[k] != 1]
+    print(f"stockd bench verdicts (read back from the server): {len(verdicts) - len(bad)}/{len(verdicts)} runs OK"
           + (f"; FAILED: {', '.join(bad)}" if bad else ""))
+    errors = {k[: -len(".other_answers")]: int(r[k]) for k in r if k.endswith(".other_answers") and r[k]}
+    print(f"answers other than 201: {errors if errors else 'none'}")
 
 if __name__ == "__main__":
     {"stockd": stockd_run, "evalsha": evalsha_run, "ceiling": ceiling_run, "table": table}[sys.argv[1]](*sys.argv[2:])
 PY
-export WORK DURATION CONNECTIONS
+export WORK OUT DURATION CONNECTIONS
 bench() { python3 "$WORK/bench.py" "$@"; }
 
-# wrk_run OUT PORT CONNS THREADS SCRIPT
-wrk_run() {
-    wrk -t"$4" -c"$3" -d"${DURATION}s" --latency -s "$5" "http://127.0.0.1:$2" > "$WORK/$1"
+# flash NAME PORT... : `stockd bench run --scenario flash` against the stockd servers on these
+# ports (one bench process, its connections spread over them), its report in $OUT/NAME.json. A
+# run that failed (its verdict, exit 1) is reported in the table and fails the script at the end;
+# a run that could not report fails it at once.
+FAILED=()
+flash() {
+    local name="$1"; shift
+    local urls=() port status=0
+    for port in "$@"; do urls+=(--url "http://127.0.0.1:$port"); done
+    target/release/stockd bench run --quiet --scenario flash "${urls[@]}" \
+        --stock "$TOTAL" --per-user-limit 0 --connections "$CONNECTIONS" \
+        --duration "${DURATION}s" --json "$OUT/$name.json" --plot "$OUT/$name.svg" \
+        > "$WORK/$name.txt" || status=$?
+    if [ ! -s "$OUT/$name.json" ]; then
+        echo "stockd bench run $name failed (exit $status) without a report" >&2
+        exit 1
+    fi
+    [ "$status" -eq 0 ] || FAILED+=("$name: stockd bench run exited $status")
+}
+
+# read_pool NAME PORT: the pool run NAME sold from, read back into $WORK/NAME-pool.json (after the
+# run's closing snap, so that neither python nor curl counts as load).
+read_pool() {
+    local pool
+    pool=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pool_ids"][0])' "$OUT/$1.json")
+    curl -fs "http://127.0.0.1:$2/v1/pools/$pool" > "$WORK/$1-pool.json"
 }
 
 start_stockd() { # REDIS_PORT -> sets SPORT, SPID
@@ -310,25 +326,18 @@ start_redis() { # NAME persistence arguments... -> sets RPORT, RPID: a fresh, em
 one_mode() { # MODE redis-server persistence arguments...
     local mode="$1"; shift
 
-    # 1. two stockd servers on one Redis, 25 + 25 connections, one wrk thread each
+    # 1. two stockd servers on one Redis, one bench process: 25 + 25 connections
     start_redis "$mode-two" "$@"
     local rport=$RPORT rpid=$RPID
     start_stockd "$rport"
     local a_port=$SPORT a_pid=$SPID
     start_stockd "$rport"
     local b_port=$SPORT b_pid=$SPID
-    curl -fs -X PUT "http://127.0.0.1:$a_port/v1/pools/hot" -d "{\"total\":$TOTAL}" >/dev/null
-    pool "$a_port" "$WORK/$mode-two-pool0.json"
     snap "$mode-two-0" "$rport" "$a_pid" "$b_pid"
-    wrk_run "$mode-two-a.wrk" "$a_port" $((CONNECTIONS / 2)) 1 scripts/wrk/reserve_confirm.lua &
-    local wa=$!; PIDS+=("$wa")
-    wrk_run "$mode-two-b.wrk" "$b_port" $((CONNECTIONS / 2)) 1 "$WORK/reserve_confirm_b.lua" &
-    local wb=$!; PIDS+=("$wb")
-    wait "$wa"; wait "$wb"
+    flash "redis-$mode-two" "$a_port" "$b_port"
     snap "$mode-two-1" "$rport" "$a_pid" "$b_pid"
-    pool "$b_port" "$WORK/$mode-two-pool1.json"
-    bench stockd "$mode" two "$mode-two-0" "$mode-two-1" "$mode-two-pool0.json" "$mode-two-pool1.json" \
-        "$mode-two-a.wrk" "$mode-two-b.wrk"
+    read_pool "redis-$mode-two" "$a_port"
+    bench stockd "$mode" two "$mode-two-0" "$mode-two-1" "redis-$mode-two.json" "redis-$mode-two-pool.json"
     stop "$b_pid"; stop "$a_pid"; stop "$rpid"
 
     # 2. one stockd server on a fresh Redis, 50 connections
@@ -336,13 +345,11 @@ one_mode() { # MODE redis-server persistence arguments...
     rport=$RPORT rpid=$RPID
     start_stockd "$rport"
     a_port=$SPORT a_pid=$SPID
-    curl -fs -X PUT "http://127.0.0.1:$a_port/v1/pools/hot" -d "{\"total\":$TOTAL}" >/dev/null
-    pool "$a_port" "$WORK/$mode-one-pool0.json"
     snap "$mode-one-0" "$rport" "$a_pid"
-    wrk_run "$mode-one.wrk" "$a_port" "$CONNECTIONS" "$THREADS" scripts/wrk/reserve_confirm.lua
+    flash "redis-$mode-one" "$a_port"
     snap "$mode-one-1" "$rport" "$a_pid"
-    pool "$a_port" "$WORK/$mode-one-pool1.json"
-    bench stockd "$mode" one "$mode-one-0" "$mode-one-1" "$mode-one-pool0.json" "$mode-one-pool1.json" "$mode-one.wrk"
+    read_pool "redis-$mode-one" "$a_port"
+    bench stockd "$mode" one "$mode-one-0" "$mode-one-1" "redis-$mode-one.json" "redis-$mode-one-pool.json"
     stop "$a_pid"
 
     # 3. redis-benchmark EVALSHA of the seeds' script: a short calibration run sizes -n so that the
@@ -372,7 +379,8 @@ for _ in $(seq 1 100); do
     curl -s -o /dev/null -X POST "http://127.0.0.1:$HPORT/v1/holds" && break
     sleep 0.05
 done
-wrk_run http.wrk "$HPORT" "$CONNECTIONS" "$THREADS" scripts/wrk/reserve_confirm.lua
+wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s scripts/wrk/reserve_confirm.lua \
+    "http://127.0.0.1:$HPORT" > "$WORK/http.wrk"
 stop "$HPID"
 bench ceiling http.wrk
 
@@ -382,3 +390,8 @@ one_mode none --save '' --appendonly no
 # The AOF bytes per hold are reported instead.
 one_mode always --save '' --appendonly yes --appendfsync always --auto-aof-rewrite-percentage 0
 bench table
+[ -z "${BENCH_OUT:-}" ] || echo "reports and plots in $OUT"
+if [ ${#FAILED[@]} -gt 0 ]; then
+    printf 'FAILED: %s\n' "${FAILED[@]}" >&2
+    exit 1
+fi

@@ -28,8 +28,9 @@ pub use scenario::{Scenario, Verdict};
 /// One `stockd bench run`.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
-    /// `http://HOST:PORT` of the server.
-    pub url: String,
+    /// `http://HOST:PORT` of each server. Several: a fleet on one backend, which the load is
+    /// spread over; set-up and the verdict go through the first.
+    pub urls: Vec<String>,
     /// An admin token when the server has tokens (the bench creates its own pools).
     pub token: Option<String>,
     pub scenario: Scenario,
@@ -47,17 +48,34 @@ fn run_id(seed: u64) -> String {
     )
 }
 
-/// Sets the scenario up on the server, runs the load, and reads the verdict back.
-pub async fn run(config: RunConfig) -> Result<Report, String> {
-    let endpoint = Endpoint::parse(&config.url, config.token.clone())?;
-    let mut admin = scenario::Admin::new(&endpoint)?;
-    let health = admin
-        .send(&http::Request::get("/healthz"))
-        .await
-        .map_err(|error| format!("{}: not reachable: {error}", config.url))?;
-    if health.status != 200 {
-        return Err(format!("{}/healthz answered {}", config.url, health.status));
+/// Checks that every server answers `/healthz` with 200 before anything is set up, so that a
+/// mistyped URL of a fleet fails the run at once instead of as errors in its load.
+async fn check_health(endpoints: &[Endpoint], urls: &[String]) -> Result<(), String> {
+    for (endpoint, url) in endpoints.iter().zip(urls) {
+        let health = scenario::Admin::new(endpoint)?
+            .send(&http::Request::get("/healthz"))
+            .await
+            .map_err(|error| format!("{url}: not reachable: {error}"))?;
+        if health.status != 200 {
+            return Err(format!("{url}/healthz answered {}", health.status));
+        }
     }
+    Ok(())
+}
+
+/// Sets the scenario up on the server, runs the load, and reads the verdict back. With several
+/// servers (they share one backend), set-up and read-back go through the first.
+pub async fn run(config: RunConfig) -> Result<Report, String> {
+    let endpoints = config
+        .urls
+        .iter()
+        .map(|url| Endpoint::parse(url, config.token.clone()))
+        .collect::<Result<Vec<Endpoint>, String>>()?;
+    let first = endpoints
+        .first()
+        .ok_or("no server to run against: give --url")?;
+    check_health(&endpoints, &config.urls).await?;
+    let mut admin = scenario::Admin::new(first)?;
     let run_id = run_id(config.load.seed);
     let run = Arc::new(
         scenario::Run::set_up(
@@ -68,12 +86,13 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
         )
         .await?,
     );
-    let load = load::run(&endpoint, Arc::clone(&run), &config.load).await?;
+    let load = load::run(&endpoints, Arc::clone(&run), &config.load).await?;
     let verdict = run.verdict(&mut admin).await?;
     let (holds, _units) = run.created();
     Ok(Report::new(
         &run_id,
-        &config.url,
+        &config.urls,
+        run.pools(),
         config.scenario,
         config.load.connections,
         config.load.pace,

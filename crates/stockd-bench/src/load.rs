@@ -195,15 +195,20 @@ struct Live {
     stop: AtomicBool,
 }
 
-/// Runs `workload` against `endpoint` as `config` says, until the duration or the request count
-/// is reached or the workload runs dry.
+/// Runs `workload` against `endpoints` as `config` says, until the duration or the request count
+/// is reached or the workload runs dry. Connection `i` goes to `endpoints[i % len]`: a fleet of
+/// servers gets the connections evenly, as a round-robin balancer in front of it would spread
+/// them.
 pub async fn run<W: Workload>(
-    endpoint: &Endpoint,
+    endpoints: &[Endpoint],
     workload: Arc<W>,
     config: &LoadConfig,
 ) -> Result<LoadResult, String> {
     if config.connections == 0 {
         return Err("--connections must be at least 1".into());
+    }
+    if endpoints.is_empty() {
+        return Err("no server to send the load to: give --url".into());
     }
     let live = Arc::new(Live::default());
     let start = Instant::now();
@@ -214,7 +219,7 @@ pub async fn run<W: Workload>(
         .then(|| spawn_progress(Arc::clone(&live), start));
     let mut workers = Vec::with_capacity(config.connections);
     for worker in 0..config.connections {
-        let mut connection = Connection::new(endpoint)?;
+        let mut connection = Connection::new(&endpoints[worker % endpoints.len()])?;
         let workload = Arc::clone(&workload);
         let live = Arc::clone(&live);
         let config = config.clone();

@@ -31,7 +31,12 @@ pub struct SecondReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub run_id: String,
-    pub url: String,
+    /// The servers the load went to, connections spread over them in turn; set-up and the
+    /// verdict went through the first.
+    pub urls: Vec<String>,
+    /// The pools the run set up (named after the run, so that a run can be looked into after;
+    /// not `pools`, which is the cart scenario's count).
+    pub pool_ids: Vec<String>,
     #[serde(flatten)]
     pub scenario: Scenario,
     pub connections: usize,
@@ -59,7 +64,8 @@ impl Report {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         run_id: &str,
-        url: &str,
+        urls: &[String],
+        pools: &[String],
         scenario: Scenario,
         connections: usize,
         pace: Pace,
@@ -81,7 +87,8 @@ impl Report {
         let window = load.window.as_secs_f64();
         Report {
             run_id: run_id.to_string(),
-            url: url.to_string(),
+            urls: urls.to_vec(),
+            pool_ids: pools.to_vec(),
             scenario,
             connections,
             rate_per_s: match pace {
@@ -146,7 +153,7 @@ impl Report {
             out,
             "stockd bench: {} against {} ({} connections, {pace}, seed {}, run {})",
             self.scenario.name(),
-            self.url,
+            self.urls.join(", "),
             self.connections,
             self.seed,
             self.run_id

@@ -5,7 +5,7 @@
 //! mix. The verdict trusts nothing the load generator believes: it reads every pool back, and
 //! every hold whose outcome is unknown, and checks the arithmetic against the answers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -37,8 +37,15 @@ pub enum Scenario {
         team_size: u64,
         buyers: u64,
     },
-    /// Holds of `items` units, each from a different one of `pools` pools.
-    Cart { pools: u64, items: u64, stock: u64 },
+    /// Holds of `items` units, each from a different one of `pools` pools. With
+    /// `spread_partitions`, every pool lives in a partition of its own, so that a hold of `items`
+    /// units spans `items` partitions (on a Redis Cluster: the cross-partition protocol).
+    Cart {
+        pools: u64,
+        items: u64,
+        stock: u64,
+        spread_partitions: bool,
+    },
     /// Reserve with a short `ttl_ms`, then confirm, release or let expire, in these shares.
     Lifecycle {
         confirm_share: f64,
@@ -121,12 +128,13 @@ impl Admin {
         Err(last)
     }
 
+    /// Creates or replaces `pool`; returns the pool view the server answered with.
     pub async fn put_pool(
         &mut self,
         pool: &str,
         body: Value,
         if_absent: bool,
-    ) -> Result<(), String> {
+    ) -> Result<Value, String> {
         let path = if if_absent {
             format!("/v1/pools/{pool}?if_absent=true")
         } else {
@@ -134,7 +142,13 @@ impl Admin {
         };
         let answer = self.send(&Request::json(Method::PUT, path, &body)).await?;
         match answer.status {
-            200 | 201 => Ok(()),
+            200 | 201 => answer.json().ok_or_else(|| {
+                format!(
+                    "setting up pool {pool}: {} with a body that is not JSON: {}",
+                    answer.status,
+                    String::from_utf8_lossy(&answer.body)
+                )
+            }),
             401 | 403 => Err(format!(
                 "setting up pool {pool}: {} (the bench needs an admin token to create its pools: --token)",
                 answer.status
@@ -144,6 +158,41 @@ impl Admin {
                 String::from_utf8_lossy(&answer.body)
             )),
         }
+    }
+
+    /// Deletes `pool` (one the run created and does not use).
+    pub async fn delete_pool(&mut self, pool: &str) -> Result<(), String> {
+        let request = Request {
+            method: Method::DELETE,
+            path: format!("/v1/pools/{pool}"),
+            body: Default::default(),
+        };
+        let answer = self.send(&request).await?;
+        match answer.status {
+            // 404: a retried delete whose first answer was lost.
+            204 | 404 => Ok(()),
+            status => Err(format!(
+                "deleting pool {pool}: {status} {}",
+                String::from_utf8_lossy(&answer.body)
+            )),
+        }
+    }
+
+    /// How many partitions the server's backend has (`GET /v1/events/partitions`): 1 on the
+    /// embedded engine and on one Redis, the configured count on a Redis Cluster.
+    pub async fn partitions(&mut self) -> Result<u64, String> {
+        let answer = self.send(&Request::get("/v1/events/partitions")).await?;
+        answer
+            .json()
+            .filter(|_| answer.status == 200)
+            .and_then(|body| body["partitions"].as_u64())
+            .ok_or_else(|| {
+                format!(
+                    "reading the partition count: {} {}",
+                    answer.status,
+                    String::from_utf8_lossy(&answer.body)
+                )
+            })
     }
 
     pub async fn pool(&mut self, pool: &str) -> Result<PoolState, String> {
@@ -268,34 +317,7 @@ impl Run {
         run_id: &str,
         connections: usize,
     ) -> Result<Run, String> {
-        let (pools, stock): (Vec<String>, Vec<u64>) = match &scenario {
-            Scenario::Flash { stock, .. } => (vec![format!("{run_id}-hot")], vec![*stock]),
-            Scenario::Team {
-                teams, team_size, ..
-            } => (
-                (0..*teams).map(|t| format!("{run_id}-team-{t}")).collect(),
-                vec![*team_size; *teams as usize],
-            ),
-            Scenario::Cart { pools, stock, .. } => (
-                (0..*pools).map(|p| format!("{run_id}-cart-{p}")).collect(),
-                vec![*stock; *pools as usize],
-            ),
-            Scenario::Lifecycle { .. } => (vec![format!("{run_id}-life")], vec![BIG_STOCK]),
-            Scenario::Batch { .. } => (vec![format!("{run_id}-batch")], vec![BIG_STOCK]),
-        };
-        for (pool, &units) in pools.iter().zip(&stock) {
-            let mut body = json!({ "total": units });
-            if let Scenario::Flash {
-                per_user_limit: Some(limit),
-                ..
-            } = &scenario
-            {
-                body["per_user_limit"] = json!(limit);
-            }
-            // Teams are set up as many services would: create if absent, never overwrite.
-            let if_absent = matches!(scenario, Scenario::Team { .. });
-            admin.put_pool(pool, body, if_absent).await?;
-        }
+        let (pools, stock) = create_pools(admin, &scenario, run_id).await?;
         Ok(Run {
             scenario,
             run_id: run_id.to_string(),
@@ -368,8 +390,105 @@ impl Run {
     }
 }
 
+/// Creates the pools `scenario` runs on, named after the run; returns their names and the units
+/// each was set up with.
+async fn create_pools(
+    admin: &mut Admin,
+    scenario: &Scenario,
+    run_id: &str,
+) -> Result<(Vec<String>, Vec<u64>), String> {
+    if let Scenario::Cart {
+        pools,
+        stock,
+        spread_partitions: true,
+        ..
+    } = scenario
+    {
+        let names = pools_in_distinct_partitions(admin, run_id, *pools, *stock).await?;
+        return Ok((names, vec![*stock; *pools as usize]));
+    }
+    let (pools, stock): (Vec<String>, Vec<u64>) = match scenario {
+        Scenario::Flash { stock, .. } => (vec![format!("{run_id}-hot")], vec![*stock]),
+        Scenario::Team {
+            teams, team_size, ..
+        } => (
+            (0..*teams).map(|t| format!("{run_id}-team-{t}")).collect(),
+            vec![*team_size; *teams as usize],
+        ),
+        Scenario::Cart { pools, stock, .. } => (
+            (0..*pools).map(|p| format!("{run_id}-cart-{p}")).collect(),
+            vec![*stock; *pools as usize],
+        ),
+        Scenario::Lifecycle { .. } => (vec![format!("{run_id}-life")], vec![BIG_STOCK]),
+        Scenario::Batch { .. } => (vec![format!("{run_id}-batch")], vec![BIG_STOCK]),
+    };
+    for (pool, &units) in pools.iter().zip(&stock) {
+        let mut body = json!({ "total": units });
+        if let Scenario::Flash {
+            per_user_limit: Some(limit),
+            ..
+        } = scenario
+        {
+            body["per_user_limit"] = json!(limit);
+        }
+        // Teams are set up as many services would: create if absent, never overwrite.
+        let if_absent = matches!(scenario, Scenario::Team { .. });
+        admin.put_pool(pool, body, if_absent).await?;
+    }
+    Ok((pools, stock))
+}
+
 /// Pools that must not run out during the run: big enough for any run on one machine.
 const BIG_STOCK: u64 = 1_000_000_000_000;
+
+/// Pools a spread cart may create per pool it keeps before it gives up: a pool's partition is a
+/// hash of its name, so covering P of P partitions takes about P ln P tries (54 for 16), and this
+/// many tries per pool fails only for a server whose partitions are not what it says.
+const SPREAD_TRIES_PER_POOL: u64 = 64;
+
+/// Creates pools `{run_id}-cart-N` until `count` of them sit in pairwise different partitions
+/// (the pool view names its partition), deleting each one that lands in a partition already
+/// covered. Errors before creating anything when the server has fewer than `count` partitions.
+async fn pools_in_distinct_partitions(
+    admin: &mut Admin,
+    run_id: &str,
+    count: u64,
+    stock: u64,
+) -> Result<Vec<String>, String> {
+    let partitions = admin.partitions().await?;
+    if partitions < count {
+        return Err(format!(
+            "--spread-partitions puts each of the --pools {count} pools in a partition of its \
+             own, but the server has {partitions} partition(s): give at most --pools {partitions} \
+             (a Redis Cluster backend has as many as its --redis-partitions)"
+        ));
+    }
+    let mut covered = HashSet::new();
+    let mut chosen = Vec::new();
+    for candidate in 0..count.saturating_mul(SPREAD_TRIES_PER_POOL) {
+        let pool = format!("{run_id}-cart-{candidate}");
+        let view = admin
+            .put_pool(&pool, json!({ "total": stock }), false)
+            .await?;
+        let partition = view["partition"].as_u64().ok_or_else(|| {
+            format!("setting up pool {pool}: the pool view has no partition: {view}")
+        })?;
+        if covered.insert(partition) {
+            chosen.push(pool);
+            if chosen.len() as u64 == count {
+                return Ok(chosen);
+            }
+        } else {
+            admin.delete_pool(&pool).await?;
+        }
+    }
+    Err(format!(
+        "--spread-partitions: {} pools created cover only {} of the {count} partitions asked, \
+         though the server says it has {partitions}",
+        count.saturating_mul(SPREAD_TRIES_PER_POOL),
+        chosen.len()
+    ))
+}
 
 impl Workload for Run {
     type Tag = Tag;

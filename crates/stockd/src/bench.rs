@@ -93,9 +93,16 @@ pub struct RunArgs {
     /// Which scenario.
     #[arg(long, value_enum)]
     scenario: ScenarioName,
-    /// Base URL of the server (`http://HOST:PORT`).
-    #[arg(long, env = "STOCKD_URL", default_value = "http://127.0.0.1:7070")]
-    url: String,
+    /// Base URL of the server (`http://HOST:PORT`). Several (the flag repeated, or comma
+    /// separated): a fleet of servers on one backend, the connections spread over them in turn;
+    /// set-up and the verdict go through the first.
+    #[arg(
+        long,
+        env = "STOCKD_URL",
+        default_value = "http://127.0.0.1:7070",
+        value_delimiter = ','
+    )]
+    url: Vec<String>,
     /// Bearer token; an admin token when the server has tokens (the bench creates its pools).
     #[arg(long, env = "STOCKD_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -150,6 +157,11 @@ pub struct RunArgs {
     /// cart: pools per hold.
     #[arg(long, default_value_t = 3)]
     items: u64,
+    /// cart: every pool in a partition of its own (pools are created until --pools distinct
+    /// partitions are covered), so that a hold spans --items partitions; needs a backend with at
+    /// least --pools partitions (a Redis Cluster).
+    #[arg(long)]
+    spread_partitions: bool,
     /// batch: ops per request (1..=1000).
     #[arg(long, default_value_t = 100)]
     ops: u64,
@@ -189,6 +201,13 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 
 impl RunArgs {
     fn config(&self) -> Result<RunConfig, String> {
+        if self.spread_partitions && self.scenario != ScenarioName::Cart {
+            return Err(format!(
+                "--spread-partitions applies to --scenario cart only, got --scenario {}",
+                clap::ValueEnum::to_possible_value(&self.scenario)
+                    .map_or_else(String::new, |value| value.get_name().to_string())
+            ));
+        }
         let scenario = match self.scenario {
             ScenarioName::Flash => Scenario::Flash {
                 stock: self.stock.unwrap_or(1_000_000),
@@ -211,6 +230,7 @@ impl RunArgs {
                     pools: self.pools,
                     items: self.items,
                     stock: self.stock.unwrap_or(1_000_000_000),
+                    spread_partitions: self.spread_partitions,
                 }
             }
             ScenarioName::Lifecycle => {
@@ -253,6 +273,14 @@ impl RunArgs {
                 self.connections
             ));
         }
+        if self.connections < self.url.len() {
+            return Err(format!(
+                "--connections {} is fewer than the {} servers given with --url: each server \
+                 needs at least one connection",
+                self.connections,
+                self.url.len()
+            ));
+        }
         // A team run is finite: every buyer tries once.
         let finite = matches!(scenario, Scenario::Team { .. });
         let duration = match (self.duration, self.requests) {
@@ -265,7 +293,7 @@ impl RunArgs {
             Duration::from_secs(1)
         });
         Ok(RunConfig {
-            url: self.url.clone(),
+            urls: self.url.clone(),
             token: self.token.clone(),
             scenario,
             load: LoadConfig {
@@ -447,6 +475,73 @@ async fn run_scenario(args: RunArgs) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `stockd bench run ARGS` as clap parses it.
+    fn run_args(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Command {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        <Command as clap::Parser>::try_parse_from(
+            std::iter::once("run").chain(args.iter().copied()),
+        )
+        .map(|command| command.run)
+    }
+
+    #[test]
+    fn a_fleet_is_given_by_repeating_url_or_by_commas() {
+        let args = run_args(&[
+            "--scenario",
+            "flash",
+            "--url",
+            "http://a:1,http://b:2",
+            "--url",
+            "http://c:3",
+        ])
+        .unwrap();
+        let config = args.config().unwrap();
+        assert_eq!(config.urls, ["http://a:1", "http://b:2", "http://c:3"]);
+
+        let args = run_args(&[
+            "--scenario",
+            "flash",
+            "--url",
+            "http://a:1,http://b:2",
+            "--connections",
+            "1",
+        ])
+        .unwrap();
+        let why = args.config().unwrap_err();
+        assert!(
+            why.contains("--connections 1") && why.contains("2 servers given with --url"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn spread_partitions_is_a_cart_flag() {
+        let config = run_args(&["--scenario", "cart", "--pools", "8", "--spread-partitions"])
+            .unwrap()
+            .config()
+            .unwrap();
+        assert!(matches!(
+            config.scenario,
+            Scenario::Cart {
+                pools: 8,
+                spread_partitions: true,
+                ..
+            }
+        ));
+        let why = run_args(&["--scenario", "flash", "--spread-partitions"])
+            .unwrap()
+            .config()
+            .unwrap_err();
+        assert!(
+            why.contains("--spread-partitions") && why.contains("--scenario flash"),
+            "{why}"
+        );
+    }
 
     #[test]
     fn durations() {

@@ -1,5 +1,6 @@
 //! `stockd bench run`: every scenario, briefly, against a real server (the backend of
-//! `STOCKD_TEST_BACKEND`), with its verdict read back; and against servers that lie, to show the
+//! `STOCKD_TEST_BACKEND`), with its verdict read back; a fleet of two servers on one Redis; the
+//! cart spread over the partitions of a Redis Cluster; and against servers that lie, to show the
 //! verdict catches what it claims to.
 
 mod support;
@@ -12,7 +13,9 @@ use axum::extract::State;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use support::Server;
+use support::{
+    Api, RedisBackend, RedisClusterBackend, Server, ServerConfig, TestBackend, CLUSTER_PARTITIONS,
+};
 
 /// Runs `stockd bench run ARGS --json -` and returns the process output (stdout and stderr are
 /// pipes, not terminals).
@@ -142,6 +145,173 @@ async fn open_loop_keeps_its_rate_and_counts_from_the_intended_time() {
     // 200/s for 2 s: the schedule fixes the count, whatever the server's speed.
     assert!((380..=400).contains(&requests), "{requests}: {report:#}");
     assert_eq!(report["rate_per_s"], 200.0);
+}
+
+/// `POST /v1/holds` answered 201 by the server behind `api`, from its `/metrics`.
+async fn holds_created_per_metrics(api: &Api) -> u64 {
+    let (status, metrics) = api.call("GET", "/metrics", None).await;
+    assert_eq!(status, 200, "{metrics}");
+    let text = metrics.as_str().expect("/metrics is text");
+    let series = r#"stockd_http_requests_total{route="/v1/holds",method="POST",status="201"} "#;
+    text.lines()
+        .find_map(|line| line.strip_prefix(series))
+        .map_or(0, |count| count.trim().parse().expect("a counter's value"))
+}
+
+#[tokio::test]
+async fn a_fleet_of_two_servers_on_one_redis_gets_the_load_and_one_verdict() {
+    let redis: Arc<dyn TestBackend> = Arc::new(RedisBackend::start());
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let config = ServerConfig {
+            backend: redis.clone(),
+            ..ServerConfig::default()
+        };
+        servers.push(Server::start_with(config).await);
+    }
+    let urls: Vec<String> = servers
+        .iter()
+        .map(|server| format!("http://127.0.0.1:{}", server.port()))
+        .collect();
+    let output = bench(
+        &urls[0],
+        &[
+            "--url",
+            &urls[1],
+            "--scenario",
+            "flash",
+            "--stock",
+            "1000000",
+            "--per-user-limit",
+            "0",
+            "--connections",
+            "8",
+            "--duration",
+            "1s",
+            "--warmup",
+            "0s",
+        ],
+    )
+    .await;
+    let report = parse_report(&output);
+    assert_clean(&output, &report);
+    assert_eq!(report["urls"], json!(urls), "{report:#}");
+    // Every request was measured (no warm-up), so the servers' own counts add up to the report's.
+    let mut created = Vec::new();
+    for server in &servers {
+        created.push(holds_created_per_metrics(&server.api()).await);
+    }
+    assert!(
+        created.iter().all(|&count| count > 0),
+        "each server got holds: {created:?}"
+    );
+    assert_eq!(
+        created.iter().sum::<u64>(),
+        report["outcomes"]["201"].as_u64().unwrap(),
+        "the servers created, per their metrics, {created:?}: {report:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spread_cart_holds_over_pools_in_distinct_partitions_of_a_cluster() {
+    let cluster = Arc::new(RedisClusterBackend::start(CLUSTER_PARTITIONS));
+    let server = Server::start_with(ServerConfig {
+        backend: cluster.clone(),
+        ..ServerConfig::default()
+    })
+    .await;
+    let url = format!("http://127.0.0.1:{}", server.port());
+    let output = bench(
+        &url,
+        &[
+            "--scenario",
+            "cart",
+            "--pools",
+            "8",
+            "--items",
+            "8",
+            "--spread-partitions",
+            "--connections",
+            "4",
+            "--duration",
+            "1s",
+            "--warmup",
+            "0s",
+        ],
+    )
+    .await;
+    let report = parse_report(&output);
+    assert_clean(&output, &report);
+    assert_eq!(report["spread_partitions"], true, "{report:#}");
+    let holds = report["outcomes"]["201"].as_u64().unwrap();
+    let pools: Vec<&str> = report["pool_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|pool| pool.as_str().unwrap())
+        .collect();
+    assert_eq!(pools.len(), 8, "{report:#}");
+    // Read back from the server, not taken from the report: 8 partitions, and every hold took a
+    // unit of each pool.
+    let api = server.api();
+    let mut partitions = std::collections::BTreeSet::new();
+    for pool in &pools {
+        let view = api.pool(pool).await;
+        partitions.insert(view["partition"].as_u64().unwrap());
+        assert_eq!(view["sold"], holds, "{view}");
+    }
+    assert_eq!(partitions.len(), 8, "{partitions:?}");
+    // The pools that landed in a partition already covered were deleted again.
+    let run_id = report["run_id"].as_str().unwrap();
+    let mut left = pool_ids(&api, &format!("{run_id}-")).await;
+    left.sort();
+    let mut kept: Vec<String> = pools.iter().map(|pool| pool.to_string()).collect();
+    kept.sort();
+    assert_eq!(left, kept);
+
+    // More pools than the cluster has partitions: refused before anything is created.
+    let before = pool_ids(&api, "bench-").await;
+    let too_many = (CLUSTER_PARTITIONS + 1).to_string();
+    let output = bench(
+        &url,
+        &[
+            "--scenario",
+            "cart",
+            "--pools",
+            &too_many,
+            "--items",
+            "2",
+            "--spread-partitions",
+        ],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("--pools {too_many}"))
+            && stderr.contains(&format!("has {CLUSTER_PARTITIONS} partition")),
+        "{stderr}"
+    );
+    assert_eq!(pool_ids(&api, "bench-").await, before);
+}
+
+/// The ids of the pools whose id starts with `prefix` (a bench run's are `bench-...`; a test makes
+/// far fewer than the one page of 1,000 read here).
+async fn pool_ids(api: &Api, prefix: &str) -> Vec<String> {
+    let (status, page) = api
+        .call(
+            "GET",
+            &format!("/v1/pools?prefix={prefix}&limit=1000"),
+            None,
+        )
+        .await;
+    assert_eq!((status, &page["next"]), (200, &Value::Null), "{page}");
+    page["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|pool| pool["pool"].as_str().unwrap().to_string())
+        .collect()
 }
 
 /// A server that answers like stockd but does not keep its word: it says 201 to every hold and
