@@ -391,6 +391,13 @@ async fn run_lab(args: LabArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     }
+    for row in report.rows.iter().filter(|row| row.verdict_failed) {
+        eprintln!(
+            "error: {}: {}",
+            row.variant,
+            row.note.as_deref().unwrap_or("its verdict failed")
+        );
+    }
     let oversold = report.unexpected_oversells();
     for row in &oversold {
         eprintln!(

@@ -219,6 +219,8 @@ pub struct VariantRun {
     stock: u64,
     /// Units the variant's own counter says were taken (`stock - left`, or `held + sold`).
     counter_taken: Option<i64>,
+    /// Checks of the variant's own verdict that failed (stockd's, read back from the server).
+    failed_checks: Vec<String>,
     note: Option<String>,
 }
 
@@ -228,8 +230,15 @@ impl VariantRun {
             measured,
             stock,
             counter_taken: None,
+            failed_checks: Vec::new(),
             note: None,
         }
+    }
+
+    /// The variant's own verdict failed these checks: the lab fails with it.
+    pub fn with_failed_checks(mut self, failed: Vec<String>) -> VariantRun {
+        self.failed_checks = failed;
+        self
     }
 
     /// The counter read back shows `left` units.
@@ -257,6 +266,13 @@ impl VariantRun {
         // The worse of what the buyers were told and what the counter says.
         let worst = sold.max(self.counter_taken.unwrap_or(0));
         let mut note = self.note;
+        if !self.failed_checks.is_empty() {
+            let failed = format!("verdict failed: {}", self.failed_checks.join("; "));
+            note = Some(match note {
+                Some(note) => format!("{note}; {failed}"),
+                None => failed,
+            });
+        }
         if let Some(at) = measured.crashed_at {
             let crashed = format!(
                 "a buyer crashed holding the lock at {:.2} s",
@@ -295,6 +311,7 @@ impl VariantRun {
             window_s: measured.window.as_secs_f64(),
             oversells_by_design: variant.oversells_by_design(fault),
             does: variant.description().to_string(),
+            verdict_failed: !self.failed_checks.is_empty(),
             note,
         }
     }
@@ -333,6 +350,8 @@ pub struct Row {
     pub oversells_by_design: bool,
     /// What one attempt does.
     pub does: String,
+    /// The variant's own verdict read back from its server failed (stockd's); see the note.
+    pub verdict_failed: bool,
     pub note: Option<String>,
 }
 
@@ -407,9 +426,11 @@ impl LabReport {
             .collect()
     }
 
-    /// Whether a variant failed (as opposed to being skipped for a missing server).
+    /// Whether a variant failed (as opposed to being skipped for a missing server), or its own
+    /// verdict did.
     pub fn any_failed(&self) -> bool {
         self.skipped.iter().any(|skipped| skipped.failed)
+            || self.rows.iter().any(|row| row.verdict_failed)
     }
 
     /// The table for people.
@@ -719,7 +740,14 @@ mod tests {
             .with_counter_taken(50)
             .into_row(Variant::StockdEmbedded, Fault::None);
         assert_eq!((row.oversold_units, row.errors), (0, 2));
+        assert!(!row.verdict_failed);
         assert!(row.note.unwrap().contains("error 1"));
+        let row = VariantRun::new(measured(50, 0), 50)
+            .with_counter_taken(50)
+            .with_failed_checks(vec!["holds: 49 acknowledged, 50 found".into()])
+            .into_row(Variant::StockdEmbedded, Fault::None);
+        assert!(row.verdict_failed);
+        assert!(row.note.unwrap().contains("verdict failed: holds"));
         assert_eq!(row.throughput_per_s, 50.0);
         assert!((row.p99_ms - 9.9).abs() < 0.01, "{}", row.p99_ms);
     }

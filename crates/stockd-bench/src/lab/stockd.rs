@@ -93,9 +93,7 @@ pub async fn run(variant: Variant, url: &str, config: &LabConfig) -> Result<Vari
         .filter(|check| !check.ok)
         .map(|check| format!("{}: {}", check.name, check.detail))
         .collect();
-    let mut result = VariantRun::new(measured, config.stock).with_counter_taken(committed);
-    if !failed.is_empty() {
-        result = result.with_note(format!("verdict failed: {}", failed.join("; ")));
-    }
-    Ok(result)
+    Ok(VariantRun::new(measured, config.stock)
+        .with_counter_taken(committed)
+        .with_failed_checks(failed))
 }
