@@ -131,7 +131,7 @@ pub type Outcome = Result<Reply, Error>;
 fn check_range(name: &str, value: u64, min: u64, max: u64) -> Result<(), Error> {
     if value < min || value > max {
         return Err(Error::invalid(format!(
-            "{name} must be in {min}..={max}, got {value}"
+            "{name} must be from {min} to {max}, got {value}"
         )));
     }
     Ok(())
@@ -160,7 +160,7 @@ impl ReserveRequest {
     pub fn validate(&self) -> Result<(), Error> {
         if self.items.is_empty() || self.items.len() > HOLD_ITEMS_MAX {
             return Err(Error::invalid(format!(
-                "items must have 1..={HOLD_ITEMS_MAX} entries, got {}",
+                "items must have from 1 to {HOLD_ITEMS_MAX} entries, got {}",
                 self.items.len()
             )));
         }
@@ -190,7 +190,7 @@ impl Command {
             Command::Restock { delta, .. } => {
                 if *delta == 0 || delta.unsigned_abs() > TOTAL_MAX {
                     return Err(Error::invalid(format!(
-                        "delta must be non-zero and within -{TOTAL_MAX}..={TOTAL_MAX}, got {delta}"
+                        "delta must be non-zero and from -{TOTAL_MAX} to {TOTAL_MAX}, got {delta}"
                     )));
                 }
                 Ok(())
@@ -201,9 +201,10 @@ impl Command {
                 limit,
             } => {
                 if prefix.len() > ID_LEN_MAX || !prefix.bytes().all(is_id_byte) {
-                    return Err(Error::invalid(
-                        "prefix must be at most 128 bytes of A-Z a-z 0-9 . _ : -",
-                    ));
+                    return Err(Error::invalid(format!(
+                        "prefix must be at most {ID_LEN_MAX} bytes of ASCII letters, digits, \
+                         '.', '_', ':' and '-', got {prefix:?}"
+                    )));
                 }
                 if let Some(after) = after {
                     PoolId::parse(after).map_err(|e| Error::invalid(format!("after: {e}")))?;

@@ -17,9 +17,9 @@ pub enum IdError {
     Empty,
     #[error("must be at most {ID_LEN_MAX} bytes")]
     TooLong,
-    #[error("must start with a letter or digit")]
+    #[error("must start with an ASCII letter or digit")]
     BadFirstByte,
-    #[error("may only contain A-Z a-z 0-9 . _ : -")]
+    #[error("may only contain ASCII letters, digits, '.', '_', ':' and '-'")]
     BadByte,
 }
 
@@ -88,12 +88,9 @@ macro_rules! identifier {
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
                 let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-                Self::parse(&text).map_err(|e| {
-                    serde::de::Error::custom(format_args!(
-                        concat!("invalid ", stringify!($name), " {:?}: {}"),
-                        text, e
-                    ))
-                })
+                // The field's name is the caller's to add: it knows the path.
+                Self::parse(&text)
+                    .map_err(|e| serde::de::Error::custom(format_args!("{:?}: {}", text, e)))
             }
         }
     };

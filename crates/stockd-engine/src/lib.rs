@@ -242,7 +242,7 @@ impl Engine {
     ) -> Result<EventPage, Error> {
         if partition >= Self::PARTITIONS {
             return Err(Error::invalid(format!(
-                "partition must be in 0..={}, got {partition}",
+                "partition must be from 0 to {}, got {partition}",
                 Self::PARTITIONS - 1
             )));
         }

@@ -86,7 +86,7 @@ impl RedisConfig {
         let partitions = self.partitions;
         if partitions == 0 || partitions > PARTITIONS_MAX {
             return Err(format!(
-                "--redis-partitions must be in 1..={PARTITIONS_MAX}, got {partitions}"
+                "--redis-partitions must be from 1 to {PARTITIONS_MAX}, got {partitions}"
             ));
         }
         if partitions > 1 && !self.target.is_cluster() {
@@ -872,7 +872,7 @@ mod tests {
         assert!(config(cluster, PARTITIONS_MAX + 1)
             .validate()
             .unwrap_err()
-            .contains("1..=1024"));
+            .contains("from 1 to 1024"));
         assert!(config("redis://127.0.0.1:6379", 1).validate().is_ok());
         assert!(config("redis://127.0.0.1:6379", 2)
             .validate()

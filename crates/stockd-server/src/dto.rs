@@ -14,6 +14,8 @@ use stockd_core::{
 };
 use utoipa::{IntoParams, ToSchema};
 
+use crate::json::Wire;
+
 /// `PUT /v1/pools/{pool}`. A rule left out (or null) is unset.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -29,6 +31,8 @@ pub(crate) struct PoolBody {
     /// A `low_stock` event fires when available falls to or below this.
     pub low_stock_threshold: Option<u64>,
 }
+
+impl Wire for PoolBody {}
 
 impl PoolBody {
     pub(crate) fn into_spec(self) -> PoolSpec {
@@ -50,6 +54,8 @@ pub(crate) struct RestockBody {
     pub delta: i64,
 }
 
+impl Wire for RestockBody {}
+
 /// `?if_absent=true` on `PUT /v1/pools/{pool}`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -58,6 +64,8 @@ pub(crate) struct PutPoolQuery {
     /// Create only when missing; an existing pool is returned unchanged (200).
     pub if_absent: Option<bool>,
 }
+
+impl Wire for PutPoolQuery {}
 
 /// `GET /v1/pools` paging.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -71,6 +79,8 @@ pub(crate) struct ListPoolsQuery {
     /// Pools per page: 1..=1000, default 100.
     pub limit: Option<usize>,
 }
+
+impl Wire for ListPoolsQuery {}
 
 impl ListPoolsQuery {
     pub(crate) fn into_command(self) -> Command {
@@ -99,6 +109,10 @@ pub(crate) struct EventsQuery {
     pub limit: Option<usize>,
     /// Wait up to this long (0..=30000 ms) for a first event when none is there yet.
     pub wait_ms: Option<u64>,
+}
+
+impl Wire for EventsQuery {
+    const DOOR: &'static str = "events";
 }
 
 /// One line of a hold.
@@ -132,6 +146,8 @@ pub(crate) struct HoldBody {
     pub wait_ms: Option<u64>,
 }
 
+impl Wire for HoldBody {}
+
 impl HoldBody {
     pub(crate) fn into_command(self) -> Command {
         Command::Reserve(ReserveRequest {
@@ -160,6 +176,8 @@ pub(crate) struct ExtendBody {
     pub ttl_ms: u64,
 }
 
+impl Wire for ExtendBody {}
+
 /// `POST /v1/locks/{name}/acquire`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -170,6 +188,10 @@ pub(crate) struct LockAcquireBody {
     pub ttl_ms: u64,
     /// Wait up to this long (0..=30_000 ms, default 0) for the lock to free up.
     pub wait_ms: Option<u64>,
+}
+
+impl Wire for LockAcquireBody {
+    const DOOR: &'static str = "lock";
 }
 
 /// `POST /v1/locks/{name}/renew`.
@@ -184,6 +206,10 @@ pub(crate) struct LockRenewBody {
     pub ttl_ms: u64,
 }
 
+impl Wire for LockRenewBody {
+    const DOOR: &'static str = "lock";
+}
+
 /// `POST /v1/locks/{name}/release`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -191,6 +217,10 @@ pub(crate) struct LockReleaseBody {
     #[schema(value_type = String)]
     pub owner: OwnerId,
     pub token: u64,
+}
+
+impl Wire for LockReleaseBody {
+    const DOOR: &'static str = "lock";
 }
 
 /// `POST /v1/batch`. Ops stay raw JSON text here so that each is parsed on its own: one bad op
@@ -204,6 +234,8 @@ pub(crate) struct BatchBody {
     #[schema(value_type = Vec<BatchOp>)]
     pub ops: Vec<Box<serde_json::value::RawValue>>,
 }
+
+impl Wire for BatchBody {}
 
 /// One op of a batch: `op` names it; the other fields are those of the single endpoint.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -229,6 +261,8 @@ pub(crate) enum BatchOp {
         ttl_ms: u64,
     },
 }
+
+impl Wire for BatchOp {}
 
 impl BatchOp {
     pub(crate) fn into_command(self) -> Command {

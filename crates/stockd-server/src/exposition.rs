@@ -113,10 +113,7 @@ pub(crate) fn to_classic(openmetrics: &str) -> String {
         } else if line.starts_with('#') {
             out.push_str(line);
         } else {
-            let sample_name = line
-                .split(['{', ' '])
-                .next()
-                .unwrap_or("");
+            let sample_name = line.split(['{', ' ']).next().unwrap_or("");
             if counters
                 .iter()
                 .any(|counter| sample_name.strip_suffix("_created") == Some(counter))

@@ -12,7 +12,7 @@ use std::marker::PhantomData;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
-use axum::extract::{FromRequest, FromRequestParts, Query, RawPathParams, Request};
+use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
 use axum::http::request::Parts;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{DeserializeOwned, MapAccess, Visitor};
@@ -21,6 +21,7 @@ use serde_json::error::Category;
 use stockd_core::{HoldId, IdError, LockName, PoolId};
 
 use crate::error::ApiError;
+use crate::wording;
 
 /// State that knows the body limit in force, so that a 413 can say what it is. The limit itself
 /// is enforced by the router's `DefaultBodyLimit`, which `Bytes::from_request` obeys.
@@ -91,11 +92,27 @@ pub(crate) async fn buffer_body(
     }
 }
 
-/// Parses `bytes` as a JSON object of type `T`, classifying serde_json's error.
-pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice::<Object<T>>(bytes)
-        .map(|Object(value)| value)
-        .map_err(|error| classify(error, bytes))
+/// A request body or query type, with the door it arrives at: the few field rules that differ
+/// between doors (a lock's `ttl_ms`, the feed's `limit`) are worded by it.
+pub(crate) trait Wire: DeserializeOwned {
+    /// `lock`, `events`, or empty for the rules every door shares.
+    const DOOR: &'static str = "";
+}
+
+/// Parses `bytes` as a JSON object of type `T`; an error names the field, what was sent and
+/// what is allowed ([`wording::describe`]).
+pub(crate) fn parse<T: Wire>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value =
+        serde_path_to_error::deserialize::<_, Object<T>>(&mut deserializer).map_err(|error| {
+            let path = error.path().to_string();
+            classify_at(T::DOOR, &path, error.into_inner(), bytes)
+        })?;
+    // Nothing but white space may follow the object.
+    deserializer
+        .end()
+        .map_err(|error| ApiError::InvalidJson(error.to_string()))?;
+    Ok(value.0)
 }
 
 /// A `T` that must be written as a JSON object. serde's derived structs also accept an array of
@@ -143,10 +160,10 @@ where
 /// (`IgnoredAny`) does not decode strings, so a byte that is not UTF-8 or a lone surrogate
 /// (`"\ud800"`) in a string serde never reached would pass, while the same string in a field it
 /// reads is a 400.
-pub(crate) fn classify(error: serde_json::Error, bytes: &[u8]) -> ApiError {
+fn classify_at(door: &str, path: &str, error: serde_json::Error, bytes: &[u8]) -> ApiError {
     match error.classify() {
         Category::Data => match serde_json::from_slice::<serde_json::Value>(bytes) {
-            Ok(_) => ApiError::invalid(error.to_string()),
+            Ok(_) => ApiError::invalid(wording::describe(door, path, &error.to_string())),
             Err(syntax) => ApiError::InvalidJson(syntax.to_string()),
         },
         Category::Syntax | Category::Eof | Category::Io => ApiError::InvalidJson(error.to_string()),
@@ -156,7 +173,7 @@ pub(crate) fn classify(error: serde_json::Error, bytes: &[u8]) -> ApiError {
 /// A JSON request body of type `T`.
 pub(crate) struct JsonBody<T>(pub T);
 
-impl<S: BodyLimit + Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+impl<S: BodyLimit + Send + Sync, T: Wire> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
@@ -172,6 +189,8 @@ pub(crate) struct EmptyBody;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EmptyObject {}
+
+impl Wire for EmptyObject {}
 
 impl<S: BodyLimit + Send + Sync> FromRequest<S> for EmptyBody {
     type Rejection = ApiError;
@@ -232,13 +251,34 @@ impl<S: Send + Sync, T: PathSegment> FromRequestParts<S> for PathId<T> {
 /// replace.
 pub(crate) struct QueryParams<T>(pub T);
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T> {
+impl<S: Send + Sync, T: Wire> FromRequestParts<S> for QueryParams<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
-        Query::try_from_uri(&parts.uri)
-            .map(|Query(query)| QueryParams(query))
-            .map_err(|rejection| ApiError::invalid(rejection.body_text()))
+        let query = parts.uri.query().unwrap_or_default();
+        let deserializer =
+            serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize::<_, T>(deserializer)
+            .map(QueryParams)
+            .map_err(|error| {
+                let path = error.path().to_string();
+                let message = wording::describe(T::DOOR, &path, &error.inner().to_string());
+                // A query has parameters, not fields.
+                let message = message
+                    .replace("unknown field", "unknown query parameter")
+                    .replace("the fields are", "the parameters are")
+                    .replace("this object takes no fields", "this route takes none");
+                // The parsers of values do not say what they read: the query does.
+                let sent = form_urlencoded::parse(query.as_bytes())
+                    .find(|(name, _)| *name == path)
+                    .map(|(_, value)| value);
+                match sent {
+                    Some(sent) if message.starts_with(&format!("{path}: must be ")) => {
+                        ApiError::invalid(format!("{message}, got {sent:?}"))
+                    }
+                    _ => ApiError::invalid(message),
+                }
+            })
     }
 }
 
@@ -284,6 +324,8 @@ mod tests {
         n: u64,
         opt: Option<u64>,
     }
+
+    impl Wire for Sample {}
 
     fn code(bytes: &str) -> &'static str {
         parse::<Sample>(bytes.as_bytes()).unwrap_err().code()

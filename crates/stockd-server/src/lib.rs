@@ -22,6 +22,7 @@ mod metrics;
 mod openapi;
 mod reply;
 mod routes;
+mod wording;
 
 use std::fmt;
 use std::sync::Arc;

@@ -418,10 +418,68 @@ async fn malformed_json_is_400_and_bad_shape_is_422() {
     assert_eq!(item_typo.code(), "invalid_request");
     let bad_id = reserve(&router, hold("-bad", "p", 1)).await;
     assert_eq!(bad_id.code(), "invalid_request");
-    assert!(bad_id.json()["message"]
-        .as_str()
-        .unwrap()
-        .contains("HoldId"));
+    assert_eq!(
+        bad_id.json()["message"],
+        "hold_id: \"-bad\": must start with an ASCII letter or digit"
+    );
+}
+
+/// The messages are part of the interface: each names the field (its path in the body, or the
+/// query parameter, or the path segment), what was sent and what is allowed, in the contract's
+/// words; no Rust type names, no parser positions.
+#[tokio::test]
+async fn error_messages_name_the_field_what_was_sent_and_what_is_allowed() {
+    let (_backend, router) = open_server();
+    make_pool(&router, "p", json!({"total": 5})).await;
+    let cases: Vec<(Method, &str, &str, &str)> = vec![
+        (Method::PUT, "/v1/pools/q", r#"{"total": 1e23}"#,
+         "total: must be an integer from 0 to 1000000000000, got 1e+23"),
+        (Method::PUT, "/v1/pools/q", r#"{"total": "5"}"#,
+         "total: must be an integer from 0 to 1000000000000, got the string \"5\""),
+        (Method::PUT, "/v1/pools/q", r#"{"total": 2000000000000}"#,
+         "total must be from 0 to 1000000000000, got 2000000000000"),
+        (Method::PUT, "/v1/pools/q", r#"{"total": 5, "per_user_limit": 1.5}"#,
+         "per_user_limit: must be an integer from 1 to 1000000000, or null, got 1.5"),
+        (Method::PUT, "/v1/pools/q", "[5]", "must be an object, got a list"),
+        (Method::PUT, "/v1/pools/a%20b", r#"{"total": 1}"#,
+         "pool \"a b\": may only contain ASCII letters, digits, '.', '_', ':' and '-'"),
+        (Method::PUT, "/v1/pools/q?if_absent=yes", r#"{"total": 1}"#,
+         "if_absent: must be true or false, got \"yes\""),
+        (Method::PUT, "/v1/pools/q?ifabsent=true", r#"{"total": 1}"#,
+         "unknown query parameter \"ifabsent\": the parameters are if_absent"),
+        (Method::GET, "/v1/pools?limit=-1", "",
+         "limit: must be an integer from 1 to 1000, got \"-1\""),
+        (Method::GET, "/v1/events?after=abc", "",
+         "after: must be an event sequence number (a non-negative integer), got \"abc\""),
+        (Method::POST, "/v1/holds", r#"{"hold_id": "h"}"#, "items is required"),
+        (Method::POST, "/v1/holds", r#"{"hold_id": "h", "items": [{"pool": "p"}]}"#,
+         "items[0]: qty is required"),
+        (Method::POST, "/v1/holds", r#"{"hold_id": "h", "items": [{"pool": "p", "qty": 1, "n": 1}]}"#,
+         "items[0]: unknown field \"n\": the fields are pool, qty"),
+        (Method::POST, "/v1/holds", r#"{"hold_id": "h", "items": [{"pool": "p", "qty": 1}], "ttl": 5}"#,
+         "unknown field \"ttl\": the fields are hold_id, user, items, ttl_ms, confirm, wait_ms"),
+        (Method::POST, "/v1/holds", r#"{"hold_id": "h", "hold_id": "i", "items": []}"#,
+         "\"hold_id\" appears more than once: a field may appear once"),
+        (Method::POST, "/v1/holds", r#"{"hold_id": "h", "items": [{"pool": "p", "qty": 0}]}"#,
+         "qty must be from 1 to 1000000000, got 0"),
+        (Method::POST, "/v1/holds", r#"{"hold_id": "h", "items": [{"pool": "p", "qty": 1}], "user": 5}"#,
+         "user: must be an identifier: 1 to 128 bytes of ASCII letters, digits, '.', '_', ':' or '-', \
+          starting with an ASCII letter or digit, got 5"),
+        (Method::POST, "/v1/locks/l/acquire", r#"{"owner": "o", "ttl_ms": "x"}"#,
+         "ttl_ms: must be an integer from 100 to 3600000 (milliseconds), got the string \"x\""),
+        (Method::POST, "/v1/holds/h/confirm", r#"{"a": 1}"#,
+         "unknown field \"a\": this object takes no fields"),
+    ];
+    for (method, uri, body, expected) in cases {
+        let answer = send(&router, method.clone(), uri, None, body).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{method} {uri} {body}"
+        );
+        assert_eq!(answer.code(), "invalid_request", "{method} {uri} {body}");
+        assert_eq!(answer.json()["message"], expected, "{method} {uri} {body}");
+    }
 }
 
 #[tokio::test]

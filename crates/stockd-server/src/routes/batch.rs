@@ -16,7 +16,7 @@ use stockd_core::{Outcome, Reply};
 use super::{paths, App};
 use crate::dto::{BatchBody, BatchOp};
 use crate::error::ApiError;
-use crate::json::{JsonBody, NoQuery, Object};
+use crate::json::{self, JsonBody, NoQuery};
 use crate::openapi::schemas::{BatchResponse, ErrorBody};
 use crate::reply::{self, ReplyBody};
 
@@ -56,7 +56,7 @@ async fn run(
 ) -> Result<Vec<OpResult>, ApiError> {
     if ops.is_empty() || ops.len() > BATCH_OPS_MAX {
         return Err(ApiError::invalid(format!(
-            "ops must have 1..={BATCH_OPS_MAX} entries, got {}",
+            "ops must have from 1 to {BATCH_OPS_MAX} entries, got {}",
             ops.len()
         )));
     }
@@ -64,16 +64,14 @@ async fn run(
     let mut parse_errors: Vec<Option<ApiError>> = Vec::with_capacity(ops.len());
     let mut commands = Vec::with_capacity(ops.len());
     for (index, op) in ops.into_iter().enumerate() {
-        // Parsed as `Object` so that an op written as an array is refused, not read
-        // positionally.
-        match serde_json::from_str::<Object<BatchOp>>(op.get()) {
-            Ok(Object(op)) => {
+        // Parsed by the single endpoints' decoder: an op written as an array is refused, not
+        // read positionally, and a refusal is worded as the endpoint's is.
+        match json::parse::<BatchOp>(op.get().as_bytes()) {
+            Ok(op) => {
                 commands.push(op.into_command());
                 parse_errors.push(None);
             }
-            Err(error) => {
-                parse_errors.push(Some(ApiError::invalid(format!("ops[{index}]: {error}"))))
-            }
+            Err(error) => parse_errors.push(Some(in_op(index, error))),
         }
     }
     let sent = commands.len();
@@ -129,4 +127,14 @@ impl Serialize for Results<'_> {
         map.serialize_entry("results", self.0)?;
         map.end()
     }
+}
+
+/// A refusal of op `index`, worded as its single endpoint's, behind `ops[index]: `. The body
+/// parsed as JSON as a whole, so an op can only be of the wrong shape: a 422.
+fn in_op(index: usize, error: ApiError) -> ApiError {
+    let message = match error {
+        ApiError::Core(stockd_core::Error::InvalidRequest { message }) => message,
+        other => other.to_string(),
+    };
+    ApiError::invalid(format!("ops[{index}]: {message}"))
 }

@@ -60,13 +60,13 @@ async fn read_page(app: &AppState, query: EventsQuery) -> Result<EventPage, ApiE
     let limit = query.limit.unwrap_or(EVENT_LIMIT_DEFAULT);
     if !(1..=EVENT_LIMIT_MAX).contains(&limit) {
         return Err(ApiError::invalid(format!(
-            "limit must be in 1..={EVENT_LIMIT_MAX}, got {limit}"
+            "limit must be from 1 to {EVENT_LIMIT_MAX}, got {limit}"
         )));
     }
     let wait_ms = query.wait_ms.unwrap_or(0);
     if wait_ms > WAIT_MS_MAX {
         return Err(ApiError::invalid(format!(
-            "wait_ms must be in 0..={WAIT_MS_MAX}, got {wait_ms}"
+            "wait_ms must be from 0 to {WAIT_MS_MAX}, got {wait_ms}"
         )));
     }
     let partition = partition_to_read(query.partition.as_deref(), app.backend.partitions())?;
