@@ -29,8 +29,9 @@ pub enum ApiError {
     /// The body did not arrive in full within the body timeout; 408, and the connection is
     /// closed (what is left of the body would otherwise be read as the next request).
     RequestTimeout { timeout_ms: u64 },
-    /// No route has this path; 404.
-    NotFound,
+    /// No route has this path; 404. `tried` is the method and path (shortened), `hint` the
+    /// route it probably meant (a trailing slash, a singular, a missing `/v1`).
+    NotFound { tried: String, hint: Option<String> },
     /// The path exists but not with this method; 405.
     MethodNotAllowed,
     /// No token, or a token that is not configured; 401.
@@ -57,7 +58,7 @@ impl ApiError {
             ApiError::InvalidJson(_) => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden => StatusCode::FORBIDDEN,
@@ -73,7 +74,7 @@ impl ApiError {
             ApiError::InvalidJson(_) => "invalid_json",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::RequestTimeout { .. } => "request_timeout",
-            ApiError::NotFound => "not_found",
+            ApiError::NotFound { .. } => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Unauthorized => "unauthorized",
             ApiError::Forbidden => "forbidden",
@@ -123,10 +124,22 @@ impl fmt::Display for ApiError {
                 f,
                 "the request body did not arrive in full within {timeout_ms} ms (body_timeout_ms)"
             ),
-            ApiError::NotFound => f.write_str("no such route"),
+            ApiError::NotFound { tried, hint } => {
+                write!(f, "no route {tried}")?;
+                match hint {
+                    Some(hint) => write!(f, "; did you mean {hint}?"),
+                    None => f.write_str("; the routes are listed at /openapi.json"),
+                }
+            }
             ApiError::MethodNotAllowed => f.write_str("this route does not allow this method"),
-            ApiError::Unauthorized => f.write_str("missing or invalid bearer token"),
-            ApiError::Forbidden => f.write_str("this token's role may not do this"),
+            ApiError::Unauthorized => f.write_str(
+                "missing or unknown bearer token: send the header Authorization: Bearer TOKEN \
+                 with one of the server's tokens",
+            ),
+            ApiError::Forbidden => f.write_str(
+                "this needs an admin token: the token sent has the client role, which may hold, \
+                 lock, read and follow events but not write pools",
+            ),
             ApiError::BackendUnavailable(why) => write!(f, "{why}"),
             ApiError::PartitionRequired { partitions } => write!(
                 f,
@@ -326,7 +339,14 @@ mod tests {
                 413,
                 "payload_too_large",
             ),
-            (ApiError::NotFound, 404, "not_found"),
+            (
+                ApiError::NotFound {
+                    tried: "GET /x".into(),
+                    hint: None,
+                },
+                404,
+                "not_found",
+            ),
             (ApiError::MethodNotAllowed, 405, "method_not_allowed"),
             (ApiError::Unauthorized, 401, "unauthorized"),
             (ApiError::Forbidden, 403, "forbidden"),

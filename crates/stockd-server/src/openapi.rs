@@ -1428,7 +1428,10 @@ mod tests {
             ApiError::InvalidJson("x".into()),
             ApiError::PayloadTooLarge { limit_bytes: 1 },
             ApiError::RequestTimeout { timeout_ms: 1 },
-            ApiError::NotFound,
+            ApiError::NotFound {
+                tried: "GET /x".into(),
+                hint: None,
+            },
             ApiError::MethodNotAllowed,
             ApiError::Unauthorized,
             ApiError::Forbidden,
@@ -1441,7 +1444,7 @@ mod tests {
                 | ApiError::InvalidJson(_)
                 | ApiError::PayloadTooLarge { .. }
                 | ApiError::RequestTimeout { .. }
-                | ApiError::NotFound
+                | ApiError::NotFound { .. }
                 | ApiError::MethodNotAllowed
                 | ApiError::Unauthorized
                 | ApiError::Forbidden

@@ -470,6 +470,24 @@ async fn error_messages_name_the_field_what_was_sent_and_what_is_allowed() {
         (Method::POST, "/v1/holds/h/confirm", r#"{"a": 1}"#,
          "unknown field \"a\": this object takes no fields"),
     ];
+    for (uri, expected) in [
+        (
+            "/v1/pools/",
+            "no route GET /v1/pools/; did you mean /v1/pools?",
+        ),
+        (
+            "/v1/pool/p",
+            "no route GET /v1/pool/p; did you mean /v1/pools/p?",
+        ),
+        (
+            "/nowhere",
+            "no route GET /nowhere; the routes are listed at /openapi.json",
+        ),
+    ] {
+        let answer = get(&router, uri).await;
+        assert_eq!(answer.status, StatusCode::NOT_FOUND, "{uri}");
+        assert_eq!(answer.json()["message"], expected, "{uri}");
+    }
     for (method, uri, body, expected) in cases {
         let answer = send(&router, method.clone(), uri, None, body).await;
         assert_eq!(

@@ -263,8 +263,50 @@ pub(crate) fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> (Router
     (router, metrics)
 }
 
-async fn not_found() -> ApiError {
-    ApiError::NotFound
+/// A 404 that says what was asked for and, when it is close to a route, which one.
+async fn not_found(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    let path = uri.path();
+    let shown: String = path.chars().take(200).collect();
+    let ellipsis = if shown.len() < path.len() { "..." } else { "" };
+    ApiError::NotFound {
+        tried: format!("{method} {shown}{ellipsis}"),
+        hint: suggest(path),
+    }
+}
+
+/// The route `path` probably meant, with the caller's own ids in it: the same path without a
+/// trailing or doubled slash, with a static segment's case or plural fixed (`/v1/Pool/p` is
+/// `/v1/pools/p`), or with `/v1` added or taken away. `None` when no route is that close.
+pub(crate) fn suggest(path: &str) -> Option<String> {
+    let given: Vec<&str> = path.split('/').filter(|part| !part.is_empty()).collect();
+    let mut tries = vec![given.clone()];
+    match given.first() {
+        Some(first) if first.eq_ignore_ascii_case("v1") => tries.push(given[1..].to_vec()),
+        _ => tries.push([&["v1"][..], &given[..]].concat()),
+    }
+    for parts in tries {
+        for route in RouteId::ALL {
+            let pattern: Vec<&str> = route.path().split('/').skip(1).collect();
+            if pattern.len() != parts.len() {
+                continue;
+            }
+            let fits = pattern.iter().zip(&parts).all(|(want, have)| {
+                want.starts_with('{')
+                    || want.eq_ignore_ascii_case(have)
+                    || want.eq_ignore_ascii_case(&format!("{have}s"))
+            });
+            if fits {
+                let fixed: Vec<&str> = pattern
+                    .iter()
+                    .zip(&parts)
+                    .map(|(want, have)| if want.starts_with('{') { *have } else { *want })
+                    .collect();
+                let suggestion = format!("/{}", fixed.join("/"));
+                return (suggestion != path).then_some(suggestion);
+            }
+        }
+    }
+    None
 }
 
 async fn method_not_allowed() -> ApiError {
@@ -282,5 +324,25 @@ mod tests {
             assert_eq!(RouteId::from_path(route.path()), Some(*route));
         }
         assert_eq!(RouteId::from_path("/nope"), None);
+    }
+
+    #[test]
+    fn a_path_close_to_a_route_gets_that_route_with_its_own_ids() {
+        for (path, expected) in [
+            ("/v1/pools/", Some("/v1/pools")),
+            ("/v1/pools/p1/", Some("/v1/pools/p1")),
+            ("//v1//holds/h1/confirm", Some("/v1/holds/h1/confirm")),
+            ("/v1/pool/Sku-1", Some("/v1/pools/Sku-1")),
+            ("/V1/Holds/H1", Some("/v1/holds/H1")),
+            ("/pools/p1/restock", Some("/v1/pools/p1/restock")),
+            ("/v1/healthz", Some("/healthz")),
+            ("/v1/lock/l/acquire", Some("/v1/locks/l/acquire")),
+            ("/v1/event/partitions/", Some("/v1/events/partitions")),
+            ("/nowhere", None),
+            ("/v1/pools/p/q/r", None),
+            ("/", None),
+        ] {
+            assert_eq!(suggest(path).as_deref(), expected, "{path}");
+        }
     }
 }
