@@ -56,7 +56,7 @@ echo "== fuzzing (scripts/fuzz.sh: every fuzz target for a bounded time from its
 scripts/fuzz.sh "${STOCKD_FUZZ_SECONDS:-20}"
 echo "== cargo test (black-box suites against a real Redis)"
 STOCKD_TEST_BACKEND=redis cargo test -p stockd --locked \
-    --test conformance --test concurrency --test crash --test garbage --test cli --test keepalive \
+    --test conformance --test concurrency --test crash --test garbage --test cli --test keepalive --test raw_http \
     --test bench "$@"
 echo "== cargo test (black-box suites against a real 3-primary Redis Cluster, 16 partitions)"
 STOCKD_TEST_BACKEND=redis-cluster cargo test -p stockd --locked \

@@ -13,7 +13,8 @@
 //! In any phase, a write that cannot make progress (the client does not read its answers) for
 //! `write_timeout` closes the connection. At most `max_connections` are open at once: past that
 //! the listener stops accepting until one closes, and new clients wait in the kernel's backlog.
-//! A head larger than `max_header_bytes` gets hyper's 431.
+//! A head larger than `max_header_bytes` gets hyper's 431, with the contract's JSON body
+//! ([`crate::http_errors`]), as every answer hyper sends by itself has.
 //!
 //! The phases are tracked by two thin wrappers, around the socket (the first byte while idle,
 //! stalled writes) and around the router (a request in progress), and enforced by one timer per
@@ -193,6 +194,9 @@ pub(crate) async fn serve(
         let io = TokioIo::new(Watched {
             io: stream,
             phase: Arc::clone(&phase),
+            max_header_bytes: limits.max_header_bytes,
+            replacement: Vec::new(),
+            replaced_sent: 0,
         });
         let service = Tracked {
             router: router.clone(),
@@ -232,13 +236,49 @@ async fn accept_failed(error: &io::Error) {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
-/// The socket, noting the first byte of a request that arrives while idle, and writes that stall.
+/// The socket, noting the first byte of a request that arrives while idle, and writes that stall;
+/// and giving hyper's own error answers their JSON body.
 struct Watched {
     io: TcpStream,
     phase: Arc<Phase>,
+    max_header_bytes: usize,
+    /// An answer written in place of hyper's own error answer, and how much of it is sent.
+    replacement: Vec<u8>,
+    replaced_sent: usize,
 }
 
 impl Watched {
+    /// Takes `head` in place of hyper's error answer if it is one: hyper is told it was
+    /// written, and the replacement goes out instead (here, or from the next write or flush).
+    fn replaces(&mut self, head: &[u8]) -> bool {
+        if self.phase.phase.load(Ordering::Relaxed) == BUSY || !self.replacement.is_empty() {
+            return false;
+        }
+        match crate::http_errors::replace(head, self.max_header_bytes) {
+            Some(answer) => {
+                self.replacement = answer;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Writes what is left of a replacement answer; ready when nothing is left.
+    fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.replaced_sent < self.replacement.len() {
+            let rest = &self.replacement[self.replaced_sent..];
+            let poll = Pin::new(&mut self.io).poll_write(cx, rest);
+            self.wrote(&poll);
+            match poll {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => self.replaced_sent += n,
+                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
     fn wrote<T>(&self, poll: &Poll<io::Result<T>>) {
         let stalled = &self.phase.stalled_since;
         match poll {
@@ -279,6 +319,15 @@ impl AsyncWrite for Watched {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if this.replaces(buf) {
+            // Taken: what could not be written yet goes out with the flush hyper does next.
+            if let Poll::Ready(Err(error)) = this.drain(cx) {
+                return Poll::Ready(Err(error));
+            }
+            return Poll::Ready(Ok(buf.len()));
+        }
+        // Nothing may overtake a replacement still being written.
+        std::task::ready!(this.drain(cx))?;
         let poll = Pin::new(&mut this.io).poll_write(cx, buf);
         this.wrote(&poll);
         poll
@@ -290,6 +339,14 @@ impl AsyncWrite for Watched {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        let first = bufs.iter().find(|buf| !buf.is_empty());
+        if first.is_some_and(|first| this.replaces(first)) {
+            if let Poll::Ready(Err(error)) = this.drain(cx) {
+                return Poll::Ready(Err(error));
+            }
+            return Poll::Ready(Ok(bufs.iter().map(|buf| buf.len()).sum()));
+        }
+        std::task::ready!(this.drain(cx))?;
         let poll = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
         this.wrote(&poll);
         poll
@@ -301,13 +358,16 @@ impl AsyncWrite for Watched {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        std::task::ready!(this.drain(cx))?;
         let poll = Pin::new(&mut this.io).poll_flush(cx);
         this.wrote(&poll);
         poll
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+        let this = self.get_mut();
+        std::task::ready!(this.drain(cx))?;
+        Pin::new(&mut this.io).poll_shutdown(cx)
     }
 }
 

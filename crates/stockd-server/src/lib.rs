@@ -17,6 +17,7 @@ mod dto;
 mod edge;
 mod error;
 mod exposition;
+mod http_errors;
 mod json;
 mod metrics;
 mod openapi;
