@@ -7,14 +7,19 @@
 //! rules are left to `Command::validate`; this module must never re-check them or decide
 //! anything about stock.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use stockd_core::limits::{HOLD_TTL_MS_DEFAULT, POOL_LIST_LIMIT_DEFAULT};
 use stockd_core::{
     Command, HoldId, HoldItemRequest, OwnerId, PoolId, PoolSpec, ReserveRequest, UserId,
 };
 use utoipa::{IntoParams, ToSchema};
 
-use crate::json::Wire;
+use crate::error::ApiError;
+use crate::json::{parse, Wire};
+use crate::wording::describe;
 
 /// `PUT /v1/pools/{pool}`. A rule left out (or null) is unset.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -237,9 +242,12 @@ pub(crate) struct BatchBody {
 
 impl Wire for BatchBody {}
 
-/// One op of a batch: `op` names it; the other fields are those of the single endpoint.
+/// One op of a batch, as the OpenAPI document shows it: `op` names it; the other fields are
+/// those of the single endpoint. Decoded by [`decode_op`], not by this type: the op's other
+/// fields go through the single endpoint's own body type.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+#[allow(dead_code)] // The document's picture of an op; `decode_op` does the decoding.
 pub(crate) enum BatchOp {
     /// Same fields as `POST /v1/holds`.
     Reserve(HoldBody),
@@ -262,16 +270,117 @@ pub(crate) enum BatchOp {
     },
 }
 
-impl Wire for BatchOp {}
+/// The fields of confirm, release and refund ops: the hold the single endpoint takes from its
+/// path.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HoldRefOp {
+    hold_id: HoldId,
+}
 
-impl BatchOp {
-    pub(crate) fn into_command(self) -> Command {
-        match self {
-            BatchOp::Reserve(body) => body.into_command(),
-            BatchOp::Confirm { hold_id } => Command::Confirm { hold_id },
-            BatchOp::Release { hold_id } => Command::Release { hold_id },
-            BatchOp::Refund { hold_id } => Command::Refund { hold_id },
-            BatchOp::Extend { hold_id, ttl_ms } => Command::Extend { hold_id, ttl_ms },
+impl Wire for HoldRefOp {}
+
+/// The fields of an extend op: the path's hold and the single endpoint's body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExtendOp {
+    hold_id: HoldId,
+    ttl_ms: u64,
+}
+
+impl Wire for ExtendOp {}
+
+/// The ops a batch takes, by their `op`.
+const OPS: [&str; 5] = ["reserve", "confirm", "release", "refund", "extend"];
+
+/// An op's fields in the order written, each value as its raw JSON text.
+struct Fields<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for Fields<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FieldsVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for FieldsVisitor {
+            type Value = Fields<'de>;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("a JSON object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Fields<'de>, A::Error> {
+                let mut fields = Vec::new();
+                while let Some(key) = map.next_key()? {
+                    fields.push((key, map.next_value()?));
+                }
+                Ok(Fields(fields))
+            }
         }
+
+        deserializer.deserialize_map(FieldsVisitor)
     }
+}
+
+/// Decodes one batch op as its single endpoint decodes its request: `op` is read (once, a
+/// string, a known op), and the other fields, in the order written, go through the endpoint's
+/// own body type and decoder ([`parse`]): the same bytes are refused the same way, with the
+/// same message, a repeated field included, wherever they arrive.
+pub(crate) fn decode_op(op: &RawValue) -> Result<Command, ApiError> {
+    let Fields(fields) = serde_json::from_str(op.get())
+        .map_err(|error| ApiError::invalid(describe("", "", &error.to_string())))?;
+    let mut name = None;
+    let mut rest = String::with_capacity(op.get().len());
+    rest.push('{');
+    for (key, value) in &fields {
+        if key == "op" {
+            if name.is_some() {
+                return Err(ApiError::invalid(
+                    "\"op\" appears more than once: a field may appear once",
+                ));
+            }
+            name = Some(value);
+            continue;
+        }
+        if rest.len() > 1 {
+            rest.push(',');
+        }
+        rest.push_str(&serde_json::Value::from(key.as_ref()).to_string());
+        rest.push(':');
+        rest.push_str(value.get());
+    }
+    rest.push('}');
+    let name = name
+        .ok_or_else(|| ApiError::invalid(format!("op is required: one of {}", OPS.join(", "))))?;
+    let name: String = serde_json::from_str(name.get()).map_err(|_| {
+        ApiError::invalid(format!(
+            "op: must be one of {}, got {}",
+            OPS.join(", "),
+            name.get()
+        ))
+    })?;
+    let bytes = rest.as_bytes();
+    Ok(match name.as_str() {
+        "reserve" => parse::<HoldBody>(bytes)?.into_command(),
+        "confirm" => Command::Confirm {
+            hold_id: parse::<HoldRefOp>(bytes)?.hold_id,
+        },
+        "release" => Command::Release {
+            hold_id: parse::<HoldRefOp>(bytes)?.hold_id,
+        },
+        "refund" => Command::Refund {
+            hold_id: parse::<HoldRefOp>(bytes)?.hold_id,
+        },
+        "extend" => {
+            let ExtendOp { hold_id, ttl_ms } = parse(bytes)?;
+            Command::Extend { hold_id, ttl_ms }
+        }
+        other => {
+            return Err(ApiError::invalid(format!(
+                "op: unknown op {other:?}: the ops are {}",
+                OPS.join(", ")
+            )))
+        }
+    })
 }

@@ -242,7 +242,7 @@ impl<S: Send + Sync, T: PathSegment> FromRequestParts<S> for PathId<T> {
         };
         T::parse_segment(text)
             .map(PathId)
-            .map_err(|why| ApiError::invalid(format!("{} {text:?}: {why}", T::WHAT)))
+            .map_err(|why| ApiError::invalid(format!("{}: {text:?}: {why}", T::WHAT)))
     }
 }
 

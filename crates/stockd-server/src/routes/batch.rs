@@ -14,9 +14,9 @@ use stockd_core::limits::BATCH_OPS_MAX;
 use stockd_core::{Outcome, Reply};
 
 use super::{paths, App};
-use crate::dto::{BatchBody, BatchOp};
+use crate::dto::{decode_op, BatchBody};
 use crate::error::ApiError;
-use crate::json::{self, JsonBody, NoQuery};
+use crate::json::{JsonBody, NoQuery};
 use crate::openapi::schemas::{BatchResponse, ErrorBody};
 use crate::reply::{self, ReplyBody};
 
@@ -64,11 +64,11 @@ async fn run(
     let mut parse_errors: Vec<Option<ApiError>> = Vec::with_capacity(ops.len());
     let mut commands = Vec::with_capacity(ops.len());
     for (index, op) in ops.into_iter().enumerate() {
-        // Parsed by the single endpoints' decoder: an op written as an array is refused, not
-        // read positionally, and a refusal is worded as the endpoint's is.
-        match json::parse::<BatchOp>(op.get().as_bytes()) {
-            Ok(op) => {
-                commands.push(op.into_command());
+        // Decoded as its single endpoint's request is: an op written as an array is refused,
+        // not read positionally, and a refusal is worded as the endpoint's is.
+        match decode_op(&op) {
+            Ok(command) => {
+                commands.push(command);
                 parse_errors.push(None);
             }
             Err(error) => parse_errors.push(Some(in_op(index, error))),
