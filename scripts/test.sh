@@ -5,7 +5,8 @@
 # Cluster, plus the Redis fleet, fault and cluster tests, the history checks (one bounded
 # history each on the embedded engine, a Redis, a Redis killed under load and a Redis Cluster,
 # with kills; docs/testing.md), the oversell lab (`stockd bench lab`, briefly, on a real Redis
-# and PostgreSQL), /metrics read by Prometheus's Python parsers, the TLS proxy example, a bounded run of every fuzz target
+# and PostgreSQL), /metrics read by Prometheus's Python parsers, the alerting example checked by
+# promtool (Debian's prometheus package, installed when missing), the TLS proxy example, a bounded run of every fuzz target
 # (STOCKD_FUZZ_SECONDS per target, 20 by default), and schemathesis against a live server (its OpenAPI
 # document must match every answer; it needs python3 with venv and PyPI access).
 # Tests start their own stockd, redis-server and postgres processes on free loopback ports; this
@@ -63,6 +64,8 @@ STOCKD_TEST_BACKEND=redis-cluster cargo test -p stockd --locked \
     --test conformance --test concurrency --test garbage --test fleet "$@"
 echo "== /metrics in both formats, read by the official Python client's parsers"
 scripts/metrics-formats.sh
+echo "== the Prometheus alerting example: promtool check and unit tests, metrics that exist"
+scripts/prometheus-rules.sh
 echo "== TLS in front of stockd: the nginx example of docs/security.md, over HTTPS"
 scripts/tls-proxy.sh
 echo "== cargo test (a server killed at each step of a cross-partition hold; test build only)"

@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use tower::{Layer, Service};
 
 use crate::auth::{Auth, Target};
-use crate::metrics::{method_slot, Metrics};
+use crate::metrics::{method_slot, ErrorCode, Metrics};
 use crate::routes::RouteId;
 
 #[derive(Clone)]
@@ -119,6 +119,7 @@ where
             this.route,
             this.method,
             response.status(),
+            response.extensions().get::<ErrorCode>().copied(),
             this.started.elapsed(),
         );
         Poll::Ready(Ok(response))

@@ -214,6 +214,9 @@ impl Serialize for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = reply::json(self.status(), &self);
+        response
+            .extensions_mut()
+            .insert(crate::metrics::ErrorCode(self.code()));
         if matches!(self, ApiError::Unauthorized) {
             response
                 .headers_mut()

@@ -100,6 +100,25 @@ impl EncodeLabelSet for RouteLabels {
     }
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct ErrorLabels {
+    route: &'static str,
+    code: &'static str,
+}
+
+impl EncodeLabelSet for ErrorLabels {
+    fn encode(&self, mut encoder: LabelSetEncoder) -> Result<(), fmt::Error> {
+        ("route", self.route).encode(encoder.encode_label())?;
+        ("code", self.code).encode(encoder.encode_label())
+    }
+}
+
+/// The error code of an answer, put in its extensions by the error's `into_response`, so that
+/// the metrics can count refusals by what they were (`insufficient_stock`, ...), not only by
+/// status.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ErrorCode(pub(crate) &'static str);
+
 type HistogramFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
 
 fn duration_histogram() -> Histogram {
@@ -183,6 +202,10 @@ pub(crate) struct Metrics {
     request_cells: Box<[OnceLock<Counter>]>,
     /// One per route slot, created up front so every route shows in the first scrape.
     durations: Box<[Histogram]>,
+    /// Error answers by route and code (a bounded set: the contract's codes).
+    errors: Family<ErrorLabels, Counter>,
+    /// 1 when the backend answered the last scrape's readiness check, 0 when not.
+    ready: Gauge,
     connections: ConnectionMetrics,
 }
 
@@ -212,9 +235,25 @@ impl Metrics {
                     .clone()
             })
             .collect();
+        let errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "stockd_http_errors",
+            "HTTP error answers by route pattern and error code (insufficient_stock, \
+             backend_unavailable, ...)",
+            errors.clone(),
+        );
+        let ready = Gauge::default();
+        registry.register(
+            "stockd_ready",
+            "1 when the backend can take writes (what /readyz answers), checked at each scrape; \
+             0 when not",
+            ready.clone(),
+        );
         let connections = ConnectionMetrics::register(&mut registry);
         registry.register_collector(Box::new(BackendCollector { backend }));
         Metrics {
+            errors,
+            ready,
             connections,
             registry,
             requests,
@@ -229,15 +268,24 @@ impl Metrics {
         self.connections.clone()
     }
 
-    /// Counts one finished request.
+    /// Counts one finished request, and its error code when it has one.
     pub(crate) fn record(
         &self,
         route: Option<RouteId>,
         method: usize,
         status: StatusCode,
+        error: Option<ErrorCode>,
         elapsed: Duration,
     ) {
         let route = route_slot(route);
+        if let Some(ErrorCode(code)) = error {
+            self.errors
+                .get_or_create(&ErrorLabels {
+                    route: route_label(route),
+                    code,
+                })
+                .inc();
+        }
         self.durations[route].observe(elapsed.as_secs_f64());
         let status = status.as_u16();
         let labels = || RequestLabels {
@@ -256,6 +304,11 @@ impl Metrics {
                 self.requests.get_or_create(&labels()).inc();
             }
         }
+    }
+
+    /// Records what the readiness check of this scrape found.
+    pub(crate) fn set_ready(&self, ready: bool) {
+        self.ready.set(i64::from(ready));
     }
 
     /// The text exposition of every metric, backend stats included, in `format`.

@@ -1335,6 +1335,8 @@ async fn metrics_count_requests_and_render_backend_stats() {
     get(&router, "/v1/pools/p").await;
     get(&router, "/v1/pools/p").await;
     get(&router, "/nowhere").await;
+    let refused = reserve(&router, hold("h-big", "p", 2)).await;
+    assert_eq!(refused.code(), "insufficient_stock");
     let scrape = get(&router, "/metrics").await;
     assert_eq!(scrape.status, StatusCode::OK);
     assert!(
@@ -1354,6 +1356,9 @@ async fn metrics_count_requests_and_render_backend_stats() {
         "stockd_expiry_lag_ms_count 1",
         "stockd_pools 2.0",
         "stockd_wal_syncs_total 7",
+        r#"stockd_http_errors_total{route="/v1/holds",code="insufficient_stock"} 1"#,
+        r#"stockd_http_errors_total{route="unmatched",code="not_found"} 1"#,
+        "stockd_ready 1",
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }

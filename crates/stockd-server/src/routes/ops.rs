@@ -51,6 +51,9 @@ pub(crate) async fn readyz(State(app): State<App>, _: NoQuery) -> Response {
     }
 }
 
+/// How long a scrape waits for the backend's readiness check before it says not ready.
+const READY_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 #[utoipa::path(
     get,
     path = paths::METRICS,
@@ -71,6 +74,9 @@ pub(crate) async fn metrics(
         .get(header::ACCEPT)
         .and_then(|value| value.to_str().ok());
     let format = negotiate(accept);
+    // What /readyz would answer now, bounded so that a stuck backend cannot stall the scrape.
+    let ready = tokio::time::timeout(READY_CHECK_TIMEOUT, app.backend.ready()).await;
+    app.metrics.set_ready(matches!(ready, Ok(Ok(()))));
     let mut response = Response::new(Body::from(app.metrics.render(format)));
     let headers = response.headers_mut();
     headers.insert(
