@@ -10,8 +10,7 @@
 //! but these files, and never read the backend.
 
 use axum::body::Body;
-use axum::extract::Path;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
@@ -101,8 +100,11 @@ pub(crate) async fn index(headers: HeaderMap, _: NoQuery) -> Response {
     serve(&INDEX, &headers)
 }
 
-/// `GET /ui/assets/{file}`: one of the page's files; any other name is 404 `not_found`.
-pub(crate) async fn asset(Path(name): Path<String>, headers: HeaderMap, _: NoQuery) -> Response {
+/// `GET /ui/assets/{file}`: one of the page's files; any other name is 404 `not_found`. The
+/// name is compared as it came, undecoded (no file name needs percent-encoding), so that no
+/// decoding can fail with anything but this 404.
+pub(crate) async fn asset(uri: Uri, headers: HeaderMap, _: NoQuery) -> Response {
+    let name = uri.path().rsplit('/').next().unwrap_or_default();
     match ASSETS.iter().find(|asset| asset.name == name) {
         Some(asset) => serve(asset, &headers),
         None => ApiError::NotFound.into_response(),
