@@ -30,11 +30,20 @@ function route() {
     location.replace("#/");
     return;
   }
-  const parameter = match.found[1] === undefined ? undefined : decodeURIComponent(match.found[1]);
+  const parameter = match.found[1] === undefined ? undefined : decoded(match.found[1]);
   for (const link of document.querySelectorAll("[data-nav]")) {
     link.classList.toggle("current", link.dataset.nav === match.candidate.nav);
   }
   unmount = match.candidate.view.mount(root, parameter);
+}
+
+/** A fragment's parameter as typed: ids need no encoding, but links encode them anyway. */
+function decoded(text) {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return text;
+  }
 }
 
 function renderSession() {

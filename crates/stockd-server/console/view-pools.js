@@ -79,7 +79,9 @@ export function mount(root) {
     if (order.length !== list.children.length || order.some((row, index) => list.children[index] !== row)) {
       list.replaceChildren(...order);
     }
-    for (const name of rows.keys()) if (!pools.some((pool) => pool.pool === name)) rows.delete(name);
+    const present = new Set(pools.map((pool) => pool.pool));
+    for (const name of rows.keys()) if (!present.has(name)) rows.delete(name);
+    summary.classList.remove("error");
     summary.textContent =
       `${number(pools.length)}${more ? "+" : ""} pool${pools.length === 1 ? "" : "s"}` +
       (choices.prefix ? ` starting with “${choices.prefix}”` : "") +
@@ -87,7 +89,8 @@ export function mount(root) {
       (more ? `: showing the first ${number(LIST_LIMIT)} by name, narrow the prefix to see the others` : "") +
       ` · updated ${time(Date.now(), { millis: false })}`;
     if (shown.length === 0) {
-      list.append(h("li", { class: "empty", text: pools.length === 0 ? "No pools yet." : "No pool is low on stock." }));
+      const why = pools.length > 0 ? "No pool is low on stock." : choices.prefix ? `No pool starts with “${choices.prefix}”.` : "No pools yet.";
+      list.append(h("li", { class: "empty", text: why }));
     }
   }
 
@@ -100,10 +103,14 @@ export function mount(root) {
     render();
   }
 
-  let stopPolling = every(POLL_MS, poll);
+  const failed = (error) => {
+    summary.textContent = `Cannot list the pools: ${error.message}`;
+    summary.classList.add("error");
+  };
+  let stopPolling = every(POLL_MS, poll, failed);
   const restart = () => {
     stopPolling();
-    stopPolling = every(POLL_MS, poll);
+    stopPolling = every(POLL_MS, poll, failed);
   };
   const prefixChanged = () => {
     if (choices.prefix === prefix.value.trim()) return;
