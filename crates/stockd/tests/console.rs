@@ -81,7 +81,11 @@ async fn the_console_in_a_real_browser() {
 
 /// A server without tokens: everything an operator does on sale day.
 async fn without_tokens(browser: &Browser) {
-    let server = Server::start().await;
+    // A small feed window, so that a burst can outrun the console (at the end).
+    let config = ServerConfig::default()
+        .arg("--event-retention-max")
+        .arg("50");
+    let server = Server::start_with(config).await;
     let api = server.api();
     // Some context for the bars (and the screenshots).
     seed(
@@ -221,6 +225,11 @@ async fn without_tokens(browser: &Browser) {
         .wait_present("#hold-events tr[data-type='refunded']")
         .await;
     browser.screenshot("console-hold.png").await;
+    browser.fill("#hold-lookup-id", "no-such-order").await;
+    browser.click("#hold-lookup button[type=submit]").await;
+    browser
+        .wait_text("#hold-state", "There is no hold no-such-order")
+        .await;
 
     // The live feed, paused and resumed.
     browser.click("nav a[data-nav='events']").await;
@@ -264,6 +273,25 @@ async fn without_tokens(browser: &Browser) {
     let (status, _) = api.call("GET", "/v1/pools/sku-red-shoe", None).await;
     assert_eq!(status, 404, "the console deleted the pool");
     browser.wait_text("#pool-state", "There is no pool").await;
+
+    // A burst of 400 events, past the feed's window of 50 before the console can read them: it
+    // shows a gap where they were, never a silent one, and goes on from the oldest kept.
+    seed(&api, "flash-sale", json!({"total": 1000}), &[]).await;
+    let ops: Vec<Value> = (0..400)
+        .map(|index| {
+            json!({"op": "reserve", "hold_id": format!("flash-{index}"),
+                   "items": [{"pool": "flash-sale", "qty": 1}]})
+        })
+        .collect();
+    let (status, body) = api
+        .call("POST", "/v1/batch", Some(json!({ "ops": ops })))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    browser.click("nav a[data-nav='events']").await;
+    browser.wait_present("#feed-events tr.gap").await;
+    browser
+        .wait_text("#feed-events tr:first-child", "flash-399")
+        .await;
     browser.assert_no_problems().await;
 }
 
