@@ -9,8 +9,9 @@
 # promtool (Debian's prometheus package, installed when missing), the TLS proxy example, a bounded run of every fuzz target
 # (STOCKD_FUZZ_SECONDS per target, 20 by default), and schemathesis against a live server (its OpenAPI
 # document must match every answer; it needs python3 with venv and PyPI access).
-# Tests start their own stockd, redis-server and postgres processes on free loopback ports; this
-# script installs what they need (redis-server and postgresql from Debian's packages) when it is
+# Tests start their own stockd, redis-server and postgres processes on free loopback ports, and
+# drive the web console in a headless Chromium; this script installs what they need
+# (redis-server, postgresql, chromium and chromium-driver from Debian's packages) when it is
 # missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +47,16 @@ if [ -z "$(pg_initdb)" ]; then
     install_without_services postgresql
 fi
 "$(pg_initdb)" --version
+
+# Chromium and ChromeDriver (Debian's chromium and chromium-driver), for the web console's
+# browser test (crates/stockd/tests/console.rs), which runs them headless on loopback. Here the
+# test must not skip for want of them.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    echo "== installing chromium and chromium-driver"
+    install_without_services chromium chromium-driver
+fi
+chromedriver --version
+export STOCKD_REQUIRE_BROWSER=1
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

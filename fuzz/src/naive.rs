@@ -35,6 +35,9 @@ pub enum Expect {
     Refused(u16),
     /// Answered without a backend command (probes, metrics, the OpenAPI document): this status.
     Served(u16),
+    /// A web console file by name: 200 when it is one of the console's files, else 404
+    /// `not_found` (which names exist is the server's business); the backend is not called.
+    File,
     /// Exactly one backend `execute` with these commands (one for a single route, the ops that
     /// parse for a batch; a batch whose every op is refused makes no call, and answers 200).
     Execute { commands: Vec<Command>, batch: bool },
@@ -63,6 +66,10 @@ enum Route {
     Events,
     EventPartitions,
     Lock(LockAction),
+    /// The web console (not API): `/ui` (a redirect), `/ui/`, `/ui/assets/{file}`.
+    Console,
+    ConsolePage,
+    ConsoleAsset,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +89,9 @@ enum LockAction {
 
 /// A path matched against the route table: the route and its raw (still percent-encoded) id.
 fn route(path: &str) -> Result<Option<(Route, Option<&str>)>, ()> {
+    if path == "/ui/" {
+        return Ok(Some((Route::ConsolePage, None)));
+    }
     let Some(rest) = path.strip_prefix('/') else {
         return Err(());
     };
@@ -95,6 +105,9 @@ fn route(path: &str) -> Result<Option<(Route, Option<&str>)>, ()> {
         ["readyz"] => Some((Route::Readyz, None)),
         ["metrics"] => Some((Route::Metrics, None)),
         ["openapi.json"] => Some((Route::OpenApi, None)),
+        ["ui"] => Some((Route::Console, None)),
+        // The file name is the server's to judge (undecoded): no id to decode here.
+        ["ui", "assets", _] => Some((Route::ConsoleAsset, None)),
         ["v1", "pools"] => Some((Route::Pools, None)),
         ["v1", "pools", id] => Some((Route::Pool, Some(*id))),
         ["v1", "pools", id, "restock"] => Some((Route::PoolRestock, Some(*id))),
@@ -137,7 +150,10 @@ fn method_of(route: Route, method: &str) -> bool {
         | Route::Pools
         | Route::Hold
         | Route::Events
-        | Route::EventPartitions => method == "GET",
+        | Route::EventPartitions
+        | Route::Console
+        | Route::ConsolePage
+        | Route::ConsoleAsset => method == "GET",
         Route::Pool => matches!(method, "GET" | "PUT" | "DELETE"),
         Route::PoolRestock
         | Route::Holds
@@ -150,7 +166,13 @@ fn method_of(route: Route, method: &str) -> bool {
 fn is_open(route: Route) -> bool {
     matches!(
         route,
-        Route::Healthz | Route::Readyz | Route::Metrics | Route::OpenApi
+        Route::Healthz
+            | Route::Readyz
+            | Route::Metrics
+            | Route::OpenApi
+            | Route::Console
+            | Route::ConsolePage
+            | Route::ConsoleAsset
     )
 }
 
@@ -206,6 +228,8 @@ pub struct Request<'a> {
     pub query: Option<&'a str>,
     /// Values of every `Authorization` header, in order.
     pub authorization: Vec<&'a [u8]>,
+    /// Whether it carries `If-None-Match` (a console file may then answer 304).
+    pub if_none_match: bool,
     pub body: &'a [u8],
 }
 
@@ -234,6 +258,13 @@ pub fn expect(request: &Request) -> Expect {
         return Expect::Refused(405);
     }
     match decode(route, request.method, raw_id, request.query, request.body) {
+        // 304 when the tag is the file's: which tag that is is the server's business.
+        Ok(_)
+            if request.if_none_match
+                && matches!(route, Route::ConsolePage | Route::ConsoleAsset) =>
+        {
+            Expect::Unsure
+        }
         Ok(expect) => expect,
         Err(Refusal(status)) => Expect::Refused(status),
     }
@@ -260,9 +291,17 @@ fn decode(
             no_query(query)?;
             return Ok(Expect::Served(200));
         }
-        Route::EventPartitions => {
+        Route::EventPartitions | Route::ConsolePage => {
             no_query(query)?;
             return Ok(Expect::Served(200));
+        }
+        Route::Console => {
+            no_query(query)?;
+            return Ok(Expect::Served(308));
+        }
+        Route::ConsoleAsset => {
+            no_query(query)?;
+            return Ok(Expect::File);
         }
         Route::Events => return events(query),
         Route::Pools => list_pools(query)?,

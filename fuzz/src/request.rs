@@ -171,6 +171,10 @@ fn serve(harness: &Harness, parsed: &Parsed) {
             .filter(|(name, _)| name == header::AUTHORIZATION)
             .map(|(_, value)| value.as_bytes())
             .collect(),
+        if_none_match: parsed
+            .headers
+            .iter()
+            .any(|(name, _)| name == header::IF_NONE_MATCH),
         body: parsed.body,
     };
     let expected = naive::expect(&naive_request);
@@ -311,6 +315,18 @@ fn check_expectation(
                 status,
                 *want,
                 "status differs from the naive decoder's: {}",
+                what()
+            );
+            assert!(
+                calls.is_empty(),
+                "expected no backend call, got {calls:?}: {}",
+                what()
+            );
+        }
+        Expect::File => {
+            assert!(
+                matches!(status, 200 | 404),
+                "a console file answered {status}: {}",
                 what()
             );
             assert!(

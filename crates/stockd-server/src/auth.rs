@@ -1,11 +1,11 @@
 //! Bearer-token authentication and the role check.
 //!
 //! Owns who may call what: with no tokens configured everything is open; otherwise every route
-//! except the operational ones (`/healthz`, `/readyz`, `/metrics`, `/openapi.json`) needs
-//! `Authorization: Bearer <secret>`, and only an admin token may write or delete pools. Unknown
-//! paths are not checked, so they answer 404 with or without a token. This module must never log
-//! or echo a secret, and compares secrets in constant time so response timing does not reveal
-//! how much of a guess was right.
+//! except the operational ones (`/healthz`, `/readyz`, `/metrics`, `/openapi.json`) and the web
+//! console's files (`/ui`, which hold no data) needs `Authorization: Bearer <secret>`, and only
+//! an admin token may write or delete pools. Unknown paths are not checked, so they answer 404
+//! with or without a token. This module must never log or echo a secret, and compares secrets
+//! in constant time so response timing does not reveal how much of a guess was right.
 
 use std::fmt;
 use std::str::FromStr;

@@ -29,9 +29,9 @@ pub enum ApiError {
     /// The body did not arrive in full within the body timeout; 408, and the connection is
     /// closed (what is left of the body would otherwise be read as the next request).
     RequestTimeout { timeout_ms: u64 },
-    /// No route has this path; 404. `tried` is the method and path (shortened), `hint` the
-    /// route it probably meant (a trailing slash, a singular, a missing `/v1`).
-    NotFound { tried: String, hint: Option<String> },
+    /// No route has this path; 404. `tried` is the method and path (shortened), `advice` what to
+    /// do instead (the route it probably meant, where the routes are listed).
+    NotFound { tried: String, advice: String },
     /// The path exists but not with this method; 405.
     MethodNotAllowed,
     /// No token, or a token that is not configured; 401.
@@ -124,13 +124,7 @@ impl fmt::Display for ApiError {
                 f,
                 "the request body did not arrive in full within {timeout_ms} ms (body_timeout_ms)"
             ),
-            ApiError::NotFound { tried, hint } => {
-                write!(f, "no route {tried}")?;
-                match hint {
-                    Some(hint) => write!(f, "; did you mean {hint}?"),
-                    None => f.write_str("; the routes are listed at /openapi.json"),
-                }
-            }
+            ApiError::NotFound { tried, advice } => write!(f, "no route {tried}; {advice}"),
             ApiError::MethodNotAllowed => f.write_str("this route does not allow this method"),
             ApiError::Unauthorized => f.write_str(
                 "missing or unknown bearer token: send the header Authorization: Bearer TOKEN \
@@ -345,7 +339,7 @@ mod tests {
             (
                 ApiError::NotFound {
                     tried: "GET /x".into(),
-                    hint: None,
+                    advice: "x".into(),
                 },
                 404,
                 "not_found",

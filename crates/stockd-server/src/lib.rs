@@ -106,7 +106,8 @@ pub async fn serve(
 pub struct RouteAccess {
     /// The path template, as routed (`/v1/pools/{pool}`).
     pub path: &'static str,
-    /// Needs no token (`/healthz`, `/readyz`, `/metrics`, `/openapi.json`).
+    /// Needs no token (`/healthz`, `/readyz`, `/metrics`, `/openapi.json`, and the web
+    /// console's files under `/ui`).
     pub open: bool,
     /// Methods only an admin token may call on it.
     pub admin_only: Vec<axum::http::Method>,

@@ -764,6 +764,16 @@ fn every_operation() -> Vec<(Method, &'static str, &'static str)> {
     ]
 }
 
+/// Every (method, path) of the web console (not API: not in the contract, nor in the OpenAPI
+/// document), with the answer it gets without a token, tokens or not.
+fn console_operations() -> Vec<(Method, &'static str, StatusCode)> {
+    vec![
+        (Method::GET, "/ui", StatusCode::PERMANENT_REDIRECT),
+        (Method::GET, "/ui/", StatusCode::OK),
+        (Method::GET, "/ui/assets/main.js", StatusCode::OK),
+    ]
+}
+
 fn is_open(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/metrics" | "/openapi.json")
 }
@@ -1469,6 +1479,16 @@ async fn every_route_refuses_unknown_query_parameters_and_changes_nothing() {
             assert_eq!(answer.code(), "invalid_request", "{method} {uri}");
         }
     }
+    for (method, path, _) in console_operations() {
+        let uri = format!("{path}?v=2");
+        let answer = send(&router, method.clone(), &uri, None, "").await;
+        assert_eq!(
+            answer.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{method} {uri}: {}",
+            answer.text()
+        );
+    }
     let pool = get(&router, "/v1/pools/p").await.json();
     assert_eq!(
         (&pool["total"], &pool["available"]),
@@ -1516,7 +1536,8 @@ async fn every_route_of_the_table_checks_its_token() {
             .path
             .replace("{pool}", "p")
             .replace("{hold_id}", "h")
-            .replace("{name}", "l");
+            .replace("{name}", "l")
+            .replace("{file}", "main.js");
         for method in [
             Method::GET,
             Method::POST,
@@ -1562,6 +1583,11 @@ async fn every_route_of_the_table_checks_its_token() {
     let mut listed: Vec<(Method, String)> = every_operation()
         .into_iter()
         .map(|(method, path, _)| (method, path.to_string()))
+        .chain(
+            console_operations()
+                .into_iter()
+                .map(|(method, path, _)| (method, path.to_string())),
+        )
         .collect();
     let key = |(method, path): &(Method, String)| format!("{method} {path}");
     served.sort_by_key(key);
@@ -1697,4 +1723,97 @@ async fn a_batch_op_is_answered_as_its_single_endpoint() {
         }
         assert_eq!(result["body"], expected, "{op} {fields}");
     }
+}
+
+/// The web console's files are served to anyone, tokens or not (they hold no data; the console
+/// asks for a token to call the API), with their content type, a Content-Security-Policy that
+/// allows only the page's own origin and no inline script, and revalidation by ETag.
+#[tokio::test]
+async fn the_console_is_served_without_a_token_with_its_security_headers() {
+    let (_, router) = secured_server();
+    for (method, path, status) in console_operations() {
+        let answer = send(&router, method.clone(), path, None, "").await;
+        assert_eq!(answer.status, status, "{method} {path}: {}", answer.text());
+    }
+    let redirect = get(&router, "/ui").await;
+    assert_eq!(redirect.headers.get(header::LOCATION).unwrap(), "ui/");
+
+    let page = get(&router, "/ui/").await;
+    assert_eq!(page.content_type(), "text/html; charset=utf-8");
+    let header_of = |answer: &Answer, name: &str| {
+        answer
+            .headers
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name}"))
+            .to_str()
+            .unwrap()
+            .to_string()
+    };
+    let policy = header_of(&page, "content-security-policy");
+    for directive in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "connect-src 'self'",
+        "frame-ancestors 'none'",
+    ] {
+        assert!(policy.contains(directive), "{directive} missing: {policy}");
+    }
+    assert!(!policy.contains("unsafe"), "{policy}");
+    assert_eq!(header_of(&page, "x-content-type-options"), "nosniff");
+    assert_eq!(header_of(&page, "cache-control"), "no-cache");
+    assert!(page.text().contains("assets/main.js"));
+
+    for (asset, content_type) in [
+        ("main.js", "text/javascript; charset=utf-8"),
+        ("feed.js", "text/javascript; charset=utf-8"),
+        ("style.css", "text/css; charset=utf-8"),
+        ("icon.svg", "image/svg+xml"),
+    ] {
+        let answer = get(&router, &format!("/ui/assets/{asset}")).await;
+        assert_eq!(answer.status, StatusCode::OK, "{asset}");
+        assert_eq!(answer.content_type(), content_type, "{asset}");
+        assert!(!answer.bytes.is_empty(), "{asset}");
+        assert!(answer.headers.contains_key("content-security-policy"));
+    }
+    let missing = get(&router, "/ui/assets/nothing.js").await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert_eq!(missing.code(), "not_found");
+    for name in ["..%2Fmain.js", "ma%69n.js", "%ff", "main.js%00"] {
+        let odd = get(&router, &format!("/ui/assets/{name}")).await;
+        assert_eq!(odd.status, StatusCode::NOT_FOUND, "{name}");
+        assert_eq!(odd.code(), "not_found", "{name}");
+    }
+    let written = send(&router, Method::POST, "/ui/", Some(ADMIN_TOKEN), "{}").await;
+    assert_eq!(written.status, StatusCode::METHOD_NOT_ALLOWED);
+
+    // A browser that has the file revalidates it for a 304 and no body; a changed file (another
+    // ETag) is sent again.
+    let etag = header_of(&page, "etag");
+    let revalidate = |tag: String| {
+        let request = axum::http::Request::builder()
+            .uri("/ui/")
+            .header(header::IF_NONE_MATCH, tag)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        tower::ServiceExt::oneshot(router.clone(), request)
+    };
+    let unchanged = revalidate(etag.clone()).await.unwrap();
+    assert_eq!(unchanged.status(), StatusCode::NOT_MODIFIED);
+    assert_eq!(
+        unchanged.headers().get(header::ETAG).unwrap(),
+        etag.as_str()
+    );
+    let body = axum::body::to_bytes(unchanged.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    assert!(body.is_empty());
+    let changed = revalidate("\"0000000000000000\"".into()).await.unwrap();
+    assert_eq!(changed.status(), StatusCode::OK);
+
+    // The API behind it still asks for a token.
+    assert_eq!(
+        get(&router, "/v1/pools").await.status,
+        StatusCode::UNAUTHORIZED
+    );
 }

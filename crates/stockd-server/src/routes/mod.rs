@@ -7,6 +7,7 @@
 //! anything about stock; that answer comes from the backend.
 
 pub(crate) mod batch;
+pub(crate) mod console;
 pub(crate) mod events;
 pub(crate) mod holds;
 pub(crate) mod locks;
@@ -51,6 +52,9 @@ pub(crate) mod paths {
     pub const LOCK_ACQUIRE: &str = "/v1/locks/{name}/acquire";
     pub const LOCK_RENEW: &str = "/v1/locks/{name}/renew";
     pub const LOCK_RELEASE: &str = "/v1/locks/{name}/release";
+    pub const CONSOLE: &str = "/ui";
+    pub const CONSOLE_PAGE: &str = "/ui/";
+    pub const CONSOLE_ASSET: &str = "/ui/assets/{file}";
 }
 
 /// A route of the API. The discriminant is the index into [`RouteId::ALL`] (metrics slots).
@@ -75,10 +79,13 @@ pub(crate) enum RouteId {
     LockAcquire,
     LockRenew,
     LockRelease,
+    Console,
+    ConsolePage,
+    ConsoleAsset,
 }
 
 impl RouteId {
-    pub(crate) const ALL: [RouteId; 19] = [
+    pub(crate) const ALL: [RouteId; 22] = [
         RouteId::Healthz,
         RouteId::Readyz,
         RouteId::Metrics,
@@ -98,6 +105,9 @@ impl RouteId {
         RouteId::LockAcquire,
         RouteId::LockRenew,
         RouteId::LockRelease,
+        RouteId::Console,
+        RouteId::ConsolePage,
+        RouteId::ConsoleAsset,
     ];
 
     pub(crate) fn path(self) -> &'static str {
@@ -121,6 +131,9 @@ impl RouteId {
             RouteId::LockAcquire => paths::LOCK_ACQUIRE,
             RouteId::LockRenew => paths::LOCK_RENEW,
             RouteId::LockRelease => paths::LOCK_RELEASE,
+            RouteId::Console => paths::CONSOLE,
+            RouteId::ConsolePage => paths::CONSOLE_PAGE,
+            RouteId::ConsoleAsset => paths::CONSOLE_ASSET,
         }
     }
 
@@ -146,15 +159,28 @@ impl RouteId {
             paths::LOCK_ACQUIRE => RouteId::LockAcquire,
             paths::LOCK_RENEW => RouteId::LockRenew,
             paths::LOCK_RELEASE => RouteId::LockRelease,
+            paths::CONSOLE => RouteId::Console,
+            paths::CONSOLE_PAGE => RouteId::ConsolePage,
+            paths::CONSOLE_ASSET => RouteId::ConsoleAsset,
             _ => return None,
         })
     }
 
-    /// Operational routes that need no token (probes and scrapers carry none).
+    /// Routes that need no token: operational ones (probes and scrapers carry none) and the
+    /// console's files, which hold no data (the console asks for a token to call the API).
     pub(crate) fn is_open(self) -> bool {
         matches!(
             self,
             RouteId::Healthz | RouteId::Readyz | RouteId::Metrics | RouteId::OpenApi
+        ) || self.is_console()
+    }
+
+    /// The web console's page and files: served by stockd, but not part of the API (not in
+    /// the OpenAPI document).
+    pub(crate) fn is_console(self) -> bool {
+        matches!(
+            self,
+            RouteId::Console | RouteId::ConsolePage | RouteId::ConsoleAsset
         )
     }
 
@@ -247,6 +273,9 @@ pub(crate) fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> (Router
         .route(paths::LOCK_ACQUIRE, post(locks::acquire_lock))
         .route(paths::LOCK_RENEW, post(locks::renew_lock))
         .route(paths::LOCK_RELEASE, post(locks::release_lock))
+        .route(paths::CONSOLE, get(console::redirect))
+        .route(paths::CONSOLE_PAGE, get(console::index))
+        .route(paths::CONSOLE_ASSET, get(console::asset))
         .fallback(not_found)
         // Must come after every route: it replaces the default fallback of the routes present.
         .method_not_allowed_fallback(method_not_allowed)
@@ -270,7 +299,10 @@ async fn not_found(method: axum::http::Method, uri: axum::http::Uri) -> ApiError
     let ellipsis = if shown.len() < path.len() { "..." } else { "" };
     ApiError::NotFound {
         tried: format!("{method} {shown}{ellipsis}"),
-        hint: suggest(path),
+        advice: match suggest(path) {
+            Some(route) => format!("did you mean {route}?"),
+            None => "the routes are listed at /openapi.json".to_string(),
+        },
     }
 }
 

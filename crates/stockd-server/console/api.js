@@ -1,0 +1,125 @@
+// The console's only way to stockd: the public HTTP API (the same one any client uses), with
+// the operator's token. Every answer that is not a success becomes an ApiError carrying the
+// contract's error code; a 401 asks the operator for a token and retries once one is given.
+
+import { session } from "./session.js";
+
+// The page is served at <base>/ui/, so the API is at <base>/v1/... (also behind a proxy that
+// mounts stockd under a prefix).
+const API_ROOT = new URL("../", document.baseURI);
+
+export class ApiError extends Error {
+  constructor(status, body) {
+    super(body?.message || `HTTP ${status}`);
+    this.status = status;
+    this.code = body?.error || `http_${status}`;
+    this.body = body || {};
+  }
+}
+
+const listeners = new Set();
+
+/** Called with (ok, error) after every answer or failure to reach stockd. */
+export function onHealth(listener) {
+  listeners.add(listener);
+}
+
+function health(ok, error) {
+  for (const listener of listeners) listener(ok, error);
+}
+
+export function url(path, query) {
+  const target = new URL(path, API_ROOT);
+  for (const [name, value] of Object.entries(query || {})) {
+    if (value !== undefined && value !== null && value !== "") {
+      target.searchParams.set(name, String(value));
+    }
+  }
+  return target;
+}
+
+/** One request as the given token would send it; resolves to the raw Response. */
+export function send(method, path, { query, body, signal, token } = {}) {
+  const headers = { Accept: "application/json" };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  return fetch(url(path, query), {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    signal,
+    cache: "no-store",
+    credentials: "omit",
+  });
+}
+
+async function decode(response) {
+  const text = await response.text();
+  if (!text) return null;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return { error: `http_${response.status}`, message: text.slice(0, 200) };
+  }
+}
+
+/**
+ * Calls the API: resolves to the decoded body of a 2xx (`{status, body}` with the option
+ * `status: true`), rejects with an ApiError otherwise. A 401 waits for the operator to give a
+ * token, then sends the request again.
+ */
+export async function call(method, path, options = {}) {
+  for (;;) {
+    const token = session.token();
+    let response;
+    try {
+      response = await send(method, path, { ...options, token });
+    } catch (error) {
+      if (error.name === "AbortError") throw error;
+      health(false, "stockd is unreachable");
+      throw new ApiError(0, { error: "unreachable", message: "stockd is unreachable" });
+    }
+    const body = await decode(response);
+    if (response.status === 401) {
+      await session.tokenRefused(token, options.signal);
+      continue;
+    }
+    health(response.status !== 503, body?.message);
+    if (!response.ok) throw new ApiError(response.status, body);
+    if (!token && session.role() !== "open") session.learnRole("open");
+    return options.status ? { status: response.status, body } : body;
+  }
+}
+
+/**
+ * A pool write (create, restock, delete): only admin tokens may. A 403 teaches the console that
+ * its token is a client token (the admin actions are then hidden) and is explained.
+ */
+export async function adminCall(method, path, options = {}) {
+  try {
+    const body = await call(method, path, options);
+    if (session.token()) session.learnRole("admin");
+    return body;
+  } catch (error) {
+    if (error.code === "forbidden") {
+      session.learnRole("client");
+      throw new ApiError(403, {
+        error: "forbidden",
+        message:
+          "This is a client token: creating, restocking and deleting pools needs an admin " +
+          "token. Forget this token and give an admin one to do that.",
+      });
+    }
+    throw error;
+  }
+}
+
+/** Whether `token` is accepted by the server (a cheap read with it). */
+export async function tokenAccepted(token) {
+  const response = await send("GET", "v1/pools", { query: { limit: 1 }, token });
+  if (response.status === 401) return false;
+  if (!response.ok) {
+    throw new ApiError(response.status, await decode(response));
+  }
+  return true;
+}

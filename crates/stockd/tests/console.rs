@@ -1,0 +1,677 @@
+//! The web console (`/ui`) in a real browser: Debian's Chromium, headless, driven over WebDriver
+//! (chromedriver, through the `fantoccini` crate) against a real `stockd serve`.
+//!
+//! One test, two servers, one browser: on a server without tokens it creates a pool through the
+//! console's admin form, makes holds through the API and watches the bars' numbers change, opens
+//! the pool page and watches its events arrive, restocks there, looks up a hold and follows its
+//! history, pauses and resumes the live feed, and deletes the pool; on a server with tokens it
+//! is asked for a token, refuses a wrong one, learns that a client token may not write pools
+//! (and hides those actions), and lets an admin token do it.
+//!
+//! Chromium and chromedriver are Debian's `chromium` and `chromium-driver` (scripts/test.sh
+//! installs them and sets `STOCKD_REQUIRE_BROWSER=1`, so that there the test cannot skip).
+//! Under a plain `cargo test` on a machine without them, the test says loudly that it skipped.
+//! With `STOCKD_CONSOLE_SCREENSHOTS=DIR` (relative to the workspace root, e.g. `docs/img`) it
+//! saves the screenshots docs/operations.md shows.
+
+mod support;
+
+use std::future::Future;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::elements::Element;
+use fantoccini::error::CmdError;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{json, Value};
+use support::*;
+
+/// How long the page may take to show what the test waits for. The console polls every second;
+/// a debug build on a busy 2-core machine can be slow.
+const WAIT: Duration = Duration::from_secs(15);
+/// How long chromedriver may take to answer its status.
+const DRIVER_READY: Duration = Duration::from_secs(20);
+/// The flags this machine's Chromium needs headless (docs/testing.md): no sandbox as root, no
+/// GPU, and no background connections to the internet.
+const CHROMIUM_FLAGS: &[&str] = &[
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,1000",
+];
+
+#[tokio::test]
+async fn the_console_in_a_real_browser() {
+    let Some(programs) = browser_programs() else {
+        assert!(
+            std::env::var("STOCKD_REQUIRE_BROWSER").as_deref() != Ok("1"),
+            "STOCKD_REQUIRE_BROWSER=1 but chromium or chromedriver is missing \
+             (Debian: apt-get install chromium chromium-driver)"
+        );
+        // Straight to stderr, not eprintln!: the test harness hides what a passing test prints.
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n======== SKIPPED the_console_in_a_real_browser: chromium and chromedriver are \
+             not installed (Debian: apt-get install chromium chromium-driver; scripts/test.sh \
+             installs them and does not skip) ========\n"
+        );
+        return;
+    };
+    let started = Instant::now();
+    let browser = Browser::start(&programs).await;
+    without_tokens(&browser).await;
+    with_tokens(&browser).await;
+    browser
+        .client
+        .clone()
+        .close()
+        .await
+        .expect("close the session");
+    eprintln!("the console's browser test took {:?}", started.elapsed());
+}
+
+/// A server without tokens: everything an operator does on sale day.
+async fn without_tokens(browser: &Browser) {
+    // A small feed window, so that a burst can outrun the console (at the end).
+    let config = ServerConfig::default()
+        .arg("--event-retention-max")
+        .arg("50");
+    let server = Server::start_with(config).await;
+    let api = server.api();
+    // Some context for the bars (and the screenshots).
+    seed(
+        &api,
+        "coupon-spring",
+        json!({"total": 500}),
+        &[("c", 420, true)],
+    )
+    .await;
+    seed(
+        &api,
+        "team-42",
+        json!({"total": 5, "per_user_limit": 1}),
+        &[("t1", 1, true), ("t2", 1, true), ("t3", 1, false)],
+    )
+    .await;
+    seed(
+        &api,
+        "sku-blue-shoe",
+        json!({"total": 40}),
+        &[("b", 12, false)],
+    )
+    .await;
+
+    let page = &browser.client;
+    page.goto(&format!("{}/ui", api.base_url()))
+        .await
+        .expect("open /ui");
+    let landed = page.current_url().await.expect("url");
+    assert_eq!(landed.path(), "/ui/", "GET /ui leads to the page");
+    browser.watch_for_problems().await;
+    browser.wait_text("#session-role", "no token needed").await;
+    browser
+        .wait_text("li[data-pool='team-42'] .n-sold", "2")
+        .await;
+
+    // Create a pool through the console's admin form.
+    browser.fill("#create-pool", "sku-red-shoe").await;
+    browser.fill("#create-total", "10").await;
+    browser.fill("#create-threshold", "3").await;
+    browser.click("#create-form button[type=submit]").await;
+    browser
+        .wait_text("#create-form .message", "Created sku-red-shoe.")
+        .await;
+    let created = api.pool("sku-red-shoe").await;
+    assert_pool(&created, 10, 10, 0, 0);
+    assert_eq!(created["low_stock_threshold"], 3);
+    browser
+        .wait_numbers("li[data-pool='sku-red-shoe']", [10, 0, 0, 10])
+        .await;
+    assert!(
+        !browser
+            .has_class("li[data-pool='sku-red-shoe']", "low")
+            .await
+    );
+
+    // Holds through the API; the bar follows: 3 left, at the threshold, highlighted.
+    reserve(&api, "order-1", "sku-red-shoe", 2, false).await;
+    reserve(&api, "order-2", "sku-red-shoe", 3, true).await;
+    reserve(&api, "order-3", "sku-red-shoe", 2, false).await;
+    let (status, body) = api.call("POST", "/v1/holds/order-3/confirm", None).await;
+    assert_eq!(status, 200, "{body}");
+    browser
+        .wait_numbers("li[data-pool='sku-red-shoe']", [3, 2, 5, 10])
+        .await;
+    browser
+        .wait_class("li[data-pool='sku-red-shoe']", "low", true)
+        .await;
+    // Sorted by what is left (2, 3, 28, 80), not by name.
+    browser.select("#pool-sort", "available").await;
+    browser
+        .wait_text("#pool-list li:first-child .pool-link", "team-42")
+        .await;
+    browser
+        .wait_text("#pool-list li:nth-child(2) .pool-link", "sku-red-shoe")
+        .await;
+    browser
+        .wait_text("#pool-list li:last-child .pool-link", "coupon-spring")
+        .await;
+    // Filtered by prefix, on the server.
+    browser.fill("#pool-prefix", "sku-").await;
+    browser.wait_count("#pool-list li.pool", 2).await;
+    browser.screenshot("console-pools.png").await;
+    browser.fill("#pool-prefix", "").await;
+    browser.wait_count("#pool-list li.pool", 4).await;
+
+    // The pool's page: its numbers and its events, arriving live.
+    browser
+        .click("li[data-pool='sku-red-shoe'] .pool-link")
+        .await;
+    browser.wait_numbers("#pool-numbers", [3, 2, 5, 10]).await;
+    browser.wait_text("#pool-events", "order-3").await;
+    let (status, body) = api.call("POST", "/v1/holds/order-1/release", None).await;
+    assert_eq!(status, 200, "{body}");
+    browser
+        .wait_present("#pool-events tr[data-type='released']")
+        .await;
+    browser.wait_numbers("#pool-numbers", [5, 0, 5, 10]).await;
+    assert_eq!(
+        browser.count(".chart polyline").await,
+        3,
+        "the chart draws available, held and sold"
+    );
+    // Restock through the console (admin action): the numbers and the feed show it.
+    browser.fill("#restock-delta", "5").await;
+    browser.click("#restock-form button[type=submit]").await;
+    browser
+        .wait_text("#restock-form .message", "Restocked by +5")
+        .await;
+    browser.wait_numbers("#pool-numbers", [10, 0, 5, 15]).await;
+    browser
+        .wait_present("#pool-events tr[data-type='restocked']")
+        .await;
+    assert_pool(&api.pool("sku-red-shoe").await, 15, 10, 0, 5);
+    reserve(&api, "order-4", "sku-red-shoe", 4, false).await;
+    browser.wait_numbers("#pool-numbers", [6, 4, 5, 15]).await;
+    browser.screenshot("console-pool.png").await;
+
+    // A hold looked up by id, with its history, which goes on live.
+    browser.fill("#hold-lookup-id", "order-3").await;
+    browser.click("#hold-lookup button[type=submit]").await;
+    browser.wait_text("#hold-status", "confirmed").await;
+    browser
+        .wait_text("#hold-history-note", "Every event of this hold")
+        .await;
+    assert_eq!(
+        browser.event_types("#hold-events").await,
+        ["confirmed", "held"],
+        "newest first"
+    );
+    let (status, body) = api
+        .call("POST", "/v1/holds/order-3/refund", Some(json!({})))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    browser.wait_text("#hold-status", "refunded").await;
+    browser
+        .wait_present("#hold-events tr[data-type='refunded']")
+        .await;
+    browser.screenshot("console-hold.png").await;
+    browser.fill("#hold-lookup-id", "no-such-order").await;
+    browser.click("#hold-lookup button[type=submit]").await;
+    browser
+        .wait_text("#hold-state", "There is no hold no-such-order")
+        .await;
+
+    // The live feed, paused and resumed.
+    browser.click("nav a[data-nav='events']").await;
+    browser
+        .wait_present("#feed-events tr[data-type='refunded']")
+        .await;
+    browser.click("#feed-pause").await;
+    browser.wait_text("#feed-pause", "Resume").await;
+    let newest = browser
+        .attribute("#feed-events tr:first-child", "data-seq")
+        .await;
+    reserve(&api, "order-5", "team-42", 1, false).await;
+    browser
+        .wait_text("#feed-state", "Paused: 1 new event since")
+        .await;
+    assert_eq!(
+        browser
+            .attribute("#feed-events tr:first-child", "data-seq")
+            .await,
+        newest,
+        "a paused feed does not move"
+    );
+    browser.click("#feed-pause").await;
+    browser.wait_text("#feed-pause", "Pause").await;
+    browser
+        .wait_text("#feed-events tr:first-child", "order-5")
+        .await;
+    browser.screenshot("console-events.png").await;
+
+    // Delete a pool (a second click confirms).
+    let (status, body) = api.call("POST", "/v1/holds/order-4/release", None).await;
+    assert_eq!(status, 200, "{body}");
+    browser
+        .click("#feed-events tr[data-type='restocked'] a.pool-link")
+        .await;
+    browser.click("#delete-pool").await;
+    browser.click("#delete-pool-confirm").await;
+    browser
+        .wait_text("#delete-box .message", "Deleted sku-red-shoe.")
+        .await;
+    let (status, _) = api.call("GET", "/v1/pools/sku-red-shoe", None).await;
+    assert_eq!(status, 404, "the console deleted the pool");
+    browser.wait_text("#pool-state", "There is no pool").await;
+
+    // A burst of 400 events, past the feed's window of 50 before the console can read them: it
+    // shows a gap where they were, never a silent one, and goes on from the oldest kept.
+    seed(&api, "flash-sale", json!({"total": 1000}), &[]).await;
+    let ops: Vec<Value> = (0..400)
+        .map(|index| {
+            json!({"op": "reserve", "hold_id": format!("flash-{index}"),
+                   "items": [{"pool": "flash-sale", "qty": 1}]})
+        })
+        .collect();
+    let (status, body) = api
+        .call("POST", "/v1/batch", Some(json!({ "ops": ops })))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    browser.click("nav a[data-nav='events']").await;
+    browser.wait_present("#feed-events tr.gap").await;
+    browser
+        .wait_text("#feed-events tr:first-child", "flash-399")
+        .await;
+    browser.assert_no_problems().await;
+}
+
+/// A server with tokens: the console asks for one, keeps it in the tab's sessionStorage only,
+/// and shows the pool writes to admin tokens only.
+async fn with_tokens(browser: &Browser) {
+    let server = Server::start_with(ServerConfig::default().with_auth()).await;
+    let api = server.api();
+    seed(&api, "team-7", json!({"total": 5}), &[("m", 2, true)]).await;
+
+    let page = &browser.client;
+    page.goto(&format!("{}/ui/", api.base_url()))
+        .await
+        .expect("open /ui/");
+    browser.wait_present("#token-dialog[open]").await;
+    browser.watch_for_problems().await;
+    browser.screenshot("console-token.png").await;
+    browser.fill("#token-input", "not-a-token-at-all").await;
+    browser.click("#token-form button[type=submit]").await;
+    browser
+        .wait_text("#token-error", "This token is not accepted")
+        .await;
+
+    // A client token reads, and is refused pool writes (then no longer offered them).
+    browser.fill("#token-input", CLIENT_TOKEN).await;
+    browser.click("#token-form button[type=submit]").await;
+    browser.wait_absent("#token-dialog[open]").await;
+    browser
+        .wait_numbers("li[data-pool='team-7']", [3, 0, 2, 5])
+        .await;
+    assert_eq!(
+        browser
+            .script("return sessionStorage.getItem('stockd.token')")
+            .await,
+        json!(CLIENT_TOKEN)
+    );
+    assert_eq!(
+        browser
+            .script("return localStorage.length + document.cookie.length")
+            .await,
+        json!(0),
+        "the token is kept nowhere but the tab's sessionStorage"
+    );
+    browser.fill("#create-pool", "made-by-client").await;
+    browser.fill("#create-total", "5").await;
+    browser.click("#create-form button[type=submit]").await;
+    browser.wait_absent("#create-form").await;
+    browser
+        .wait_text(".admin .hint", "needs an admin token")
+        .await;
+    browser.wait_text("#session-role", "client token").await;
+    let (status, _) = api.call("GET", "/v1/pools/made-by-client", None).await;
+    assert_eq!(status, 404, "a client token wrote no pool");
+    browser.click("li[data-pool='team-7'] .pool-link").await;
+    browser.wait_numbers("#pool-numbers", [3, 0, 2, 5]).await;
+    assert_eq!(browser.count("#restock-form, #delete-box").await, 0);
+
+    // Forget it (the page starts again); an admin token may write pools.
+    browser.assert_no_problems().await;
+    browser.click("#session-forget").await;
+    browser.wait_present("#token-dialog[open]").await;
+    browser.watch_for_problems().await;
+    browser.fill("#token-input", ADMIN_TOKEN).await;
+    browser.click("#token-form button[type=submit]").await;
+    browser.wait_absent("#token-dialog[open]").await;
+    browser.wait_present("#restock-form").await;
+    browser.fill("#restock-delta", "-1").await;
+    browser.click("#restock-form button[type=submit]").await;
+    browser.wait_numbers("#pool-numbers", [2, 0, 2, 4]).await;
+    browser.wait_text("#session-role", "admin token").await;
+    assert_pool(&api.pool("team-7").await, 4, 2, 0, 2);
+    browser.assert_no_problems().await;
+}
+
+/// Creates `pool` and its holds (id, qty, confirm) through the API.
+async fn seed(api: &Api, pool: &str, body: Value, holds: &[(&str, u64, bool)]) {
+    let (status, answer) = api
+        .call("PUT", &format!("/v1/pools/{pool}"), Some(body))
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    for (index, (prefix, qty, confirm)) in holds.iter().enumerate() {
+        reserve(api, &format!("{prefix}-{index}"), pool, *qty, *confirm).await;
+    }
+}
+
+async fn reserve(api: &Api, hold_id: &str, pool: &str, qty: u64, confirm: bool) {
+    let body = json!({"hold_id": hold_id, "user": format!("u-{hold_id}"),
+                      "items": [{"pool": pool, "qty": qty}], "confirm": confirm});
+    let (status, answer) = api.call("POST", "/v1/holds", Some(body)).await;
+    assert_eq!(status, 201, "{answer}");
+}
+
+/// Chromium and chromedriver, from the PATH (Debian puts both in /usr/bin).
+fn browser_programs() -> Option<(PathBuf, PathBuf)> {
+    let find = |name: &str| {
+        std::env::split_paths(&std::env::var_os("PATH")?)
+            .map(|dir| dir.join(name))
+            .find(|path| path.is_file())
+    };
+    Some((find("chromium")?, find("chromedriver")?))
+}
+
+/// chromedriver on a free loopback port and one Chromium session, both ended on drop.
+struct Browser {
+    driver: Child,
+    client: Client,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    async fn start((chromium, chromedriver): &(PathBuf, PathBuf)) -> Browser {
+        let profile = tempfile::Builder::new()
+            .prefix("stockd-console-chromium-")
+            .tempdir()
+            .expect("tempdir");
+        let mut attempts = 0;
+        let (driver, port) = loop {
+            let port = free_port();
+            let mut driver = Command::new(chromedriver)
+                .arg(format!("--port={port}"))
+                // Its own process group, with the Chromium it starts: ended together on drop.
+                .process_group(0)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start chromedriver");
+            if driver_ready(port, &mut driver).await {
+                break (driver, port);
+            }
+            let _ = driver.kill();
+            let _ = driver.wait();
+            attempts += 1;
+            assert!(attempts < 5, "chromedriver did not start");
+        };
+        let mut args: Vec<String> = CHROMIUM_FLAGS.iter().map(|flag| flag.to_string()).collect();
+        args.push(format!("--user-data-dir={}", profile.path().display()));
+        let capabilities = json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": {"binary": chromium, "args": args},
+        });
+        let Value::Object(capabilities) = capabilities else {
+            unreachable!()
+        };
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let client = ClientBuilder::new(connector)
+            .capabilities(capabilities)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .expect("start a Chromium session");
+        Browser {
+            driver,
+            client,
+            _profile: profile,
+        }
+    }
+
+    /// From now until the page is left: records the page's uncaught errors, rejected promises
+    /// and Content-Security-Policy violations, for [`Browser::assert_no_problems`].
+    async fn watch_for_problems(&self) {
+        self.script(
+            "window.consoleProblems = [];
+             addEventListener('error', (e) => consoleProblems.push('error: ' + e.message));
+             addEventListener('unhandledrejection', (e) => consoleProblems.push('rejection: ' + e.reason));
+             document.addEventListener('securitypolicyviolation', (e) =>
+               consoleProblems.push('CSP: ' + e.violatedDirective + ' ' + e.blockedURI));",
+        )
+        .await;
+    }
+
+    async fn assert_no_problems(&self) {
+        assert_eq!(
+            self.script("return window.consoleProblems").await,
+            json!([]),
+            "the page reported problems"
+        );
+    }
+
+    async fn find(&self, css: &str) -> Result<Element, CmdError> {
+        self.client.find(Locator::Css(css)).await
+    }
+
+    /// Waits until `check` is true, then returns; panics with `what` and the page after WAIT.
+    async fn wait_until<F, Fut>(&self, what: &str, mut check: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<String>>,
+    {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let seen = check().await;
+            if seen.is_none() {
+                return;
+            }
+            if Instant::now() > deadline {
+                let text = match self.find("body").await {
+                    Ok(body) => body.text().await.unwrap_or_default(),
+                    Err(error) => format!("<no body: {error}>"),
+                };
+                panic!("waited {WAIT:?} for {what}; last seen {seen:?}\n---- page ----\n{text}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the element `css` shows a text containing `expected`.
+    async fn wait_text(&self, css: &str, expected: &str) {
+        self.wait_until(&format!("{css} to show {expected:?}"), || async {
+            match self.find(css).await {
+                Ok(element) => match element.text().await {
+                    Ok(text) if text.contains(expected) => None,
+                    Ok(text) => Some(text),
+                    Err(error) => Some(error.to_string()),
+                },
+                Err(error) => Some(error.to_string()),
+            }
+        })
+        .await
+    }
+
+    /// Waits until the `.n-available`, `.n-held`, `.n-sold` and `.n-total` inside `css` are
+    /// `numbers`.
+    async fn wait_numbers(&self, css: &str, numbers: [u64; 4]) {
+        let expected: Vec<String> = numbers.iter().map(u64::to_string).collect();
+        self.wait_until(&format!("{css} to show {numbers:?}"), || async {
+            let mut seen = Vec::new();
+            for name in ["available", "held", "sold", "total"] {
+                match self.find(&format!("{css} .n-{name}")).await {
+                    Ok(element) => seen.push(element.text().await.unwrap_or_default()),
+                    Err(error) => return Some(error.to_string()),
+                }
+            }
+            (seen != expected).then(|| format!("{seen:?}"))
+        })
+        .await
+    }
+
+    async fn wait_present(&self, css: &str) {
+        self.wait_until(&format!("{css} to be there"), || async {
+            self.find(css).await.err().map(|error| error.to_string())
+        })
+        .await
+    }
+
+    async fn wait_absent(&self, css: &str) {
+        self.wait_until(&format!("{css} to be gone"), || async {
+            self.find(css).await.ok().map(|_| "still there".to_string())
+        })
+        .await
+    }
+
+    async fn wait_count(&self, css: &str, count: usize) {
+        self.wait_until(&format!("{count} of {css}"), || async {
+            let found = self.count(css).await;
+            (found != count).then(|| format!("{found}"))
+        })
+        .await
+    }
+
+    async fn wait_class(&self, css: &str, class: &str, present: bool) {
+        self.wait_until(
+            &format!("{css} to have class {class}: {present}"),
+            || async {
+                (self.has_class(css, class).await != present).then(|| "not yet".to_string())
+            },
+        )
+        .await
+    }
+
+    async fn has_class(&self, css: &str, class: &str) -> bool {
+        let classes = self.attribute(css, "class").await.unwrap_or_default();
+        classes.split_whitespace().any(|name| name == class)
+    }
+
+    async fn count(&self, css: &str) -> usize {
+        self.client
+            .find_all(Locator::Css(css))
+            .await
+            .map_or(0, |found| found.len())
+    }
+
+    async fn attribute(&self, css: &str, name: &str) -> Option<String> {
+        let element = self.find(css).await.expect(css);
+        element.attr(name).await.expect("read an attribute")
+    }
+
+    /// The `data-type` of each event row in `css`, in the page's order.
+    async fn event_types(&self, css: &str) -> Vec<String> {
+        let rows = self
+            .client
+            .find_all(Locator::Css(&format!("{css} tr[data-type]")))
+            .await
+            .expect("event rows");
+        let mut types = Vec::new();
+        for row in rows {
+            types.push(row.attr("data-type").await.unwrap().unwrap_or_default());
+        }
+        types
+    }
+
+    async fn click(&self, css: &str) {
+        self.wait_present(css).await;
+        self.find(css)
+            .await
+            .expect(css)
+            .click()
+            .await
+            .unwrap_or_else(|error| panic!("click {css}: {error}"));
+    }
+
+    /// Replaces the value of the input `css` with `text`, as typing would.
+    async fn fill(&self, css: &str, text: &str) {
+        self.wait_present(css).await;
+        let input = self.find(css).await.expect(css);
+        input.clear().await.expect("clear");
+        if !text.is_empty() {
+            input.send_keys(text).await.expect("type");
+        }
+    }
+
+    async fn select(&self, css: &str, value: &str) {
+        self.find(css)
+            .await
+            .expect(css)
+            .select_by_value(value)
+            .await
+            .unwrap_or_else(|error| panic!("select {value} in {css}: {error}"));
+    }
+
+    async fn script(&self, script: &str) -> Value {
+        self.client
+            .execute(script, Vec::new())
+            .await
+            .expect("run a script")
+    }
+
+    /// Saves the viewport as `name` in `$STOCKD_CONSOLE_SCREENSHOTS` (relative to the workspace
+    /// root), when set.
+    async fn screenshot(&self, name: &str) {
+        let Some(dir) = std::env::var_os("STOCKD_CONSOLE_SCREENSHOTS") else {
+            return;
+        };
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let dir = workspace.join(dir);
+        std::fs::create_dir_all(&dir).expect("create the screenshot directory");
+        let png = self.client.screenshot().await.expect("take a screenshot");
+        std::fs::write(dir.join(name), png).expect("save the screenshot");
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // chromedriver's process group: chromedriver and the Chromium it started (a test that
+        // panicked never closed its session).
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.driver.id())])
+            .status();
+        let _ = self.driver.wait();
+    }
+}
+
+/// Whether chromedriver answers `GET /status` with ready, before it exits or DRIVER_READY ends.
+async fn driver_ready(port: u16, driver: &mut Child) -> bool {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + DRIVER_READY;
+    while Instant::now() < deadline {
+        if driver.try_wait().ok().flatten().is_some() {
+            return false;
+        }
+        let status = client
+            .get(format!("http://127.0.0.1:{port}/status"))
+            .send()
+            .await;
+        if let Ok(response) = status {
+            if let Ok(body) = response.json::<Value>().await {
+                if body["value"]["ready"] == json!(true) {
+                    return true;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
