@@ -30,81 +30,67 @@ use utoipa::{Modify, Number, OpenApi};
 use crate::dto;
 use crate::routes::{batch, events, holds, locks, ops, pools, RouteId};
 
-#[derive(OpenApi)]
-#[openapi(
-    info(
-        title = "stockd",
-        description = "Oversell-proof stock reservation: pools of countable stock, all-or-nothing \
-                       holds with deadlines, an ordered event feed and lease locks with fencing.\n\n\
-                       Besides the answers listed per operation: a path no route has is 404 \
-                       `not_found` (before any token check); a known path with another method is \
-                       405 `method_not_allowed` with an `Allow` header (after the token check). \
-                       Unknown query parameters and unknown body fields are refused with 422 \
-                       `invalid_request`; `null` is the same as leaving an optional field out."
-    ),
-    paths(
-        ops::healthz,
-        ops::readyz,
-        ops::metrics,
-        ops::openapi_json,
-        pools::put_pool,
-        pools::get_pool,
-        pools::delete_pool,
-        pools::list_pools,
-        pools::restock_pool,
-        holds::reserve,
-        holds::get_hold,
-        holds::confirm_hold,
-        holds::release_hold,
-        holds::extend_hold,
-        holds::refund_hold,
-        batch::batch,
-        events::events,
-        events::partitions,
-        locks::acquire_lock,
-        locks::renew_lock,
-        locks::release_lock,
-    ),
-    components(schemas(
-        dto::PoolBody,
-        dto::RestockBody,
-        dto::HoldBody,
-        dto::HoldItemBody,
-        dto::ExtendBody,
-        dto::LockAcquireBody,
-        dto::LockRenewBody,
-        dto::LockReleaseBody,
-        dto::BatchBody,
-        dto::BatchOp,
-        schemas::EmptyObject,
-        schemas::PoolObject,
-        schemas::PoolList,
-        schemas::HoldStatus,
-        schemas::HoldItemObject,
-        schemas::HoldObject,
-        schemas::LockGrant,
-        schemas::LockReleased,
-        schemas::BatchResponse,
-        schemas::BatchResult,
-        schemas::EventType,
-        schemas::EventObject,
-        schemas::EventPage,
-        schemas::EventPartitions,
-        schemas::ErrorBody,
-        schemas::StatusBody,
-    )),
-    modifiers(&Exact),
-    security(("bearer" = [])),
-    tags(
-        (name = "pools", description = "Countable stock: create, restock, read, list, delete."),
-        (name = "holds", description = "All-or-nothing reservations and their lifecycle."),
-        (name = "batch", description = "Many hold operations in one request."),
-        (name = "events", description = "The ordered feed of every state change."),
-        (name = "locks", description = "Lease locks with fencing tokens."),
-        (name = "ops", description = "Probes, metrics and this document; no token needed."),
-    )
-)]
-struct ApiDoc;
+/// Declares [`ApiDoc`] with the operations of `$handler`s: the route table's API routes
+/// (`routes::api_handlers!`), so that the document has exactly the routes the router has.
+macro_rules! api_doc {
+    ($($handler:path,)*) => {
+        #[derive(OpenApi)]
+        #[openapi(
+            info(
+                title = "stockd",
+                description = "Oversell-proof stock reservation: pools of countable stock, all-or-nothing \
+                               holds with deadlines, an ordered event feed and lease locks with fencing.\n\n\
+                               Besides the answers listed per operation: a path no route has is 404 \
+                               `not_found` (before any token check); a known path with another method is \
+                               405 `method_not_allowed` with an `Allow` header (after the token check). \
+                               Unknown query parameters and unknown body fields are refused with 422 \
+                               `invalid_request`; `null` is the same as leaving an optional field out."
+            ),
+            paths($($handler),*),
+            components(schemas(
+                dto::PoolBody,
+                dto::RestockBody,
+                dto::HoldBody,
+                dto::HoldItemBody,
+                dto::ExtendBody,
+                dto::LockAcquireBody,
+                dto::LockRenewBody,
+                dto::LockReleaseBody,
+                dto::BatchBody,
+                dto::BatchOp,
+                schemas::EmptyObject,
+                schemas::PoolObject,
+                schemas::PoolList,
+                schemas::HoldStatus,
+                schemas::HoldItemObject,
+                schemas::HoldObject,
+                schemas::LockGrant,
+                schemas::LockReleased,
+                schemas::BatchResponse,
+                schemas::BatchResult,
+                schemas::EventType,
+                schemas::EventObject,
+                schemas::EventPage,
+                schemas::EventPartitions,
+                schemas::ErrorBody,
+                schemas::StatusBody,
+            )),
+            modifiers(&Exact),
+            security(("bearer" = [])),
+            tags(
+                (name = "pools", description = "Countable stock: create, restock, read, list, delete."),
+                (name = "holds", description = "All-or-nothing reservations and their lifecycle."),
+                (name = "batch", description = "Many hold operations in one request."),
+                (name = "events", description = "The ordered feed of every state change."),
+                (name = "locks", description = "Lease locks with fencing tokens."),
+                (name = "ops", description = "Probes, metrics and this document; no token needed."),
+            )
+        )]
+        struct ApiDoc;
+    };
+}
+
+crate::routes::api_handlers!(api_doc);
 
 /// Makes the derived document exact: see [`make_exact`].
 struct Exact;
@@ -1202,7 +1188,7 @@ mod tests {
                     .and_then(|item| item.get(method.as_str().to_lowercase()))
                     .is_some();
                 // The console's page and files are served by stockd but are not API.
-                let api = !route.is_console();
+                let api = route.access() != crate::routes::Access::Console;
                 assert_eq!(
                     served && api,
                     documented,

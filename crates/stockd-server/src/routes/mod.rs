@@ -1,7 +1,9 @@
 //! The route table and the state every handler shares.
 //!
-//! Owns the list of paths (one constant each, used by the router, the route label of metrics and
-//! the auth rules alike, so they cannot drift apart), the router assembly, and the single
+//! Owns the paths (one constant each, also named by each handler's OpenAPI attribute) and the
+//! route table (`route_table!`): every route once, with who may call it and its handler per
+//! method, from which the router, the metrics' route label, the auth rules and the OpenAPI
+//! document's operations are all generated, so they cannot drift apart; and the single
 //! "execute one command" helper. Each resource has its own file of handlers that read the same
 //! way: parse (extractors) -> `Backend::execute` -> encode (`reply`). No handler may compute
 //! anything about stock; that answer comes from the backend.
@@ -20,7 +22,7 @@ use axum::body::Bytes;
 use axum::extract::DefaultBodyLimit;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{MethodFilter, MethodRouter};
 use axum::Router;
 use stockd_core::{Backend, Command, Reply};
 
@@ -57,140 +59,149 @@ pub(crate) mod paths {
     pub const CONSOLE_ASSET: &str = "/ui/assets/{file}";
 }
 
-/// A route of the API. The discriminant is the index into [`RouteId::ALL`] (metrics slots).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum RouteId {
-    Healthz,
-    Readyz,
-    Metrics,
-    OpenApi,
-    Pools,
-    Pool,
-    PoolRestock,
-    Holds,
-    Hold,
-    HoldConfirm,
-    HoldRelease,
-    HoldExtend,
-    HoldRefund,
-    Batch,
-    Events,
-    EventPartitions,
-    LockAcquire,
-    LockRenew,
-    LockRelease,
+/// Declares the route table: each route once, with its path, who may call it, and its handler
+/// per method. Everything else that lists routes is generated from it: [`RouteId`] (the metrics'
+/// route label, [`RouteId::from_path`] for the edge), the access rules [`RouteId::access`] and
+/// [`RouteId::is_admin_only`] (auth), the router ([`add_routes`]), and the OpenAPI document's
+/// operations (`api_handlers!`, which hands the API routes' handlers to `openapi.rs`). A new
+/// route is one line here (and its handler); a route missing from the table does not exist.
+macro_rules! route_table {
+    (
+        api { $(
+            $id:ident $path:path => { $( $method:ident $(($role:ident))? => $handler:path ),+ $(,)? }
+        ),+ $(,)? }
+        open { $(
+            $open_id:ident $open_path:path => { $( $open_method:ident => $open_handler:path ),+ $(,)? }
+        ),+ $(,)? }
+        console { $(
+            $console_id:ident $console_path:path => { $( $console_method:ident => $console_handler:path ),+ $(,)? }
+        ),+ $(,)? }
+    ) => {
+        /// A route. The discriminant is the index into [`RouteId::ALL`] (metrics slots).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub(crate) enum RouteId {
+            $($open_id,)+
+            $($id,)+
+            $($console_id,)+
+        }
+
+        impl RouteId {
+            pub(crate) const ALL: &'static [RouteId] = &[
+                $(RouteId::$open_id,)+
+                $(RouteId::$id,)+
+                $(RouteId::$console_id,)+
+            ];
+
+            pub(crate) fn path(self) -> &'static str {
+                match self {
+                    $(RouteId::$open_id => $open_path,)+
+                    $(RouteId::$id => $path,)+
+                    $(RouteId::$console_id => $console_path,)+
+                }
+            }
+
+            /// The route whose pattern is `matched` (axum's `MatchedPath`).
+            pub(crate) fn from_path(matched: &str) -> Option<RouteId> {
+                RouteId::ALL.iter().copied().find(|route| route.path() == matched)
+            }
+
+            pub(crate) fn access(self) -> Access {
+                match self {
+                    $(RouteId::$open_id => Access::Open,)+
+                    $(RouteId::$id => Access::Token,)+
+                    $(RouteId::$console_id => Access::Console,)+
+                }
+            }
+
+            /// Whether `method` on this route needs an admin token.
+            pub(crate) fn is_admin_only(self, method: &Method) -> bool {
+                match self {
+                    $(RouteId::$id => false $(|| (*method == Method::$method && role!($($role)?)))+,)+
+                    _ => false,
+                }
+            }
+        }
+
+        /// Every route of the table on `router`, each method to its handler.
+        fn add_routes(router: Router<App>) -> Router<App> {
+            router
+                $(.route($open_path, MethodRouter::new() $(.on(MethodFilter::$open_method, $open_handler))+))+
+                $(.route($path, MethodRouter::new() $(.on(MethodFilter::$method, $handler))+))+
+                $(.route($console_path, MethodRouter::new() $(.on(MethodFilter::$console_method, $console_handler))+))+
+        }
+
+        /// Calls `$callback!` with the handlers of the routes the OpenAPI document describes
+        /// (the open and the token routes; not the console's files).
+        macro_rules! api_handlers {
+            ($callback:ident) => {
+                $callback!($($($open_handler,)+)+ $($($handler,)+)+);
+            };
+        }
+        pub(crate) use api_handlers;
+    };
+}
+
+/// `admin` in the table: the method needs an admin token.
+macro_rules! role {
+    () => {
+        false
+    };
+    (admin) => {
+        true
+    };
+}
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// No token: probes, scrapers and this document carry none.
+    Open,
+    /// A token of a role the method allows.
+    Token,
+    /// No token, and not API (not in the OpenAPI document): the web console's files, which
+    /// hold no data (the console asks for a token to call the API).
     Console,
-    ConsolePage,
-    ConsoleAsset,
+}
+
+route_table! {
+    api {
+        Pools paths::POOLS => { GET => pools::list_pools },
+        Pool paths::POOL => {
+            PUT(admin) => pools::put_pool,
+            GET => pools::get_pool,
+            DELETE(admin) => pools::delete_pool,
+        },
+        PoolRestock paths::POOL_RESTOCK => { POST(admin) => pools::restock_pool },
+        Holds paths::HOLDS => { POST => holds::reserve },
+        Hold paths::HOLD => { GET => holds::get_hold },
+        HoldConfirm paths::HOLD_CONFIRM => { POST => holds::confirm_hold },
+        HoldRelease paths::HOLD_RELEASE => { POST => holds::release_hold },
+        HoldExtend paths::HOLD_EXTEND => { POST => holds::extend_hold },
+        HoldRefund paths::HOLD_REFUND => { POST => holds::refund_hold },
+        Batch paths::BATCH => { POST => batch::batch },
+        Events paths::EVENTS => { GET => events::events },
+        EventPartitions paths::EVENT_PARTITIONS => { GET => events::partitions },
+        LockAcquire paths::LOCK_ACQUIRE => { POST => locks::acquire_lock },
+        LockRenew paths::LOCK_RENEW => { POST => locks::renew_lock },
+        LockRelease paths::LOCK_RELEASE => { POST => locks::release_lock },
+    }
+    open {
+        Healthz paths::HEALTHZ => { GET => ops::healthz },
+        Readyz paths::READYZ => { GET => ops::readyz },
+        Metrics paths::METRICS => { GET => ops::metrics },
+        OpenApi paths::OPENAPI => { GET => ops::openapi_json },
+    }
+    console {
+        Console paths::CONSOLE => { GET => console::redirect },
+        ConsolePage paths::CONSOLE_PAGE => { GET => console::index },
+        ConsoleAsset paths::CONSOLE_ASSET => { GET => console::asset },
+    }
 }
 
 impl RouteId {
-    pub(crate) const ALL: [RouteId; 22] = [
-        RouteId::Healthz,
-        RouteId::Readyz,
-        RouteId::Metrics,
-        RouteId::OpenApi,
-        RouteId::Pools,
-        RouteId::Pool,
-        RouteId::PoolRestock,
-        RouteId::Holds,
-        RouteId::Hold,
-        RouteId::HoldConfirm,
-        RouteId::HoldRelease,
-        RouteId::HoldExtend,
-        RouteId::HoldRefund,
-        RouteId::Batch,
-        RouteId::Events,
-        RouteId::EventPartitions,
-        RouteId::LockAcquire,
-        RouteId::LockRenew,
-        RouteId::LockRelease,
-        RouteId::Console,
-        RouteId::ConsolePage,
-        RouteId::ConsoleAsset,
-    ];
-
-    pub(crate) fn path(self) -> &'static str {
-        match self {
-            RouteId::Healthz => paths::HEALTHZ,
-            RouteId::Readyz => paths::READYZ,
-            RouteId::Metrics => paths::METRICS,
-            RouteId::OpenApi => paths::OPENAPI,
-            RouteId::Pools => paths::POOLS,
-            RouteId::Pool => paths::POOL,
-            RouteId::PoolRestock => paths::POOL_RESTOCK,
-            RouteId::Holds => paths::HOLDS,
-            RouteId::Hold => paths::HOLD,
-            RouteId::HoldConfirm => paths::HOLD_CONFIRM,
-            RouteId::HoldRelease => paths::HOLD_RELEASE,
-            RouteId::HoldExtend => paths::HOLD_EXTEND,
-            RouteId::HoldRefund => paths::HOLD_REFUND,
-            RouteId::Batch => paths::BATCH,
-            RouteId::Events => paths::EVENTS,
-            RouteId::EventPartitions => paths::EVENT_PARTITIONS,
-            RouteId::LockAcquire => paths::LOCK_ACQUIRE,
-            RouteId::LockRenew => paths::LOCK_RENEW,
-            RouteId::LockRelease => paths::LOCK_RELEASE,
-            RouteId::Console => paths::CONSOLE,
-            RouteId::ConsolePage => paths::CONSOLE_PAGE,
-            RouteId::ConsoleAsset => paths::CONSOLE_ASSET,
-        }
-    }
-
-    /// The route whose pattern is `matched` (axum's `MatchedPath`).
-    pub(crate) fn from_path(matched: &str) -> Option<RouteId> {
-        Some(match matched {
-            paths::HEALTHZ => RouteId::Healthz,
-            paths::READYZ => RouteId::Readyz,
-            paths::METRICS => RouteId::Metrics,
-            paths::OPENAPI => RouteId::OpenApi,
-            paths::POOLS => RouteId::Pools,
-            paths::POOL => RouteId::Pool,
-            paths::POOL_RESTOCK => RouteId::PoolRestock,
-            paths::HOLDS => RouteId::Holds,
-            paths::HOLD => RouteId::Hold,
-            paths::HOLD_CONFIRM => RouteId::HoldConfirm,
-            paths::HOLD_RELEASE => RouteId::HoldRelease,
-            paths::HOLD_EXTEND => RouteId::HoldExtend,
-            paths::HOLD_REFUND => RouteId::HoldRefund,
-            paths::BATCH => RouteId::Batch,
-            paths::EVENTS => RouteId::Events,
-            paths::EVENT_PARTITIONS => RouteId::EventPartitions,
-            paths::LOCK_ACQUIRE => RouteId::LockAcquire,
-            paths::LOCK_RENEW => RouteId::LockRenew,
-            paths::LOCK_RELEASE => RouteId::LockRelease,
-            paths::CONSOLE => RouteId::Console,
-            paths::CONSOLE_PAGE => RouteId::ConsolePage,
-            paths::CONSOLE_ASSET => RouteId::ConsoleAsset,
-            _ => return None,
-        })
-    }
-
-    /// Routes that need no token: operational ones (probes and scrapers carry none) and the
-    /// console's files, which hold no data (the console asks for a token to call the API).
+    /// Routes that need no token: the open ones and the console's files.
     pub(crate) fn is_open(self) -> bool {
-        matches!(
-            self,
-            RouteId::Healthz | RouteId::Readyz | RouteId::Metrics | RouteId::OpenApi
-        ) || self.is_console()
-    }
-
-    /// The web console's page and files: served by stockd, but not part of the API (not in
-    /// the OpenAPI document).
-    pub(crate) fn is_console(self) -> bool {
-        matches!(
-            self,
-            RouteId::Console | RouteId::ConsolePage | RouteId::ConsoleAsset
-        )
-    }
-
-    /// Pool writes and deletes: admin only.
-    pub(crate) fn is_admin_only(self, method: &Method) -> bool {
-        match self {
-            RouteId::Pool => method == Method::PUT || method == Method::DELETE,
-            RouteId::PoolRestock => method == Method::POST,
-            _ => false,
-        }
+        self.access() != Access::Token
     }
 }
 
@@ -248,34 +259,7 @@ pub(crate) fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> (Router
         openapi_json,
         body_limit_bytes: config.body_limit_bytes,
     });
-    let router = Router::new()
-        .route(paths::HEALTHZ, get(ops::healthz))
-        .route(paths::READYZ, get(ops::readyz))
-        .route(paths::METRICS, get(ops::metrics))
-        .route(paths::OPENAPI, get(ops::openapi_json))
-        .route(paths::POOLS, get(pools::list_pools))
-        .route(
-            paths::POOL,
-            put(pools::put_pool)
-                .get(pools::get_pool)
-                .delete(pools::delete_pool),
-        )
-        .route(paths::POOL_RESTOCK, post(pools::restock_pool))
-        .route(paths::HOLDS, post(holds::reserve))
-        .route(paths::HOLD, get(holds::get_hold))
-        .route(paths::HOLD_CONFIRM, post(holds::confirm_hold))
-        .route(paths::HOLD_RELEASE, post(holds::release_hold))
-        .route(paths::HOLD_EXTEND, post(holds::extend_hold))
-        .route(paths::HOLD_REFUND, post(holds::refund_hold))
-        .route(paths::BATCH, post(batch::batch))
-        .route(paths::EVENTS, get(events::events))
-        .route(paths::EVENT_PARTITIONS, get(events::partitions))
-        .route(paths::LOCK_ACQUIRE, post(locks::acquire_lock))
-        .route(paths::LOCK_RENEW, post(locks::renew_lock))
-        .route(paths::LOCK_RELEASE, post(locks::release_lock))
-        .route(paths::CONSOLE, get(console::redirect))
-        .route(paths::CONSOLE_PAGE, get(console::index))
-        .route(paths::CONSOLE_ASSET, get(console::asset))
+    let router = add_routes(Router::new())
         .fallback(not_found)
         // Must come after every route: it replaces the default fallback of the routes present.
         .method_not_allowed_fallback(method_not_allowed)
