@@ -31,3 +31,27 @@ install_without_services() {
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "$@" >/dev/null
     [ -z "$policy_added" ] || $sudo_cmd rm -f /usr/sbin/policy-rc.d
 }
+
+# A debug `stockd serve` for a check script: STOCKD_WORK is a temporary directory (removed on
+# exit, with the server stopped first); `start_debug_stockd [serve flags...]` builds nothing,
+# starts target/debug/stockd on a free loopback port with its data and log there, sets
+# STOCKD_BASE and waits until it answers (its log on stderr if it does not).
+STOCKD_WORK=""
+STOCKD_PID=""
+stop_debug_stockd() {
+    if [ -n "$STOCKD_PID" ]; then
+        kill "$STOCKD_PID" 2>/dev/null || true
+        wait "$STOCKD_PID" 2>/dev/null || true
+    fi
+    [ -z "$STOCKD_WORK" ] || rm -rf "$STOCKD_WORK"
+}
+start_debug_stockd() {
+    STOCKD_WORK=$(mktemp -d)
+    trap stop_debug_stockd EXIT
+    local port; port=$(free_port)
+    STOCKD_BASE="http://127.0.0.1:$port"
+    target/debug/stockd serve --listen "127.0.0.1:$port" --data-dir "$STOCKD_WORK/data" "$@" \
+        >"$STOCKD_WORK/stockd.log" 2>&1 &
+    STOCKD_PID=$!
+    wait_http "$STOCKD_BASE/healthz" || { cat "$STOCKD_WORK/stockd.log" >&2; return 1; }
+}

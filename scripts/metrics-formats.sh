@@ -23,22 +23,9 @@ if ! "$VENV/bin/python" -c "import prometheus_client, sys; sys.exit(prometheus_c
 fi
 
 cargo build -p stockd --locked -q
-work=$(mktemp -d)
-server_pid=""
-cleanup() {
-    if [ -n "$server_pid" ]; then
-        kill "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
-    fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-port=$(free_port)
-base="http://127.0.0.1:$port"
-target/debug/stockd serve --listen "127.0.0.1:$port" --data-dir "$work/data" >"$work/stockd.log" 2>&1 &
-server_pid=$!
-wait_http "$base/healthz" || { cat "$work/stockd.log" >&2; exit 1; }
+start_debug_stockd
+base=$STOCKD_BASE
+work=$STOCKD_WORK
 
 # Traffic, so that counters, histograms and labels have values: a pool, a confirmed hold, a
 # refusal, an unknown route.

@@ -18,21 +18,9 @@ promtool check rules "$RULES"
 (cd docs/examples/prometheus && promtool test rules stockd-alerts.test.yml)
 
 cargo build -p stockd --locked -q
-work=$(mktemp -d)
-server_pid=""
-cleanup() {
-    if [ -n "$server_pid" ]; then
-        kill "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
-    fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
-port=$(free_port)
-base="http://127.0.0.1:$port"
-target/debug/stockd serve --listen "127.0.0.1:$port" --data-dir "$work/data" >"$work/stockd.log" 2>&1 &
-server_pid=$!
-wait_http "$base/healthz" || { cat "$work/stockd.log" >&2; exit 1; }
+start_debug_stockd
+base=$STOCKD_BASE
+work=$STOCKD_WORK
 # A refusal, so that the error counter has a sample to show.
 curl -fs -X PUT "$base/v1/pools/alerts" -d '{"total":1}' >/dev/null
 curl -s -o /dev/null -X POST "$base/v1/holds" \

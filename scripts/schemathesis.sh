@@ -29,30 +29,11 @@ fi
 
 echo "== cargo build -p stockd (debug)"
 cargo build -p stockd --locked
-BIN=target/debug/stockd
 
-work=$(mktemp -d)
-server_pid=""
-cleanup() {
-    if [ -n "$server_pid" ]; then
-        kill "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
-    fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-port=$(free_port)
-base="http://127.0.0.1:$port"
 # Bearer tokens on, so that the `ignored_auth` check has something to check: a request without
 # the token must be refused (401) on every operation the document marks as secured.
-"$BIN" serve --listen "127.0.0.1:$port" --data-dir "$work/data" \
-    --tokens "admin:$ADMIN_TOKEN" >"$work/stockd.log" 2>&1 &
-server_pid=$!
-if ! wait_http "$base/healthz"; then
-    cat "$work/stockd.log" >&2
-    exit 1
-fi
+start_debug_stockd --tokens "admin:$ADMIN_TOKEN"
+base=$STOCKD_BASE
 
 echo "== schemathesis run $base/openapi.json (all checks, $MAX_EXAMPLES examples per operation, ${MAX_TIME}s at most)"
 # All checks are enabled in scripts/schemathesis/schemathesis.toml, with the exceptions to "every
@@ -79,9 +60,9 @@ status=0
         "$@"
 ) || status=$?
 
-if ! kill -0 "$server_pid" 2>/dev/null; then
+if ! kill -0 "$STOCKD_PID" 2>/dev/null; then
     echo "stockd is no longer running:" >&2
-    tail -n 50 "$work/stockd.log" >&2
+    tail -n 50 "$STOCKD_WORK/stockd.log" >&2
     status=1
 fi
 exit "$status"
