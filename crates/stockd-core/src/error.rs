@@ -1,22 +1,16 @@
 //! Every way a command can be refused, with the details a client needs to act on it.
 //!
-//! Each variant has a stable snake_case `code()` (the `error` field of the HTTP body); the details
-//! serialise flat next to it. The mapping to HTTP statuses lives in exactly one place, the server
-//! crate; this crate knows nothing of HTTP.
-
-use serde::Serialize;
+//! Each variant has a stable snake_case `code()` (the `error` field of the HTTP body) and carries
+//! its details as fields. How they are written on the wire, and the mapping to HTTP statuses, live
+//! in exactly one place, the server crate; this crate knows nothing of HTTP.
 
 use crate::ids::{HoldId, PoolId};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
-#[serde(tag = "error", rename_all = "snake_case")]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// The message is the error's text (`Display`); it is not repeated as a detail field.
     #[error("{message}")]
-    InvalidRequest {
-        #[serde(skip)]
-        message: String,
-    },
+    InvalidRequest { message: String },
     #[error("pool {pool} does not exist")]
     PoolNotFound { pool: PoolId },
     #[error("pool {pool} has a per-user limit; the request must name a user")]

@@ -12,13 +12,12 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use stockd_core::limits::{HOLD_TTL_MS_DEFAULT, POOL_LIST_LIMIT_DEFAULT};
-use stockd_core::{
-    Command, HoldId, HoldItemRequest, OwnerId, PoolId, PoolSpec, ReserveRequest, UserId,
-};
+use stockd_core::{Command, HoldId, HoldItemRequest, OwnerId, PoolSpec, ReserveRequest, UserId};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiError;
 use crate::json::{parse, Wire};
+use crate::wire::HoldItem;
 use crate::wording::describe;
 
 /// `PUT /v1/pools/{pool}`. A rule left out (or null) is unset.
@@ -120,16 +119,6 @@ impl Wire for EventsQuery {
     const DOOR: &'static str = "events";
 }
 
-/// One line of a hold.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct HoldItemBody {
-    #[schema(value_type = String)]
-    pub pool: PoolId,
-    /// 1..=1_000_000_000.
-    pub qty: u64,
-}
-
 /// `POST /v1/holds`, and the `reserve` op of a batch.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -142,7 +131,7 @@ pub(crate) struct HoldBody {
     pub user: Option<UserId>,
     /// 1..=64 items, pools distinct.
     #[serde(deserialize_with = "crate::json::objects")]
-    pub items: Vec<HoldItemBody>,
+    pub items: Vec<HoldItem>,
     /// 1_000..=86_400_000, default 600_000.
     pub ttl_ms: Option<u64>,
     /// Reserve and confirm in one step; default false.

@@ -23,6 +23,7 @@ mod metrics;
 mod openapi;
 mod reply;
 mod routes;
+mod wire;
 mod wording;
 
 use std::fmt;

@@ -1,10 +1,8 @@
-//! The OpenAPI 3 document of the HTTP API, derived with utoipa from the handlers' annotations and
-//! the request types, plus schema-only mirrors of the response bodies.
-//!
-//! Response bodies on the wire are written by the core's views and `reply`; the structs in
-//! [`schemas`] exist only to describe them (the core crate knows nothing of OpenAPI). Tests check
-//! that real responses and these schemas name the same fields. This module must never be on the
-//! request path: the document is serialised once, when the router is built. No UI, no downloads.
+//! The OpenAPI 3 document of the HTTP API, derived with utoipa from the handlers' annotations,
+//! the request types ([`crate::dto`]) and the response types ([`crate::wire`]): the types that
+//! are on the wire are the ones described. Tests check that real responses and the schemas name
+//! the same fields. This module must never be on the request path: the document is serialised
+//! once, when the router is built. No UI, no downloads.
 
 use std::collections::BTreeMap;
 
@@ -27,8 +25,8 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{Modify, Number, OpenApi};
 
-use crate::dto;
 use crate::routes::{batch, events, holds, locks, ops, pools, RouteId};
+use crate::{dto, wire};
 
 /// Declares [`ApiDoc`] with the operations of `$handler`s: the route table's API routes
 /// (`routes::api_handlers!`), so that the document has exactly the routes the router has.
@@ -48,33 +46,32 @@ macro_rules! api_doc {
             ),
             paths($($handler),*),
             components(schemas(
-                dto::PoolBody,
-                dto::RestockBody,
-                dto::HoldBody,
-                dto::HoldItemBody,
-                dto::ExtendBody,
-                dto::LockAcquireBody,
-                dto::LockRenewBody,
-                dto::LockReleaseBody,
-                dto::BatchBody,
-                dto::BatchOp,
-                schemas::EmptyObject,
-                schemas::PoolObject,
-                schemas::PoolList,
-                schemas::HoldStatus,
-                schemas::HoldItemObject,
-                schemas::HoldObject,
-                schemas::LockGrant,
-                schemas::LockReleased,
-                schemas::BatchResponse,
-                schemas::BatchResult,
-                schemas::EventType,
-                schemas::EventObject,
-                schemas::EventPage,
-                schemas::EventPartitions,
-                schemas::ErrorBody,
-                schemas::StatusBody,
-            )),
+            dto::PoolBody,
+            dto::RestockBody,
+            dto::HoldBody,
+            dto::ExtendBody,
+            dto::LockAcquireBody,
+            dto::LockRenewBody,
+            dto::LockReleaseBody,
+            dto::BatchBody,
+            dto::BatchOp,
+            wire::EmptyObject,
+            wire::HoldItem,
+            wire::PoolObject,
+            wire::PoolList,
+            wire::HoldStatus,
+            wire::HoldObject,
+            wire::LockGrant,
+            wire::LockReleased,
+            wire::BatchResponse,
+            wire::BatchResult,
+            wire::EventType,
+            wire::EventObject,
+            wire::EventPage,
+            wire::EventPartitions,
+            wire::ErrorBody,
+            wire::StatusBody,
+        )),
             modifiers(&Exact),
             security(("bearer" = [])),
             tags(
@@ -201,7 +198,7 @@ const BODY_RULES: &[(&str, &[(&str, Rule)])] = &[
         &[("delta", Rule::NonZero { max: TOTAL_MAX })],
     ),
     (
-        "HoldItemBody",
+        "HoldItem",
         &[
             ("pool", Rule::Id),
             (
@@ -625,7 +622,6 @@ pub(crate) fn make_exact(openapi: &mut utoipa::openapi::OpenApi) -> Vec<String> 
         "PoolObject",
         "PoolList",
         "HoldObject",
-        "HoldItemObject",
         "LockGrant",
         "LockReleased",
         "BatchResponse",
@@ -918,180 +914,6 @@ fn error_response(specs: &[&ErrorSpec]) -> RefOr<Response> {
 
 pub(crate) fn document() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
-}
-
-/// Schema-only descriptions of response bodies. Never constructed: the wire format comes from
-/// the core's views through `reply` and `routes::events`.
-#[allow(dead_code)]
-pub(crate) mod schemas {
-    use serde::Serialize;
-    use utoipa::ToSchema;
-
-    /// An empty object: the body of confirm and release, which may also be absent, empty or
-    /// `null`.
-    #[derive(Serialize, ToSchema)]
-    #[serde(deny_unknown_fields)]
-    pub(crate) struct EmptyObject {}
-
-    /// A pool. `total = available + held + sold`; rule fields are null when unset.
-    #[derive(Serialize, ToSchema)]
-    pub(crate) struct PoolObject {
-        pub pool: String,
-        pub total: u64,
-        pub available: u64,
-        pub held: u64,
-        pub sold: u64,
-        pub per_user_limit: Option<u64>,
-        pub starts_at_ms: Option<u64>,
-        pub ends_at_ms: Option<u64>,
-        pub low_stock_threshold: Option<u64>,
-        /// The event-feed partition that carries this pool's events (0 with one partition).
-        pub partition: u32,
-    }
-
-    /// One page of pools, ordered by id.
-    #[derive(Serialize, ToSchema)]
-    pub(crate) struct PoolList {
-        pub pools: Vec<PoolObject>,
-        /// Pass as `after` for the next page; null on the last page.
-        pub next: Option<String>,
-    }
-
-    #[derive(Serialize, ToSchema)]
-    #[serde(rename_all = "snake_case")]
-    pub(crate) enum HoldStatus {
-        Held,
-        Confirmed,
-        Released,
-        Expired,
-        Refunded,
-    }
-
-    #[derive(Serialize, ToSchema)]
-    pub(crate) struct HoldItemObject {
-        pub pool: String,
-        pub qty: u64,
-    }
-
-    /// A hold. `finished_at_ms` is null while held, else the time of the latest transition.
-    #[derive(Serialize, ToSchema)]
-    pub(crate) struct HoldObject {
-        pub hold_id: String,
-        pub status: HoldStatus,
-        pub user: Option<String>,
-        pub items: Vec<HoldItemObject>,
-        pub created_at_ms: u64,
-        pub expires_at_ms: u64,
-        pub finished_at_ms: Option<u64>,
-        /// The event-feed partition that carries this hold's events (0 with one partition).
-        pub partition: u32,
-    }
-
-    /// A granted lease: `token` is the fencing token, strictly increasing per lock name.
-    #[derive(Serialize, ToSchema)]
-    pub(crate) struct LockGrant {
-        pub token: u64,
-        pub expires_at_ms: u64,
-    }
-
-    #[derive(Serialize, ToSchema)]
-    pub(crate) struct LockReleased {
-        pub released: bool,
-    }
-
-    /// What the single endpoint would have answered for one op.
-    #[derive(Serialize, ToSchema)]
-    pub(crate) struct BatchResult {
-        pub status: u16,
-        /// A hold object, or an error body.
-        #[schema(value_type = Object)]
-        pub body: serde_json::Value,
-    }
-
-    /// One result per op, in order.
-    #[derive(Serialize, ToSchema)]
-    pub(crate) struct BatchResponse {
-        pub results: Vec<BatchResult>,
-    }
-
-    #[derive(Serialize, ToSchema)]
-    #[serde(rename_all = "snake_case")]
-    pub(crate) enum EventType {
-        PoolUpserted,
-        Restocked,
-        PoolDeleted,
-        Held,
-        Confirmed,
-        Released,
-        Expired,
-        Refunded,
-        Extended,
-        LowStock,
-    }
-
-    /// One state change. Fields that do not apply to the type are absent.
-    #[derive(Serialize, ToSchema)]
-    pub(crate) struct EventObject {
-        pub seq: u64,
-        pub at_ms: u64,
-        #[serde(rename = "type")]
-        pub kind: EventType,
-        #[schema(nullable = false)]
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub pool: Option<String>,
-        #[schema(nullable = false)]
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub hold_id: Option<String>,
-        #[schema(nullable = false)]
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub user: Option<String>,
-        #[schema(nullable = false)]
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub items: Option<Vec<HoldItemObject>>,
-        #[schema(nullable = false)]
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub available: Option<u64>,
-        #[schema(nullable = false)]
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub total: Option<u64>,
-        #[schema(nullable = false)]
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub delta: Option<i64>,
-        #[schema(nullable = false)]
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub low_stock_threshold: Option<u64>,
-        #[schema(nullable = false)]
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub expires_at_ms: Option<u64>,
-    }
-
-    /// One page of one partition of the feed.
-    #[derive(Serialize, ToSchema)]
-    pub(crate) struct EventPage {
-        pub events: Vec<EventObject>,
-        /// Seq of the last event returned, or the `after` given when none is.
-        pub next_after: u64,
-    }
-
-    /// How many partitions the feed has (P >= 1); read each with `partition=0..P-1`.
-    #[derive(Serialize, ToSchema)]
-    pub(crate) struct EventPartitions {
-        pub partitions: u32,
-    }
-
-    /// Every error: a stable code, a human message, and details depending on the code
-    /// (`pool`, `available`, `requested`, `limit`, `used`, `expires_at_ms`, `oldest_seq`,
-    /// `partitions`, ...).
-    #[derive(Serialize, ToSchema)]
-    pub(crate) struct ErrorBody {
-        pub error: String,
-        pub message: String,
-    }
-
-    #[derive(Serialize, ToSchema)]
-    pub(crate) struct StatusBody {
-        pub status: String,
-    }
 }
 
 #[cfg(test)]
@@ -1590,7 +1412,7 @@ mod tests {
                 "low_stock_threshold",
                 Box::new(|v| put_pool(1, None, None, Some(v))),
             ),
-            ("HoldItemBody", "qty", Box::new(|v| reserve(v, 1, 1_000, 0))),
+            ("HoldItem", "qty", Box::new(|v| reserve(v, 1, 1_000, 0))),
             ("HoldBody", "ttl_ms", Box::new(|v| reserve(1, 1, v, 0))),
             ("HoldBody", "wait_ms", Box::new(|v| reserve(1, 1, 1_000, v))),
             (
@@ -1735,7 +1557,7 @@ mod tests {
         for (name, property) in [
             ("HoldBody", "hold_id"),
             ("HoldBody", "user"),
-            ("HoldItemBody", "pool"),
+            ("HoldItem", "pool"),
             ("LockAcquireBody", "owner"),
             ("LockRenewBody", "owner"),
             ("LockReleaseBody", "owner"),

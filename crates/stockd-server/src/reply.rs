@@ -1,16 +1,17 @@
 //! Success encoding: a core [`Reply`] becomes a status and a JSON body, the same way for a single
 //! endpoint and for an op inside a batch.
 //!
-//! This module owns the wire shape of every success body and the `json` helper that writes any
-//! body. It must never look at what the reply means beyond choosing 200/201/204: the data comes
-//! from the core's views as they are.
+//! This module chooses each reply's status and its body among the wire types ([`crate::wire`]),
+//! and owns the `json` helper that writes any body. It must never look at what the reply means
+//! beyond choosing 200/201/204: the data comes from the core's views as they are.
 
 use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
-use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use stockd_core::Reply;
+
+use crate::wire;
 
 const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
 
@@ -66,29 +67,23 @@ pub(crate) struct ReplyBody<'a>(pub &'a Reply);
 impl Serialize for ReplyBody<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self.0 {
-            Reply::Pool { pool, .. } => pool.serialize(serializer),
-            Reply::Hold { hold, .. } => hold.serialize(serializer),
-            Reply::PoolList { pools, next } => {
-                let mut map = serializer.serialize_map(Some(2))?;
-                map.serialize_entry("pools", pools)?;
-                map.serialize_entry("next", next)?;
-                map.end()
+            Reply::Pool { pool, .. } => wire::PoolObject::from(pool).serialize(serializer),
+            Reply::Hold { hold, .. } => wire::HoldObject::from(hold).serialize(serializer),
+            Reply::PoolList { pools, next } => wire::PoolList {
+                pools: pools.iter().map(wire::PoolObject::from).collect(),
+                next: next.clone(),
             }
+            .serialize(serializer),
             Reply::PoolDeleted => serializer.serialize_unit(),
             Reply::Lock {
                 token,
                 expires_at_ms,
-            } => {
-                let mut map = serializer.serialize_map(Some(2))?;
-                map.serialize_entry("token", token)?;
-                map.serialize_entry("expires_at_ms", expires_at_ms)?;
-                map.end()
+            } => wire::LockGrant {
+                token: *token,
+                expires_at_ms: *expires_at_ms,
             }
-            Reply::LockReleased => {
-                let mut map = serializer.serialize_map(Some(1))?;
-                map.serialize_entry("released", &true)?;
-                map.end()
-            }
+            .serialize(serializer),
+            Reply::LockReleased => wire::LockReleased { released: true }.serialize(serializer),
         }
     }
 }

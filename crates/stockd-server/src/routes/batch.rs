@@ -17,8 +17,8 @@ use super::{paths, App};
 use crate::dto::{decode_op, BatchBody};
 use crate::error::ApiError;
 use crate::json::{JsonBody, NoQuery};
-use crate::openapi::schemas::{BatchResponse, ErrorBody};
 use crate::reply::{self, ReplyBody};
+use crate::wire::{BatchResponse, ErrorBody};
 
 #[utoipa::path(
     post,

@@ -9,17 +9,15 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::ser::SerializeMap;
-use serde::{Serialize, Serializer};
 use stockd_core::limits::{EVENT_LIMIT_DEFAULT, EVENT_LIMIT_MAX, WAIT_MS_MAX};
-use stockd_core::{Event, EventKind, EventPage, HoldId, HoldItemView, PoolId, UserId};
+use stockd_core::EventPage;
 
 use super::{paths, App, AppState};
 use crate::dto::EventsQuery;
 use crate::error::ApiError;
 use crate::json::{NoQuery, QueryParams};
-use crate::openapi::schemas::{ErrorBody, EventPage as EventPageSchema, EventPartitions};
 use crate::reply;
+use crate::wire::{ErrorBody, EventObject, EventPage as WireEventPage, EventPartitions};
 
 /// How much of a refused `partition` value is echoed in the message.
 const ECHO_CHARS_MAX: usize = 32;
@@ -36,7 +34,7 @@ const ECHO_CHARS_MAX: usize = 32;
                    `after = oldest_seq - 1`.",
     params(EventsQuery),
     responses(
-        (status = 200, description = "One page", body = EventPageSchema),
+        (status = 200, description = "One page", body = WireEventPage),
         (status = 410, description = "`events_expired`: events after `after` are no longer \
                                       kept; `oldest_seq` is the oldest kept", body = ErrorBody,
          example = json!({"error": "events_expired", "message": "events after 0 are no longer kept; the oldest kept is 7: repair your copy (for example with a reconcile), then resume from after=6", "after": 0, "oldest_seq": 7})),
@@ -50,7 +48,13 @@ pub(crate) async fn events(
     QueryParams(query): QueryParams<EventsQuery>,
 ) -> Response {
     match read_page(&app, query).await {
-        Ok(page) => reply::json(StatusCode::OK, &PageJson(&page)),
+        Ok(page) => reply::json(
+            StatusCode::OK,
+            &WireEventPage {
+                events: page.events.iter().map(EventObject::from).collect(),
+                next_after: page.next_after,
+            },
+        ),
         Err(error) => error.into_response(),
     }
 }
@@ -107,11 +111,6 @@ fn partition_to_read(given: Option<&str>, partitions: u32) -> Result<u32, ApiErr
     }
 }
 
-#[derive(Serialize)]
-struct PartitionsJson {
-    partitions: u32,
-}
-
 #[utoipa::path(
     get,
     path = paths::EVENT_PARTITIONS,
@@ -127,85 +126,5 @@ struct PartitionsJson {
 )]
 pub(crate) async fn partitions(State(app): State<App>, _: NoQuery) -> Response {
     let partitions = app.backend.partitions();
-    reply::json(StatusCode::OK, &PartitionsJson { partitions })
-}
-
-struct PageJson<'a>(&'a EventPage);
-
-impl Serialize for PageJson<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(2))?;
-        map.serialize_entry("events", &EventsJson(&self.0.events))?;
-        map.serialize_entry("next_after", &self.0.next_after)?;
-        map.end()
-    }
-}
-
-struct EventsJson<'a>(&'a [Event]);
-
-impl Serialize for EventsJson<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(EventJson::from))
-    }
-}
-
-/// One event as the feed shows it: fields that are `None` are left out.
-#[derive(Serialize)]
-struct EventJson<'a> {
-    seq: u64,
-    at_ms: u64,
-    #[serde(rename = "type")]
-    kind: EventKind,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pool: Option<&'a PoolId>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    hold_id: Option<&'a HoldId>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    user: Option<&'a UserId>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    items: Option<&'a [HoldItemView]>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    available: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    total: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    delta: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    low_stock_threshold: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    expires_at_ms: Option<u64>,
-}
-
-impl<'a> From<&'a Event> for EventJson<'a> {
-    fn from(event: &'a Event) -> Self {
-        // Destructured so that a field added to `Event` fails to compile until it is rendered.
-        let Event {
-            seq,
-            at_ms,
-            kind,
-            pool,
-            hold_id,
-            user,
-            items,
-            available,
-            total,
-            delta,
-            low_stock_threshold,
-            expires_at_ms,
-        } = event;
-        EventJson {
-            seq: *seq,
-            at_ms: *at_ms,
-            kind: *kind,
-            pool: pool.as_ref(),
-            hold_id: hold_id.as_ref(),
-            user: user.as_ref(),
-            items: items.as_deref(),
-            available: *available,
-            total: *total,
-            delta: *delta,
-            low_stock_threshold: *low_stock_threshold,
-            expires_at_ms: *expires_at_ms,
-        }
-    }
+    reply::json(StatusCode::OK, &EventPartitions { partitions })
 }

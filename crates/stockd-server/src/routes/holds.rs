@@ -11,7 +11,7 @@ use stockd_core::{Command, HoldId};
 use super::{paths, App};
 use crate::dto::{ExtendBody, HoldBody};
 use crate::json::{EmptyBody, JsonBody, NoQuery, PathId};
-use crate::openapi::schemas::{EmptyObject, ErrorBody, HoldObject};
+use crate::wire::{EmptyObject, ErrorBody, HoldObject};
 
 #[utoipa::path(
     post,

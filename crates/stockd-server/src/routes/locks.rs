@@ -10,7 +10,7 @@ use stockd_core::{Command, LockName, LockRequest};
 use super::{paths, App};
 use crate::dto::{LockAcquireBody, LockReleaseBody, LockRenewBody};
 use crate::json::{JsonBody, NoQuery, PathId};
-use crate::openapi::schemas::{ErrorBody, LockGrant, LockReleased};
+use crate::wire::{ErrorBody, LockGrant, LockReleased};
 
 #[utoipa::path(
     post,

@@ -7,19 +7,13 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 
 use super::{paths, App};
 use crate::error::ApiError;
 use crate::exposition::negotiate;
 use crate::json::NoQuery;
-use crate::openapi::schemas::{ErrorBody, StatusBody};
 use crate::reply;
-
-#[derive(Serialize)]
-struct Status {
-    status: &'static str,
-}
+use crate::wire::{ErrorBody, StatusBody};
 
 #[utoipa::path(
     get,
@@ -30,7 +24,7 @@ struct Status {
     responses((status = 200, description = "Up", body = StatusBody, example = json!({"status": "ok"})))
 )]
 pub(crate) async fn healthz(_: NoQuery) -> Response {
-    reply::json(StatusCode::OK, &Status { status: "ok" })
+    reply::json(StatusCode::OK, &StatusBody { status: "ok" })
 }
 
 #[utoipa::path(
@@ -46,7 +40,7 @@ pub(crate) async fn healthz(_: NoQuery) -> Response {
 )]
 pub(crate) async fn readyz(State(app): State<App>, _: NoQuery) -> Response {
     match app.backend.ready().await {
-        Ok(()) => reply::json(StatusCode::OK, &Status { status: "ready" }),
+        Ok(()) => reply::json(StatusCode::OK, &StatusBody { status: "ready" }),
         Err(error) => ApiError::from(error).into_response(),
     }
 }

@@ -10,7 +10,7 @@ use stockd_core::{Command, PoolId};
 use super::{paths, App};
 use crate::dto::{ListPoolsQuery, PoolBody, PutPoolQuery, RestockBody};
 use crate::json::{JsonBody, NoQuery, PathId, QueryParams};
-use crate::openapi::schemas::{ErrorBody, PoolList, PoolObject};
+use crate::wire::{ErrorBody, PoolList, PoolObject};
 
 #[utoipa::path(
     put,
