@@ -1,0 +1,237 @@
+//! `stockd pool ...`: create, read, list, restock and delete pools.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use stockd_client::{PoolPage, PoolSpecBody, PoolView};
+
+use super::{finish, ClientArgs, Shown};
+
+/// Pool administration (`stockd pool ...`); writes need an admin token when auth is on.
+#[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
+pub enum PoolCommand {
+    /// Create or replace a pool (rules left out are unset).
+    Put {
+        pool: String,
+        /// Total units of the pool.
+        #[arg(long)]
+        total: u64,
+        /// Most units one user may hold or have bought at once.
+        #[arg(long)]
+        per_user_limit: Option<u64>,
+        /// The sale opens at this time (Unix epoch ms).
+        #[arg(long)]
+        starts_at_ms: Option<u64>,
+        /// The sale closes at this time (Unix epoch ms).
+        #[arg(long)]
+        ends_at_ms: Option<u64>,
+        /// Emit a low_stock event when available falls to this or below.
+        #[arg(long)]
+        low_stock_threshold: Option<u64>,
+        /// Create only when missing; an existing pool is left unchanged.
+        #[arg(long)]
+        if_absent: bool,
+    },
+    /// Show one pool.
+    Get { pool: String },
+    /// List pools in id order, one page at a time.
+    List {
+        /// Only pools whose id starts with this.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Start after this pool id (the `next` cursor of the previous page).
+        #[arg(long)]
+        after: Option<String>,
+        /// Page size (server default 100, max 1000).
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+    /// Add units to a pool, or remove available ones with a negative delta.
+    Restock {
+        pool: String,
+        /// Units to add (negative to remove).
+        #[arg(long, allow_negative_numbers = true)]
+        delta: i64,
+    },
+    /// Delete a pool (refused while units are held).
+    Delete { pool: String },
+}
+
+/// Runs one `stockd pool` subcommand and reports its outcome.
+pub async fn run_pool(args: &ClientArgs, command: PoolCommand) -> ExitCode {
+    let client = args.client();
+    let shown = match command {
+        PoolCommand::Put {
+            pool,
+            total,
+            per_user_limit,
+            starts_at_ms,
+            ends_at_ms,
+            low_stock_threshold,
+            if_absent,
+        } => {
+            let spec = PoolSpecBody {
+                total,
+                per_user_limit,
+                starts_at_ms,
+                ends_at_ms,
+                low_stock_threshold,
+            };
+            client
+                .put_pool(&pool, &spec, if_absent)
+                .await
+                .map(|(view, created)| {
+                    let note = match (created, if_absent) {
+                        (true, _) => "created",
+                        (false, true) => "exists, unchanged",
+                        (false, false) => "updated",
+                    };
+                    Shown::Pool(view, Some(note))
+                })
+        }
+        PoolCommand::Get { pool } => client
+            .get_pool(&pool)
+            .await
+            .map(|view| Shown::Pool(view, None)),
+        PoolCommand::List {
+            prefix,
+            after,
+            limit,
+        } => client
+            .list_pools(prefix.as_deref(), after.as_deref(), limit)
+            .await
+            .map(Shown::PoolPage),
+        PoolCommand::Restock { pool, delta } => client
+            .restock(&pool, delta)
+            .await
+            .map(|view| Shown::Pool(view, Some("restocked"))),
+        PoolCommand::Delete { pool } => client
+            .delete_pool(&pool)
+            .await
+            .map(|()| Shown::PoolDeleted(pool)),
+    };
+    finish(args, shown)
+}
+
+/// `pool sku-1: total 100, available 95, held 3, sold 2; per-user limit 2`.
+pub(super) fn pool_line(view: &PoolView, note: Option<&str>) -> String {
+    let mut line = format!("pool {}", view.pool);
+    if let Some(note) = note {
+        let _ = write!(line, " {note}");
+    }
+    let _ = write!(
+        line,
+        ": total {}, available {}, held {}, sold {}",
+        view.total, view.available, view.held, view.sold
+    );
+    let rules: Vec<String> = [
+        view.per_user_limit.map(|n| format!("per-user limit {n}")),
+        view.starts_at_ms.map(|t| format!("starts at {t}")),
+        view.ends_at_ms.map(|t| format!("ends at {t}")),
+        view.low_stock_threshold
+            .map(|n| format!("low-stock threshold {n}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !rules.is_empty() {
+        let _ = write!(line, "; {}", rules.join(", "));
+    }
+    line
+}
+
+/// An aligned table: pool ids left-aligned, counts right-aligned, then the next-page cursor.
+pub(super) fn pool_table(page: &PoolPage) -> String {
+    if page.pools.is_empty() {
+        return "no pools".to_owned();
+    }
+    const HEADERS: [&str; 5] = ["POOL", "TOTAL", "AVAILABLE", "HELD", "SOLD"];
+    let rows: Vec<[String; 5]> = page
+        .pools
+        .iter()
+        .map(|view| {
+            [
+                view.pool.to_string(),
+                view.total.to_string(),
+                view.available.to_string(),
+                view.held.to_string(),
+                view.sold.to_string(),
+            ]
+        })
+        .collect();
+    let mut widths = HEADERS.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let mut table = String::new();
+    let header = HEADERS.map(str::to_owned);
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = format!("{:<width$}", row[0], width = widths[0]);
+        for (cell, width) in row.iter().zip(widths).skip(1) {
+            let _ = write!(line, "  {cell:>width$}");
+        }
+        table.push_str(line.trim_end());
+        table.push('\n');
+    }
+    match &page.next {
+        Some(next) => {
+            let _ = write!(table, "more: --after {next}");
+        }
+        None => {
+            table.pop();
+        }
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(pool: &str, total: u64, available: u64, held: u64, sold: u64) -> PoolView {
+        serde_json::from_value(serde_json::json!({
+            "pool": pool, "total": total, "available": available, "held": held, "sold": sold,
+            "per_user_limit": null, "starts_at_ms": null, "ends_at_ms": null,
+            "low_stock_threshold": null, "partition": 0,
+        }))
+        .expect("a valid pool view")
+    }
+
+    #[test]
+    fn pool_summary_reads_as_one_line() {
+        let mut pool = view("sku-1", 100, 95, 3, 2);
+        assert_eq!(
+            pool_line(&pool, None),
+            "pool sku-1: total 100, available 95, held 3, sold 2"
+        );
+        pool.per_user_limit = Some(2);
+        pool.low_stock_threshold = Some(10);
+        assert_eq!(
+            pool_line(&pool, Some("created")),
+            "pool sku-1 created: total 100, available 95, held 3, sold 2; \
+             per-user limit 2, low-stock threshold 10"
+        );
+    }
+
+    #[test]
+    fn pool_list_is_an_aligned_table() {
+        let page = PoolPage {
+            pools: vec![view("a", 5, 5, 0, 0), view("long-pool-id", 1000, 990, 7, 3)],
+            next: Some("long-pool-id".into()),
+        };
+        assert_eq!(
+            pool_table(&page),
+            "POOL          TOTAL  AVAILABLE  HELD  SOLD\n\
+             a                 5          5     0     0\n\
+             long-pool-id   1000        990     7     3\n\
+             more: --after long-pool-id"
+        );
+        let empty = PoolPage {
+            pools: vec![],
+            next: None,
+        };
+        assert_eq!(pool_table(&empty), "no pools");
+    }
+}
