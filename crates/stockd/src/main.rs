@@ -21,6 +21,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "Oversell-proof stock reservation service"
 )]
 struct Cli {
+    /// Print the server's JSON answer exactly as received (the client commands: pool, hold; the
+    /// flag may also come anywhere after the command).
+    #[arg(long)]
+    json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -55,8 +59,22 @@ enum Command {
     },
 }
 
+impl Command {
+    /// The commands that talk to a running server through `stockd-client`.
+    fn is_client(&self) -> bool {
+        matches!(self, Command::Pool { .. } | Command::Hold { .. })
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.json && !cli.command.is_client() {
+        eprintln!(
+            "error: --json before the command applies to the client commands (pool, hold); \
+             `stockd bench` takes its own --json FILE after `run` or `lab`"
+        );
+        return cli::Exit::Usage.into();
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -85,8 +103,12 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::run(args).await,
             Command::Redis { command } => serve::run_redis(command).await,
             Command::Bench { command } => bench::run(command).await,
-            Command::Pool { client, command } => cli::run_pool(&client, command).await,
-            Command::Hold { client, command } => cli::run_hold(&client, command).await,
+            Command::Pool { client, command } => {
+                cli::run(&client.json_if(cli.json), cli::Group::Pool(command)).await
+            }
+            Command::Hold { client, command } => {
+                cli::run(&client.json_if(cli.json), cli::Group::Hold(command)).await
+            }
         }
     })
 }

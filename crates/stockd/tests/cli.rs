@@ -1,6 +1,6 @@
-//! The `stockd pool` / `stockd hold` command line, run as a real process against a real
+//! The client command line (`stockd pool`, `stockd hold`), run as a real process against a real
 //! `stockd serve` process: arguments, human and `--json` output, and exit codes (0 done,
-//! 1 refused by the server, 2 no usable answer or bad usage).
+//! 2 bad usage, 3 no usable answer, 4 refused by the server, 5 server error; docs/cli.md).
 //!
 //! Only the binary is exercised: the test starts `stockd serve` on a free loopback port with a
 //! fresh data dir, waits (bounded) until `GET /healthz` answers 200, and kills it on drop.
@@ -271,13 +271,13 @@ fn pool_and_hold_commands_against_a_real_server() {
     assert!(out.starts_with("POOL"), "{out}");
     assert!(out.contains("sku-1"), "{out}");
 
-    // Refusals: exit 1, `error: <code>: <message>` on stderr, nothing changed.
+    // Refusals: exit 4, `error: <code>: <message>` on stderr, nothing changed.
     let refused = server.stockd(&["hold", "reserve", "o-3", "--item", "sku-1=100"]);
-    refused.fails(1, "insufficient_stock");
+    refused.fails(4, "insufficient_stock");
     assert!(refused.stdout.is_empty(), "{}", refused.describe());
     // With --json the error body, details included, is on stdout too.
     let refused = server.stockd(&["hold", "reserve", "o-3", "--item", "sku-1=100", "--json"]);
-    refused.fails(1, "insufficient_stock");
+    refused.fails(4, "insufficient_stock");
     let body: Value = serde_json::from_str(&refused.stdout)
         .unwrap_or_else(|error| panic!("{error}\n{}", refused.describe()));
     assert_eq!(body["error"], "insufficient_stock");
@@ -285,10 +285,10 @@ fn pool_and_hold_commands_against_a_real_server() {
     assert_eq!(body["requested"], 100);
     server
         .stockd(&["pool", "get", "nope"])
-        .fails(1, "pool_not_found");
+        .fails(4, "pool_not_found");
     server
         .stockd(&["hold", "refund", "o-404"])
-        .fails(1, "hold_not_found");
+        .fails(4, "hold_not_found");
 
     let pool = server.stockd(&["pool", "get", "sku-1", "--json"]).ok_json();
     assert_eq!(
@@ -298,13 +298,13 @@ fn pool_and_hold_commands_against_a_real_server() {
 }
 
 #[test]
-fn unreachable_server_exits_2() {
+fn unreachable_server_exits_3() {
     let url = format!("http://127.0.0.1:{}", free_port());
     let unreachable = run(
         "http://127.0.0.1:9",
         &["pool", "--url", &url, "get", "sku-1"],
     );
-    assert_eq!(unreachable.code, Some(2), "{}", unreachable.describe());
+    assert_eq!(unreachable.code, Some(3), "{}", unreachable.describe());
     assert!(
         unreachable
             .stderr
@@ -324,5 +324,165 @@ fn malformed_item_is_a_usage_error() {
         bad.stderr.contains("expected POOL=QTY"),
         "{}",
         bad.describe()
+    );
+}
+
+/// One plain HTTP/1.1 request; the status and the body exactly as the server sent them.
+fn http(address: &str, method: &str, path: &str) -> (u16, Vec<u8>) {
+    let mut stream = TcpStream::connect(address).expect("connect to the server");
+    stream
+        .set_read_timeout(Some(PROBE_TIMEOUT * 10))
+        .expect("set a read timeout");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).expect("read the answer");
+    let head_end = answer
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .expect("an answer head");
+    let head = String::from_utf8_lossy(&answer[..head_end]).to_lowercase();
+    assert!(
+        !head.contains("transfer-encoding: chunked"),
+        "this helper reads whole bodies only: {head}"
+    );
+    let status = head[9..12].parse().expect("a status code");
+    (status, answer[head_end + 4..].to_vec())
+}
+
+#[test]
+fn json_is_the_servers_body_as_received_on_success_and_refusal() {
+    let server = Server::start();
+    let address = server.url.trim_start_matches("http://").to_owned();
+    server
+        .stockd(&[
+            "pool",
+            "put",
+            "sku-1",
+            "--total",
+            "3",
+            "--per-user-limit",
+            "1",
+        ])
+        .ok();
+
+    // --json before the command, between, and after: the same bytes as a plain GET.
+    let (status, body) = http(&address, "GET", "/v1/pools/sku-1");
+    assert_eq!(status, 200);
+    let expected = format!("{}\n", String::from_utf8_lossy(&body));
+    for args in [
+        &["--json", "pool", "get", "sku-1"][..],
+        &["pool", "--json", "get", "sku-1"][..],
+        &["pool", "get", "sku-1", "--json"][..],
+    ] {
+        let run = server.stockd(args);
+        assert_eq!(run.ok(), expected, "{}", run.describe());
+    }
+
+    // A refusal: the error body as received on stdout, the summary on stderr, exit 4.
+    let (status, body) = http(&address, "GET", "/v1/holds/nope");
+    assert_eq!(status, 404);
+    let refused = server.stockd(&["hold", "get", "nope", "--json"]);
+    refused.fails(4, "hold_not_found");
+    assert_eq!(
+        refused.stdout,
+        format!("{}\n", String::from_utf8_lossy(&body)),
+        "{}",
+        refused.describe()
+    );
+
+    // A delete answers 204 with no body: nothing on stdout.
+    let deleted = server.stockd(&["pool", "delete", "sku-1", "--json"]);
+    assert_eq!(deleted.ok(), "", "{}", deleted.describe());
+}
+
+#[test]
+fn json_before_a_server_command_is_a_usage_error() {
+    let run = run("http://127.0.0.1:9", &["--json", "serve"]);
+    assert_eq!(run.code, Some(2), "{}", run.describe());
+    assert!(
+        run.stderr
+            .contains("--json before the command applies to the client commands"),
+        "{}",
+        run.describe()
+    );
+}
+
+/// A stand-in for a server that answers every request with `status` and `body`, for the
+/// answers a healthy stockd never gives (5xx, a body that is not stockd's). Stops on drop.
+struct Canned {
+    url: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Canned {
+    fn start(status: u16, body: &'static str) -> Canned {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let url = format!("http://{}", listener.local_addr().expect("local address"));
+        listener
+            .set_nonblocking(true)
+            .expect("a non-blocking listener");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        thread::spawn(move || {
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok((mut stream, _)) = listener.accept() else {
+                    thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let _ = stream.set_nonblocking(false);
+                let _ = stream.set_read_timeout(Some(PROBE_TIMEOUT));
+                // Read the head (these requests have no body worth reading).
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                let answer = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes());
+            }
+        });
+        Canned { url, stop }
+    }
+}
+
+impl Drop for Canned {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_server_error_exits_5_and_an_answer_that_is_not_stockds_exits_3() {
+    let unavailable = Canned::start(
+        503,
+        r#"{"error":"backend_unavailable","message":"the backend is unavailable"}"#,
+    );
+    let run_503 = run(&unavailable.url, &["hold", "confirm", "o-1"]);
+    run_503.fails(5, "backend_unavailable");
+
+    let proxy = Canned::start(502, "Bad Gateway");
+    let run_502 = run(&proxy.url, &["pool", "get", "sku-1"]);
+    run_502.fails(5, "http_502");
+    assert!(
+        run_502.stderr.contains("Bad Gateway"),
+        "{}",
+        run_502.describe()
+    );
+
+    let not_stockd = Canned::start(200, "<html>hello</html>");
+    let unreadable = run(&not_stockd.url, &["pool", "get", "sku-1"]);
+    assert_eq!(unreadable.code, Some(3), "{}", unreadable.describe());
+    assert!(
+        unreadable
+            .stderr
+            .contains("error: decode: unreadable answer from "),
+        "{}",
+        unreadable.describe()
     );
 }

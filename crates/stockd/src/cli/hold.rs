@@ -1,11 +1,9 @@
 //! `stockd hold ...`: reserve, confirm, release, refund, extend and read holds.
 
 use std::fmt::Write as _;
-use std::process::ExitCode;
+use stockd_client::{Call, HoldItemBody, HoldStatus, HoldView, ReserveBody};
 
-use stockd_client::{HoldItemBody, HoldStatus, HoldView, ReserveBody};
-
-use super::{finish, ClientArgs, Shown};
+use super::{Exit, Session};
 
 /// Reservations (`stockd hold ...`).
 #[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
@@ -66,10 +64,9 @@ fn parse_item(text: &str) -> Result<HoldItemBody, String> {
     Ok(HoldItemBody::new(pool, qty))
 }
 
-/// Runs one `stockd hold` subcommand and reports its outcome.
-pub async fn run_hold(args: &ClientArgs, command: HoldCommand) -> ExitCode {
-    let client = args.client();
-    let shown = match command {
+/// Runs one `stockd hold` subcommand.
+pub(super) async fn run(session: &Session, command: HoldCommand) -> Exit {
+    let call = match command {
         HoldCommand::Reserve {
             hold_id,
             items,
@@ -86,25 +83,27 @@ pub async fn run_hold(args: &ClientArgs, command: HoldCommand) -> ExitCode {
                 confirm,
                 wait_ms,
             };
-            client.reserve(&body).await.map(|(view, created)| {
-                // 200 instead of 201: this hold_id was already reserved with the same request.
-                let note = (!created).then_some("existing hold, unchanged");
-                Shown::Hold(view, note)
-            })
+            return session
+                .show(Call::reserve(&body), |answer| {
+                    // 200 instead of 201: this hold_id was already reserved with the same request.
+                    let note = (answer.status != 201).then_some("existing hold, unchanged");
+                    Ok(hold_line(&answer.decode()?, note))
+                })
+                .await;
         }
-        HoldCommand::Confirm { hold_id } => client.confirm(&hold_id).await.map(Shown::hold),
-        HoldCommand::Release { hold_id } => client.release(&hold_id).await.map(Shown::hold),
-        HoldCommand::Refund { hold_id } => client.refund(&hold_id).await.map(Shown::hold),
-        HoldCommand::Extend { hold_id, ttl_ms } => {
-            client.extend(&hold_id, ttl_ms).await.map(Shown::hold)
-        }
-        HoldCommand::Get { hold_id } => client.get_hold(&hold_id).await.map(Shown::hold),
+        HoldCommand::Confirm { hold_id } => Call::confirm(&hold_id),
+        HoldCommand::Release { hold_id } => Call::release(&hold_id),
+        HoldCommand::Refund { hold_id } => Call::refund(&hold_id),
+        HoldCommand::Extend { hold_id, ttl_ms } => Call::extend(&hold_id, ttl_ms),
+        HoldCommand::Get { hold_id } => Call::get_hold(&hold_id),
     };
-    finish(args, shown)
+    session
+        .show(call, |answer| Ok(hold_line(&answer.decode()?, None)))
+        .await
 }
 
 /// `hold o-1: held, expires at <ms>, items sku-1 x2, sku-2 x1, user u-1`.
-pub(super) fn hold_line(view: &HoldView, note: Option<&str>) -> String {
+fn hold_line(view: &HoldView, note: Option<&str>) -> String {
     let mut line = format!("hold {}: {}", view.hold_id, view.status.as_str());
     match (view.status, view.finished_at_ms) {
         (HoldStatus::Held, _) => {

@@ -1,15 +1,15 @@
-//! `stockd pool ...` and `stockd hold ...`: administer pools and work holds on a running server,
-//! over its HTTP API, through `stockd-client`. One file per command group (`pool.rs`,
-//! `hold.rs`); this one has what they share: where the server is, printing, errors, exit codes.
+//! The command line over a running server's HTTP API, through `stockd-client`: `stockd pool`
+//! and `stockd hold`. One file per command group (`pool.rs`, `hold.rs`); this one has what they
+//! share: where the server is, printing, errors and exit codes.
 //!
 //! This module owns argument parsing, output formatting and exit codes of those subcommands. It
 //! never decides a stock rule and never checks what the server checks (ranges, id grammar): the
 //! server is the one judge, and its refusal is shown as it is. Only the shape of an argument that
 //! has no JSON form (`--item POOL=QTY`) is checked here.
 //!
-//! Output is a short human summary by default, the server's JSON body with `--json`. Exit codes:
-//! 0 success, 1 the server refused (any 4xx/5xx; `error: <code>: <message>` on stderr), 2 no
-//! usable answer (cannot connect, timeout, unreadable answer; also clap's code for bad usage).
+//! Output is a short human summary by default; with `--json`, the server's body exactly as
+//! received (never re-encoded), on success and on refusal alike. Exit codes are chosen in one
+//! place, [`Exit`]; docs/cli.md has the table.
 
 mod hold;
 mod pool;
@@ -18,22 +18,64 @@ use std::fmt::Write as _;
 use std::io::{self, Write as _};
 use std::process::ExitCode;
 
-use serde::Serialize;
-use stockd_client::{Client, ClientError, HoldView, PoolPage, PoolView};
+use stockd_client::{Answer, Call, Client, ClientError};
 
-use hold::hold_line;
-pub use hold::{run_hold, HoldCommand};
-use pool::{pool_line, pool_table};
-pub use pool::{run_pool, PoolCommand};
+pub use hold::HoldCommand;
+pub use pool::PoolCommand;
 
-/// Exit code when the server answered with an error status.
-const EXIT_API_ERROR: u8 = 1;
-/// Exit code when no usable answer came back.
-const EXIT_NO_ANSWER: u8 = 2;
+/// How a command ended; each has its own exit code, so that a script can tell a typo from a
+/// server that is down from a refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// 0: done (also when the reader of stdout went away, as in `| head`).
+    Success,
+    /// 1: a local failure after the command ran, such as stdout that cannot be written.
+    Failure,
+    /// 2: bad usage, nothing was sent: an unknown flag, a malformed value (clap's own code).
+    Usage,
+    /// 3: no usable answer: cannot connect, timed out, connection lost, or an answer that is
+    /// not stockd's. The request may or may not have been applied.
+    NoAnswer,
+    /// 4: the server refused (a 4xx answer: `insufficient_stock`, `unauthorized`, ...).
+    /// Nothing changed.
+    Refused,
+    /// 5: the server failed (a 5xx answer, such as 503 `backend_unavailable`): it could not
+    /// tell whether the change happened; retrying is safe (same hold_id).
+    ServerError,
+}
 
-/// Where the server is and how to talk to it; shared by `stockd pool` and `stockd hold`.
+impl Exit {
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Success => 0,
+            Exit::Failure => 1,
+            Exit::Usage => 2,
+            Exit::NoAnswer => 3,
+            Exit::Refused => 4,
+            Exit::ServerError => 5,
+        }
+    }
+
+    /// The exit code of an HTTP error status.
+    fn of_status(status: u16) -> Exit {
+        if status >= 500 {
+            Exit::ServerError
+        } else {
+            Exit::Refused
+        }
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> ExitCode {
+        ExitCode::from(exit.code())
+    }
+}
+
+/// Where the server is and how to talk to it; shared by every client command.
 ///
-/// The flags are global so that they may follow the subcommand (`stockd pool get sku-1 --json`).
+/// The flags are global so that they may follow the subcommand (`stockd pool get sku-1 --json`);
+/// `--json` may also come first (`stockd --json pool get sku-1`, see main.rs).
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct ClientArgs {
     /// Base URL of the stockd server.
@@ -47,104 +89,105 @@ pub struct ClientArgs {
     /// Bearer token (an admin token for pool writes).
     #[arg(long, env = "STOCKD_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
-    /// Print the server's JSON body instead of a summary.
+    /// Print the server's JSON answer exactly as received instead of a summary.
     #[arg(long, global = true)]
     pub json: bool,
 }
 
 impl ClientArgs {
-    fn client(&self) -> Client {
+    /// These flags, with `--json` also on when it was given before the command.
+    pub fn json_if(mut self, json_before_the_command: bool) -> ClientArgs {
+        self.json |= json_before_the_command;
+        self
+    }
+
+    /// The client these flags describe.
+    fn session(&self) -> Session {
         // An empty STOCKD_TOKEN means "no token", not "send an empty bearer token".
         let token = self.token.clone().filter(|token| !token.is_empty());
-        Client::new(&self.url, token)
+        Session {
+            client: Client::new(&self.url, token),
+            args: self.clone(),
+        }
     }
 }
 
-/// What a successful command shows; the optional note says what the command did.
+/// A client command group with its subcommand, as main.rs hands it over.
 #[derive(Debug)]
-pub(super) enum Shown {
-    Pool(PoolView, Option<&'static str>),
-    PoolPage(PoolPage),
-    PoolDeleted(String),
-    Hold(HoldView, Option<&'static str>),
+pub enum Group {
+    Pool(PoolCommand),
+    Hold(HoldCommand),
 }
 
-impl Shown {
-    fn hold(view: HoldView) -> Shown {
-        Shown::Hold(view, None)
-    }
-
-    /// The server's JSON body, re-encoded from the typed answer (same fields, same names).
-    /// A delete answers 204 with no body, so it shows nothing.
-    fn json(&self) -> Result<String, serde_json::Error> {
-        fn encode(value: &impl Serialize) -> Result<String, serde_json::Error> {
-            serde_json::to_string_pretty(value)
-        }
-        match self {
-            Shown::Pool(view, _) => encode(view),
-            Shown::PoolPage(page) => encode(page),
-            Shown::PoolDeleted(_) => Ok(String::new()),
-            Shown::Hold(view, _) => encode(view),
-        }
-    }
-
-    fn human(&self) -> String {
-        match self {
-            Shown::Pool(view, note) => pool_line(view, *note),
-            Shown::PoolPage(page) => pool_table(page),
-            Shown::PoolDeleted(pool) => format!("pool {pool} deleted"),
-            Shown::Hold(view, note) => hold_line(view, *note),
-        }
-    }
-}
-
-/// Prints the outcome and picks the exit code.
-pub(super) fn finish(args: &ClientArgs, shown: Result<Shown, ClientError>) -> ExitCode {
-    let shown = match shown {
-        Ok(shown) => shown,
-        Err(error) => return report_error(args, error),
+/// Runs one client command and reports its outcome.
+pub async fn run(args: &ClientArgs, group: Group) -> ExitCode {
+    let session = args.session();
+    let exit = match group {
+        Group::Pool(command) => pool::run(&session, command).await,
+        Group::Hold(command) => hold::run(&session, command).await,
     };
-    let text = if args.json {
-        match shown.json() {
-            Ok(text) => text,
-            Err(error) => return report_error(args, ClientError::Decode(error)),
-        }
-    } else {
-        shown.human()
-    };
-    print_stdout(&text)
+    exit.into()
 }
 
-/// `error: <code>: <message>` on stderr; with `--json` the server's error body also goes to
-/// stdout, so that a script sees the details (`available`, `requested`, ...).
-fn report_error(args: &ClientArgs, error: ClientError) -> ExitCode {
-    match error {
-        ClientError::Api {
-            code,
-            message,
-            body,
-            ..
-        } => {
-            if args.json && !body.is_null() {
-                let _ = print_stdout(&body.to_string());
+/// The client and the flags it came from, for the commands to send with and report through.
+struct Session {
+    client: Client,
+    args: ClientArgs,
+}
+
+impl Session {
+    /// Sends one request and shows its answer: the body as received with `--json`, else what
+    /// `human` makes of it.
+    async fn show(
+        &self,
+        call: Call,
+        human: impl FnOnce(&Answer) -> stockd_client::Result<String>,
+    ) -> Exit {
+        let answer = match self.client.call(&call).await {
+            Ok(answer) => answer,
+            Err(error) => return self.report_error(error),
+        };
+        if self.args.json {
+            return print_body(&answer.body);
+        }
+        match human(&answer) {
+            Ok(text) => print_line(&text),
+            Err(error) => self.report_error(error),
+        }
+    }
+
+    /// `error: <code>: <message>` on stderr; with `--json` the server's error body, as
+    /// received, also goes to stdout, so that a script sees the details (`available`, ...).
+    fn report_error(&self, error: ClientError) -> Exit {
+        match error {
+            ClientError::Api {
+                status,
+                code,
+                message,
+                raw_body,
+                ..
+            } => {
+                if self.args.json {
+                    let _ = print_body(&raw_body);
+                }
+                print_stderr(&format!("error: {code}: {message}"));
+                Exit::of_status(status)
             }
-            print_stderr(&format!("error: {code}: {message}"));
-            ExitCode::from(EXIT_API_ERROR)
-        }
-        ClientError::Transport(error) => {
-            print_stderr(&format!(
-                "error: transport: cannot reach {}: {}",
-                args.url,
-                with_causes(&error)
-            ));
-            ExitCode::from(EXIT_NO_ANSWER)
-        }
-        ClientError::Decode(error) => {
-            print_stderr(&format!(
-                "error: decode: unreadable answer from {}: {error}",
-                args.url
-            ));
-            ExitCode::from(EXIT_NO_ANSWER)
+            ClientError::Transport(error) => {
+                print_stderr(&format!(
+                    "error: transport: cannot reach {}: {}",
+                    self.args.url,
+                    with_causes(&error)
+                ));
+                Exit::NoAnswer
+            }
+            ClientError::Decode(error) => {
+                print_stderr(&format!(
+                    "error: decode: unreadable answer from {}: {error}",
+                    self.args.url
+                ));
+                Exit::NoAnswer
+            }
         }
     }
 }
@@ -164,18 +207,37 @@ fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-fn print_stdout(text: &str) -> ExitCode {
-    if text.is_empty() {
-        return ExitCode::SUCCESS;
+/// A body as received, then a newline unless it ends with one; an empty body (204) prints
+/// nothing.
+fn print_body(body: &[u8]) -> Exit {
+    if body.is_empty() {
+        return Exit::Success;
     }
+    let newline: &[u8] = if body.ends_with(b"\n") { b"" } else { b"\n" };
+    write_stdout(&[body, newline])
+}
+
+/// One line of text; an empty text prints nothing.
+fn print_line(text: &str) -> Exit {
+    if text.is_empty() {
+        return Exit::Success;
+    }
+    write_stdout(&[text.as_bytes(), b"\n"])
+}
+
+fn write_stdout(parts: &[&[u8]]) -> Exit {
     let mut stdout = io::stdout().lock();
-    match writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
-        Ok(()) => ExitCode::SUCCESS,
-        // The reader went away (`| head`): nothing left to tell anyone.
-        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => ExitCode::FAILURE,
+    let written = parts
+        .iter()
+        .try_for_each(|part| stdout.write_all(part))
+        .and_then(|()| stdout.flush());
+    match written {
+        Ok(()) => Exit::Success,
+        // The reader went away (`| head`): it had what it wanted, and nothing is left to tell.
+        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => Exit::Success,
         Err(error) => {
-            print_stderr(&format!("error: stdout: {error}"));
-            ExitCode::FAILURE
+            print_stderr(&format!("error: cannot write to stdout: {error}"));
+            Exit::Failure
         }
     }
 }
@@ -194,52 +256,33 @@ mod tests {
 
     use super::*;
 
-    /// The shape main.rs gives these commands: `stockd pool|hold [client flags] <command>`.
-    #[derive(Parser, Debug)]
-    #[command(name = "stockd")]
-    struct TestCli {
-        #[command(subcommand)]
-        command: TestCommand,
-    }
-
-    #[derive(clap::Subcommand, Debug)]
-    enum TestCommand {
-        Pool {
-            #[command(flatten)]
-            client: ClientArgs,
-            #[command(subcommand)]
-            command: PoolCommand,
-        },
-        Hold {
-            #[command(flatten)]
-            client: ClientArgs,
-            #[command(subcommand)]
-            command: HoldCommand,
-        },
-    }
-
-    fn parse(args: &[&str]) -> Result<TestCommand, clap::Error> {
-        TestCli::try_parse_from(std::iter::once("stockd").chain(args.iter().copied()))
-            .map(|cli| cli.command)
+    /// Parses `stockd ARGS` with the binary's own command line (main.rs).
+    fn parse(args: &[&str]) -> Result<crate::Cli, clap::Error> {
+        crate::Cli::try_parse_from(std::iter::once("stockd").chain(args.iter().copied()))
     }
 
     fn hold(args: &[&str]) -> HoldCommand {
-        match parse(args) {
-            Ok(TestCommand::Hold { command, .. }) => command,
+        match parse(args).map(|cli| cli.command) {
+            Ok(crate::Command::Hold { command, .. }) => command,
             other => panic!("expected a hold command, got {other:?}"),
         }
     }
 
+    /// The client flags as `run` sees them (`--json` before the command included), and the
+    /// pool command.
     fn pool(args: &[&str]) -> (ClientArgs, PoolCommand) {
         match parse(args) {
-            Ok(TestCommand::Pool { client, command }) => (client, command),
+            Ok(crate::Cli {
+                json,
+                command: crate::Command::Pool { client, command },
+            }) => (client.json_if(json), command),
             other => panic!("expected a pool command, got {other:?}"),
         }
     }
 
     #[test]
     fn definitions_are_consistent() {
-        TestCli::command().debug_assert();
+        crate::Cli::command().debug_assert();
     }
 
     #[test]
@@ -398,5 +441,9 @@ mod tests {
 
         let (client, _) = pool(&["pool", "--json", "list", "--limit", "10"]);
         assert!(client.json);
+        let (client, _) = pool(&["--json", "pool", "list"]);
+        assert!(client.json, "--json before the command");
+        let (client, _) = pool(&["pool", "list"]);
+        assert!(!client.json);
     }
 }

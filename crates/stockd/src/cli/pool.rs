@@ -1,11 +1,9 @@
 //! `stockd pool ...`: create, read, list, restock and delete pools.
 
 use std::fmt::Write as _;
-use std::process::ExitCode;
+use stockd_client::{Call, PoolPage, PoolSpecBody, PoolView};
 
-use stockd_client::{PoolPage, PoolSpecBody, PoolView};
-
-use super::{finish, ClientArgs, Shown};
+use super::{Exit, Session};
 
 /// Pool administration (`stockd pool ...`); writes need an admin token when auth is on.
 #[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
@@ -57,10 +55,9 @@ pub enum PoolCommand {
     Delete { pool: String },
 }
 
-/// Runs one `stockd pool` subcommand and reports its outcome.
-pub async fn run_pool(args: &ClientArgs, command: PoolCommand) -> ExitCode {
-    let client = args.client();
-    let shown = match command {
+/// Runs one `stockd pool` subcommand.
+pub(super) async fn run(session: &Session, command: PoolCommand) -> Exit {
+    match command {
         PoolCommand::Put {
             pool,
             total,
@@ -77,44 +74,53 @@ pub async fn run_pool(args: &ClientArgs, command: PoolCommand) -> ExitCode {
                 ends_at_ms,
                 low_stock_threshold,
             };
-            client
-                .put_pool(&pool, &spec, if_absent)
-                .await
-                .map(|(view, created)| {
-                    let note = match (created, if_absent) {
+            session
+                .show(Call::put_pool(&pool, &spec, if_absent), |answer| {
+                    let note = match (answer.status == 201, if_absent) {
                         (true, _) => "created",
                         (false, true) => "exists, unchanged",
                         (false, false) => "updated",
                     };
-                    Shown::Pool(view, Some(note))
+                    Ok(pool_line(&answer.decode()?, Some(note)))
                 })
+                .await
         }
-        PoolCommand::Get { pool } => client
-            .get_pool(&pool)
-            .await
-            .map(|view| Shown::Pool(view, None)),
+        PoolCommand::Get { pool } => {
+            session
+                .show(Call::get_pool(&pool), |answer| {
+                    Ok(pool_line(&answer.decode()?, None))
+                })
+                .await
+        }
         PoolCommand::List {
             prefix,
             after,
             limit,
-        } => client
-            .list_pools(prefix.as_deref(), after.as_deref(), limit)
-            .await
-            .map(Shown::PoolPage),
-        PoolCommand::Restock { pool, delta } => client
-            .restock(&pool, delta)
-            .await
-            .map(|view| Shown::Pool(view, Some("restocked"))),
-        PoolCommand::Delete { pool } => client
-            .delete_pool(&pool)
-            .await
-            .map(|()| Shown::PoolDeleted(pool)),
-    };
-    finish(args, shown)
+        } => {
+            let call = Call::list_pools(prefix.as_deref(), after.as_deref(), limit);
+            session
+                .show(call, |answer| Ok(pool_table(&answer.decode()?)))
+                .await
+        }
+        PoolCommand::Restock { pool, delta } => {
+            session
+                .show(Call::restock(&pool, delta), |answer| {
+                    Ok(pool_line(&answer.decode()?, Some("restocked")))
+                })
+                .await
+        }
+        PoolCommand::Delete { pool } => {
+            session
+                .show(Call::delete_pool(&pool), |_| {
+                    Ok(format!("pool {pool} deleted"))
+                })
+                .await
+        }
+    }
 }
 
 /// `pool sku-1: total 100, available 95, held 3, sold 2; per-user limit 2`.
-pub(super) fn pool_line(view: &PoolView, note: Option<&str>) -> String {
+fn pool_line(view: &PoolView, note: Option<&str>) -> String {
     let mut line = format!("pool {}", view.pool);
     if let Some(note) = note {
         let _ = write!(line, " {note}");
@@ -141,7 +147,7 @@ pub(super) fn pool_line(view: &PoolView, note: Option<&str>) -> String {
 }
 
 /// An aligned table: pool ids left-aligned, counts right-aligned, then the next-page cursor.
-pub(super) fn pool_table(page: &PoolPage) -> String {
+fn pool_table(page: &PoolPage) -> String {
     if page.pools.is_empty() {
         return "no pools".to_owned();
     }
