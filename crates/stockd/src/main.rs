@@ -7,7 +7,7 @@ mod serve;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// mimalloc instead of the system allocator: the request path makes many small, short-lived
 /// allocations, and glibc's free-list consolidation showed up as a quarter of the profile.
@@ -59,15 +59,41 @@ enum Command {
     },
 }
 
+impl Cli {
+    /// Parses a command line, noting where each client setting came from (a flag, the
+    /// environment or the default), so that an error can name the one to change.
+    fn read_from<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let matches = Cli::command().try_get_matches_from(args)?;
+        let mut cli = Cli::from_arg_matches(&matches)?;
+        if let (Some((_, group)), Some(client)) =
+            (matches.subcommand(), cli.command.client_args_mut())
+        {
+            client.note_origins(group);
+        }
+        Ok(cli)
+    }
+}
+
 impl Command {
     /// The commands that talk to a running server through `stockd-client`.
     fn is_client(&self) -> bool {
         matches!(self, Command::Pool { .. } | Command::Hold { .. })
     }
+
+    fn client_args_mut(&mut self) -> Option<&mut cli::ClientArgs> {
+        match self {
+            Command::Pool { client, .. } | Command::Hold { client, .. } => Some(client),
+            Command::Serve(_) | Command::Redis { .. } | Command::Bench { .. } => None,
+        }
+    }
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::read_from(std::env::args_os()).unwrap_or_else(|error| error.exit());
     if cli.json && !cli.command.is_client() {
         eprintln!(
             "error: --json before the command applies to the client commands (pool, hold); \

@@ -35,9 +35,14 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// A server with `extra` arguments after `serve --listen ... --data-dir ...`.
+    fn start_with(extra: &[&str]) -> Server {
         let mut last_log = String::new();
         for _ in 0..START_ATTEMPTS {
-            match Server::try_start() {
+            match Server::try_start(extra) {
                 Ok(server) => return server,
                 Err(log) => last_log = log,
             }
@@ -48,7 +53,7 @@ impl Server {
     }
 
     /// Starts one server; on failure returns its log.
-    fn try_start() -> Result<Server, String> {
+    fn try_start(extra: &[&str]) -> Result<Server, String> {
         let scratch = tempfile::tempdir().expect("create a temp dir");
         let data_dir = scratch.path().join("data");
         let log_path = scratch.path().join("server.log");
@@ -60,6 +65,7 @@ impl Server {
             .arg(address.to_string())
             .arg("--data-dir")
             .arg(&data_dir)
+            .args(extra)
             // Hermetic: no settings of the caller's environment reach this server.
             .env_remove("STOCKD_TOKEN")
             .env_remove("STOCKD_TOKENS")
@@ -100,6 +106,11 @@ impl Server {
     /// Runs `stockd ARGS` against this server (the URL comes from `STOCKD_URL`).
     fn stockd(&self, args: &[&str]) -> Run {
         run(&self.url, args)
+    }
+
+    /// Runs `stockd ARGS` against this server with more environment variables.
+    fn stockd_env(&self, env: &[(&str, &str)], args: &[&str]) -> Run {
+        run_env(&[&[("STOCKD_URL", self.url.as_str())], env].concat(), args)
     }
 }
 
@@ -174,18 +185,31 @@ impl Run {
     }
 }
 
+/// Runs `stockd ARGS` with `STOCKD_URL` set to `url` and no `STOCKD_TOKEN`.
 fn run(url: &str, args: &[&str]) -> Run {
+    run_env(&[("STOCKD_URL", url)], args)
+}
+
+/// Runs `stockd ARGS` with exactly these `STOCKD_*` variables of the client (none of the
+/// caller's).
+fn run_env(env: &[(&str, &str)], args: &[&str]) -> Run {
+    let mut command = Command::new(STOCKD);
+    command
+        .args(args)
+        .env_remove("STOCKD_URL")
+        .env_remove("STOCKD_TOKEN")
+        .env_remove("STOCKD_LISTEN")
+        .env_remove("STOCKD_TOKENS")
+        .env_remove("STOCKD_CONFIG")
+        .stdin(Stdio::null());
+    for (name, value) in env {
+        command.env(name, value);
+    }
     let Output {
         status,
         stdout,
         stderr,
-    } = Command::new(STOCKD)
-        .args(args)
-        .env("STOCKD_URL", url)
-        .env_remove("STOCKD_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run stockd");
+    } = command.output().expect("run stockd");
     Run {
         args: args.join(" "),
         code: status.code(),
@@ -485,4 +509,116 @@ fn a_server_error_exits_5_and_an_answer_that_is_not_stockds_exits_3() {
         "{}",
         unreadable.describe()
     );
+}
+
+#[test]
+fn a_url_without_a_scheme_says_what_to_write_and_where_it_came_from() {
+    let flag = run_env(&[], &["pool", "get", "sku-1", "--url", "127.0.0.1:7070"]);
+    assert_eq!(flag.code, Some(2), "{}", flag.describe());
+    assert!(
+        flag.stderr.contains(
+            "error: --url is \"127.0.0.1:7070\": it has no scheme; write --url http://127.0.0.1:7070"
+        ),
+        "{}",
+        flag.describe()
+    );
+
+    let env = run_env(&[("STOCKD_URL", "localhost:7070")], &["hold", "get", "o-1"]);
+    assert_eq!(env.code, Some(2), "{}", env.describe());
+    assert!(
+        env.stderr.contains(
+            "error: STOCKD_URL is \"localhost:7070\": it has no scheme; write STOCKD_URL=http://localhost:7070"
+        ),
+        "{}",
+        env.describe()
+    );
+
+    let tls = run_env(&[], &["pool", "list", "--url", "https://stock.example:443"]);
+    assert_eq!(tls.code, Some(2), "{}", tls.describe());
+    assert!(
+        tls.stderr.contains("plain HTTP only") && tls.stderr.contains("http://stock.example:443"),
+        "{}",
+        tls.describe()
+    );
+}
+
+const ADMIN_SECRET: &str = "admin-secret-0123";
+const CLIENT_SECRET: &str = "client-secret-4567";
+
+#[test]
+fn token_errors_name_the_flag_the_variable_and_the_role_needed() {
+    let tokens = format!("admin:{ADMIN_SECRET},client:{CLIENT_SECRET}");
+    let server = Server::start_with(&["--tokens", &tokens]);
+
+    let missing = server.stockd(&["pool", "get", "sku-1"]);
+    missing.fails(4, "unauthorized");
+    assert!(
+        missing.stderr.contains(
+            "hint: this server needs a bearer token: pass --token TOKEN or set STOCKD_TOKEN"
+        ),
+        "{}",
+        missing.describe()
+    );
+
+    let wrong_flag = server.stockd(&["pool", "get", "sku-1", "--token", "not-a-known-secret"]);
+    wrong_flag.fails(4, "unauthorized");
+    assert!(
+        wrong_flag
+            .stderr
+            .contains("hint: the server does not know the token from --token"),
+        "{}",
+        wrong_flag.describe()
+    );
+    let wrong_env = server.stockd_env(&[("STOCKD_TOKEN", "not-a-known-secret")], &["pool", "list"]);
+    wrong_env.fails(4, "unauthorized");
+    assert!(
+        wrong_env
+            .stderr
+            .contains("hint: the server does not know the token from STOCKD_TOKEN"),
+        "{}",
+        wrong_env.describe()
+    );
+
+    let client = server.stockd_env(
+        &[("STOCKD_TOKEN", CLIENT_SECRET)],
+        &["pool", "put", "sku-1", "--total", "5"],
+    );
+    client.fails(4, "forbidden");
+    assert!(
+        client.stderr.contains("hint: this needs an admin token")
+            && client
+                .stderr
+                .contains("the token from STOCKD_TOKEN has the client role"),
+        "{}",
+        client.describe()
+    );
+
+    let admin = server.stockd(&[
+        "pool",
+        "put",
+        "sku-1",
+        "--total",
+        "5",
+        "--token",
+        ADMIN_SECRET,
+    ]);
+    assert!(
+        admin.ok().contains("pool sku-1 created"),
+        "{}",
+        admin.describe()
+    );
+    // The client token may read.
+    server
+        .stockd(&["pool", "get", "sku-1", "--token", CLIENT_SECRET])
+        .ok();
+
+    for run in [&missing, &wrong_flag, &wrong_env, &client, &admin] {
+        for secret in [ADMIN_SECRET, CLIENT_SECRET, "not-a-known-secret"] {
+            assert!(
+                !run.stderr.contains(secret) && !run.stdout.contains(secret),
+                "a token is never printed\n{}",
+                run.describe()
+            );
+        }
+    }
 }

@@ -92,6 +92,48 @@ pub struct ClientArgs {
     /// Print the server's JSON answer exactly as received instead of a summary.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Where `url` came from, for error messages.
+    #[arg(skip)]
+    pub url_origin: Origin,
+    /// Where `token` came from, for error messages.
+    #[arg(skip)]
+    pub token_origin: Origin,
+}
+
+/// Where a setting came from, so that a message names the one to change.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Origin {
+    #[default]
+    Default,
+    Flag,
+    Environment,
+}
+
+impl Origin {
+    fn of(matches: &clap::ArgMatches, id: &str) -> Origin {
+        match matches.value_source(id) {
+            Some(clap::parser::ValueSource::CommandLine) => Origin::Flag,
+            Some(clap::parser::ValueSource::EnvVariable) => Origin::Environment,
+            _ => Origin::Default,
+        }
+    }
+
+    /// `--url`, `STOCKD_URL` or `the default --url`.
+    fn name(self, flag: &str, variable: &str) -> String {
+        match self {
+            Origin::Flag => flag.to_owned(),
+            Origin::Environment => variable.to_owned(),
+            Origin::Default => format!("the default {flag}"),
+        }
+    }
+
+    /// How to give `value` to this setting: `--url VALUE` or `STOCKD_URL=VALUE`.
+    fn assignment(self, flag: &str, variable: &str, value: &str) -> String {
+        match self {
+            Origin::Environment => format!("{variable}={value}"),
+            Origin::Flag | Origin::Default => format!("{flag} {value}"),
+        }
+    }
 }
 
 impl ClientArgs {
@@ -101,14 +143,72 @@ impl ClientArgs {
         self
     }
 
-    /// The client these flags describe.
-    fn session(&self) -> Session {
-        // An empty STOCKD_TOKEN means "no token", not "send an empty bearer token".
-        let token = self.token.clone().filter(|token| !token.is_empty());
-        Session {
-            client: Client::new(&self.url, token),
+    /// Notes where `--url` and `--token` came from; `matches` are the command group's.
+    pub fn note_origins(&mut self, matches: &clap::ArgMatches) {
+        self.url_origin = Origin::of(matches, "url");
+        self.token_origin = Origin::of(matches, "token");
+    }
+
+    /// The token to send: an empty STOCKD_TOKEN means "no token", not "send an empty bearer
+    /// token".
+    fn bearer_token(&self) -> Option<String> {
+        self.token.clone().filter(|token| !token.is_empty())
+    }
+
+    /// The client these flags describe, or why the URL cannot be one (a usage error: nothing
+    /// was sent).
+    fn session(&self) -> Result<Session, String> {
+        check_url(&self.url).map_err(|(why, instead)| {
+            let origin = self.url_origin;
+            let mut message = format!(
+                "{} is {:?}: {why}",
+                origin.name("--url", "STOCKD_URL"),
+                self.url
+            );
+            if let Some(instead) = instead {
+                let _ = write!(
+                    message,
+                    "; write {}",
+                    origin.assignment("--url", "STOCKD_URL", &instead)
+                );
+            }
+            message
+        })?;
+        Ok(Session {
+            client: Client::new(&self.url, self.bearer_token()),
             args: self.clone(),
+        })
+    }
+}
+
+/// Checks that `url` is something the client can send to: `http://HOST[:PORT][/PREFIX]`.
+/// On failure: what is wrong, and the URL to write instead when one can be guessed.
+fn check_url(url: &str) -> Result<(), (String, Option<String>)> {
+    const SHAPE: &str = "http://HOST:PORT, e.g. http://127.0.0.1:7070";
+    let Some((scheme, rest)) = url.split_once("://") else {
+        let instead = format!("http://{}", url.trim_start_matches('/'));
+        return Err(("it has no scheme".to_owned(), Some(instead)));
+    };
+    match scheme {
+        "http" => {}
+        "https" => {
+            let why = "this build of stockd speaks plain HTTP only (no TLS in the client): give \
+                       the server's own address, not the TLS proxy in front of it \
+                       (docs/security.md), for example through an SSH tunnel";
+            return Err((why.to_owned(), Some(format!("http://{rest}"))));
         }
+        other => {
+            let why = format!("scheme {other:?} is not supported, only http");
+            return Err((why, Some(format!("http://{rest}"))));
+        }
+    }
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if parsed.host_str().is_some_and(|host| !host.is_empty()) => Ok(()),
+        Ok(_) => Err((format!("it has no host; the shape is {SHAPE}"), None)),
+        Err(error) => Err((
+            format!("it is not a URL ({error}); the shape is {SHAPE}"),
+            None,
+        )),
     }
 }
 
@@ -121,7 +221,13 @@ pub enum Group {
 
 /// Runs one client command and reports its outcome.
 pub async fn run(args: &ClientArgs, group: Group) -> ExitCode {
-    let session = args.session();
+    let session = match args.session() {
+        Ok(session) => session,
+        Err(why) => {
+            print_stderr(&format!("error: {why}"));
+            return Exit::Usage.into();
+        }
+    };
     let exit = match group {
         Group::Pool(command) => pool::run(&session, command).await,
         Group::Hold(command) => hold::run(&session, command).await,
@@ -156,8 +262,9 @@ impl Session {
         }
     }
 
-    /// `error: <code>: <message>` on stderr; with `--json` the server's error body, as
-    /// received, also goes to stdout, so that a script sees the details (`available`, ...).
+    /// `error: <code>: <message>` on stderr, and a `hint:` line where the way out is known;
+    /// with `--json` the server's error body, as received, also goes to stdout, so that a
+    /// script sees the details (`available`, ...).
     fn report_error(&self, error: ClientError) -> Exit {
         match error {
             ClientError::Api {
@@ -171,14 +278,24 @@ impl Session {
                     let _ = print_body(&raw_body);
                 }
                 print_stderr(&format!("error: {code}: {message}"));
+                if let Some(hint) = self.hint(status) {
+                    print_stderr(&format!("hint: {hint}"));
+                }
                 Exit::of_status(status)
             }
             ClientError::Transport(error) => {
+                let url = &self.args.url;
+                let origin = self.args.url_origin.name("--url", "STOCKD_URL");
                 print_stderr(&format!(
-                    "error: transport: cannot reach {}: {}",
-                    self.args.url,
+                    "error: transport: cannot reach {url} (from {origin}): {}",
                     with_causes(&error)
                 ));
+                if error.is_connect() {
+                    print_stderr(
+                        "hint: is `stockd serve` running there? Give its address with --url or \
+                         STOCKD_URL (http://HOST:PORT)",
+                    );
+                }
                 Exit::NoAnswer
             }
             ClientError::Decode(error) => {
@@ -186,8 +303,35 @@ impl Session {
                     "error: decode: unreadable answer from {}: {error}",
                     self.args.url
                 ));
+                print_stderr(&format!(
+                    "hint: is {} the address of a stockd server? (--url or STOCKD_URL)",
+                    self.args.url
+                ));
                 Exit::NoAnswer
             }
+        }
+    }
+
+    /// What to do about a refusal that is about how the command was run, not about stock: no
+    /// token, an unknown token, a token whose role is not enough.
+    fn hint(&self, status: u16) -> Option<String> {
+        let origin = self.args.token_origin.name("--token", "STOCKD_TOKEN");
+        match (status, self.args.bearer_token()) {
+            (401, None) => Some(
+                "this server needs a bearer token: pass --token TOKEN or set STOCKD_TOKEN (an \
+                 admin token for pool writes, a client token for the rest)"
+                    .to_owned(),
+            ),
+            (401, Some(_)) => Some(format!(
+                "the server does not know the token from {origin}: check it against the \
+                 secrets in the server's --tokens / STOCKD_TOKENS"
+            )),
+            (403, _) => Some(format!(
+                "this needs an admin token (pool put, restock and delete are admin only), and \
+                 the token from {origin} has the client role: pass an admin token with --token \
+                 or STOCKD_TOKEN"
+            )),
+            _ => None,
         }
     }
 }
@@ -250,7 +394,7 @@ fn print_stderr(text: &str) {
 #[cfg(test)]
 mod tests {
     use clap::error::ErrorKind;
-    use clap::{CommandFactory, Parser};
+    use clap::CommandFactory;
 
     use stockd_client::HoldItemBody;
 
@@ -258,7 +402,7 @@ mod tests {
 
     /// Parses `stockd ARGS` with the binary's own command line (main.rs).
     fn parse(args: &[&str]) -> Result<crate::Cli, clap::Error> {
-        crate::Cli::try_parse_from(std::iter::once("stockd").chain(args.iter().copied()))
+        crate::Cli::read_from(std::iter::once("stockd").chain(args.iter().copied()))
     }
 
     fn hold(args: &[&str]) -> HoldCommand {
@@ -278,6 +422,54 @@ mod tests {
             }) => (client.json_if(json), command),
             other => panic!("expected a pool command, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn urls_must_be_http_with_a_host() {
+        for good in [
+            "http://127.0.0.1:7070",
+            "http://stock.internal:7070/",
+            "http://[::1]:7070/prefix",
+        ] {
+            assert_eq!(check_url(good), Ok(()), "{good}");
+        }
+        for (bad, why, instead) in [
+            ("127.0.0.1:7070", "no scheme", Some("http://127.0.0.1:7070")),
+            ("localhost:7070", "no scheme", Some("http://localhost:7070")),
+            ("//host:1", "no scheme", Some("http://host:1")),
+            ("https://h:443", "plain HTTP only", Some("http://h:443")),
+            ("ftp://h:1", "scheme \"ftp\"", Some("http://h:1")),
+            ("http://", "http://HOST:PORT", None),
+            ("http://h:99999", "not a URL", None),
+        ] {
+            let (message, suggested) = check_url(bad).expect_err(bad);
+            assert!(message.contains(why), "{bad}: {message}");
+            assert_eq!(suggested.as_deref(), instead, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_origin_of_url_and_token_is_noted() {
+        let (client, _) = pool(&["pool", "get", "p", "--url", "http://a:1", "--token", "t"]);
+        assert_eq!(
+            (client.url_origin, client.token_origin),
+            (Origin::Flag, Origin::Flag)
+        );
+        let (client, _) = pool(&["pool", "--url", "http://a:1", "get", "p"]);
+        assert_eq!(client.url_origin, Origin::Flag);
+        assert_eq!(Origin::Flag.name("--url", "STOCKD_URL"), "--url");
+        assert_eq!(
+            Origin::Environment.name("--url", "STOCKD_URL"),
+            "STOCKD_URL"
+        );
+        assert_eq!(
+            Origin::Environment.assignment("--url", "STOCKD_URL", "http://h:1"),
+            "STOCKD_URL=http://h:1"
+        );
+        assert_eq!(
+            Origin::Default.assignment("--url", "STOCKD_URL", "http://h:1"),
+            "--url http://h:1"
+        );
     }
 
     #[test]
