@@ -261,9 +261,14 @@ fn pool_and_hold_commands_against_a_real_server() {
         .stockd(&["hold", "reserve", "o-1", "--item", "sku-1=3", "--confirm"])
         .ok()
         .to_owned();
-    assert!(out.starts_with("hold o-1: confirmed at "), "{out}");
+    // Times are UTC and relative, not epoch milliseconds.
+    assert!(out.starts_with("hold o-1: confirmed 20"), "{out}");
+    assert!(
+        out.contains(" UTC (now)") || out.contains("s ago)"),
+        "{out}"
+    );
     let out = server.stockd(&["hold", "get", "o-1"]).ok().to_owned();
-    assert!(out.starts_with("hold o-1: confirmed at "), "{out}");
+    assert!(out.starts_with("hold o-1: confirmed 20"), "{out}");
     assert!(out.contains("items sku-1 x3"), "{out}");
 
     let out = server
@@ -272,7 +277,12 @@ fn pool_and_hold_commands_against_a_real_server() {
         ])
         .ok()
         .to_owned();
-    assert!(out.starts_with("hold o-2: held, expires at "), "{out}");
+    assert!(out.starts_with("hold o-2: held, expires 20"), "{out}");
+    // The default ttl_ms is 10 minutes.
+    assert!(
+        out.contains(" UTC (in 9m 59s)") || out.contains(" UTC (in 10m)"),
+        "{out}"
+    );
     assert!(out.contains("user u-1"), "{out}");
     let hold = server
         .stockd(&["hold", "release", "o-2", "--json"])

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use stockd_client::{Call, HoldItemBody, HoldStatus, HoldView, ReserveBody};
 
-use super::{Exit, Session};
+use super::{human, Exit, Session};
 
 /// Reservations (`stockd hold ...`).
 #[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
@@ -87,7 +87,7 @@ pub(super) async fn run(session: &Session, command: HoldCommand) -> Exit {
                 .show(Call::reserve(&body), |answer| {
                     // 200 instead of 201: this hold_id was already reserved with the same request.
                     let note = (answer.status != 201).then_some("existing hold, unchanged");
-                    Ok(hold_line(&answer.decode()?, note))
+                    Ok(hold_line(&answer.decode()?, note, human::now_ms()))
                 })
                 .await;
         }
@@ -98,19 +98,26 @@ pub(super) async fn run(session: &Session, command: HoldCommand) -> Exit {
         HoldCommand::Get { hold_id } => Call::get_hold(&hold_id),
     };
     session
-        .show(call, |answer| Ok(hold_line(&answer.decode()?, None)))
+        .show(call, |answer| {
+            Ok(hold_line(&answer.decode()?, None, human::now_ms()))
+        })
         .await
 }
 
-/// `hold o-1: held, expires at <ms>, items sku-1 x2, sku-2 x1, user u-1`.
-fn hold_line(view: &HoldView, note: Option<&str>) -> String {
+/// `hold o-1: held, expires <time> (in 9m 59s), items sku-1 x2, sku-2 x1, user u-1`; a finished
+/// hold says when it finished. Times relative to `now_ms`.
+pub(super) fn hold_line(view: &HoldView, note: Option<&str>, now_ms: u64) -> String {
     let mut line = format!("hold {}: {}", view.hold_id, view.status.as_str());
     match (view.status, view.finished_at_ms) {
         (HoldStatus::Held, _) => {
-            let _ = write!(line, ", expires at {}", view.expires_at_ms);
+            let _ = write!(
+                line,
+                ", expires {}",
+                human::when(view.expires_at_ms, now_ms)
+            );
         }
         (_, Some(finished_at_ms)) => {
-            let _ = write!(line, " at {finished_at_ms}");
+            let _ = write!(line, " {}", human::when(finished_at_ms, now_ms));
         }
         (_, None) => {}
     }
@@ -138,19 +145,22 @@ mod tests {
         let mut hold: HoldView = serde_json::from_value(serde_json::json!({
             "hold_id": "o-1", "status": "held", "user": null,
             "items": [{"pool": "sku-1", "qty": 2}, {"pool": "sku-2", "qty": 1}],
-            "created_at_ms": 1000, "expires_at_ms": 601000, "finished_at_ms": null,
+            "created_at_ms": 1_795_644_384_923_u64, "expires_at_ms": 1_795_644_984_923_u64,
+            "finished_at_ms": null,
             "partition": 0,
         }))
         .expect("a valid hold view");
+        let now_ms = 1_795_644_384_923 + 1_000;
         assert_eq!(
-            hold_line(&hold, None),
-            "hold o-1: held, expires at 601000, items sku-1 x2, sku-2 x1"
+            hold_line(&hold, None, now_ms),
+            "hold o-1: held, expires 2026-11-25 22:16:24 UTC (in 9m 59s), items sku-1 x2, sku-2 x1"
         );
         hold.status = HoldStatus::Confirmed;
-        hold.finished_at_ms = Some(2000);
+        hold.finished_at_ms = Some(1_795_644_384_923);
         assert_eq!(
-            hold_line(&hold, Some("existing hold, unchanged")),
-            "hold o-1: confirmed at 2000, items sku-1 x2, sku-2 x1 (existing hold, unchanged)"
+            hold_line(&hold, Some("existing hold, unchanged"), now_ms + 2_000),
+            "hold o-1: confirmed 2026-11-25 22:06:24 UTC (3s ago), items sku-1 x2, sku-2 x1 \
+             (existing hold, unchanged)"
         );
     }
 }

@@ -12,6 +12,7 @@
 //! place, [`Exit`]; docs/cli.md has the table.
 
 mod hold;
+mod human;
 mod pool;
 
 use std::fmt::Write as _;
@@ -271,13 +272,19 @@ impl Session {
                 status,
                 code,
                 message,
+                body,
                 raw_body,
-                ..
             } => {
                 if self.args.json {
                     let _ = print_body(&raw_body);
                 }
                 print_stderr(&format!("error: {code}: {message}"));
+                for (field, time) in times_in(&body) {
+                    print_stderr(&format!(
+                        "note: {field} {time} is {}",
+                        human::when(time, human::now_ms())
+                    ));
+                }
                 if let Some(hint) = self.hint(status) {
                     print_stderr(&format!("hint: {hint}"));
                 }
@@ -334,6 +341,17 @@ impl Session {
             _ => None,
         }
     }
+}
+
+/// The `*_at_ms` details of an error body (`expires_at_ms` of `lock_held`, `starts_at_ms` of
+/// `sale_not_started`, ...), for showing them as times.
+fn times_in(body: &serde_json::Value) -> Vec<(&str, u64)> {
+    body.as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(field, _)| field.ends_with("_at_ms"))
+        .filter_map(|(field, value)| Some((field.as_str(), value.as_u64()?)))
+        .collect()
 }
 
 /// An error and its chain of causes, because reqwest's own message ("error sending request")

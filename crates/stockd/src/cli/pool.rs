@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use stockd_client::{Call, PoolPage, PoolSpecBody, PoolView};
 
-use super::{Exit, Session};
+use super::{human, Exit, Session};
 
 /// Pool administration (`stockd pool ...`); writes need an admin token when auth is on.
 #[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
@@ -81,14 +81,14 @@ pub(super) async fn run(session: &Session, command: PoolCommand) -> Exit {
                         (false, true) => "exists, unchanged",
                         (false, false) => "updated",
                     };
-                    Ok(pool_line(&answer.decode()?, Some(note)))
+                    Ok(pool_line(&answer.decode()?, Some(note), human::now_ms()))
                 })
                 .await
         }
         PoolCommand::Get { pool } => {
             session
                 .show(Call::get_pool(&pool), |answer| {
-                    Ok(pool_line(&answer.decode()?, None))
+                    Ok(pool_line(&answer.decode()?, None, human::now_ms()))
                 })
                 .await
         }
@@ -105,7 +105,11 @@ pub(super) async fn run(session: &Session, command: PoolCommand) -> Exit {
         PoolCommand::Restock { pool, delta } => {
             session
                 .show(Call::restock(&pool, delta), |answer| {
-                    Ok(pool_line(&answer.decode()?, Some("restocked")))
+                    Ok(pool_line(
+                        &answer.decode()?,
+                        Some("restocked"),
+                        human::now_ms(),
+                    ))
                 })
                 .await
         }
@@ -119,8 +123,9 @@ pub(super) async fn run(session: &Session, command: PoolCommand) -> Exit {
     }
 }
 
-/// `pool sku-1: total 100, available 95, held 3, sold 2; per-user limit 2`.
-fn pool_line(view: &PoolView, note: Option<&str>) -> String {
+/// `pool sku-1: total 100, available 95, held 3, sold 2; per-user limit 2, starts <time>`, the
+/// sale window's times relative to `now_ms`.
+fn pool_line(view: &PoolView, note: Option<&str>, now_ms: u64) -> String {
     let mut line = format!("pool {}", view.pool);
     if let Some(note) = note {
         let _ = write!(line, " {note}");
@@ -132,8 +137,10 @@ fn pool_line(view: &PoolView, note: Option<&str>) -> String {
     );
     let rules: Vec<String> = [
         view.per_user_limit.map(|n| format!("per-user limit {n}")),
-        view.starts_at_ms.map(|t| format!("starts at {t}")),
-        view.ends_at_ms.map(|t| format!("ends at {t}")),
+        view.starts_at_ms
+            .map(|t| format!("sale starts {}", human::when(t, now_ms))),
+        view.ends_at_ms
+            .map(|t| format!("sale ends {}", human::when(t, now_ms))),
         view.low_stock_threshold
             .map(|n| format!("low-stock threshold {n}")),
     ]
@@ -209,15 +216,23 @@ mod tests {
     fn pool_summary_reads_as_one_line() {
         let mut pool = view("sku-1", 100, 95, 3, 2);
         assert_eq!(
-            pool_line(&pool, None),
+            pool_line(&pool, None, 0),
             "pool sku-1: total 100, available 95, held 3, sold 2"
         );
         pool.per_user_limit = Some(2);
         pool.low_stock_threshold = Some(10);
         assert_eq!(
-            pool_line(&pool, Some("created")),
+            pool_line(&pool, Some("created"), 0),
             "pool sku-1 created: total 100, available 95, held 3, sold 2; \
              per-user limit 2, low-stock threshold 10"
+        );
+        pool.starts_at_ms = Some(1_795_644_384_923);
+        pool.ends_at_ms = Some(1_795_644_384_923 + 7_200_000);
+        assert_eq!(
+            pool_line(&pool, None, 1_795_644_384_923 - 90_000),
+            "pool sku-1: total 100, available 95, held 3, sold 2; per-user limit 2, \
+             sale starts 2026-11-25 22:06:24 UTC (in 1m 30s), \
+             sale ends 2026-11-26 00:06:24 UTC (in 2h 1m), low-stock threshold 10"
         );
     }
 
