@@ -21,8 +21,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "Oversell-proof stock reservation service"
 )]
 struct Cli {
-    /// Print the server's JSON answer exactly as received (the client commands: pool, hold; the
-    /// flag may also come anywhere after the command).
+    /// Print the server's JSON answer exactly as received (the client commands: pool, hold,
+    /// lock; the flag may also come anywhere after the command).
     #[arg(long)]
     json: bool,
     #[command(subcommand)]
@@ -51,6 +51,13 @@ enum Command {
         client: cli::ClientArgs,
         #[command(subcommand)]
         command: cli::HoldCommand,
+    },
+    /// Acquire, renew and release lease locks with fencing tokens over HTTP.
+    Lock {
+        #[command(flatten)]
+        client: cli::ClientArgs,
+        #[command(subcommand)]
+        command: cli::LockCommand,
     },
     /// Load a running stockd and check its numbers afterwards.
     Bench {
@@ -81,12 +88,17 @@ impl Cli {
 impl Command {
     /// The commands that talk to a running server through `stockd-client`.
     fn is_client(&self) -> bool {
-        matches!(self, Command::Pool { .. } | Command::Hold { .. })
+        matches!(
+            self,
+            Command::Pool { .. } | Command::Hold { .. } | Command::Lock { .. }
+        )
     }
 
     fn client_args_mut(&mut self) -> Option<&mut cli::ClientArgs> {
         match self {
-            Command::Pool { client, .. } | Command::Hold { client, .. } => Some(client),
+            Command::Pool { client, .. }
+            | Command::Hold { client, .. }
+            | Command::Lock { client, .. } => Some(client),
             Command::Serve(_) | Command::Redis { .. } | Command::Bench { .. } => None,
         }
     }
@@ -96,7 +108,7 @@ fn main() -> ExitCode {
     let cli = Cli::read_from(std::env::args_os()).unwrap_or_else(|error| error.exit());
     if cli.json && !cli.command.is_client() {
         eprintln!(
-            "error: --json before the command applies to the client commands (pool, hold); \
+            "error: --json before the command applies to the client commands (pool, hold, lock); \
              `stockd bench` takes its own --json FILE after `run` or `lab`"
         );
         return cli::Exit::Usage.into();
@@ -134,6 +146,9 @@ fn main() -> ExitCode {
             }
             Command::Hold { client, command } => {
                 cli::run(&client.json_if(cli.json), cli::Group::Hold(command)).await
+            }
+            Command::Lock { client, command } => {
+                cli::run(&client.json_if(cli.json), cli::Group::Lock(command)).await
             }
         }
     })

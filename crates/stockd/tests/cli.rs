@@ -632,3 +632,132 @@ fn token_errors_name_the_flag_the_variable_and_the_role_needed() {
         }
     }
 }
+
+#[test]
+fn lock_acquire_renew_release_against_a_real_server() {
+    let server = Server::start();
+
+    let acquired = server
+        .stockd(&[
+            "lock", "acquire", "nightly", "--owner", "worker-a", "--ttl-ms", "30000",
+        ])
+        .ok()
+        .to_owned();
+    assert!(
+        acquired.starts_with("lock nightly acquired by worker-a: fence "),
+        "{acquired}"
+    );
+    assert!(
+        acquired.contains(" UTC (in 30s)") || acquired.contains(" UTC (in 29s)"),
+        "{acquired}"
+    );
+
+    // Taken: exit 4, the deadline as a time, and what to do.
+    let held = server.stockd(&[
+        "lock",
+        "acquire",
+        "nightly",
+        "--owner",
+        "worker-b",
+        "--ttl-ms",
+        "1000",
+        "--wait-ms",
+        "100",
+    ]);
+    held.fails(4, "lock_held");
+    assert!(
+        held.stderr.contains("note: expires_at_ms ") && held.stderr.contains(" UTC (in "),
+        "{}",
+        held.describe()
+    );
+    assert!(
+        held.stderr
+            .contains("hint: wait for the lock with --wait-ms"),
+        "{}",
+        held.describe()
+    );
+
+    // Another lock, through --json: the fence is the server's `token`.
+    let lease = server
+        .stockd(&[
+            "lock", "acquire", "export", "--owner", "worker-a", "--ttl-ms", "5000", "--json",
+        ])
+        .ok_json();
+    let fence = lease["token"].as_u64().expect("a fencing token");
+    assert!(lease["expires_at_ms"].as_u64().is_some(), "{lease}");
+    let fence_text = fence.to_string();
+
+    let renewed = server
+        .stockd(&[
+            "lock",
+            "renew",
+            "export",
+            "--owner",
+            "worker-a",
+            "--fence",
+            &fence_text,
+            "--ttl-ms",
+            "60000",
+        ])
+        .ok()
+        .to_owned();
+    assert!(
+        renewed.starts_with(&format!(
+            "lock export renewed by worker-a: fence {fence}, expires "
+        )),
+        "{renewed}"
+    );
+    assert!(
+        renewed.contains("(in 1m)") || renewed.contains("(in 59s)"),
+        "{renewed}"
+    );
+
+    let wrong = (fence + 1000).to_string();
+    let not_owner = server.stockd(&[
+        "lock", "release", "export", "--owner", "worker-a", "--fence", &wrong,
+    ]);
+    not_owner.fails(4, "not_lock_owner");
+    assert!(
+        not_owner
+            .stderr
+            .contains("hint: renew and release need the --owner and --fence that acquire answered"),
+        "{}",
+        not_owner.describe()
+    );
+
+    let released = server
+        .stockd(&[
+            "lock",
+            "release",
+            "export",
+            "--owner",
+            "worker-a",
+            "--fence",
+            &fence_text,
+        ])
+        .ok()
+        .to_owned();
+    assert_eq!(
+        released,
+        format!("lock export released by worker-a (fence {fence})\n")
+    );
+    let reacquired = server
+        .stockd(&[
+            "lock", "acquire", "export", "--owner", "worker-b", "--ttl-ms", "5000",
+        ])
+        .ok()
+        .to_owned();
+    assert!(
+        reacquired.starts_with("lock export acquired by worker-b"),
+        "the lock is free again: {reacquired}"
+    );
+
+    // A missing required flag is a usage error.
+    let usage = server.stockd(&["lock", "renew", "export", "--owner", "worker-a"]);
+    assert_eq!(usage.code, Some(2), "{}", usage.describe());
+    assert!(
+        usage.stderr.contains("--fence <FENCE>"),
+        "{}",
+        usage.describe()
+    );
+}

@@ -1,6 +1,7 @@
-//! The command line over a running server's HTTP API, through `stockd-client`: `stockd pool`
-//! and `stockd hold`. One file per command group (`pool.rs`, `hold.rs`); this one has what they
-//! share: where the server is, printing, errors and exit codes.
+//! The command line over a running server's HTTP API, through `stockd-client`: `stockd pool`,
+//! `stockd hold` and `stockd lock`. One file per command group (`pool.rs`, `hold.rs`,
+//! `lock.rs`; `human.rs` shows times); this one has what they share: where the server is,
+//! printing, errors and exit codes.
 //!
 //! This module owns argument parsing, output formatting and exit codes of those subcommands. It
 //! never decides a stock rule and never checks what the server checks (ranges, id grammar): the
@@ -13,6 +14,7 @@
 
 mod hold;
 mod human;
+mod lock;
 mod pool;
 
 use std::fmt::Write as _;
@@ -22,6 +24,7 @@ use std::process::ExitCode;
 use stockd_client::{Answer, Call, Client, ClientError};
 
 pub use hold::HoldCommand;
+pub use lock::LockCommand;
 pub use pool::PoolCommand;
 
 /// How a command ended; each has its own exit code, so that a script can tell a typo from a
@@ -218,6 +221,7 @@ fn check_url(url: &str) -> Result<(), (String, Option<String>)> {
 pub enum Group {
     Pool(PoolCommand),
     Hold(HoldCommand),
+    Lock(LockCommand),
 }
 
 /// Runs one client command and reports its outcome.
@@ -232,6 +236,7 @@ pub async fn run(args: &ClientArgs, group: Group) -> ExitCode {
     let exit = match group {
         Group::Pool(command) => pool::run(&session, command).await,
         Group::Hold(command) => hold::run(&session, command).await,
+        Group::Lock(command) => lock::run(&session, command).await,
     };
     exit.into()
 }
@@ -285,7 +290,7 @@ impl Session {
                         human::when(time, human::now_ms())
                     ));
                 }
-                if let Some(hint) = self.hint(status) {
+                if let Some(hint) = self.hint(status, &code) {
                     print_stderr(&format!("hint: {hint}"));
                 }
                 Exit::of_status(status)
@@ -319,9 +324,27 @@ impl Session {
         }
     }
 
-    /// What to do about a refusal that is about how the command was run, not about stock: no
-    /// token, an unknown token, a token whose role is not enough.
-    fn hint(&self, status: u16) -> Option<String> {
+    /// What to do about a refusal that is about how the command was run rather than about
+    /// stock: no token, an unknown token, a token whose role is not enough, a lock that is
+    /// taken or not yours.
+    fn hint(&self, status: u16, code: &str) -> Option<String> {
+        match code {
+            "lock_held" => {
+                return Some(
+                    "wait for the lock with --wait-ms (up to 30000), or, if the lease is yours, \
+                     extend it with `stockd lock renew`"
+                        .to_owned(),
+                )
+            }
+            "not_lock_owner" => {
+                return Some(
+                    "renew and release need the --owner and --fence that acquire answered, \
+                     before the lease ends; a lease that ended is free: acquire the lock again"
+                        .to_owned(),
+                )
+            }
+            _ => {}
+        }
         let origin = self.args.token_origin.name("--token", "STOCKD_TOKEN");
         match (status, self.args.bearer_token()) {
             (401, None) => Some(
