@@ -22,7 +22,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 )]
 struct Cli {
     /// Print the server's JSON answer exactly as received (the client commands: pool, hold,
-    /// lock; the flag may also come anywhere after the command).
+    /// lock, batch; the flag may also come anywhere after the command).
     #[arg(long)]
     json: bool,
     #[command(subcommand)]
@@ -59,6 +59,13 @@ enum Command {
         #[command(subcommand)]
         command: cli::LockCommand,
     },
+    /// Send many hold operations in one request, from a JSON file or standard input.
+    Batch {
+        #[command(flatten)]
+        client: cli::ClientArgs,
+        #[command(flatten)]
+        batch: cli::BatchArgs,
+    },
     /// Load a running stockd and check its numbers afterwards.
     Bench {
         #[command(subcommand)]
@@ -90,7 +97,10 @@ impl Command {
     fn is_client(&self) -> bool {
         matches!(
             self,
-            Command::Pool { .. } | Command::Hold { .. } | Command::Lock { .. }
+            Command::Pool { .. }
+                | Command::Hold { .. }
+                | Command::Lock { .. }
+                | Command::Batch { .. }
         )
     }
 
@@ -98,7 +108,8 @@ impl Command {
         match self {
             Command::Pool { client, .. }
             | Command::Hold { client, .. }
-            | Command::Lock { client, .. } => Some(client),
+            | Command::Lock { client, .. }
+            | Command::Batch { client, .. } => Some(client),
             Command::Serve(_) | Command::Redis { .. } | Command::Bench { .. } => None,
         }
     }
@@ -108,7 +119,7 @@ fn main() -> ExitCode {
     let cli = Cli::read_from(std::env::args_os()).unwrap_or_else(|error| error.exit());
     if cli.json && !cli.command.is_client() {
         eprintln!(
-            "error: --json before the command applies to the client commands (pool, hold, lock); \
+            "error: --json before the command applies to the client commands (pool, hold, lock, batch); \
              `stockd bench` takes its own --json FILE after `run` or `lab`"
         );
         return cli::Exit::Usage.into();
@@ -149,6 +160,9 @@ fn main() -> ExitCode {
             }
             Command::Lock { client, command } => {
                 cli::run(&client.json_if(cli.json), cli::Group::Lock(command)).await
+            }
+            Command::Batch { client, batch } => {
+                cli::run(&client.json_if(cli.json), cli::Group::Batch(batch)).await
             }
         }
     })

@@ -193,6 +193,11 @@ fn run(url: &str, args: &[&str]) -> Run {
 /// Runs `stockd ARGS` with exactly these `STOCKD_*` variables of the client (none of the
 /// caller's).
 fn run_env(env: &[(&str, &str)], args: &[&str]) -> Run {
+    run_full(env, args, None)
+}
+
+/// Runs `stockd ARGS` with `input` on its standard input (none when `None`).
+fn run_full(env: &[(&str, &str)], args: &[&str], input: Option<&[u8]>) -> Run {
     let mut command = Command::new(STOCKD);
     command
         .args(args)
@@ -201,15 +206,29 @@ fn run_env(env: &[(&str, &str)], args: &[&str]) -> Run {
         .env_remove("STOCKD_LISTEN")
         .env_remove("STOCKD_TOKENS")
         .env_remove("STOCKD_CONFIG")
-        .stdin(Stdio::null());
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     for (name, value) in env {
         command.env(name, value);
+    }
+    let mut child = command.spawn().expect("run stockd");
+    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        // Written from a thread: a child that answers before reading it all must not block us.
+        let input = input.to_vec();
+        thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
     }
     let Output {
         status,
         stdout,
         stderr,
-    } = command.output().expect("run stockd");
+    } = child.wait_with_output().expect("wait for stockd");
     Run {
         args: args.join(" "),
         code: status.code(),
@@ -759,5 +778,131 @@ fn lock_acquire_renew_release_against_a_real_server() {
         usage.stderr.contains("--fence <FENCE>"),
         "{}",
         usage.describe()
+    );
+}
+
+#[test]
+fn batch_from_a_file_and_from_stdin() {
+    let server = Server::start();
+    server
+        .stockd(&["pool", "put", "sku-1", "--total", "5"])
+        .ok();
+    let scratch = tempfile::tempdir().expect("a temp dir");
+
+    // Two ops that succeed and one refused: every op shown, exit 4.
+    let ops = scratch.path().join("ops.json");
+    std::fs::write(
+        &ops,
+        r#"{"ops": [
+            {"op": "reserve", "hold_id": "o-1", "items": [{"pool": "sku-1", "qty": 2}]},
+            {"op": "confirm", "hold_id": "o-1"},
+            {"op": "confirm", "hold_id": "o-9"}
+        ]}"#,
+    )
+    .expect("write the ops");
+    let path = ops.to_str().expect("a UTF-8 path");
+    let mixed = server.stockd(&["batch", path]);
+    assert_eq!(mixed.code, Some(4), "{}", mixed.describe());
+    let lines: Vec<&str> = mixed.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", mixed.describe());
+    assert!(
+        lines[0].starts_with("1. reserve (201) hold o-1: held, expires 20"),
+        "{}",
+        mixed.describe()
+    );
+    assert!(
+        lines[1].starts_with("2. confirm (200) hold o-1: confirmed 20"),
+        "{}",
+        mixed.describe()
+    );
+    assert!(
+        lines[2].starts_with("3. confirm (404) error: hold_not_found: "),
+        "{}",
+        mixed.describe()
+    );
+    assert_eq!(lines[3], "3 ops: 2 done, 1 refused, 0 failed on the server");
+    assert!(
+        mixed
+            .stderr
+            .contains("error: batch: not every op succeeded: 3 ops: 2 done, 1 refused"),
+        "{}",
+        mixed.describe()
+    );
+
+    // From stdin, with --json: the server's answer; every op succeeded, exit 0.
+    let input = br#"{"ops":[{"op":"release","hold_id":"o-2"},{"op":"reserve","hold_id":"o-2","items":[{"pool":"sku-1","qty":1}]},{"op":"release","hold_id":"o-2"}]}"#;
+    let from_stdin = run_full(
+        &[("STOCKD_URL", &server.url)],
+        &["batch", "-", "--json"],
+        Some(&input[..]),
+    );
+    // The first release is refused (no such hold yet): exit 4 even with --json.
+    assert_eq!(from_stdin.code, Some(4), "{}", from_stdin.describe());
+    let answer: Value = serde_json::from_str(&from_stdin.stdout)
+        .unwrap_or_else(|error| panic!("{error}\n{}", from_stdin.describe()));
+    let statuses: Vec<u64> = answer["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|result| result["status"].as_u64().expect("a status"))
+        .collect();
+    assert_eq!(statuses, [404, 201, 200], "{answer}");
+    let all_ok = run_full(
+        &[("STOCKD_URL", &server.url)],
+        &["batch", "-"],
+        Some(br#"{"ops":[{"op":"refund","hold_id":"o-1"}]}"#),
+    );
+    assert_eq!(all_ok.code, Some(0), "{}", all_ok.describe());
+    assert!(
+        all_ok
+            .stdout
+            .starts_with("1. refund (200) hold o-1: refunded 20"),
+        "{}",
+        all_ok.describe()
+    );
+
+    // The file goes out byte for byte: the server sees (and refuses) a repeated field.
+    let repeated = run_full(
+        &[("STOCKD_URL", &server.url)],
+        &["batch", "-", "--json"],
+        Some(br#"{"ops":[{"op":"confirm","hold_id":"o-1","hold_id":"o-2"}]}"#),
+    );
+    assert_eq!(repeated.code, Some(4), "{}", repeated.describe());
+    assert!(
+        repeated.stdout.contains("invalid_request"),
+        "{}",
+        repeated.describe()
+    );
+
+    // Nothing sent: not JSON, no such file, too big.
+    let not_json = scratch.path().join("ops.txt");
+    std::fs::write(&not_json, "reserve o-1 sku-1=1").expect("write");
+    let bad = server.stockd(&["batch", not_json.to_str().expect("UTF-8")]);
+    assert_eq!(bad.code, Some(2), "{}", bad.describe());
+    assert!(
+        bad.stderr.contains("ops.txt is not JSON (")
+            && bad
+                .stderr
+                .contains(r#"a batch is the batch endpoint's body: {"ops": "#),
+        "{}",
+        bad.describe()
+    );
+    let missing = server.stockd(&["batch", "/nonexistent/ops.json"]);
+    assert_eq!(missing.code, Some(2), "{}", missing.describe());
+    assert!(
+        missing
+            .stderr
+            .contains("error: batch: cannot read /nonexistent/ops.json: "),
+        "{}",
+        missing.describe()
+    );
+    let big = scratch.path().join("big.json");
+    std::fs::write(&big, vec![b' '; 1024 * 1024 + 1]).expect("write");
+    let too_big = server.stockd(&["batch", big.to_str().expect("UTF-8")]);
+    assert_eq!(too_big.code, Some(2), "{}", too_big.describe());
+    assert!(
+        too_big.stderr.contains("is over 1048576 bytes (1 MiB)"),
+        "{}",
+        too_big.describe()
     );
 }

@@ -1,7 +1,7 @@
 //! The command line over a running server's HTTP API, through `stockd-client`: `stockd pool`,
-//! `stockd hold` and `stockd lock`. One file per command group (`pool.rs`, `hold.rs`,
-//! `lock.rs`; `human.rs` shows times); this one has what they share: where the server is,
-//! printing, errors and exit codes.
+//! `stockd hold`, `stockd lock` and `stockd batch`. One file per command group (`pool.rs`,
+//! `hold.rs`, `lock.rs`, `batch.rs`; `human.rs` shows times); this one has what they share:
+//! where the server is, printing, errors and exit codes.
 //!
 //! This module owns argument parsing, output formatting and exit codes of those subcommands. It
 //! never decides a stock rule and never checks what the server checks (ranges, id grammar): the
@@ -12,6 +12,7 @@
 //! received (never re-encoded), on success and on refusal alike. Exit codes are chosen in one
 //! place, [`Exit`]; docs/cli.md has the table.
 
+mod batch;
 mod hold;
 mod human;
 mod lock;
@@ -23,6 +24,7 @@ use std::process::ExitCode;
 
 use stockd_client::{Answer, Call, Client, ClientError};
 
+pub use batch::BatchArgs;
 pub use hold::HoldCommand;
 pub use lock::LockCommand;
 pub use pool::PoolCommand;
@@ -222,6 +224,7 @@ pub enum Group {
     Pool(PoolCommand),
     Hold(HoldCommand),
     Lock(LockCommand),
+    Batch(BatchArgs),
 }
 
 /// Runs one client command and reports its outcome.
@@ -237,6 +240,7 @@ pub async fn run(args: &ClientArgs, group: Group) -> ExitCode {
         Group::Pool(command) => pool::run(&session, command).await,
         Group::Hold(command) => hold::run(&session, command).await,
         Group::Lock(command) => lock::run(&session, command).await,
+        Group::Batch(args) => batch::run(&session, args).await,
     };
     exit.into()
 }
@@ -255,14 +259,30 @@ impl Session {
         call: Call,
         human: impl FnOnce(&Answer) -> stockd_client::Result<String>,
     ) -> Exit {
-        let answer = match self.client.call(&call).await {
-            Ok(answer) => answer,
-            Err(error) => return self.report_error(error),
-        };
+        match self.send(&call).await {
+            Ok(answer) => self.present(&answer, human),
+            Err(exit) => exit,
+        }
+    }
+
+    /// Sends one request; a failure is reported here and comes back as its exit code.
+    async fn send(&self, call: &Call) -> Result<Answer, Exit> {
+        self.client
+            .call(call)
+            .await
+            .map_err(|error| self.report_error(error))
+    }
+
+    /// Prints a 2xx answer: the body as received with `--json`, else what `human` makes of it.
+    fn present(
+        &self,
+        answer: &Answer,
+        human: impl FnOnce(&Answer) -> stockd_client::Result<String>,
+    ) -> Exit {
         if self.args.json {
             return print_body(&answer.body);
         }
-        match human(&answer) {
+        match human(answer) {
             Ok(text) => print_line(&text),
             Err(error) => self.report_error(error),
         }
