@@ -22,7 +22,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 )]
 struct Cli {
     /// Print the server's JSON answer exactly as received (the client commands: pool, hold,
-    /// lock, batch; the flag may also come anywhere after the command).
+    /// lock, batch, events; the flag may also come anywhere after the command).
     #[arg(long)]
     json: bool,
     #[command(subcommand)]
@@ -66,6 +66,13 @@ enum Command {
         #[command(flatten)]
         batch: cli::BatchArgs,
     },
+    /// Print and follow the event feed over HTTP.
+    Events {
+        #[command(flatten)]
+        client: cli::ClientArgs,
+        #[command(subcommand)]
+        command: cli::EventsCommand,
+    },
     /// Load a running stockd and check its numbers afterwards.
     Bench {
         #[command(subcommand)]
@@ -101,6 +108,7 @@ impl Command {
                 | Command::Hold { .. }
                 | Command::Lock { .. }
                 | Command::Batch { .. }
+                | Command::Events { .. }
         )
     }
 
@@ -109,7 +117,8 @@ impl Command {
             Command::Pool { client, .. }
             | Command::Hold { client, .. }
             | Command::Lock { client, .. }
-            | Command::Batch { client, .. } => Some(client),
+            | Command::Batch { client, .. }
+            | Command::Events { client, .. } => Some(client),
             Command::Serve(_) | Command::Redis { .. } | Command::Bench { .. } => None,
         }
     }
@@ -119,7 +128,8 @@ fn main() -> ExitCode {
     let cli = Cli::read_from(std::env::args_os()).unwrap_or_else(|error| error.exit());
     if cli.json && !cli.command.is_client() {
         eprintln!(
-            "error: --json before the command applies to the client commands (pool, hold, lock, batch); \
+            "error: --json before the command applies to the client commands (pool, hold, lock, batch, \
+             events); \
              `stockd bench` takes its own --json FILE after `run` or `lab`"
         );
         return cli::Exit::Usage.into();
@@ -163,6 +173,9 @@ fn main() -> ExitCode {
             }
             Command::Batch { client, batch } => {
                 cli::run(&client.json_if(cli.json), cli::Group::Batch(batch)).await
+            }
+            Command::Events { client, command } => {
+                cli::run(&client.json_if(cli.json), cli::Group::Events(command)).await
             }
         }
     })

@@ -6,7 +6,7 @@
 //! fresh data dir, waits (bounded) until `GET /healthz` answers 200, and kills it on drop.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -905,4 +905,250 @@ fn batch_from_a_file_and_from_stdin() {
         "{}",
         too_big.describe()
     );
+}
+
+/// `stockd ARGS` against `url` as a child with piped stdout and stderr, for the commands that
+/// run until stopped.
+fn spawn(url: &str, args: &[&str]) -> Child {
+    Command::new(STOCKD)
+        .args(args)
+        .env("STOCKD_URL", url)
+        .env_remove("STOCKD_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn stockd")
+}
+
+/// How long a child may take to end once it has every reason to.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Waits (bounded) for `child` to exit; kills it and fails when it does not.
+fn exit_code_within(child: &mut Child, within: Duration) -> Option<i32> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status.code();
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("stockd did not exit within {within:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The lines of `pipe` as they come, read on a thread so that a test can wait for one with a
+/// deadline.
+fn lines_of(pipe: impl Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { return };
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
+fn read_all(pipe: Option<impl Read>) -> String {
+    let mut text = String::new();
+    if let Some(mut pipe) = pipe {
+        let _ = pipe.read_to_string(&mut text);
+    }
+    text
+}
+
+/// Sends `signal` (`INT`, `TERM`) to `child`, through kill(1).
+fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} failed");
+}
+
+#[test]
+fn events_tail_prints_the_last_events_and_json_lines_as_received() {
+    let server = Server::start();
+    let address = server.url.trim_start_matches("http://").to_owned();
+    for pool in 1..=6 {
+        server
+            .stockd(&["pool", "put", &format!("p-{pool}"), "--total", "10"])
+            .ok();
+    }
+    server
+        .stockd(&["hold", "reserve", "o-1", "--item", "p-1=2", "--user", "ann"])
+        .ok();
+
+    // Human: partition:seq, UTC time with ms, type, fields; the cursor on stderr.
+    let tail = server.stockd(&["events", "tail", "--no-follow", "-n", "2"]);
+    let lines: Vec<&str> = tail.ok().lines().collect();
+    assert_eq!(lines.len(), 2, "{}", tail.describe());
+    assert!(
+        lines[0].starts_with("0:6 20")
+            && lines[0].contains(" UTC pool_upserted pool p-6, total 10, available 10"),
+        "{}",
+        tail.describe()
+    );
+    assert!(
+        lines[1].starts_with("0:7 20")
+            && lines[1].contains(" UTC held hold o-1, user ann, items p-1 x2, expires 20")
+            && lines[1].contains(" UTC (in "),
+        "{}",
+        tail.describe()
+    );
+    assert!(
+        tail.stderr.contains("to go on from here: --after 7"),
+        "{}",
+        tail.describe()
+    );
+
+    // The default is the last 10: all 7 here. --after starts after a seq.
+    let all = server.stockd(&["events", "tail", "--no-follow"]);
+    assert_eq!(all.ok().lines().count(), 7, "{}", all.describe());
+    let after = server.stockd(&["events", "tail", "--no-follow", "--after", "5"]);
+    let seqs: Vec<&str> = after
+        .ok()
+        .lines()
+        .map(|line| line.split(' ').next().unwrap_or_default())
+        .collect();
+    assert_eq!(seqs, ["0:6", "0:7"], "{}", after.describe());
+
+    // --json: one event a line, each the server's bytes with its partition in front.
+    let (status, body) = http(&address, "GET", "/v1/events?after=0");
+    assert_eq!(status, 200);
+    let body = String::from_utf8(body).expect("UTF-8");
+    let json = server.stockd(&["--json", "events", "tail", "--no-follow", "--after", "0"]);
+    let lines: Vec<&str> = json.ok().lines().collect();
+    assert_eq!(lines.len(), 7, "{}", json.describe());
+    for (index, line) in lines.iter().enumerate() {
+        let own = line
+            .strip_prefix(r#"{"partition":0,"#)
+            .unwrap_or_else(|| panic!("no partition in front: {line}"));
+        assert!(
+            body.contains(&format!("{{{own}")),
+            "not as received: {line}\n{body}"
+        );
+        let event: Value = serde_json::from_str(line).expect("a JSON line");
+        assert_eq!(event["seq"], index as u64 + 1, "{line}");
+    }
+
+    // A cursor that is not one, and --after with --lines: usage errors.
+    let bad = server.stockd(&["events", "tail", "--after", "zero"]);
+    assert_eq!(bad.code, Some(2), "{}", bad.describe());
+    assert!(bad.stderr.contains("K:SEQ,K:SEQ"), "{}", bad.describe());
+    let both = server.stockd(&["events", "tail", "--after", "1", "-n", "3"]);
+    assert_eq!(both.code, Some(2), "{}", both.describe());
+    let no_such = server.stockd(&["events", "tail", "--after", "0:1,1:1"]);
+    assert_eq!(no_such.code, Some(2), "{}", no_such.describe());
+    assert!(
+        no_such
+            .stderr
+            .contains("--after names partition 1, but this feed has 1 partition (0 to 0)"),
+        "{}",
+        no_such.describe()
+    );
+}
+
+#[test]
+fn events_tail_follows_and_stops_cleanly_on_a_signal_and_a_closed_pipe() {
+    let server = Server::start();
+    server.stockd(&["pool", "put", "p-1", "--total", "10"]).ok();
+
+    // Follow from the newest event; a new one shows up; SIGTERM (and Ctrl-C's SIGINT) end it
+    // with 0 and the cursor to resume from.
+    let mut newest = 1;
+    for stop in ["TERM", "INT"] {
+        let after = newest.to_string();
+        let mut tail = spawn(
+            &server.url,
+            &["events", "tail", "--after", &after, "--json"],
+        );
+        let lines = lines_of(tail.stdout.take().expect("stdout"));
+        let created = format!("p-{stop}");
+        server
+            .stockd(&["pool", "put", &created, "--total", "3"])
+            .ok();
+        let line = lines.recv_timeout(EXIT_TIMEOUT).unwrap_or_else(|_| {
+            let _ = tail.kill();
+            panic!("SIG{stop}: the new event did not show within {EXIT_TIMEOUT:?}")
+        });
+        let event: Value = serde_json::from_str(&line).expect("a JSON line");
+        assert_eq!(
+            (&event["type"], &event["pool"], &event["partition"]),
+            (
+                &Value::from("pool_upserted"),
+                &Value::from(created.as_str()),
+                &Value::from(0)
+            ),
+            "{line}"
+        );
+        newest = event["seq"].as_u64().expect("a seq");
+        // Waiting in its long poll now: the signal must end it at once, not after the poll.
+        signal(&tail, stop);
+        assert_eq!(
+            exit_code_within(&mut tail, Duration::from_secs(5)),
+            Some(0),
+            "SIG{stop}"
+        );
+        let stderr = read_all(tail.stderr.take());
+        assert!(
+            stderr.contains(&format!("stopped; to resume from here: --after {newest}")),
+            "SIG{stop}: {stderr}"
+        );
+    }
+
+    // `| head -1` with no event coming after: the tail sees the reader go and exits 0, quietly.
+    let mut tail = spawn(&server.url, &["events", "tail", "-n", "1"]);
+    {
+        let mut stdout = BufReader::new(tail.stdout.take().expect("stdout"));
+        let mut first = String::new();
+        stdout.read_line(&mut first).expect("a line");
+        assert!(first.starts_with("0:"), "{first}");
+        // The reader closes the pipe here.
+    }
+    assert_eq!(exit_code_within(&mut tail, EXIT_TIMEOUT), Some(0));
+    let stderr = read_all(tail.stderr.take());
+    assert_eq!(stderr, "", "nothing to say to a reader that left");
+}
+
+#[test]
+fn events_tail_reports_expired_events_never_a_silent_gap() {
+    let server = Server::start_with(&["--event-retention-max", "3"]);
+    for pool in 1..=6 {
+        server
+            .stockd(&["pool", "put", &format!("p-{pool}"), "--total", "1"])
+            .ok();
+    }
+    // Asked for everything: events 1 to 3 are gone, and it says so: exit 4.
+    let expired = server.stockd(&["events", "tail", "--after", "0"]);
+    expired.fails(4, "events_expired");
+    assert!(
+        expired.stderr.contains(
+            "hint: partition 0: events 1 to 3 are no longer kept, so this tail cannot show them"
+        ) && expired.stderr.contains("then resume with --after 3"),
+        "{}",
+        expired.describe()
+    );
+    assert!(expired.stdout.is_empty(), "{}", expired.describe());
+    // --json: the server's error body on stdout too.
+    let json = server.stockd(&["events", "tail", "--after", "1", "--json"]);
+    json.fails(4, "events_expired");
+    let body: Value = serde_json::from_str(&json.stdout).expect("the error body");
+    assert_eq!(body["oldest_seq"], 4, "{}", json.describe());
+
+    // "The last 10" when only 3 are kept: the 3 there are, no error.
+    let last = server.stockd(&["events", "tail", "--no-follow"]);
+    let seqs: Vec<&str> = last
+        .ok()
+        .lines()
+        .map(|line| line.split(' ').next().unwrap_or_default())
+        .collect();
+    assert_eq!(seqs, ["0:4", "0:5", "0:6"], "{}", last.describe());
 }

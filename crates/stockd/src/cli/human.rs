@@ -25,6 +25,12 @@ pub fn utc(ms: u64) -> String {
     format!("{date} {} UTC", clock(seconds_of_day))
 }
 
+/// `2025-11-05 14:03:12.923 UTC`: for event times, where milliseconds tell events apart.
+pub fn utc_ms(ms: u64) -> String {
+    let (date, seconds_of_day, millis) = split(ms);
+    format!("{date} {}.{millis:03} UTC", clock(seconds_of_day))
+}
+
 /// `2025-11-05 14:03:12 UTC (in 4m 12s)`.
 pub fn when(ms: u64, now_ms: u64) -> String {
     format!("{} ({})", utc(ms), relative(ms, now_ms))
@@ -114,8 +120,10 @@ mod tests {
     #[test]
     fn dates_are_utc_and_exact_at_the_edges() {
         assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc_ms(999), "1970-01-01 00:00:00.999 UTC");
         // From the API docs' examples, checked with `date -u -d @1795644384`; the others likewise.
         assert_eq!(utc(1_795_644_384_923), "2026-11-25 22:06:24 UTC");
+        assert_eq!(utc_ms(1_795_644_384_923), "2026-11-25 22:06:24.923 UTC");
         // Leap days: 2000 is a leap year (divisible by 400), 2100 is not.
         assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00 UTC");
         assert_eq!(utc(951_868_799_000), "2000-02-29 23:59:59 UTC");

@@ -1,7 +1,7 @@
 //! The command line over a running server's HTTP API, through `stockd-client`: `stockd pool`,
-//! `stockd hold`, `stockd lock` and `stockd batch`. One file per command group (`pool.rs`,
-//! `hold.rs`, `lock.rs`, `batch.rs`; `human.rs` shows times); this one has what they share:
-//! where the server is, printing, errors and exit codes.
+//! `stockd hold`, `stockd lock`, `stockd batch` and `stockd events`. One file per command group
+//! (`pool.rs`, `hold.rs`, `lock.rs`, `batch.rs`, `events.rs`; `human.rs` shows times); this one
+//! has what they share: where the server is, printing, errors and exit codes.
 //!
 //! This module owns argument parsing, output formatting and exit codes of those subcommands. It
 //! never decides a stock rule and never checks what the server checks (ranges, id grammar): the
@@ -13,6 +13,7 @@
 //! place, [`Exit`]; docs/cli.md has the table.
 
 mod batch;
+mod events;
 mod hold;
 mod human;
 mod lock;
@@ -25,6 +26,7 @@ use std::process::ExitCode;
 use stockd_client::{Answer, Call, Client, ClientError};
 
 pub use batch::BatchArgs;
+pub use events::EventsCommand;
 pub use hold::HoldCommand;
 pub use lock::LockCommand;
 pub use pool::PoolCommand;
@@ -225,6 +227,7 @@ pub enum Group {
     Hold(HoldCommand),
     Lock(LockCommand),
     Batch(BatchArgs),
+    Events(EventsCommand),
 }
 
 /// Runs one client command and reports its outcome.
@@ -241,6 +244,7 @@ pub async fn run(args: &ClientArgs, group: Group) -> ExitCode {
         Group::Hold(command) => hold::run(&session, command).await,
         Group::Lock(command) => lock::run(&session, command).await,
         Group::Batch(args) => batch::run(&session, args).await,
+        Group::Events(command) => events::run(&session, command).await,
     };
     exit.into()
 }
