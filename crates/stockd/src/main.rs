@@ -142,12 +142,17 @@ fn main() -> ExitCode {
         )
         .init();
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    // HTTP worker threads (default: one per core).
-    if let Some(threads) = std::env::var("STOCKD_WORKER_THREADS")
-        .ok()
-        .and_then(|value| value.parse::<usize>().ok())
-        .filter(|&threads| threads > 0)
-    {
+    // Worker threads (default: one per core). `serve` takes --worker-threads, checked by clap
+    // (flag or STOCKD_WORKER_THREADS); the other commands honour the variable when it is a
+    // number above 0, as they always did.
+    let worker_threads = match &cli.command {
+        Command::Serve(args) => args.worker_threads.map(usize::from),
+        _ => std::env::var("STOCKD_WORKER_THREADS")
+            .ok()
+            .and_then(|value| value.parse::<usize>().ok())
+            .filter(|&threads| threads > 0),
+    };
+    if let Some(threads) = worker_threads {
         runtime.worker_threads(threads);
     }
     let runtime = match runtime.enable_all().build() {

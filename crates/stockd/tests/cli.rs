@@ -1152,3 +1152,61 @@ fn events_tail_reports_expired_events_never_a_silent_gap() {
         .collect();
     assert_eq!(seqs, ["0:4", "0:5", "0:6"], "{}", last.describe());
 }
+
+#[test]
+fn serve_listen_with_a_host_name_says_what_to_write_instead() {
+    for (env, args) in [
+        (&[][..], &["serve", "--listen", "localhost:7070"][..]),
+        (&[("STOCKD_LISTEN", "localhost:7070")][..], &["serve"][..]),
+    ] {
+        let refused = run_env(env, args);
+        assert_eq!(refused.code, Some(2), "{}", refused.describe());
+        assert!(
+            refused.stderr.contains("'--listen <IP:PORT>'")
+                && refused.stderr.contains(
+                    "\"localhost\" is not an IP address, and host names are not resolved"
+                )
+                && refused.stderr.contains(
+                    "write 127.0.0.1:7070 (this machine only), 0.0.0.0:7070 (every interface; \
+                     needs --tokens) or [::1]:7070"
+                ),
+            "{}",
+            refused.describe()
+        );
+    }
+}
+
+#[test]
+fn serve_help_shows_every_variable_and_default() {
+    let help = run_env(&[], &["serve", "--help"]);
+    let text = help.ok();
+    // Every variable of the README's configuration table, and those without a flag.
+    let readme = include_str!("../../../README.md");
+    let table = readme
+        .split("## Configuration")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the README's configuration section");
+    let mut variables: Vec<&str> = table
+        .split('`')
+        .filter(|word| word.starts_with("STOCKD_"))
+        .collect();
+    variables.extend(["STOCKD_WORKER_THREADS", "STOCKD_LOG", "STOCKD_CONFIG"]);
+    for variable in variables {
+        assert!(
+            text.contains(variable),
+            "{variable} is not in serve --help:\n{text}"
+        );
+    }
+    // Every option but --help says its default.
+    for line in text
+        .lines()
+        .filter(|line| line.trim_start().starts_with("--"))
+    {
+        assert!(line.contains("(default "), "no default: {line}");
+    }
+    assert!(
+        text.contains("(default 127.0.0.1:7070;") && text.contains("(default ./stockd-data)"),
+        "{text}"
+    );
+}
