@@ -34,19 +34,33 @@ pub enum HoldCommand {
         wait_ms: Option<u64>,
     },
     /// Confirm a held hold (paid): its units are sold.
-    Confirm { hold_id: String },
+    Confirm {
+        /// The hold's id, the one reserve was given.
+        hold_id: String,
+    },
     /// Release a held hold (cancelled): its units are available again.
-    Release { hold_id: String },
+    Release {
+        /// The hold's id, the one reserve was given.
+        hold_id: String,
+    },
     /// Refund a confirmed hold: its sold units are available again.
-    Refund { hold_id: String },
+    Refund {
+        /// The hold's id, the one reserve was given.
+        hold_id: String,
+    },
     /// Push a held hold's expiry to now + ttl_ms.
     Extend {
+        /// The hold's id, the one reserve was given.
         hold_id: String,
+        /// The hold's new deadline, in ms from now (1000 to 86400000).
         #[arg(long)]
         ttl_ms: u64,
     },
     /// Show one hold.
-    Get { hold_id: String },
+    Get {
+        /// The hold's id, the one reserve was given.
+        hold_id: String,
+    },
 }
 
 /// Parses `--item POOL=QTY`. Only the shape is checked; ranges and id grammar are the server's.

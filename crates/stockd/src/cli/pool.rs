@@ -10,6 +10,7 @@ use super::{human, Exit, Session};
 pub enum PoolCommand {
     /// Create or replace a pool (rules left out are unset).
     Put {
+        /// The pool's id (1 to 128 bytes of [A-Za-z0-9._:-], first alphanumeric).
         pool: String,
         /// Total units of the pool.
         #[arg(long)]
@@ -31,7 +32,10 @@ pub enum PoolCommand {
         if_absent: bool,
     },
     /// Show one pool.
-    Get { pool: String },
+    Get {
+        /// The pool's id (1 to 128 bytes of [A-Za-z0-9._:-], first alphanumeric).
+        pool: String,
+    },
     /// List pools in id order, one page at a time.
     List {
         /// Only pools whose id starts with this.
@@ -46,13 +50,17 @@ pub enum PoolCommand {
     },
     /// Add units to a pool, or remove available ones with a negative delta.
     Restock {
+        /// The pool's id (1 to 128 bytes of [A-Za-z0-9._:-], first alphanumeric).
         pool: String,
         /// Units to add (negative to remove).
         #[arg(long, allow_negative_numbers = true)]
         delta: i64,
     },
     /// Delete a pool (refused while units are held).
-    Delete { pool: String },
+    Delete {
+        /// The pool's id (1 to 128 bytes of [A-Za-z0-9._:-], first alphanumeric).
+        pool: String,
+    },
 }
 
 /// Runs one `stockd pool` subcommand.
