@@ -18,7 +18,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "stockd",
     version,
-    about = "Oversell-proof stock reservation service"
+    about = "Oversell-proof stock reservation service",
+    after_help = "Exit codes of the client commands (pool, hold, lock, batch, events): 0 done, \
+                  2 bad usage (nothing was sent), 3 no usable answer, 4 refused by the server \
+                  (4xx), 5 server error (5xx). See docs/cli.md."
 )]
 struct Cli {
     /// Print the server's JSON answer exactly as received (the client commands: pool, hold,

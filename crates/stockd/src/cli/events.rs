@@ -43,9 +43,8 @@ pub enum EventsCommand {
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct TailArgs {
     /// Start after this cursor instead of the last events: SEQ on a one-partition feed, or
-    /// K:SEQ,K:SEQ,... with a seq per partition (a partition left out starts at its first kept
-    /// event). `--after 0` prints everything the feed keeps. The cursor tail prints when it
-    /// stops resumes where it stopped.
+    /// K:SEQ,K:SEQ,... with a seq per partition (a partition left out starts from its
+    /// beginning, as K:0). The cursor tail prints when it stops resumes where it stopped.
     #[arg(long, value_name = "CURSOR", value_parser = parse_cursor, conflicts_with = "lines")]
     pub after: Option<Cursor>,
     /// How many of the latest events of each partition to print first (0: only new ones).
