@@ -1,6 +1,9 @@
-//! The client command line (`stockd pool`, `stockd hold`), run as a real process against a real
-//! `stockd serve` process: arguments, human and `--json` output, and exit codes (0 done,
-//! 2 bad usage, 3 no usable answer, 4 refused by the server, 5 server error; docs/cli.md).
+//! The client command line (`stockd pool`, `hold`, `lock`, `batch`, `events tail`) and the
+//! messages of `stockd serve` about its settings, run as a real process against a real
+//! `stockd serve` process: arguments, human and `--json` output, the errors that say what to do,
+//! and exit codes (0 done, 2 bad usage, 3 no usable answer, 4 refused by the server, 5 server
+//! error; docs/cli.md). A canned responder stands in for the answers a healthy server never
+//! gives (5xx, a body that is not stockd's); cli_partitions.rs has the feed with 4 partitions.
 //!
 //! Only the binary is exercised: the test starts `stockd serve` on a free loopback port with a
 //! fresh data dir, waits (bounded) until `GET /healthz` answers 200, and kills it on drop.
