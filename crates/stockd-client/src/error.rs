@@ -15,12 +15,14 @@ pub enum ClientError {
     ///
     /// A non-2xx answer that is not a contract error body (a proxy's HTML page, say) still lands
     /// here, with `code` `http_<status>` and the start of the body text as `message`.
+    /// `raw_body` is the body exactly as received, for callers that show it unchanged.
     #[error("{code}: {message} (HTTP {status})")]
     Api {
         status: u16,
         code: String,
         message: String,
         body: serde_json::Value,
+        raw_body: Vec<u8>,
     },
     /// The request could not be sent or its answer not received: bad base URL, connection
     /// refused, timeout, connection reset. The server may or may not have applied it.

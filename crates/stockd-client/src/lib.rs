@@ -5,7 +5,9 @@
 //! status codes and error bodies. It never decides a stock rule and never validates what the
 //! server validates: identifiers go out as given and the server's answer, success or refusal,
 //! comes back typed. Non-2xx answers become [`ClientError::Api`] with the contract's error code,
-//! failures to reach the server become [`ClientError::Transport`].
+//! failures to reach the server become [`ClientError::Transport`]. Each endpoint's request is
+//! declared once, as a [`Call`] constructor; [`Client::call`] sends one and returns the
+//! [`Answer`] as received, for callers that must show the server's bytes unchanged.
 //!
 //! ```no_run
 //! # async fn demo() -> stockd_client::Result<()> {
@@ -26,6 +28,7 @@
 //! # }
 //! ```
 
+mod call;
 mod error;
 mod types;
 
@@ -33,11 +36,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::Method;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_json::Value;
 
+pub use call::{Answer, Call};
 pub use error::{ClientError, Result};
 pub use stockd_core::{Event, EventKind, HoldItemView, HoldStatus, HoldView, PoolView};
 pub use types::{
@@ -78,12 +79,6 @@ impl fmt::Debug for Client {
             .field("request_timeout", &self.request_timeout)
             .finish()
     }
-}
-
-/// A received answer: its status and raw body.
-struct Answer {
-    status: u16,
-    body: Vec<u8>,
 }
 
 impl Client {
@@ -128,38 +123,18 @@ impl Client {
         spec: &PoolSpecBody,
         if_absent: bool,
     ) -> Result<(PoolView, bool)> {
-        let mut query = Vec::new();
-        if if_absent {
-            query.push(("if_absent", "true".to_owned()));
-        }
-        let answer = self
-            .send(Method::PUT, &["v1", "pools", pool], &query, Some(spec), 0)
-            .await?;
-        let created = answer.status == 201;
-        Ok((decode(&answer)?, created))
+        let answer = self.call(&Call::put_pool(pool, spec, if_absent)).await?;
+        Ok((answer.decode()?, answer.status == 201))
     }
 
     /// `POST /v1/pools/{pool}/restock`: moves total and available by `delta` (may be negative).
     pub async fn restock(&self, pool: &str, delta: i64) -> Result<PoolView> {
-        let body = RestockBody { delta };
-        let answer = self
-            .send(
-                Method::POST,
-                &["v1", "pools", pool, "restock"],
-                &[],
-                Some(&body),
-                0,
-            )
-            .await?;
-        decode(&answer)
+        self.call(&Call::restock(pool, delta)).await?.decode()
     }
 
     /// `GET /v1/pools/{pool}`.
     pub async fn get_pool(&self, pool: &str) -> Result<PoolView> {
-        let answer = self
-            .send(Method::GET, &["v1", "pools", pool], &[], NO_BODY, 0)
-            .await?;
-        decode(&answer)
+        self.call(&Call::get_pool(pool)).await?.decode()
     }
 
     /// `GET /v1/pools`: one page of pools whose id starts with `prefix`, after the cursor
@@ -170,26 +145,14 @@ impl Client {
         after: Option<&str>,
         limit: Option<usize>,
     ) -> Result<PoolPage> {
-        let mut query = Vec::new();
-        if let Some(prefix) = prefix {
-            query.push(("prefix", prefix.to_owned()));
-        }
-        if let Some(after) = after {
-            query.push(("after", after.to_owned()));
-        }
-        if let Some(limit) = limit {
-            query.push(("limit", limit.to_string()));
-        }
-        let answer = self
-            .send(Method::GET, &["v1", "pools"], &query, NO_BODY, 0)
-            .await?;
-        decode(&answer)
+        self.call(&Call::list_pools(prefix, after, limit))
+            .await?
+            .decode()
     }
 
     /// `DELETE /v1/pools/{pool}` (204).
     pub async fn delete_pool(&self, pool: &str) -> Result<()> {
-        self.send(Method::DELETE, &["v1", "pools", pool], &[], NO_BODY, 0)
-            .await?;
+        self.call(&Call::delete_pool(pool)).await?;
         Ok(())
     }
 
@@ -199,63 +162,33 @@ impl Client {
     /// created it (201); `false` means the same request was already made (a retry), and the
     /// hold is returned in its current state.
     pub async fn reserve(&self, body: &ReserveBody) -> Result<(HoldView, bool)> {
-        let wait_ms = body.wait_ms.unwrap_or(0);
-        let answer = self
-            .send(Method::POST, &["v1", "holds"], &[], Some(body), wait_ms)
-            .await?;
-        let created = answer.status == 201;
-        Ok((decode(&answer)?, created))
+        let answer = self.call(&Call::reserve(body)).await?;
+        Ok((answer.decode()?, answer.status == 201))
     }
 
     /// `POST /v1/holds/{hold_id}/confirm`: held -> confirmed.
     pub async fn confirm(&self, hold_id: &str) -> Result<HoldView> {
-        self.hold_action(hold_id, "confirm").await
+        self.call(&Call::confirm(hold_id)).await?.decode()
     }
 
     /// `POST /v1/holds/{hold_id}/release`: held -> released.
     pub async fn release(&self, hold_id: &str) -> Result<HoldView> {
-        self.hold_action(hold_id, "release").await
+        self.call(&Call::release(hold_id)).await?.decode()
     }
 
     /// `POST /v1/holds/{hold_id}/refund`: confirmed -> refunded.
     pub async fn refund(&self, hold_id: &str) -> Result<HoldView> {
-        self.hold_action(hold_id, "refund").await
+        self.call(&Call::refund(hold_id)).await?.decode()
     }
 
     /// `POST /v1/holds/{hold_id}/extend`: a held hold now expires `ttl_ms` from now.
     pub async fn extend(&self, hold_id: &str, ttl_ms: u64) -> Result<HoldView> {
-        let body = ExtendBody { ttl_ms };
-        let answer = self
-            .send(
-                Method::POST,
-                &["v1", "holds", hold_id, "extend"],
-                &[],
-                Some(&body),
-                0,
-            )
-            .await?;
-        decode(&answer)
+        self.call(&Call::extend(hold_id, ttl_ms)).await?.decode()
     }
 
     /// `GET /v1/holds/{hold_id}`.
     pub async fn get_hold(&self, hold_id: &str) -> Result<HoldView> {
-        let answer = self
-            .send(Method::GET, &["v1", "holds", hold_id], &[], NO_BODY, 0)
-            .await?;
-        decode(&answer)
-    }
-
-    async fn hold_action(&self, hold_id: &str, action: &str) -> Result<HoldView> {
-        let answer = self
-            .send(
-                Method::POST,
-                &["v1", "holds", hold_id, action],
-                &[],
-                NO_BODY,
-                0,
-            )
-            .await?;
-        decode(&answer)
+        self.call(&Call::get_hold(hold_id)).await?.decode()
     }
 
     // ----- batch and events -----
@@ -263,32 +196,14 @@ impl Client {
     /// `POST /v1/batch`: applies `ops` in order, each independently. The batch itself succeeds
     /// (200) even when ops fail: each op's status and body are in its [`BatchResult`].
     pub async fn batch(&self, ops: Vec<Value>) -> Result<Vec<BatchResult>> {
-        // Reserve ops may wait; the batch as a whole may take as long as all their waits.
-        let wait_ms = ops
-            .iter()
-            .filter_map(|op| op.get("wait_ms").and_then(Value::as_u64))
-            .fold(0u64, u64::saturating_add);
-        let body = BatchBody { ops };
-        let answer = self
-            .send(Method::POST, &["v1", "batch"], &[], Some(&body), wait_ms)
-            .await?;
-        let batch: BatchAnswer = decode(&answer)?;
+        let batch: BatchAnswer = self.call(&Call::batch(ops)).await?.decode()?;
         Ok(batch.results)
     }
 
     /// `GET /v1/events/partitions`: how many partitions the event feed has (P >= 1). A consumer
     /// reads each of `0..P` with [`Client::events`].
     pub async fn partitions(&self) -> Result<u32> {
-        let answer = self
-            .send(
-                Method::GET,
-                &["v1", "events", "partitions"],
-                &[],
-                NO_BODY,
-                0,
-            )
-            .await?;
-        let count: EventPartitions = decode(&answer)?;
+        let count: EventPartitions = self.call(&Call::partitions()).await?.decode()?;
         Ok(count.partitions)
     }
 
@@ -304,27 +219,9 @@ impl Client {
         limit: Option<usize>,
         wait_ms: Option<u64>,
     ) -> Result<EventPage> {
-        let mut query = Vec::new();
-        if let Some(partition) = partition {
-            query.push(("partition", partition.to_string()));
-        }
-        query.push(("after", after.to_string()));
-        if let Some(limit) = limit {
-            query.push(("limit", limit.to_string()));
-        }
-        if let Some(wait_ms) = wait_ms {
-            query.push(("wait_ms", wait_ms.to_string()));
-        }
-        let answer = self
-            .send(
-                Method::GET,
-                &["v1", "events"],
-                &query,
-                NO_BODY,
-                wait_ms.unwrap_or(0),
-            )
-            .await?;
-        decode(&answer)
+        self.call(&Call::events(partition, after, limit, wait_ms))
+            .await?
+            .decode()
     }
 
     // ----- locks -----
@@ -338,21 +235,9 @@ impl Client {
         ttl_ms: u64,
         wait_ms: Option<u64>,
     ) -> Result<LockLease> {
-        let body = LockAcquireBody {
-            owner: owner.to_owned(),
-            ttl_ms,
-            wait_ms,
-        };
-        let answer = self
-            .send(
-                Method::POST,
-                &["v1", "locks", name, "acquire"],
-                &[],
-                Some(&body),
-                wait_ms.unwrap_or(0),
-            )
-            .await?;
-        decode(&answer)
+        self.call(&Call::lock_acquire(name, owner, ttl_ms, wait_ms))
+            .await?
+            .decode()
     }
 
     /// `POST /v1/locks/{name}/renew`: extends the lease held with `token` by `ttl_ms` from now.
@@ -363,39 +248,17 @@ impl Client {
         token: u64,
         ttl_ms: u64,
     ) -> Result<LockLease> {
-        let body = LockRenewBody {
-            owner: owner.to_owned(),
-            token,
-            ttl_ms,
-        };
-        let answer = self
-            .send(
-                Method::POST,
-                &["v1", "locks", name, "renew"],
-                &[],
-                Some(&body),
-                0,
-            )
-            .await?;
-        decode(&answer)
+        self.call(&Call::lock_renew(name, owner, token, ttl_ms))
+            .await?
+            .decode()
     }
 
     /// `POST /v1/locks/{name}/release`: frees the lease held with `token`.
     pub async fn lock_release(&self, name: &str, owner: &str, token: u64) -> Result<()> {
-        let body = LockReleaseBody {
-            owner: owner.to_owned(),
-            token,
-        };
-        let answer = self
-            .send(
-                Method::POST,
-                &["v1", "locks", name, "release"],
-                &[],
-                Some(&body),
-                0,
-            )
-            .await?;
-        let _: LockReleased = decode(&answer)?;
+        let _: LockReleased = self
+            .call(&Call::lock_release(name, owner, token))
+            .await?
+            .decode()?;
         Ok(())
     }
 
@@ -403,50 +266,41 @@ impl Client {
 
     /// `GET /healthz`: Ok when the process is up.
     pub async fn healthz(&self) -> Result<()> {
-        self.send(Method::GET, &["healthz"], &[], NO_BODY, 0)
-            .await?;
+        self.call(&Call::healthz()).await?;
         Ok(())
     }
 
     /// `GET /readyz`: Ok when the backend is reachable; `Api { status: 503, .. }` otherwise.
     pub async fn readyz(&self) -> Result<()> {
-        self.send(Method::GET, &["readyz"], &[], NO_BODY, 0).await?;
+        self.call(&Call::readyz()).await?;
         Ok(())
     }
 
     /// `GET /metrics`: the Prometheus text exposition.
     pub async fn metrics(&self) -> Result<String> {
-        let answer = self
-            .send(Method::GET, &["metrics"], &[], NO_BODY, 0)
-            .await?;
+        let answer = self.call(&Call::metrics()).await?;
         Ok(String::from_utf8_lossy(&answer.body).into_owned())
     }
 
     // ----- plumbing -----
 
-    /// Sends one request and returns a 2xx answer; any other status becomes
-    /// [`ClientError::Api`]. `wait_ms` is how long the server may legitimately wait before
-    /// answering; it extends the request timeout.
-    async fn send(
-        &self,
-        method: Method,
-        segments: &[&str],
-        query: &[(&str, String)],
-        body: Option<&impl Serialize>,
-        wait_ms: u64,
-    ) -> Result<Answer> {
+    /// Sends `call` and returns its 2xx answer as received; any other status becomes
+    /// [`ClientError::Api`], with the body as received in `raw_body`.
+    pub async fn call(&self, call: &Call) -> Result<Answer> {
         let mut request = self
             .http
-            .request(method, self.url(segments))
-            .timeout(self.request_timeout + Duration::from_millis(wait_ms));
-        if !query.is_empty() {
-            request = request.query(query);
+            .request(call.method.clone(), self.url(&call.segments))
+            .timeout(self.request_timeout + Duration::from_millis(call.wait_ms));
+        if !call.query.is_empty() {
+            request = request.query(&call.query);
         }
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }
-        if let Some(body) = body {
-            request = request.json(body);
+        if let Some(body) = &call.body {
+            request = request
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone());
         }
         let response = request.send().await?;
         let status = response.status().as_u16();
@@ -455,13 +309,13 @@ impl Client {
         if (200..300).contains(&status) {
             Ok(answer)
         } else {
-            Err(api_error(&answer))
+            Err(api_error(answer))
         }
     }
 
     /// The URL of `segments` under the base URL, each segment percent-encoded so that an
     /// identifier can never change the route (`a/b` stays one segment).
-    fn url(&self, segments: &[&str]) -> String {
+    fn url(&self, segments: &[String]) -> String {
         let mut url = String::with_capacity(self.base_url.len() + 64);
         url.push_str(&self.base_url);
         for segment in segments {
@@ -472,15 +326,9 @@ impl Client {
     }
 }
 
-/// `None` for [`Client::send`] without naming a body type at every call site.
-const NO_BODY: Option<&()> = None;
-
-fn decode<T: DeserializeOwned>(answer: &Answer) -> Result<T> {
-    Ok(serde_json::from_slice(&answer.body)?)
-}
-
-/// Turns a non-2xx answer into [`ClientError::Api`], keeping the contract's error body whole.
-fn api_error(answer: &Answer) -> ClientError {
+/// Turns a non-2xx answer into [`ClientError::Api`], keeping the contract's error body whole,
+/// and the bytes as received.
+fn api_error(answer: Answer) -> ClientError {
     let status = answer.status;
     let parsed: Option<Value> = serde_json::from_slice(&answer.body).ok();
     let code = parsed
@@ -500,6 +348,7 @@ fn api_error(answer: &Answer) -> ClientError {
                 code,
                 message,
                 body,
+                raw_body: answer.body,
             }
         }
         // Not a contract error body: an intermediary answered, or the server broke the
@@ -509,6 +358,7 @@ fn api_error(answer: &Answer) -> ClientError {
             code: format!("http_{status}"),
             message: error_text(&answer.body),
             body: parsed.unwrap_or(Value::Null),
+            raw_body: answer.body,
         },
     }
 }

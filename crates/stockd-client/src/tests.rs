@@ -188,11 +188,13 @@ async fn non_contract_error_body_is_still_an_api_error() {
             code,
             message,
             body,
+            raw_body,
         }) => {
             assert_eq!(status, 502);
             assert_eq!(code, "http_502");
             assert_eq!(message, "Bad Gateway from a proxy");
             assert_eq!(body, Value::Null);
+            assert_eq!(raw_body, b"Bad Gateway from a proxy");
         }
         other => panic!("expected Api, got {other:?}"),
     }
@@ -333,6 +335,71 @@ async fn queries_lists_deletes_and_locks_map_to_the_contract() {
         request.json(),
         json!({"ops": [{"op": "confirm", "hold_id": "o-9"}]})
     );
+}
+
+#[tokio::test]
+async fn call_keeps_the_answer_and_the_error_bytes_as_received() {
+    // Odd spacing and key order: a re-encoding would change both.
+    let pool_as_sent = r#"{ "total":100, "pool":"sku-1","available":100,"held":0,"sold":0,"per_user_limit":null,"starts_at_ms":null,"ends_at_ms":null,"low_stock_threshold":null,"partition":0}"#;
+    let error_as_sent = r#"{"message":"no such pool",  "error":"pool_not_found","pool":"x"}"#;
+    let (base_url, seen) = responder(vec![(200, pool_as_sent), (404, error_as_sent)]);
+    let client = Client::new(&base_url, None);
+
+    let answer = client.call(&Call::get_pool("sku-1")).await.expect("200");
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body, pool_as_sent.as_bytes());
+    let pool: PoolView = answer.decode().expect("a pool");
+    assert_eq!(pool.total, 100);
+    seen.recv().expect("request");
+
+    match client.call(&Call::get_pool("x")).await {
+        Err(ClientError::Api {
+            status,
+            code,
+            raw_body,
+            ..
+        }) => {
+            assert_eq!((status, code.as_str()), (404, "pool_not_found"));
+            assert_eq!(raw_body, error_as_sent.as_bytes());
+        }
+        other => panic!("expected Api, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn batch_body_goes_out_byte_for_byte() {
+    // A repeated field: the server must see it (and refuse it), so nothing may re-encode it.
+    let file = br#"{"ops": [{"op": "confirm", "hold_id": "a", "hold_id": "b"}]}"#.to_vec();
+    let (base_url, seen) = responder(vec![(200, r#"{"results":[]}"#)]);
+    let client = Client::new(&base_url, None);
+    client
+        .call(&Call::batch_body(file.clone()))
+        .await
+        .expect("200");
+    let request = seen.recv().expect("request");
+    assert_eq!(
+        (request.method.as_str(), request.target.as_str()),
+        ("POST", "/v1/batch")
+    );
+    assert_eq!(request.body, file);
+    assert_eq!(request.header("content-type"), Some("application/json"));
+}
+
+#[test]
+fn calls_that_may_wait_extend_the_timeout_by_their_wait() {
+    let reserve = ReserveBody {
+        hold_id: "o-1".into(),
+        items: vec![HoldItemBody::new("a", 1)],
+        wait_ms: Some(700),
+        ..ReserveBody::default()
+    };
+    assert_eq!(Call::reserve(&reserve).wait_ms, 700);
+    assert_eq!(Call::events(Some(1), 5, None, Some(30_000)).wait_ms, 30_000);
+    assert_eq!(Call::lock_acquire("l", "o", 100, Some(250)).wait_ms, 250);
+    let ops = br#"{"ops":[{"op":"reserve","wait_ms":100},{"op":"reserve","wait_ms":200}]}"#;
+    assert_eq!(Call::batch_body(ops.to_vec()).wait_ms, 300);
+    assert_eq!(Call::batch_body(b"not json".to_vec()).wait_ms, 0);
+    assert_eq!(Call::get_pool("p").wait_ms, 0);
 }
 
 #[test]

@@ -8,7 +8,7 @@ mod serve;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// mimalloc instead of the system allocator: the request path makes many small, short-lived
 /// allocations, and glibc's free-list consolidation showed up as a quarter of the profile.
@@ -19,9 +19,16 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "stockd",
     version,
-    about = "Oversell-proof stock reservation service"
+    about = "Oversell-proof stock reservation service",
+    after_help = "Exit codes of the client commands (pool, hold, lock, batch, events): 0 done, \
+                  2 bad usage (nothing was sent), 3 no usable answer, 4 refused by the server \
+                  (4xx), 5 server error (5xx). See docs/cli.md."
 )]
 struct Cli {
+    /// Print the server's JSON answer exactly as received (the client commands: pool, hold,
+    /// lock, batch, events; the flag may also come anywhere after the command).
+    #[arg(long)]
+    json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -49,6 +56,27 @@ enum Command {
         #[command(subcommand)]
         command: cli::HoldCommand,
     },
+    /// Acquire, renew and release lease locks with fencing tokens over HTTP.
+    Lock {
+        #[command(flatten)]
+        client: cli::ClientArgs,
+        #[command(subcommand)]
+        command: cli::LockCommand,
+    },
+    /// Send many hold operations in one request, from a JSON file or standard input.
+    Batch {
+        #[command(flatten)]
+        client: cli::ClientArgs,
+        #[command(flatten)]
+        batch: cli::BatchArgs,
+    },
+    /// Print and follow the event feed over HTTP.
+    Events {
+        #[command(flatten)]
+        client: cli::ClientArgs,
+        #[command(subcommand)]
+        command: cli::EventsCommand,
+    },
     /// Load a running stockd and check its numbers afterwards.
     Bench {
         #[command(subcommand)]
@@ -56,19 +84,76 @@ enum Command {
     },
 }
 
+impl Cli {
+    /// Parses a command line, noting where each client setting came from (a flag, the
+    /// environment or the default), so that an error can name the one to change.
+    fn read_from<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let matches = Cli::command().try_get_matches_from(args)?;
+        let mut cli = Cli::from_arg_matches(&matches)?;
+        if let (Some((_, group)), Some(client)) =
+            (matches.subcommand(), cli.command.client_args_mut())
+        {
+            client.note_origins(group);
+        }
+        Ok(cli)
+    }
+}
+
+impl Command {
+    /// The commands that talk to a running server through `stockd-client`.
+    fn is_client(&self) -> bool {
+        matches!(
+            self,
+            Command::Pool { .. }
+                | Command::Hold { .. }
+                | Command::Lock { .. }
+                | Command::Batch { .. }
+                | Command::Events { .. }
+        )
+    }
+
+    fn client_args_mut(&mut self) -> Option<&mut cli::ClientArgs> {
+        match self {
+            Command::Pool { client, .. }
+            | Command::Hold { client, .. }
+            | Command::Lock { client, .. }
+            | Command::Batch { client, .. }
+            | Command::Events { client, .. } => Some(client),
+            Command::Serve(_) | Command::Redis { .. } | Command::Bench { .. } => None,
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::read_from(std::env::args_os()).unwrap_or_else(|error| error.exit());
+    if cli.json && !cli.command.is_client() {
+        eprintln!(
+            "error: --json before the command applies to the client commands (pool, hold, lock, batch, \
+             events); \
+             `stockd bench` takes its own --json FILE after `run` or `lab`"
+        );
+        return cli::Exit::Usage.into();
+    }
     if let Err(why) = logging::init() {
         eprintln!("error: {why}");
-        return ExitCode::from(2);
+        return cli::Exit::Usage.into();
     }
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    // HTTP worker threads (default: one per core).
-    if let Some(threads) = std::env::var("STOCKD_WORKER_THREADS")
-        .ok()
-        .and_then(|value| value.parse::<usize>().ok())
-        .filter(|&threads| threads > 0)
-    {
+    // Worker threads (default: one per core). `serve` takes --worker-threads, checked by clap
+    // (flag or STOCKD_WORKER_THREADS); the other commands honour the variable when it is a
+    // number above 0, as they always did.
+    let worker_threads = match &cli.command {
+        Command::Serve(args) => args.worker_threads.map(usize::from),
+        _ => std::env::var("STOCKD_WORKER_THREADS")
+            .ok()
+            .and_then(|value| value.parse::<usize>().ok())
+            .filter(|&threads| threads > 0),
+    };
+    if let Some(threads) = worker_threads {
         runtime.worker_threads(threads);
     }
     let runtime = match runtime.enable_all().build() {
@@ -83,8 +168,52 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::run(args).await,
             Command::Redis { command } => serve::run_redis(command).await,
             Command::Bench { command } => bench::run(command).await,
-            Command::Pool { client, command } => cli::run_pool(&client, command).await,
-            Command::Hold { client, command } => cli::run_hold(&client, command).await,
+            Command::Pool { client, command } => {
+                cli::run(&client.json_if(cli.json), cli::Group::Pool(command)).await
+            }
+            Command::Hold { client, command } => {
+                cli::run(&client.json_if(cli.json), cli::Group::Hold(command)).await
+            }
+            Command::Lock { client, command } => {
+                cli::run(&client.json_if(cli.json), cli::Group::Lock(command)).await
+            }
+            Command::Batch { client, batch } => {
+                cli::run(&client.json_if(cli.json), cli::Group::Batch(batch)).await
+            }
+            Command::Events { client, command } => {
+                cli::run(&client.json_if(cli.json), cli::Group::Events(command)).await
+            }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every argument of every command, and every command, says what it is for in --help.
+    #[test]
+    fn every_argument_and_command_has_help() {
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for argument in command.get_arguments() {
+                let id = argument.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                if argument.get_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in command.get_subcommands() {
+                let sub_path = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() && sub.get_name() != "help" {
+                    missing.push(format!("{sub_path} (the command)"));
+                }
+                walk(sub, &sub_path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "stockd", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+    }
 }

@@ -21,68 +21,135 @@ pub const DATA_DIR_DEFAULT: &str = "./stockd-data";
 /// Request bodies above this are refused with 413.
 pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
 
+/// Environment variables `stockd serve` reads that have no flag; shown under `serve --help`.
+const ENVIRONMENT_HELP: &str = "\
+Environment without a flag:
+  STOCKD_LOG=FILTER         what to log, as a tracing filter (default info; e.g. warn, or
+                            info,stockd_server=debug)
+  STOCKD_LOG_FORMAT=FORMAT  text (default; coloured only on a terminal, never with NO_COLOR
+                            set) or json (one object a line, for log shippers)
+
+Flags win over the environment, which wins over the --config file, which wins over the
+defaults. A flag shown with [env: STOCKD_...] may be given as that variable instead.";
+
 #[derive(Debug, clap::Args)]
+#[command(after_help = ENVIRONMENT_HELP)]
 pub struct ServeArgs {
-    /// Where the data lives: `embedded` (the default: this process, its --data-dir), or
-    /// `redis://[:PASSWORD@]HOST:PORT[/DB]` (one Redis primary shared by any number of servers).
-    #[arg(long, env = "STOCKD_BACKEND")]
+    /// Where the data lives: `embedded` (this process, its --data-dir), or
+    /// `redis://[:PASSWORD@]HOST:PORT[/DB]` (one Redis primary shared by any number of servers),
+    /// or `redis+cluster://HOST:PORT,HOST:PORT,...` (default embedded).
+    #[arg(long, env = "STOCKD_BACKEND", value_name = "BACKEND")]
     pub backend: Option<String>,
-    /// Event feed partitions of a Redis Cluster dataset (default 16; fixed when the dataset is
-    /// made). A single Redis has one.
-    #[arg(long, env = "STOCKD_REDIS_PARTITIONS")]
+    /// Event feed partitions of a Redis Cluster dataset, fixed when the dataset is made
+    /// (default 16 on a Cluster; a single Redis and the embedded engine have 1).
+    #[arg(long, env = "STOCKD_REDIS_PARTITIONS", value_name = "N")]
     pub redis_partitions: Option<u32>,
-    /// Address to listen on.
-    #[arg(long, env = "STOCKD_LISTEN")]
+    /// Address to listen on, an IP address and port; host names are not resolved (default
+    /// 127.0.0.1:7070; 0.0.0.0:PORT for every interface, which needs --tokens).
+    #[arg(long, env = "STOCKD_LISTEN", value_name = "IP:PORT", value_parser = parse_listen)]
     pub listen: Option<SocketAddr>,
-    /// Directory of the write-ahead log and snapshots.
-    #[arg(long, env = "STOCKD_DATA_DIR")]
+    /// Directory of the write-ahead log and snapshots of the embedded engine (default
+    /// ./stockd-data).
+    #[arg(long, env = "STOCKD_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// TOML config file (keys: backend, redis_partitions, listen, data_dir, tokens,
-    /// hold_retention_ms, confirmed_retention_ms, event_retention_max, snapshot_every_records,
-    /// max_connections, header_timeout_ms, body_timeout_ms, idle_timeout_ms, write_timeout_ms,
-    /// max_header_bytes).
-    #[arg(long, env = "STOCKD_CONFIG")]
+    /// TOML config file (default none). Keys: backend, redis_partitions, listen, data_dir,
+    /// tokens (a list of "role:secret"), hold_retention_ms, confirmed_retention_ms,
+    /// event_retention_max, snapshot_every_records, max_connections, header_timeout_ms,
+    /// body_timeout_ms, idle_timeout_ms, write_timeout_ms, max_header_bytes.
+    #[arg(long, env = "STOCKD_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Bearer tokens as `role:secret` pairs separated by commas (roles: admin, client).
-    #[arg(long, env = "STOCKD_TOKENS", hide_env_values = true)]
+    /// Bearer tokens as `role:secret` pairs separated by commas, roles admin and client,
+    /// secrets of 8 bytes or more (default none: no auth, and only a loopback --listen).
+    #[arg(
+        long,
+        env = "STOCKD_TOKENS",
+        hide_env_values = true,
+        value_name = "ROLE:SECRET,..."
+    )]
     pub tokens: Option<String>,
-    /// Serve without tokens on a non-loopback address (never do this in production).
+    /// Serve without tokens on a non-loopback address (default off; never do this in
+    /// production).
     #[arg(long)]
     pub insecure_no_auth: bool,
-    /// How long released, expired and refunded holds are kept (idempotent retries).
-    #[arg(long, env = "STOCKD_HOLD_RETENTION_MS")]
+    /// How long released, expired and refunded holds are kept, for idempotent retries
+    /// (default 86400000, 24 h).
+    #[arg(long, env = "STOCKD_HOLD_RETENTION_MS", value_name = "MS")]
     pub hold_retention_ms: Option<u64>,
-    /// How long confirmed holds are kept (refund window).
-    #[arg(long, env = "STOCKD_CONFIRMED_RETENTION_MS")]
+    /// How long confirmed holds are kept, the refund window (default 604800000, 7 days).
+    #[arg(long, env = "STOCKD_CONFIRMED_RETENTION_MS", value_name = "MS")]
     pub confirmed_retention_ms: Option<u64>,
-    /// Events kept for the feed.
-    #[arg(long, env = "STOCKD_EVENT_RETENTION_MAX")]
+    /// Events kept for the feed; a consumer further behind gets 410 events_expired (default
+    /// 1000000).
+    #[arg(long, env = "STOCKD_EVENT_RETENTION_MAX", value_name = "N")]
     pub event_retention_max: Option<usize>,
-    /// Records between snapshots.
-    #[arg(long, env = "STOCKD_SNAPSHOT_EVERY_RECORDS")]
+    /// Log records between snapshots of the embedded engine (default 1000000).
+    #[arg(long, env = "STOCKD_SNAPSHOT_EVERY_RECORDS", value_name = "N")]
     pub snapshot_every_records: Option<u64>,
-    /// Connections open at once (default 10000); past it, new ones wait in the listen backlog.
-    /// Keep it under the process's open-files limit (`ulimit -n`).
-    #[arg(long, env = "STOCKD_MAX_CONNECTIONS")]
+    /// Connections open at once; past it, new ones wait in the listen backlog. Keep it under
+    /// the process's open-files limit, `ulimit -n` (default 10000).
+    #[arg(long, env = "STOCKD_MAX_CONNECTIONS", value_name = "N")]
     pub max_connections: Option<usize>,
     /// How long a request head may take to arrive from its first byte, and a new connection to
     /// send its first request, before the connection is closed (default 10000).
-    #[arg(long, env = "STOCKD_HEADER_TIMEOUT_MS")]
+    #[arg(long, env = "STOCKD_HEADER_TIMEOUT_MS", value_name = "MS")]
     pub header_timeout_ms: Option<u64>,
-    /// How long a request body may take to arrive in full once its head has (default 10000);
-    /// slower gets 408 `request_timeout` and the connection is closed.
-    #[arg(long, env = "STOCKD_BODY_TIMEOUT_MS")]
+    /// How long a request body may take to arrive in full once its head has; slower gets 408
+    /// request_timeout and the connection is closed (default 10000).
+    #[arg(long, env = "STOCKD_BODY_TIMEOUT_MS", value_name = "MS")]
     pub body_timeout_ms: Option<u64>,
     /// How long a keep-alive connection may wait for its next request (default 60000).
-    #[arg(long, env = "STOCKD_IDLE_TIMEOUT_MS")]
+    #[arg(long, env = "STOCKD_IDLE_TIMEOUT_MS", value_name = "MS")]
     pub idle_timeout_ms: Option<u64>,
     /// How long a write may stay blocked on a client that does not read (default 10000).
-    #[arg(long, env = "STOCKD_WRITE_TIMEOUT_MS")]
+    #[arg(long, env = "STOCKD_WRITE_TIMEOUT_MS", value_name = "MS")]
     pub write_timeout_ms: Option<u64>,
-    /// Largest request head, request line and headers, in bytes (default 16384); larger gets
-    /// 431.
-    #[arg(long, env = "STOCKD_MAX_HEADER_BYTES")]
+    /// Largest request head, request line and headers, in bytes; larger gets 431 (default
+    /// 16384).
+    #[arg(long, env = "STOCKD_MAX_HEADER_BYTES", value_name = "BYTES")]
     pub max_header_bytes: Option<usize>,
+    /// HTTP worker threads (default one per core). Not a config file key: the threads start
+    /// before the file is read.
+    #[arg(
+        long,
+        env = "STOCKD_WORKER_THREADS",
+        value_name = "N",
+        value_parser = clap::value_parser!(u16).range(1..=WORKER_THREADS_MAX)
+    )]
+    pub worker_threads: Option<u16>,
+}
+
+/// More HTTP worker threads than this is a typo, not a machine.
+const WORKER_THREADS_MAX: i64 = 1024;
+
+/// Parses `--listen` / `STOCKD_LISTEN` / the config file's `listen`: an IP address and port.
+///
+/// Host names are not resolved, on purpose: whether the address is loopback decides whether
+/// stockd may serve without tokens, and `localhost` or a host name can resolve to another
+/// address than the one meant (IPv6 only, a public address). The error says what to write.
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(address) = text.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    let (host, port_text) = text.rsplit_once(':').unwrap_or(("", text));
+    let port = port_text.parse::<u16>().ok();
+    let suggested_port = port.map_or_else(|| "7070".to_owned(), |port| port.to_string());
+    let why = if host.parse::<std::net::Ipv6Addr>().is_ok() {
+        format!("an IPv6 address takes brackets: [{host}]:{suggested_port}")
+    } else if host.is_empty() {
+        "an IP address and a port are needed, as IP:PORT".to_owned()
+    } else if port.is_none() {
+        format!("{port_text:?} is not a port number (0 to 65535)")
+    } else {
+        format!(
+            "{host:?} is not an IP address, and host names are not resolved (the address \
+             decides whether stockd may serve without tokens)"
+        )
+    };
+    let port = suggested_port;
+    Err(format!(
+        "{why}; write 127.0.0.1:{port} (this machine only), 0.0.0.0:{port} (every \
+         interface; needs --tokens) or [::1]:{port} (IPv6 loopback)"
+    ))
 }
 
 /// The config file. Every key is optional; unknown keys are refused so typos are caught.
@@ -91,7 +158,8 @@ pub struct ServeArgs {
 struct FileConfig {
     backend: Option<String>,
     redis_partitions: Option<u32>,
-    listen: Option<SocketAddr>,
+    /// Parsed with [`parse_listen`], for the same message as the flag's.
+    listen: Option<String>,
     data_dir: Option<PathBuf>,
     tokens: Option<Vec<String>>,
     hold_retention_ms: Option<u64>,
@@ -202,9 +270,16 @@ impl ServeArgs {
             }
             None => FileConfig::default(),
         };
+        let file_listen = match &file.listen {
+            Some(text) => Some(parse_listen(text).map_err(|why| {
+                let path = self.config.as_deref().unwrap_or(std::path::Path::new("?"));
+                format!("config {}: listen = {text:?}: {why}", path.display())
+            })?),
+            None => None,
+        };
         let listen = self
             .listen
-            .or(file.listen)
+            .or(file_listen)
             .unwrap_or_else(|| LISTEN_DEFAULT.parse().expect("valid default"));
         let data_dir = self
             .data_dir
@@ -474,6 +549,146 @@ mod tests {
         let cli = Cli::try_parse_from(std::iter::once("stockd").chain(args.iter().copied()))
             .map_err(|error| error.to_string())?;
         cli.serve.settings()
+    }
+
+    #[test]
+    fn listen_takes_an_ip_and_port_and_says_what_to_write_instead() {
+        assert_eq!(
+            parse_listen("127.0.0.1:7070"),
+            Ok(([127, 0, 0, 1], 7070).into())
+        );
+        assert_eq!(
+            parse_listen("[::1]:8080"),
+            Ok("[::1]:8080".parse().expect("an address"))
+        );
+        for (bad, why, port) in [
+            (
+                "localhost:7070",
+                "\"localhost\" is not an IP address, and host names are not resolved",
+                "7070",
+            ),
+            (
+                "stock.example:9000",
+                "\"stock.example\" is not an IP address",
+                "9000",
+            ),
+            (
+                "::1:7070",
+                "an IPv6 address takes brackets: [::1]:7070",
+                "7070",
+            ),
+            ("7070", "an IP address and a port are needed", "7070"),
+            (":8080", "an IP address and a port are needed", "8080"),
+            ("127.0.0.1:http", "\"http\" is not a port number", "7070"),
+        ] {
+            let error = parse_listen(bad).expect_err(bad);
+            assert!(error.contains(why), "{bad}: {error}");
+            assert!(
+                error.contains(&format!(
+                    "write 127.0.0.1:{port} (this machine only), 0.0.0.0:{port}"
+                )),
+                "{bad}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_config_files_listen_is_checked_like_the_flag() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("stockd.toml");
+        std::fs::write(&path, "listen = \"localhost:7070\"\n").expect("write the config");
+        let error = settings(&["--config", path.to_str().expect("UTF-8")]).unwrap_err();
+        assert!(
+            error.contains("listen = \"localhost:7070\"") && error.contains("write 127.0.0.1:7070"),
+            "{error}"
+        );
+        std::fs::write(&path, "listen = \"127.0.0.1:7171\"\n").expect("write the config");
+        let settings = settings(&["--config", path.to_str().expect("UTF-8")]).unwrap();
+        assert_eq!(settings.listen, ([127, 0, 0, 1], 7171).into());
+    }
+
+    /// Every setting's help says its default, and the defaults said are the ones the code
+    /// uses.
+    #[test]
+    fn help_says_every_default_as_the_code_has_it() {
+        use clap::Args;
+        let command = ServeArgs::augment_args(clap::Command::new("serve"));
+        let state = StateConfig::default();
+        let engine = EngineConfig::new(DATA_DIR_DEFAULT);
+        let limits = ConnectionLimits::default();
+        let expected: Vec<(&str, String)> = vec![
+            ("backend", "(default embedded)".into()),
+            (
+                "redis_partitions",
+                format!(
+                    "(default {} on a Cluster",
+                    stockd_redis::CLUSTER_PARTITIONS_DEFAULT
+                ),
+            ),
+            ("listen", format!("(default {LISTEN_DEFAULT};")),
+            ("data_dir", format!("(default {DATA_DIR_DEFAULT})")),
+            ("config", "(default none)".into()),
+            ("tokens", "(default none:".into()),
+            ("insecure_no_auth", "(default off;".into()),
+            (
+                "hold_retention_ms",
+                format!("(default {}, 24 h)", state.hold_retention_ms),
+            ),
+            (
+                "confirmed_retention_ms",
+                format!("(default {}, 7 days)", state.confirmed_retention_ms),
+            ),
+            (
+                "event_retention_max",
+                format!("(default {})", engine.event_retention_max),
+            ),
+            (
+                "snapshot_every_records",
+                format!("(default {})", engine.snapshot_every_records),
+            ),
+            (
+                "max_connections",
+                format!("(default {})", limits.max_connections),
+            ),
+            (
+                "header_timeout_ms",
+                format!("(default {})", limits.header_timeout.as_millis()),
+            ),
+            (
+                "body_timeout_ms",
+                format!("(default {})", BODY_TIMEOUT_DEFAULT.as_millis()),
+            ),
+            (
+                "idle_timeout_ms",
+                format!("(default {})", limits.idle_timeout.as_millis()),
+            ),
+            (
+                "write_timeout_ms",
+                format!("(default {})", limits.write_timeout.as_millis()),
+            ),
+            (
+                "max_header_bytes",
+                format!("(default {})", limits.max_header_bytes),
+            ),
+            ("worker_threads", "(default one per core)".into()),
+        ];
+        let arguments: Vec<&clap::Arg> = command.get_arguments().collect();
+        assert_eq!(
+            arguments.len(),
+            expected.len(),
+            "a setting was added: say its default here and in its help"
+        );
+        for (id, default) in expected {
+            let argument = arguments
+                .iter()
+                .find(|argument| argument.get_id() == id)
+                .unwrap_or_else(|| panic!("no argument {id}"));
+            let help = argument
+                .get_help()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            assert!(help.contains(&default), "{id}: {default:?} not in {help:?}");
+        }
     }
 
     #[test]

@@ -1,12 +1,15 @@
-//! The `stockd pool` / `stockd hold` command line, run as a real process against a real
-//! `stockd serve` process: arguments, human and `--json` output, and exit codes (0 done,
-//! 1 refused by the server, 2 no usable answer or bad usage).
+//! The client command line (`stockd pool`, `hold`, `lock`, `batch`, `events tail`) and the
+//! messages of `stockd serve` about its settings, run as a real process against a real
+//! `stockd serve` process: arguments, human and `--json` output, the errors that say what to do,
+//! and exit codes (0 done, 2 bad usage, 3 no usable answer, 4 refused by the server, 5 server
+//! error; docs/cli.md). A canned responder stands in for the answers a healthy server never
+//! gives (5xx, a body that is not stockd's); cli_partitions.rs has the feed with 4 partitions.
 //!
 //! Only the binary is exercised: the test starts `stockd serve` on a free loopback port with a
 //! fresh data dir, waits (bounded) until `GET /healthz` answers 200, and kills it on drop.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -35,9 +38,14 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// A server with `extra` arguments after `serve --listen ... --data-dir ...`.
+    fn start_with(extra: &[&str]) -> Server {
         let mut last_log = String::new();
         for _ in 0..START_ATTEMPTS {
-            match Server::try_start() {
+            match Server::try_start(extra) {
                 Ok(server) => return server,
                 Err(log) => last_log = log,
             }
@@ -48,7 +56,7 @@ impl Server {
     }
 
     /// Starts one server; on failure returns its log.
-    fn try_start() -> Result<Server, String> {
+    fn try_start(extra: &[&str]) -> Result<Server, String> {
         let scratch = tempfile::tempdir().expect("create a temp dir");
         let data_dir = scratch.path().join("data");
         let log_path = scratch.path().join("server.log");
@@ -60,6 +68,7 @@ impl Server {
             .arg(address.to_string())
             .arg("--data-dir")
             .arg(&data_dir)
+            .args(extra)
             // Hermetic: no settings of the caller's environment reach this server.
             .env_remove("STOCKD_TOKEN")
             .env_remove("STOCKD_TOKENS")
@@ -100,6 +109,11 @@ impl Server {
     /// Runs `stockd ARGS` against this server (the URL comes from `STOCKD_URL`).
     fn stockd(&self, args: &[&str]) -> Run {
         run(&self.url, args)
+    }
+
+    /// Runs `stockd ARGS` against this server with more environment variables.
+    fn stockd_env(&self, env: &[(&str, &str)], args: &[&str]) -> Run {
+        run_env(&[&[("STOCKD_URL", self.url.as_str())], env].concat(), args)
     }
 }
 
@@ -174,18 +188,50 @@ impl Run {
     }
 }
 
+/// Runs `stockd ARGS` with `STOCKD_URL` set to `url` and no `STOCKD_TOKEN`.
 fn run(url: &str, args: &[&str]) -> Run {
+    run_env(&[("STOCKD_URL", url)], args)
+}
+
+/// Runs `stockd ARGS` with exactly these `STOCKD_*` variables of the client (none of the
+/// caller's).
+fn run_env(env: &[(&str, &str)], args: &[&str]) -> Run {
+    run_full(env, args, None)
+}
+
+/// Runs `stockd ARGS` with `input` on its standard input (none when `None`).
+fn run_full(env: &[(&str, &str)], args: &[&str], input: Option<&[u8]>) -> Run {
+    let mut command = Command::new(STOCKD);
+    command
+        .args(args)
+        .env_remove("STOCKD_URL")
+        .env_remove("STOCKD_TOKEN")
+        .env_remove("STOCKD_LISTEN")
+        .env_remove("STOCKD_TOKENS")
+        .env_remove("STOCKD_CONFIG")
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().expect("run stockd");
+    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        // Written from a thread: a child that answers before reading it all must not block us.
+        let input = input.to_vec();
+        thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+    }
     let Output {
         status,
         stdout,
         stderr,
-    } = Command::new(STOCKD)
-        .args(args)
-        .env("STOCKD_URL", url)
-        .env_remove("STOCKD_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run stockd");
+    } = child.wait_with_output().expect("wait for stockd");
     Run {
         args: args.join(" "),
         code: status.code(),
@@ -237,9 +283,14 @@ fn pool_and_hold_commands_against_a_real_server() {
         .stockd(&["hold", "reserve", "o-1", "--item", "sku-1=3", "--confirm"])
         .ok()
         .to_owned();
-    assert!(out.starts_with("hold o-1: confirmed at "), "{out}");
+    // Times are UTC and relative, not epoch milliseconds.
+    assert!(out.starts_with("hold o-1: confirmed 20"), "{out}");
+    assert!(
+        out.contains(" UTC (now)") || out.contains("s ago)"),
+        "{out}"
+    );
     let out = server.stockd(&["hold", "get", "o-1"]).ok().to_owned();
-    assert!(out.starts_with("hold o-1: confirmed at "), "{out}");
+    assert!(out.starts_with("hold o-1: confirmed 20"), "{out}");
     assert!(out.contains("items sku-1 x3"), "{out}");
 
     let out = server
@@ -248,7 +299,12 @@ fn pool_and_hold_commands_against_a_real_server() {
         ])
         .ok()
         .to_owned();
-    assert!(out.starts_with("hold o-2: held, expires at "), "{out}");
+    assert!(out.starts_with("hold o-2: held, expires 20"), "{out}");
+    // The default ttl_ms is 10 minutes.
+    assert!(
+        out.contains(" UTC (in 9m 59s)") || out.contains(" UTC (in 10m)"),
+        "{out}"
+    );
     assert!(out.contains("user u-1"), "{out}");
     let hold = server
         .stockd(&["hold", "release", "o-2", "--json"])
@@ -271,13 +327,13 @@ fn pool_and_hold_commands_against_a_real_server() {
     assert!(out.starts_with("POOL"), "{out}");
     assert!(out.contains("sku-1"), "{out}");
 
-    // Refusals: exit 1, `error: <code>: <message>` on stderr, nothing changed.
+    // Refusals: exit 4, `error: <code>: <message>` on stderr, nothing changed.
     let refused = server.stockd(&["hold", "reserve", "o-3", "--item", "sku-1=100"]);
-    refused.fails(1, "insufficient_stock");
+    refused.fails(4, "insufficient_stock");
     assert!(refused.stdout.is_empty(), "{}", refused.describe());
     // With --json the error body, details included, is on stdout too.
     let refused = server.stockd(&["hold", "reserve", "o-3", "--item", "sku-1=100", "--json"]);
-    refused.fails(1, "insufficient_stock");
+    refused.fails(4, "insufficient_stock");
     let body: Value = serde_json::from_str(&refused.stdout)
         .unwrap_or_else(|error| panic!("{error}\n{}", refused.describe()));
     assert_eq!(body["error"], "insufficient_stock");
@@ -285,10 +341,10 @@ fn pool_and_hold_commands_against_a_real_server() {
     assert_eq!(body["requested"], 100);
     server
         .stockd(&["pool", "get", "nope"])
-        .fails(1, "pool_not_found");
+        .fails(4, "pool_not_found");
     server
         .stockd(&["hold", "refund", "o-404"])
-        .fails(1, "hold_not_found");
+        .fails(4, "hold_not_found");
 
     let pool = server.stockd(&["pool", "get", "sku-1", "--json"]).ok_json();
     assert_eq!(
@@ -298,13 +354,13 @@ fn pool_and_hold_commands_against_a_real_server() {
 }
 
 #[test]
-fn unreachable_server_exits_2() {
+fn unreachable_server_exits_3() {
     let url = format!("http://127.0.0.1:{}", free_port());
     let unreachable = run(
         "http://127.0.0.1:9",
         &["pool", "--url", &url, "get", "sku-1"],
     );
-    assert_eq!(unreachable.code, Some(2), "{}", unreachable.describe());
+    assert_eq!(unreachable.code, Some(3), "{}", unreachable.describe());
     assert!(
         unreachable
             .stderr
@@ -324,5 +380,841 @@ fn malformed_item_is_a_usage_error() {
         bad.stderr.contains("expected POOL=QTY"),
         "{}",
         bad.describe()
+    );
+}
+
+/// One plain HTTP/1.1 request; the status and the body exactly as the server sent them.
+fn http(address: &str, method: &str, path: &str) -> (u16, Vec<u8>) {
+    let mut stream = TcpStream::connect(address).expect("connect to the server");
+    stream
+        .set_read_timeout(Some(PROBE_TIMEOUT * 10))
+        .expect("set a read timeout");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).expect("read the answer");
+    let head_end = answer
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .expect("an answer head");
+    let head = String::from_utf8_lossy(&answer[..head_end]).to_lowercase();
+    assert!(
+        !head.contains("transfer-encoding: chunked"),
+        "this helper reads whole bodies only: {head}"
+    );
+    let status = head[9..12].parse().expect("a status code");
+    (status, answer[head_end + 4..].to_vec())
+}
+
+#[test]
+fn json_is_the_servers_body_as_received_on_success_and_refusal() {
+    let server = Server::start();
+    let address = server.url.trim_start_matches("http://").to_owned();
+    server
+        .stockd(&[
+            "pool",
+            "put",
+            "sku-1",
+            "--total",
+            "3",
+            "--per-user-limit",
+            "1",
+        ])
+        .ok();
+
+    // --json before the command, between, and after: the same bytes as a plain GET.
+    let (status, body) = http(&address, "GET", "/v1/pools/sku-1");
+    assert_eq!(status, 200);
+    let expected = format!("{}\n", String::from_utf8_lossy(&body));
+    for args in [
+        &["--json", "pool", "get", "sku-1"][..],
+        &["pool", "--json", "get", "sku-1"][..],
+        &["pool", "get", "sku-1", "--json"][..],
+    ] {
+        let run = server.stockd(args);
+        assert_eq!(run.ok(), expected, "{}", run.describe());
+    }
+
+    // A refusal: the error body as received on stdout, the summary on stderr, exit 4.
+    let (status, body) = http(&address, "GET", "/v1/holds/nope");
+    assert_eq!(status, 404);
+    let refused = server.stockd(&["hold", "get", "nope", "--json"]);
+    refused.fails(4, "hold_not_found");
+    assert_eq!(
+        refused.stdout,
+        format!("{}\n", String::from_utf8_lossy(&body)),
+        "{}",
+        refused.describe()
+    );
+
+    // A delete answers 204 with no body: nothing on stdout.
+    let deleted = server.stockd(&["pool", "delete", "sku-1", "--json"]);
+    assert_eq!(deleted.ok(), "", "{}", deleted.describe());
+}
+
+#[test]
+fn json_before_a_server_command_is_a_usage_error() {
+    let run = run("http://127.0.0.1:9", &["--json", "serve"]);
+    assert_eq!(run.code, Some(2), "{}", run.describe());
+    assert!(
+        run.stderr
+            .contains("--json before the command applies to the client commands"),
+        "{}",
+        run.describe()
+    );
+}
+
+/// A stand-in for a server that answers every request with `status` and `body`, for the
+/// answers a healthy stockd never gives (5xx, a body that is not stockd's). Stops on drop.
+struct Canned {
+    url: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Canned {
+    fn start(status: u16, body: &'static str) -> Canned {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let url = format!("http://{}", listener.local_addr().expect("local address"));
+        listener
+            .set_nonblocking(true)
+            .expect("a non-blocking listener");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        thread::spawn(move || {
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok((mut stream, _)) = listener.accept() else {
+                    thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let _ = stream.set_nonblocking(false);
+                let _ = stream.set_read_timeout(Some(PROBE_TIMEOUT));
+                // Read the head (these requests have no body worth reading).
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                let answer = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes());
+            }
+        });
+        Canned { url, stop }
+    }
+}
+
+impl Drop for Canned {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_server_error_exits_5_and_an_answer_that_is_not_stockds_exits_3() {
+    let unavailable = Canned::start(
+        503,
+        r#"{"error":"backend_unavailable","message":"the backend is unavailable"}"#,
+    );
+    let run_503 = run(&unavailable.url, &["hold", "confirm", "o-1"]);
+    run_503.fails(5, "backend_unavailable");
+
+    let proxy = Canned::start(502, "Bad Gateway");
+    let run_502 = run(&proxy.url, &["pool", "get", "sku-1"]);
+    run_502.fails(5, "http_502");
+    assert!(
+        run_502.stderr.contains("Bad Gateway"),
+        "{}",
+        run_502.describe()
+    );
+
+    let not_stockd = Canned::start(200, "<html>hello</html>");
+    let unreadable = run(&not_stockd.url, &["pool", "get", "sku-1"]);
+    assert_eq!(unreadable.code, Some(3), "{}", unreadable.describe());
+    assert!(
+        unreadable
+            .stderr
+            .contains("error: decode: unreadable answer from "),
+        "{}",
+        unreadable.describe()
+    );
+}
+
+#[test]
+fn a_url_without_a_scheme_says_what_to_write_and_where_it_came_from() {
+    let flag = run_env(&[], &["pool", "get", "sku-1", "--url", "127.0.0.1:7070"]);
+    assert_eq!(flag.code, Some(2), "{}", flag.describe());
+    assert!(
+        flag.stderr.contains(
+            "error: --url is \"127.0.0.1:7070\": it has no scheme; write --url http://127.0.0.1:7070"
+        ),
+        "{}",
+        flag.describe()
+    );
+
+    let env = run_env(&[("STOCKD_URL", "localhost:7070")], &["hold", "get", "o-1"]);
+    assert_eq!(env.code, Some(2), "{}", env.describe());
+    assert!(
+        env.stderr.contains(
+            "error: STOCKD_URL is \"localhost:7070\": it has no scheme; write STOCKD_URL=http://localhost:7070"
+        ),
+        "{}",
+        env.describe()
+    );
+
+    let tls = run_env(&[], &["pool", "list", "--url", "https://stock.example:443"]);
+    assert_eq!(tls.code, Some(2), "{}", tls.describe());
+    assert!(
+        tls.stderr.contains("plain HTTP only") && tls.stderr.contains("http://stock.example:443"),
+        "{}",
+        tls.describe()
+    );
+}
+
+const ADMIN_SECRET: &str = "admin-secret-0123";
+const CLIENT_SECRET: &str = "client-secret-4567";
+
+#[test]
+fn token_errors_name_the_flag_the_variable_and_the_role_needed() {
+    let tokens = format!("admin:{ADMIN_SECRET},client:{CLIENT_SECRET}");
+    let server = Server::start_with(&["--tokens", &tokens]);
+
+    let missing = server.stockd(&["pool", "get", "sku-1"]);
+    missing.fails(4, "unauthorized");
+    assert!(
+        missing.stderr.contains(
+            "hint: this server needs a bearer token: pass --token TOKEN or set STOCKD_TOKEN"
+        ),
+        "{}",
+        missing.describe()
+    );
+
+    let wrong_flag = server.stockd(&["pool", "get", "sku-1", "--token", "not-a-known-secret"]);
+    wrong_flag.fails(4, "unauthorized");
+    assert!(
+        wrong_flag
+            .stderr
+            .contains("hint: the server does not know the token from --token"),
+        "{}",
+        wrong_flag.describe()
+    );
+    let wrong_env = server.stockd_env(&[("STOCKD_TOKEN", "not-a-known-secret")], &["pool", "list"]);
+    wrong_env.fails(4, "unauthorized");
+    assert!(
+        wrong_env
+            .stderr
+            .contains("hint: the server does not know the token from STOCKD_TOKEN"),
+        "{}",
+        wrong_env.describe()
+    );
+
+    let client = server.stockd_env(
+        &[("STOCKD_TOKEN", CLIENT_SECRET)],
+        &["pool", "put", "sku-1", "--total", "5"],
+    );
+    client.fails(4, "forbidden");
+    assert!(
+        client.stderr.contains("hint: this needs an admin token")
+            && client
+                .stderr
+                .contains("the token from STOCKD_TOKEN has the client role"),
+        "{}",
+        client.describe()
+    );
+
+    let admin = server.stockd(&[
+        "pool",
+        "put",
+        "sku-1",
+        "--total",
+        "5",
+        "--token",
+        ADMIN_SECRET,
+    ]);
+    assert!(
+        admin.ok().contains("pool sku-1 created"),
+        "{}",
+        admin.describe()
+    );
+    // The client token may read.
+    server
+        .stockd(&["pool", "get", "sku-1", "--token", CLIENT_SECRET])
+        .ok();
+
+    for run in [&missing, &wrong_flag, &wrong_env, &client, &admin] {
+        for secret in [ADMIN_SECRET, CLIENT_SECRET, "not-a-known-secret"] {
+            assert!(
+                !run.stderr.contains(secret) && !run.stdout.contains(secret),
+                "a token is never printed\n{}",
+                run.describe()
+            );
+        }
+    }
+}
+
+#[test]
+fn lock_acquire_renew_release_against_a_real_server() {
+    let server = Server::start();
+
+    let acquired = server
+        .stockd(&[
+            "lock", "acquire", "nightly", "--owner", "worker-a", "--ttl-ms", "30000",
+        ])
+        .ok()
+        .to_owned();
+    assert!(
+        acquired.starts_with("lock nightly acquired by worker-a: fence "),
+        "{acquired}"
+    );
+    assert!(
+        acquired.contains(" UTC (in 30s)") || acquired.contains(" UTC (in 29s)"),
+        "{acquired}"
+    );
+
+    // Taken: exit 4, the deadline as a time, and what to do.
+    let held = server.stockd(&[
+        "lock",
+        "acquire",
+        "nightly",
+        "--owner",
+        "worker-b",
+        "--ttl-ms",
+        "1000",
+        "--wait-ms",
+        "100",
+    ]);
+    held.fails(4, "lock_held");
+    assert!(
+        held.stderr.contains("note: expires_at_ms ") && held.stderr.contains(" UTC (in "),
+        "{}",
+        held.describe()
+    );
+    assert!(
+        held.stderr
+            .contains("hint: wait for the lock with --wait-ms"),
+        "{}",
+        held.describe()
+    );
+
+    // Another lock, through --json: the fence is the server's `token`.
+    let lease = server
+        .stockd(&[
+            "lock", "acquire", "export", "--owner", "worker-a", "--ttl-ms", "5000", "--json",
+        ])
+        .ok_json();
+    let fence = lease["token"].as_u64().expect("a fencing token");
+    assert!(lease["expires_at_ms"].as_u64().is_some(), "{lease}");
+    let fence_text = fence.to_string();
+
+    let renewed = server
+        .stockd(&[
+            "lock",
+            "renew",
+            "export",
+            "--owner",
+            "worker-a",
+            "--fence",
+            &fence_text,
+            "--ttl-ms",
+            "60000",
+        ])
+        .ok()
+        .to_owned();
+    assert!(
+        renewed.starts_with(&format!(
+            "lock export renewed by worker-a: fence {fence}, expires "
+        )),
+        "{renewed}"
+    );
+    assert!(
+        renewed.contains("(in 1m)") || renewed.contains("(in 59s)"),
+        "{renewed}"
+    );
+
+    let wrong = (fence + 1000).to_string();
+    let not_owner = server.stockd(&[
+        "lock", "release", "export", "--owner", "worker-a", "--fence", &wrong,
+    ]);
+    not_owner.fails(4, "not_lock_owner");
+    assert!(
+        not_owner
+            .stderr
+            .contains("hint: renew and release need the --owner and --fence that acquire answered"),
+        "{}",
+        not_owner.describe()
+    );
+
+    let released = server
+        .stockd(&[
+            "lock",
+            "release",
+            "export",
+            "--owner",
+            "worker-a",
+            "--fence",
+            &fence_text,
+        ])
+        .ok()
+        .to_owned();
+    assert_eq!(
+        released,
+        format!("lock export released by worker-a (fence {fence})\n")
+    );
+    let reacquired = server
+        .stockd(&[
+            "lock", "acquire", "export", "--owner", "worker-b", "--ttl-ms", "5000",
+        ])
+        .ok()
+        .to_owned();
+    assert!(
+        reacquired.starts_with("lock export acquired by worker-b"),
+        "the lock is free again: {reacquired}"
+    );
+
+    // A missing required flag is a usage error.
+    let usage = server.stockd(&["lock", "renew", "export", "--owner", "worker-a"]);
+    assert_eq!(usage.code, Some(2), "{}", usage.describe());
+    assert!(
+        usage.stderr.contains("--fence <FENCE>"),
+        "{}",
+        usage.describe()
+    );
+}
+
+#[test]
+fn batch_from_a_file_and_from_stdin() {
+    let server = Server::start();
+    server
+        .stockd(&["pool", "put", "sku-1", "--total", "5"])
+        .ok();
+    let scratch = tempfile::tempdir().expect("a temp dir");
+
+    // Two ops that succeed and one refused: every op shown, exit 4.
+    let ops = scratch.path().join("ops.json");
+    std::fs::write(
+        &ops,
+        r#"{"ops": [
+            {"op": "reserve", "hold_id": "o-1", "items": [{"pool": "sku-1", "qty": 2}]},
+            {"op": "confirm", "hold_id": "o-1"},
+            {"op": "confirm", "hold_id": "o-9"}
+        ]}"#,
+    )
+    .expect("write the ops");
+    let path = ops.to_str().expect("a UTF-8 path");
+    let mixed = server.stockd(&["batch", path]);
+    assert_eq!(mixed.code, Some(4), "{}", mixed.describe());
+    let lines: Vec<&str> = mixed.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", mixed.describe());
+    assert!(
+        lines[0].starts_with("1. reserve (201) hold o-1: held, expires 20"),
+        "{}",
+        mixed.describe()
+    );
+    assert!(
+        lines[1].starts_with("2. confirm (200) hold o-1: confirmed 20"),
+        "{}",
+        mixed.describe()
+    );
+    assert!(
+        lines[2].starts_with("3. confirm (404) error: hold_not_found: "),
+        "{}",
+        mixed.describe()
+    );
+    assert_eq!(lines[3], "3 ops: 2 done, 1 refused, 0 failed on the server");
+    assert!(
+        mixed
+            .stderr
+            .contains("error: batch: not every op succeeded: 3 ops: 2 done, 1 refused"),
+        "{}",
+        mixed.describe()
+    );
+
+    // From stdin, with --json: the server's answer; every op succeeded, exit 0.
+    let input = br#"{"ops":[{"op":"release","hold_id":"o-2"},{"op":"reserve","hold_id":"o-2","items":[{"pool":"sku-1","qty":1}]},{"op":"release","hold_id":"o-2"}]}"#;
+    let from_stdin = run_full(
+        &[("STOCKD_URL", &server.url)],
+        &["batch", "-", "--json"],
+        Some(&input[..]),
+    );
+    // The first release is refused (no such hold yet): exit 4 even with --json.
+    assert_eq!(from_stdin.code, Some(4), "{}", from_stdin.describe());
+    let answer: Value = serde_json::from_str(&from_stdin.stdout)
+        .unwrap_or_else(|error| panic!("{error}\n{}", from_stdin.describe()));
+    let statuses: Vec<u64> = answer["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|result| result["status"].as_u64().expect("a status"))
+        .collect();
+    assert_eq!(statuses, [404, 201, 200], "{answer}");
+    let all_ok = run_full(
+        &[("STOCKD_URL", &server.url)],
+        &["batch", "-"],
+        Some(br#"{"ops":[{"op":"refund","hold_id":"o-1"}]}"#),
+    );
+    assert_eq!(all_ok.code, Some(0), "{}", all_ok.describe());
+    assert!(
+        all_ok
+            .stdout
+            .starts_with("1. refund (200) hold o-1: refunded 20"),
+        "{}",
+        all_ok.describe()
+    );
+
+    // The file goes out byte for byte: the server sees (and refuses) a repeated field.
+    let repeated = run_full(
+        &[("STOCKD_URL", &server.url)],
+        &["batch", "-", "--json"],
+        Some(br#"{"ops":[{"op":"confirm","hold_id":"o-1","hold_id":"o-2"}]}"#),
+    );
+    assert_eq!(repeated.code, Some(4), "{}", repeated.describe());
+    assert!(
+        repeated.stdout.contains("invalid_request"),
+        "{}",
+        repeated.describe()
+    );
+
+    // Nothing sent: not JSON, no such file, too big.
+    let not_json = scratch.path().join("ops.txt");
+    std::fs::write(&not_json, "reserve o-1 sku-1=1").expect("write");
+    let bad = server.stockd(&["batch", not_json.to_str().expect("UTF-8")]);
+    assert_eq!(bad.code, Some(2), "{}", bad.describe());
+    assert!(
+        bad.stderr.contains("ops.txt is not JSON (")
+            && bad
+                .stderr
+                .contains(r#"a batch is the batch endpoint's body: {"ops": "#),
+        "{}",
+        bad.describe()
+    );
+    let missing = server.stockd(&["batch", "/nonexistent/ops.json"]);
+    assert_eq!(missing.code, Some(2), "{}", missing.describe());
+    assert!(
+        missing
+            .stderr
+            .contains("error: batch: cannot read /nonexistent/ops.json: "),
+        "{}",
+        missing.describe()
+    );
+    let big = scratch.path().join("big.json");
+    std::fs::write(&big, vec![b' '; 1024 * 1024 + 1]).expect("write");
+    let too_big = server.stockd(&["batch", big.to_str().expect("UTF-8")]);
+    assert_eq!(too_big.code, Some(2), "{}", too_big.describe());
+    assert!(
+        too_big.stderr.contains("is over 1048576 bytes (1 MiB)"),
+        "{}",
+        too_big.describe()
+    );
+}
+
+/// `stockd ARGS` against `url` as a child with piped stdout and stderr, for the commands that
+/// run until stopped.
+fn spawn(url: &str, args: &[&str]) -> Child {
+    Command::new(STOCKD)
+        .args(args)
+        .env("STOCKD_URL", url)
+        .env_remove("STOCKD_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn stockd")
+}
+
+/// How long a child may take to end once it has every reason to.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Waits (bounded) for `child` to exit; kills it and fails when it does not.
+fn exit_code_within(child: &mut Child, within: Duration) -> Option<i32> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status.code();
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("stockd did not exit within {within:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The lines of `pipe` as they come, read on a thread so that a test can wait for one with a
+/// deadline.
+fn lines_of(pipe: impl Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { return };
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
+fn read_all(pipe: Option<impl Read>) -> String {
+    let mut text = String::new();
+    if let Some(mut pipe) = pipe {
+        let _ = pipe.read_to_string(&mut text);
+    }
+    text
+}
+
+/// Sends `signal` (`INT`, `TERM`) to `child`, through kill(1).
+fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} failed");
+}
+
+#[test]
+fn events_tail_prints_the_last_events_and_json_lines_as_received() {
+    let server = Server::start();
+    let address = server.url.trim_start_matches("http://").to_owned();
+    for pool in 1..=6 {
+        server
+            .stockd(&["pool", "put", &format!("p-{pool}"), "--total", "10"])
+            .ok();
+    }
+    server
+        .stockd(&["hold", "reserve", "o-1", "--item", "p-1=2", "--user", "ann"])
+        .ok();
+
+    // Human: partition:seq, UTC time with ms, type, fields; the cursor on stderr.
+    let tail = server.stockd(&["events", "tail", "--no-follow", "-n", "2"]);
+    let lines: Vec<&str> = tail.ok().lines().collect();
+    assert_eq!(lines.len(), 2, "{}", tail.describe());
+    assert!(
+        lines[0].starts_with("0:6 20")
+            && lines[0].contains(" UTC pool_upserted pool p-6, total 10, available 10"),
+        "{}",
+        tail.describe()
+    );
+    assert!(
+        lines[1].starts_with("0:7 20")
+            && lines[1].contains(" UTC held hold o-1, user ann, items p-1 x2, expires 20")
+            && lines[1].contains(" UTC (in "),
+        "{}",
+        tail.describe()
+    );
+    assert!(
+        tail.stderr.contains("to go on from here: --after 7"),
+        "{}",
+        tail.describe()
+    );
+
+    // The default is the last 10: all 7 here. --after starts after a seq.
+    let all = server.stockd(&["events", "tail", "--no-follow"]);
+    assert_eq!(all.ok().lines().count(), 7, "{}", all.describe());
+    let after = server.stockd(&["events", "tail", "--no-follow", "--after", "5"]);
+    let seqs: Vec<&str> = after
+        .ok()
+        .lines()
+        .map(|line| line.split(' ').next().unwrap_or_default())
+        .collect();
+    assert_eq!(seqs, ["0:6", "0:7"], "{}", after.describe());
+
+    // --json: one event a line, each the server's bytes with its partition in front.
+    let (status, body) = http(&address, "GET", "/v1/events?after=0");
+    assert_eq!(status, 200);
+    let body = String::from_utf8(body).expect("UTF-8");
+    let json = server.stockd(&["--json", "events", "tail", "--no-follow", "--after", "0"]);
+    let lines: Vec<&str> = json.ok().lines().collect();
+    assert_eq!(lines.len(), 7, "{}", json.describe());
+    for (index, line) in lines.iter().enumerate() {
+        let own = line
+            .strip_prefix(r#"{"partition":0,"#)
+            .unwrap_or_else(|| panic!("no partition in front: {line}"));
+        assert!(
+            body.contains(&format!("{{{own}")),
+            "not as received: {line}\n{body}"
+        );
+        let event: Value = serde_json::from_str(line).expect("a JSON line");
+        assert_eq!(event["seq"], index as u64 + 1, "{line}");
+    }
+
+    // A cursor that is not one, and --after with --lines: usage errors.
+    let bad = server.stockd(&["events", "tail", "--after", "zero"]);
+    assert_eq!(bad.code, Some(2), "{}", bad.describe());
+    assert!(bad.stderr.contains("K:SEQ,K:SEQ"), "{}", bad.describe());
+    let both = server.stockd(&["events", "tail", "--after", "1", "-n", "3"]);
+    assert_eq!(both.code, Some(2), "{}", both.describe());
+    let no_such = server.stockd(&["events", "tail", "--after", "0:1,1:1"]);
+    assert_eq!(no_such.code, Some(2), "{}", no_such.describe());
+    assert!(
+        no_such
+            .stderr
+            .contains("--after names partition 1, but this feed has 1 partition (0 to 0)"),
+        "{}",
+        no_such.describe()
+    );
+}
+
+#[test]
+fn events_tail_follows_and_stops_cleanly_on_a_signal_and_a_closed_pipe() {
+    let server = Server::start();
+    server.stockd(&["pool", "put", "p-1", "--total", "10"]).ok();
+
+    // Follow from the newest event; a new one shows up; SIGTERM (and Ctrl-C's SIGINT) end it
+    // with 0 and the cursor to resume from.
+    let mut newest = 1;
+    for stop in ["TERM", "INT"] {
+        let after = newest.to_string();
+        let mut tail = spawn(
+            &server.url,
+            &["events", "tail", "--after", &after, "--json"],
+        );
+        let lines = lines_of(tail.stdout.take().expect("stdout"));
+        let created = format!("p-{stop}");
+        server
+            .stockd(&["pool", "put", &created, "--total", "3"])
+            .ok();
+        let line = lines.recv_timeout(EXIT_TIMEOUT).unwrap_or_else(|_| {
+            let _ = tail.kill();
+            panic!("SIG{stop}: the new event did not show within {EXIT_TIMEOUT:?}")
+        });
+        let event: Value = serde_json::from_str(&line).expect("a JSON line");
+        assert_eq!(
+            (&event["type"], &event["pool"], &event["partition"]),
+            (
+                &Value::from("pool_upserted"),
+                &Value::from(created.as_str()),
+                &Value::from(0)
+            ),
+            "{line}"
+        );
+        newest = event["seq"].as_u64().expect("a seq");
+        // Waiting in its long poll now: the signal must end it at once, not after the poll.
+        signal(&tail, stop);
+        assert_eq!(
+            exit_code_within(&mut tail, Duration::from_secs(5)),
+            Some(0),
+            "SIG{stop}"
+        );
+        let stderr = read_all(tail.stderr.take());
+        assert!(
+            stderr.contains(&format!("stopped; to resume from here: --after {newest}")),
+            "SIG{stop}: {stderr}"
+        );
+    }
+
+    // `| head -1` with no event coming after: the tail sees the reader go and exits 0, quietly.
+    let mut tail = spawn(&server.url, &["events", "tail", "-n", "1"]);
+    {
+        let mut stdout = BufReader::new(tail.stdout.take().expect("stdout"));
+        let mut first = String::new();
+        stdout.read_line(&mut first).expect("a line");
+        assert!(first.starts_with("0:"), "{first}");
+        // The reader closes the pipe here.
+    }
+    assert_eq!(exit_code_within(&mut tail, EXIT_TIMEOUT), Some(0));
+    let stderr = read_all(tail.stderr.take());
+    assert_eq!(stderr, "", "nothing to say to a reader that left");
+}
+
+#[test]
+fn events_tail_reports_expired_events_never_a_silent_gap() {
+    let server = Server::start_with(&["--event-retention-max", "3"]);
+    for pool in 1..=6 {
+        server
+            .stockd(&["pool", "put", &format!("p-{pool}"), "--total", "1"])
+            .ok();
+    }
+    // Asked for everything: events 1 to 3 are gone, and it says so: exit 4.
+    let expired = server.stockd(&["events", "tail", "--after", "0"]);
+    expired.fails(4, "events_expired");
+    assert!(
+        expired.stderr.contains(
+            "hint: partition 0: events 1 to 3 are no longer kept, so this tail cannot show them"
+        ) && expired.stderr.contains("then resume with --after 3"),
+        "{}",
+        expired.describe()
+    );
+    assert!(expired.stdout.is_empty(), "{}", expired.describe());
+    // --json: the server's error body on stdout too.
+    let json = server.stockd(&["events", "tail", "--after", "1", "--json"]);
+    json.fails(4, "events_expired");
+    let body: Value = serde_json::from_str(&json.stdout).expect("the error body");
+    assert_eq!(body["oldest_seq"], 4, "{}", json.describe());
+
+    // "The last 10" when only 3 are kept: the 3 there are, no error.
+    let last = server.stockd(&["events", "tail", "--no-follow"]);
+    let seqs: Vec<&str> = last
+        .ok()
+        .lines()
+        .map(|line| line.split(' ').next().unwrap_or_default())
+        .collect();
+    assert_eq!(seqs, ["0:4", "0:5", "0:6"], "{}", last.describe());
+}
+
+#[test]
+fn serve_listen_with_a_host_name_says_what_to_write_instead() {
+    for (env, args) in [
+        (&[][..], &["serve", "--listen", "localhost:7070"][..]),
+        (&[("STOCKD_LISTEN", "localhost:7070")][..], &["serve"][..]),
+    ] {
+        let refused = run_env(env, args);
+        assert_eq!(refused.code, Some(2), "{}", refused.describe());
+        assert!(
+            refused.stderr.contains("'--listen <IP:PORT>'")
+                && refused.stderr.contains(
+                    "\"localhost\" is not an IP address, and host names are not resolved"
+                )
+                && refused.stderr.contains(
+                    "write 127.0.0.1:7070 (this machine only), 0.0.0.0:7070 (every interface; \
+                     needs --tokens) or [::1]:7070"
+                ),
+            "{}",
+            refused.describe()
+        );
+    }
+}
+
+#[test]
+fn serve_help_shows_every_variable_and_default() {
+    let help = run_env(&[], &["serve", "--help"]);
+    let text = help.ok();
+    // Every variable of the README's configuration table, and those without a flag.
+    let readme = include_str!("../../../README.md");
+    let table = readme
+        .split("## Configuration")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the README's configuration section");
+    let mut variables: Vec<&str> = table
+        .split('`')
+        .filter(|word| word.starts_with("STOCKD_"))
+        .collect();
+    variables.extend([
+        "STOCKD_WORKER_THREADS",
+        "STOCKD_LOG",
+        "STOCKD_LOG_FORMAT",
+        "STOCKD_CONFIG",
+    ]);
+    for variable in variables {
+        assert!(
+            text.contains(variable),
+            "{variable} is not in serve --help:\n{text}"
+        );
+    }
+    // Every option but --help says its default.
+    for line in text
+        .lines()
+        .filter(|line| line.trim_start().starts_with("--"))
+    {
+        assert!(line.contains("(default "), "no default: {line}");
+    }
+    assert!(
+        text.contains("(default 127.0.0.1:7070;") && text.contains("(default ./stockd-data)"),
+        "{text}"
     );
 }

@@ -1,0 +1,259 @@
+//! Every endpoint's request, declared once: [`Call`] says the method, path, query, body and how
+//! long the server may wait before answering; [`Answer`] is a 2xx answer exactly as received.
+//!
+//! The typed methods of [`crate::Client`] are a `Call` sent and its `Answer` decoded. A caller that
+//! must show the server's bytes unchanged (the command line's `--json`) sends the same `Call`
+//! with [`crate::Client::call`] and keeps the `Answer`. This module only describes requests; it
+//! never sends one and never judges what the server judges.
+
+use reqwest::Method;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::types::{
+    BatchBody, ExtendBody, LockAcquireBody, LockReleaseBody, LockRenewBody, PoolSpecBody,
+    ReserveBody, RestockBody,
+};
+use crate::Result;
+
+/// One request of the API, not yet sent. Build it with the constructor named after its
+/// endpoint, send it with [`crate::Client::call`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub(crate) method: Method,
+    /// Path segments under the base URL, each percent-encoded when the URL is built.
+    pub(crate) segments: Vec<String>,
+    pub(crate) query: Vec<(&'static str, String)>,
+    /// The JSON body, already encoded.
+    pub(crate) body: Option<Vec<u8>>,
+    /// How long the server may legitimately wait before answering (`wait_ms`); it extends the
+    /// request timeout so that a long poll is never cut short by the client.
+    pub(crate) wait_ms: u64,
+}
+
+/// A 2xx answer: its status and its body exactly as the server sent it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    /// The body decoded as `T`; a body that is not the promised JSON is [`crate::ClientError::Decode`].
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
+        Ok(serde_json::from_slice(&self.body)?)
+    }
+}
+
+/// Encodes a request body. The bodies of this crate are structs of strings, integers, booleans
+/// and JSON values; serde_json fails only on a map with non-string keys or a `Serialize` impl
+/// that reports an error, and none of them has either.
+fn encode(body: &impl Serialize) -> Vec<u8> {
+    serde_json::to_vec(body).expect("request bodies of stockd-client always encode")
+}
+
+fn segments(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|part| (*part).to_owned()).collect()
+}
+
+impl Call {
+    fn new(method: Method, parts: &[&str]) -> Call {
+        Call {
+            method,
+            segments: segments(parts),
+            query: Vec::new(),
+            body: None,
+            wait_ms: 0,
+        }
+    }
+
+    fn with_body(mut self, body: &impl Serialize) -> Call {
+        self.body = Some(encode(body));
+        self
+    }
+
+    fn with_query(mut self, name: &'static str, value: Option<String>) -> Call {
+        if let Some(value) = value {
+            self.query.push((name, value));
+        }
+        self
+    }
+
+    fn waiting(mut self, wait_ms: Option<u64>) -> Call {
+        self.wait_ms = wait_ms.unwrap_or(0);
+        self
+    }
+
+    // ----- pools -----
+
+    /// `PUT /v1/pools/{pool}` (`?if_absent=true` when asked): 201 created, 200 replaced or,
+    /// with `if_absent`, left unchanged.
+    pub fn put_pool(pool: &str, spec: &PoolSpecBody, if_absent: bool) -> Call {
+        Call::new(Method::PUT, &["v1", "pools", pool])
+            .with_query("if_absent", if_absent.then(|| "true".to_owned()))
+            .with_body(spec)
+    }
+
+    /// `POST /v1/pools/{pool}/restock`.
+    pub fn restock(pool: &str, delta: i64) -> Call {
+        Call::new(Method::POST, &["v1", "pools", pool, "restock"]).with_body(&RestockBody { delta })
+    }
+
+    /// `GET /v1/pools/{pool}`.
+    pub fn get_pool(pool: &str) -> Call {
+        Call::new(Method::GET, &["v1", "pools", pool])
+    }
+
+    /// `GET /v1/pools?prefix=P&after=CURSOR&limit=N`.
+    pub fn list_pools(prefix: Option<&str>, after: Option<&str>, limit: Option<usize>) -> Call {
+        Call::new(Method::GET, &["v1", "pools"])
+            .with_query("prefix", prefix.map(str::to_owned))
+            .with_query("after", after.map(str::to_owned))
+            .with_query("limit", limit.map(|limit| limit.to_string()))
+    }
+
+    /// `DELETE /v1/pools/{pool}` (204, no body).
+    pub fn delete_pool(pool: &str) -> Call {
+        Call::new(Method::DELETE, &["v1", "pools", pool])
+    }
+
+    // ----- holds -----
+
+    /// `POST /v1/holds`: 201 created, 200 for a retry of the same request.
+    pub fn reserve(body: &ReserveBody) -> Call {
+        Call::new(Method::POST, &["v1", "holds"])
+            .with_body(body)
+            .waiting(body.wait_ms)
+    }
+
+    /// `POST /v1/holds/{hold_id}/confirm`.
+    pub fn confirm(hold_id: &str) -> Call {
+        Call::new(Method::POST, &["v1", "holds", hold_id, "confirm"])
+    }
+
+    /// `POST /v1/holds/{hold_id}/release`.
+    pub fn release(hold_id: &str) -> Call {
+        Call::new(Method::POST, &["v1", "holds", hold_id, "release"])
+    }
+
+    /// `POST /v1/holds/{hold_id}/refund`.
+    pub fn refund(hold_id: &str) -> Call {
+        Call::new(Method::POST, &["v1", "holds", hold_id, "refund"])
+    }
+
+    /// `POST /v1/holds/{hold_id}/extend`.
+    pub fn extend(hold_id: &str, ttl_ms: u64) -> Call {
+        Call::new(Method::POST, &["v1", "holds", hold_id, "extend"])
+            .with_body(&ExtendBody { ttl_ms })
+    }
+
+    /// `GET /v1/holds/{hold_id}`.
+    pub fn get_hold(hold_id: &str) -> Call {
+        Call::new(Method::GET, &["v1", "holds", hold_id])
+    }
+
+    // ----- batch and events -----
+
+    /// `POST /v1/batch` with `{"ops": ops}`.
+    pub fn batch(ops: Vec<Value>) -> Call {
+        let wait_ms = batch_wait_ms(&ops);
+        let mut call = Call::new(Method::POST, &["v1", "batch"]).with_body(&BatchBody { ops });
+        call.wait_ms = wait_ms;
+        call
+    }
+
+    /// `POST /v1/batch` with `body` sent byte for byte, as a caller read it (a file the server
+    /// must judge as written: a repeated field, for one, would not survive a re-encoding).
+    pub fn batch_body(body: Vec<u8>) -> Call {
+        let ops = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|value| value.get("ops").and_then(Value::as_array).cloned())
+            .unwrap_or_default();
+        let mut call = Call::new(Method::POST, &["v1", "batch"]);
+        call.wait_ms = batch_wait_ms(&ops);
+        call.body = Some(body);
+        call
+    }
+
+    /// `GET /v1/events/partitions`.
+    pub fn partitions() -> Call {
+        Call::new(Method::GET, &["v1", "events", "partitions"])
+    }
+
+    /// `GET /v1/events?partition=K&after=SEQ&limit=N&wait_ms=N`; `partition` may be left out
+    /// only when the feed has one partition.
+    pub fn events(
+        partition: Option<u32>,
+        after: u64,
+        limit: Option<usize>,
+        wait_ms: Option<u64>,
+    ) -> Call {
+        Call::new(Method::GET, &["v1", "events"])
+            .with_query(
+                "partition",
+                partition.map(|partition| partition.to_string()),
+            )
+            .with_query("after", Some(after.to_string()))
+            .with_query("limit", limit.map(|limit| limit.to_string()))
+            .with_query("wait_ms", wait_ms.map(|wait_ms| wait_ms.to_string()))
+            .waiting(wait_ms)
+    }
+
+    // ----- locks -----
+
+    /// `POST /v1/locks/{name}/acquire`.
+    pub fn lock_acquire(name: &str, owner: &str, ttl_ms: u64, wait_ms: Option<u64>) -> Call {
+        let body = LockAcquireBody {
+            owner: owner.to_owned(),
+            ttl_ms,
+            wait_ms,
+        };
+        Call::new(Method::POST, &["v1", "locks", name, "acquire"])
+            .with_body(&body)
+            .waiting(wait_ms)
+    }
+
+    /// `POST /v1/locks/{name}/renew`.
+    pub fn lock_renew(name: &str, owner: &str, token: u64, ttl_ms: u64) -> Call {
+        let body = LockRenewBody {
+            owner: owner.to_owned(),
+            token,
+            ttl_ms,
+        };
+        Call::new(Method::POST, &["v1", "locks", name, "renew"]).with_body(&body)
+    }
+
+    /// `POST /v1/locks/{name}/release`.
+    pub fn lock_release(name: &str, owner: &str, token: u64) -> Call {
+        let body = LockReleaseBody {
+            owner: owner.to_owned(),
+            token,
+        };
+        Call::new(Method::POST, &["v1", "locks", name, "release"]).with_body(&body)
+    }
+
+    // ----- operations -----
+
+    /// `GET /healthz`.
+    pub fn healthz() -> Call {
+        Call::new(Method::GET, &["healthz"])
+    }
+
+    /// `GET /readyz`.
+    pub fn readyz() -> Call {
+        Call::new(Method::GET, &["readyz"])
+    }
+
+    /// `GET /metrics`.
+    pub fn metrics() -> Call {
+        Call::new(Method::GET, &["metrics"])
+    }
+}
+
+/// Reserve ops may wait; a batch as a whole may take as long as all their waits.
+fn batch_wait_ms(ops: &[Value]) -> u64 {
+    ops.iter()
+        .filter_map(|op| op.get("wait_ms").and_then(Value::as_u64))
+        .fold(0u64, u64::saturating_add)
+}

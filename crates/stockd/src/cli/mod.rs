@@ -1,0 +1,706 @@
+//! The command line over a running server's HTTP API, through `stockd-client`: `stockd pool`,
+//! `stockd hold`, `stockd lock`, `stockd batch` and `stockd events`. One file per command group
+//! (`pool.rs`, `hold.rs`, `lock.rs`, `batch.rs`, `events.rs`; `human.rs` shows times); this one
+//! has what they share: where the server is, printing, errors and exit codes.
+//!
+//! This module owns argument parsing, output formatting and exit codes of those subcommands. It
+//! never decides a stock rule and never checks what the server checks (ranges, id grammar): the
+//! server is the one judge, and its refusal is shown as it is. Only the shape of an argument that
+//! has no JSON form (`--item POOL=QTY`) is checked here.
+//!
+//! Output is a short human summary by default; with `--json`, the server's body exactly as
+//! received (never re-encoded), on success and on refusal alike. Exit codes are chosen in one
+//! place, [`Exit`]; docs/cli.md has the table.
+
+mod batch;
+mod events;
+mod hold;
+mod human;
+mod lock;
+mod pool;
+
+use std::fmt::Write as _;
+use std::io::{self, Write as _};
+use std::process::ExitCode;
+
+use stockd_client::{Answer, Call, Client, ClientError};
+
+pub use batch::BatchArgs;
+pub use events::EventsCommand;
+pub use hold::HoldCommand;
+pub use lock::LockCommand;
+pub use pool::PoolCommand;
+
+/// How a command ended; each has its own exit code, so that a script can tell a typo from a
+/// server that is down from a refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// 0: done (also when the reader of stdout went away, as in `| head`).
+    Success,
+    /// 1: a local failure after the command ran, such as stdout that cannot be written.
+    Failure,
+    /// 2: bad usage, nothing was sent: an unknown flag, a malformed value (clap's own code).
+    Usage,
+    /// 3: no usable answer: cannot connect, timed out, connection lost, or an answer that is
+    /// not stockd's. The request may or may not have been applied.
+    NoAnswer,
+    /// 4: the server refused (a 4xx answer: `insufficient_stock`, `unauthorized`, ...).
+    /// Nothing changed.
+    Refused,
+    /// 5: the server failed (a 5xx answer, such as 503 `backend_unavailable`): it could not
+    /// tell whether the change happened; retrying is safe (same hold_id).
+    ServerError,
+}
+
+impl Exit {
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Success => 0,
+            Exit::Failure => 1,
+            Exit::Usage => 2,
+            Exit::NoAnswer => 3,
+            Exit::Refused => 4,
+            Exit::ServerError => 5,
+        }
+    }
+
+    /// The exit code of an HTTP error status.
+    fn of_status(status: u16) -> Exit {
+        if status >= 500 {
+            Exit::ServerError
+        } else {
+            Exit::Refused
+        }
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> ExitCode {
+        ExitCode::from(exit.code())
+    }
+}
+
+/// Where the server is and how to talk to it; shared by every client command.
+///
+/// The flags are global so that they may follow the subcommand (`stockd pool get sku-1 --json`);
+/// `--json` may also come first (`stockd --json pool get sku-1`, see main.rs).
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct ClientArgs {
+    /// Base URL of the stockd server.
+    #[arg(
+        long,
+        env = "STOCKD_URL",
+        default_value = "http://127.0.0.1:7070",
+        global = true
+    )]
+    pub url: String,
+    /// Bearer token (an admin token for pool writes).
+    #[arg(long, env = "STOCKD_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+    /// Print the server's JSON answer exactly as received instead of a summary.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Where `url` came from, for error messages.
+    #[arg(skip)]
+    pub url_origin: Origin,
+    /// Where `token` came from, for error messages.
+    #[arg(skip)]
+    pub token_origin: Origin,
+}
+
+/// Where a setting came from, so that a message names the one to change.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Origin {
+    #[default]
+    Default,
+    Flag,
+    Environment,
+}
+
+impl Origin {
+    fn of(matches: &clap::ArgMatches, id: &str) -> Origin {
+        match matches.value_source(id) {
+            Some(clap::parser::ValueSource::CommandLine) => Origin::Flag,
+            Some(clap::parser::ValueSource::EnvVariable) => Origin::Environment,
+            _ => Origin::Default,
+        }
+    }
+
+    /// `--url`, `STOCKD_URL` or `the default --url`.
+    fn name(self, flag: &str, variable: &str) -> String {
+        match self {
+            Origin::Flag => flag.to_owned(),
+            Origin::Environment => variable.to_owned(),
+            Origin::Default => format!("the default {flag}"),
+        }
+    }
+
+    /// How to give `value` to this setting: `--url VALUE` or `STOCKD_URL=VALUE`.
+    fn assignment(self, flag: &str, variable: &str, value: &str) -> String {
+        match self {
+            Origin::Environment => format!("{variable}={value}"),
+            Origin::Flag | Origin::Default => format!("{flag} {value}"),
+        }
+    }
+}
+
+impl ClientArgs {
+    /// These flags, with `--json` also on when it was given before the command.
+    pub fn json_if(mut self, json_before_the_command: bool) -> ClientArgs {
+        self.json |= json_before_the_command;
+        self
+    }
+
+    /// Notes where `--url` and `--token` came from; `matches` are the command group's.
+    pub fn note_origins(&mut self, matches: &clap::ArgMatches) {
+        self.url_origin = Origin::of(matches, "url");
+        self.token_origin = Origin::of(matches, "token");
+    }
+
+    /// The token to send: an empty STOCKD_TOKEN means "no token", not "send an empty bearer
+    /// token".
+    fn bearer_token(&self) -> Option<String> {
+        self.token.clone().filter(|token| !token.is_empty())
+    }
+
+    /// The client these flags describe, or why the URL cannot be one (a usage error: nothing
+    /// was sent).
+    fn session(&self) -> Result<Session, String> {
+        check_url(&self.url).map_err(|(why, instead)| {
+            let origin = self.url_origin;
+            let mut message = format!(
+                "{} is {:?}: {why}",
+                origin.name("--url", "STOCKD_URL"),
+                self.url
+            );
+            if let Some(instead) = instead {
+                let _ = write!(
+                    message,
+                    "; write {}",
+                    origin.assignment("--url", "STOCKD_URL", &instead)
+                );
+            }
+            message
+        })?;
+        Ok(Session {
+            client: Client::new(&self.url, self.bearer_token()),
+            args: self.clone(),
+        })
+    }
+}
+
+/// Checks that `url` is something the client can send to: `http://HOST[:PORT][/PREFIX]`.
+/// On failure: what is wrong, and the URL to write instead when one can be guessed.
+fn check_url(url: &str) -> Result<(), (String, Option<String>)> {
+    const SHAPE: &str = "http://HOST:PORT, e.g. http://127.0.0.1:7070";
+    let Some((scheme, rest)) = url.split_once("://") else {
+        let instead = format!("http://{}", url.trim_start_matches('/'));
+        return Err(("it has no scheme".to_owned(), Some(instead)));
+    };
+    match scheme {
+        "http" => {}
+        "https" => {
+            let why = "this build of stockd speaks plain HTTP only (no TLS in the client): give \
+                       the server's own address, not the TLS proxy in front of it \
+                       (docs/security.md), for example through an SSH tunnel";
+            return Err((why.to_owned(), Some(format!("http://{rest}"))));
+        }
+        other => {
+            let why = format!("scheme {other:?} is not supported, only http");
+            return Err((why, Some(format!("http://{rest}"))));
+        }
+    }
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if parsed.host_str().is_some_and(|host| !host.is_empty()) => Ok(()),
+        Ok(_) => Err((format!("it has no host; the shape is {SHAPE}"), None)),
+        Err(error) => Err((
+            format!("it is not a URL ({error}); the shape is {SHAPE}"),
+            None,
+        )),
+    }
+}
+
+/// A client command group with its subcommand, as main.rs hands it over.
+#[derive(Debug)]
+pub enum Group {
+    Pool(PoolCommand),
+    Hold(HoldCommand),
+    Lock(LockCommand),
+    Batch(BatchArgs),
+    Events(EventsCommand),
+}
+
+/// Runs one client command and reports its outcome.
+pub async fn run(args: &ClientArgs, group: Group) -> ExitCode {
+    let session = match args.session() {
+        Ok(session) => session,
+        Err(why) => {
+            print_stderr(&format!("error: {why}"));
+            return Exit::Usage.into();
+        }
+    };
+    let exit = match group {
+        Group::Pool(command) => pool::run(&session, command).await,
+        Group::Hold(command) => hold::run(&session, command).await,
+        Group::Lock(command) => lock::run(&session, command).await,
+        Group::Batch(args) => batch::run(&session, args).await,
+        Group::Events(command) => events::run(&session, command).await,
+    };
+    exit.into()
+}
+
+/// The client and the flags it came from, for the commands to send with and report through.
+struct Session {
+    client: Client,
+    args: ClientArgs,
+}
+
+impl Session {
+    /// Sends one request and shows its answer: the body as received with `--json`, else what
+    /// `human` makes of it.
+    async fn show(
+        &self,
+        call: Call,
+        human: impl FnOnce(&Answer) -> stockd_client::Result<String>,
+    ) -> Exit {
+        match self.send(&call).await {
+            Ok(answer) => self.present(&answer, human),
+            Err(exit) => exit,
+        }
+    }
+
+    /// Sends one request; a failure is reported here and comes back as its exit code.
+    async fn send(&self, call: &Call) -> Result<Answer, Exit> {
+        self.client
+            .call(call)
+            .await
+            .map_err(|error| self.report_error(error))
+    }
+
+    /// Prints a 2xx answer: the body as received with `--json`, else what `human` makes of it.
+    fn present(
+        &self,
+        answer: &Answer,
+        human: impl FnOnce(&Answer) -> stockd_client::Result<String>,
+    ) -> Exit {
+        if self.args.json {
+            return print_body(&answer.body);
+        }
+        match human(answer) {
+            Ok(text) => print_line(&text),
+            Err(error) => self.report_error(error),
+        }
+    }
+
+    /// `error: <code>: <message>` on stderr, and a `hint:` line where the way out is known;
+    /// with `--json` the server's error body, as received, also goes to stdout, so that a
+    /// script sees the details (`available`, ...).
+    fn report_error(&self, error: ClientError) -> Exit {
+        match error {
+            ClientError::Api {
+                status,
+                code,
+                message,
+                body,
+                raw_body,
+            } => {
+                if self.args.json {
+                    let _ = print_body(&raw_body);
+                }
+                print_stderr(&format!("error: {code}: {message}"));
+                for (field, time) in times_in(&body) {
+                    print_stderr(&format!(
+                        "note: {field} {time} is {}",
+                        human::when(time, human::now_ms())
+                    ));
+                }
+                if let Some(hint) = self.hint(status, &code) {
+                    print_stderr(&format!("hint: {hint}"));
+                }
+                Exit::of_status(status)
+            }
+            ClientError::Transport(error) => {
+                let url = &self.args.url;
+                let origin = self.args.url_origin.name("--url", "STOCKD_URL");
+                print_stderr(&format!(
+                    "error: transport: cannot reach {url} (from {origin}): {}",
+                    with_causes(&error)
+                ));
+                if error.is_connect() {
+                    print_stderr(
+                        "hint: is `stockd serve` running there? Give its address with --url or \
+                         STOCKD_URL (http://HOST:PORT)",
+                    );
+                }
+                Exit::NoAnswer
+            }
+            ClientError::Decode(error) => {
+                print_stderr(&format!(
+                    "error: decode: unreadable answer from {}: {error}",
+                    self.args.url
+                ));
+                print_stderr(&format!(
+                    "hint: is {} the address of a stockd server? (--url or STOCKD_URL)",
+                    self.args.url
+                ));
+                Exit::NoAnswer
+            }
+        }
+    }
+
+    /// What to do about a refusal that is about how the command was run rather than about
+    /// stock: no token, an unknown token, a token whose role is not enough, a lock that is
+    /// taken or not yours.
+    fn hint(&self, status: u16, code: &str) -> Option<String> {
+        match code {
+            "lock_held" => {
+                return Some(
+                    "wait for the lock with --wait-ms (up to 30000), or, if the lease is yours, \
+                     extend it with `stockd lock renew`"
+                        .to_owned(),
+                )
+            }
+            "not_lock_owner" => {
+                return Some(
+                    "renew and release need the --owner and --fence that acquire answered, \
+                     before the lease ends; a lease that ended is free: acquire the lock again"
+                        .to_owned(),
+                )
+            }
+            _ => {}
+        }
+        let origin = self.args.token_origin.name("--token", "STOCKD_TOKEN");
+        match (status, self.args.bearer_token()) {
+            (401, None) => Some(
+                "this server needs a bearer token: pass --token TOKEN or set STOCKD_TOKEN (an \
+                 admin token for pool writes, a client token for the rest)"
+                    .to_owned(),
+            ),
+            (401, Some(_)) => Some(format!(
+                "the server does not know the token from {origin}: check it against the \
+                 secrets in the server's --tokens / STOCKD_TOKENS"
+            )),
+            (403, _) => Some(format!(
+                "this needs an admin token (pool put, restock and delete are admin only), and \
+                 the token from {origin} has the client role: pass an admin token with --token \
+                 or STOCKD_TOKEN"
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// The `*_at_ms` details of an error body (`expires_at_ms` of `lock_held`, `starts_at_ms` of
+/// `sale_not_started`, ...), for showing them as times.
+fn times_in(body: &serde_json::Value) -> Vec<(&str, u64)> {
+    body.as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(field, _)| field.ends_with("_at_ms"))
+        .filter_map(|(field, value)| Some((field.as_str(), value.as_u64()?)))
+        .collect()
+}
+
+/// An error and its chain of causes, because reqwest's own message ("error sending request")
+/// leaves out the useful part ("Connection refused").
+fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let inner_text = inner.to_string();
+        if !text.contains(&inner_text) {
+            let _ = write!(text, ": {inner_text}");
+        }
+        cause = inner.source();
+    }
+    text
+}
+
+/// A body as received, then a newline unless it ends with one; an empty body (204) prints
+/// nothing.
+fn print_body(body: &[u8]) -> Exit {
+    if body.is_empty() {
+        return Exit::Success;
+    }
+    let newline: &[u8] = if body.ends_with(b"\n") { b"" } else { b"\n" };
+    write_stdout(&[body, newline])
+}
+
+/// One line of text; an empty text prints nothing.
+fn print_line(text: &str) -> Exit {
+    if text.is_empty() {
+        return Exit::Success;
+    }
+    write_stdout(&[text.as_bytes(), b"\n"])
+}
+
+fn write_stdout(parts: &[&[u8]]) -> Exit {
+    let mut stdout = io::stdout().lock();
+    let written = parts
+        .iter()
+        .try_for_each(|part| stdout.write_all(part))
+        .and_then(|()| stdout.flush());
+    match written {
+        Ok(()) => Exit::Success,
+        // The reader went away (`| head`): it had what it wanted, and nothing is left to tell.
+        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => Exit::Success,
+        Err(error) => {
+            print_stderr(&format!("error: cannot write to stdout: {error}"));
+            Exit::Failure
+        }
+    }
+}
+
+fn print_stderr(text: &str) {
+    // If stderr itself is gone there is nowhere left to report to.
+    let _ = writeln!(io::stderr().lock(), "{text}");
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::error::ErrorKind;
+    use clap::CommandFactory;
+
+    use stockd_client::HoldItemBody;
+
+    use super::*;
+
+    /// Parses `stockd ARGS` with the binary's own command line (main.rs).
+    fn parse(args: &[&str]) -> Result<crate::Cli, clap::Error> {
+        crate::Cli::read_from(std::iter::once("stockd").chain(args.iter().copied()))
+    }
+
+    fn hold(args: &[&str]) -> HoldCommand {
+        match parse(args).map(|cli| cli.command) {
+            Ok(crate::Command::Hold { command, .. }) => command,
+            other => panic!("expected a hold command, got {other:?}"),
+        }
+    }
+
+    /// The client flags as `run` sees them (`--json` before the command included), and the
+    /// pool command.
+    fn pool(args: &[&str]) -> (ClientArgs, PoolCommand) {
+        match parse(args) {
+            Ok(crate::Cli {
+                json,
+                command: crate::Command::Pool { client, command },
+            }) => (client.json_if(json), command),
+            other => panic!("expected a pool command, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn urls_must_be_http_with_a_host() {
+        for good in [
+            "http://127.0.0.1:7070",
+            "http://stock.internal:7070/",
+            "http://[::1]:7070/prefix",
+        ] {
+            assert_eq!(check_url(good), Ok(()), "{good}");
+        }
+        for (bad, why, instead) in [
+            ("127.0.0.1:7070", "no scheme", Some("http://127.0.0.1:7070")),
+            ("localhost:7070", "no scheme", Some("http://localhost:7070")),
+            ("//host:1", "no scheme", Some("http://host:1")),
+            ("https://h:443", "plain HTTP only", Some("http://h:443")),
+            ("ftp://h:1", "scheme \"ftp\"", Some("http://h:1")),
+            ("http://", "http://HOST:PORT", None),
+            ("http://h:99999", "not a URL", None),
+        ] {
+            let (message, suggested) = check_url(bad).expect_err(bad);
+            assert!(message.contains(why), "{bad}: {message}");
+            assert_eq!(suggested.as_deref(), instead, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_origin_of_url_and_token_is_noted() {
+        let (client, _) = pool(&["pool", "get", "p", "--url", "http://a:1", "--token", "t"]);
+        assert_eq!(
+            (client.url_origin, client.token_origin),
+            (Origin::Flag, Origin::Flag)
+        );
+        let (client, _) = pool(&["pool", "--url", "http://a:1", "get", "p"]);
+        assert_eq!(client.url_origin, Origin::Flag);
+        assert_eq!(Origin::Flag.name("--url", "STOCKD_URL"), "--url");
+        assert_eq!(
+            Origin::Environment.name("--url", "STOCKD_URL"),
+            "STOCKD_URL"
+        );
+        assert_eq!(
+            Origin::Environment.assignment("--url", "STOCKD_URL", "http://h:1"),
+            "STOCKD_URL=http://h:1"
+        );
+        assert_eq!(
+            Origin::Default.assignment("--url", "STOCKD_URL", "http://h:1"),
+            "--url http://h:1"
+        );
+    }
+
+    #[test]
+    fn definitions_are_consistent() {
+        crate::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn reserve_takes_repeated_items_and_every_option() {
+        let command = hold(&[
+            "hold",
+            "reserve",
+            "o-1",
+            "--item",
+            "a=2",
+            "--item",
+            "b=3",
+            "--user",
+            "u-1",
+            "--ttl-ms",
+            "5000",
+            "--confirm",
+            "--wait-ms",
+            "100",
+        ]);
+        assert_eq!(
+            command,
+            HoldCommand::Reserve {
+                hold_id: "o-1".into(),
+                items: vec![HoldItemBody::new("a", 2), HoldItemBody::new("b", 3)],
+                user: Some("u-1".into()),
+                ttl_ms: Some(5000),
+                confirm: true,
+                wait_ms: Some(100),
+            }
+        );
+    }
+
+    #[test]
+    fn reserve_defaults_leave_options_to_the_server() {
+        let command = hold(&["hold", "reserve", "o-1", "--item", "sku-1=1"]);
+        assert_eq!(
+            command,
+            HoldCommand::Reserve {
+                hold_id: "o-1".into(),
+                items: vec![HoldItemBody::new("sku-1", 1)],
+                user: None,
+                ttl_ms: None,
+                confirm: false,
+                wait_ms: None,
+            }
+        );
+    }
+
+    #[test]
+    fn bad_items_are_refused_with_the_expected_shape() {
+        for bad in [
+            "sku-1",
+            "=2",
+            "sku-1=",
+            "sku-1=x",
+            "sku-1=-1",
+            "a=2=3",
+            "sku-1=2.5",
+        ] {
+            let error = parse(&["hold", "reserve", "o-1", "--item", bad])
+                .expect_err(&format!("{bad:?} must be refused"));
+            assert_eq!(error.kind(), ErrorKind::ValueValidation, "{bad:?}");
+            let text = error.to_string();
+            assert!(text.contains("--item <POOL=QTY>"), "{bad:?}: {text}");
+            assert!(text.contains("expected POOL=QTY"), "{bad:?}: {text}");
+        }
+    }
+
+    #[test]
+    fn reserve_needs_at_least_one_item() {
+        let error = parse(&["hold", "reserve", "o-1"]).expect_err("no item");
+        assert_eq!(error.kind(), ErrorKind::MissingRequiredArgument);
+    }
+
+    #[test]
+    fn restock_accepts_negative_deltas() {
+        for args in [
+            &["pool", "restock", "sku-1", "--delta", "-5"][..],
+            &["pool", "restock", "sku-1", "--delta=-5"][..],
+        ] {
+            let (_, command) = pool(args);
+            assert_eq!(
+                command,
+                PoolCommand::Restock {
+                    pool: "sku-1".into(),
+                    delta: -5
+                }
+            );
+        }
+        let (_, command) = pool(&["pool", "restock", "sku-1", "--delta", "7"]);
+        assert_eq!(
+            command,
+            PoolCommand::Restock {
+                pool: "sku-1".into(),
+                delta: 7
+            }
+        );
+    }
+
+    #[test]
+    fn put_takes_every_rule() {
+        let (_, command) = pool(&[
+            "pool",
+            "put",
+            "sku-1",
+            "--total",
+            "100",
+            "--per-user-limit",
+            "2",
+            "--starts-at-ms",
+            "1000",
+            "--ends-at-ms",
+            "2000",
+            "--low-stock-threshold",
+            "5",
+            "--if-absent",
+        ]);
+        assert_eq!(
+            command,
+            PoolCommand::Put {
+                pool: "sku-1".into(),
+                total: 100,
+                per_user_limit: Some(2),
+                starts_at_ms: Some(1000),
+                ends_at_ms: Some(2000),
+                low_stock_threshold: Some(5),
+                if_absent: true,
+            }
+        );
+        let error = parse(&["pool", "put", "sku-1"]).expect_err("total is required");
+        assert_eq!(error.kind(), ErrorKind::MissingRequiredArgument);
+    }
+
+    #[test]
+    fn client_flags_may_come_before_or_after_the_command() {
+        let (client, command) = pool(&[
+            "pool",
+            "get",
+            "sku-1",
+            "--json",
+            "--url",
+            "http://10.0.0.1:7070",
+            "--token",
+            "t",
+        ]);
+        assert_eq!(
+            command,
+            PoolCommand::Get {
+                pool: "sku-1".into()
+            }
+        );
+        assert!(client.json);
+        assert_eq!(client.url, "http://10.0.0.1:7070");
+        assert_eq!(client.token.as_deref(), Some("t"));
+
+        let (client, _) = pool(&["pool", "--json", "list", "--limit", "10"]);
+        assert!(client.json);
+        let (client, _) = pool(&["--json", "pool", "list"]);
+        assert!(client.json, "--json before the command");
+        let (client, _) = pool(&["pool", "list"]);
+        assert!(!client.json);
+    }
+}
