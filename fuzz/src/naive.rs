@@ -15,8 +15,8 @@ use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use stockd_core::{
-    Command, HoldId, HoldItemRequest, LockName, LockRequest, OwnerId, PoolId, PoolSpec,
-    ReserveRequest, UserId,
+    Command, HoldId, HoldItem, LockName, LockRequest, OwnerId, PoolId, PoolSpec, ReserveRequest,
+    UserId,
 };
 
 /// The bearer secrets the router of the target is configured with.
@@ -736,7 +736,7 @@ fn reserve_fields(fields: &Fields) -> Result<Command, Refusal> {
             .iter()
             .map(|item| {
                 let item = Fields::new(item, &["pool", "qty"])?;
-                Ok(HoldItemRequest {
+                Ok(HoldItem {
                     pool: item.required("pool", id_of(PoolId::parse))?,
                     qty: item.required("qty", as_u64)?,
                 })

@@ -40,7 +40,7 @@ use serde_json::Value;
 
 pub use call::{Answer, Call};
 pub use error::{ClientError, Result};
-pub use stockd_core::{Event, EventKind, HoldItemView, HoldStatus, HoldView, PoolView};
+pub use stockd_core::{Event, EventKind, HoldItem, HoldStatus, HoldView, PoolView};
 pub use types::{
     BatchAnswer, BatchBody, BatchResult, EventPage, EventPartitions, ExtendBody, HoldItemBody,
     LockAcquireBody, LockLease, LockReleaseBody, LockReleased, LockRenewBody, PoolPage,

@@ -22,8 +22,9 @@ pub struct PoolSpec {
     pub low_stock_threshold: Option<u64>,
 }
 
+/// Units of one pool in a hold: what a reserve asks for, and what a hold and its events carry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HoldItemRequest {
+pub struct HoldItem {
     pub pool: PoolId,
     pub qty: u64,
 }
@@ -33,7 +34,7 @@ pub struct HoldItemRequest {
 pub struct ReserveRequest {
     pub hold_id: HoldId,
     pub user: Option<UserId>,
-    pub items: Vec<HoldItemRequest>,
+    pub items: Vec<HoldItem>,
     pub ttl_ms: u64,
     pub confirm: bool,
     pub wait_ms: u64,

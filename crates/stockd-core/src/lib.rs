@@ -20,11 +20,9 @@ pub mod state;
 pub mod view;
 
 pub use backend::{Backend, BackendError, BackendFuture, BackendStats, EventPage};
-pub use command::{
-    Command, HoldItemRequest, LockRequest, Outcome, PoolSpec, Reply, ReserveRequest,
-};
+pub use command::{Command, HoldItem, LockRequest, Outcome, PoolSpec, Reply, ReserveRequest};
 pub use error::Error;
 pub use ids::{HoldId, IdError, LockName, OwnerId, PoolId, UserId};
 pub use record::{Change, Event, EventKind, Record};
 pub use state::{Effects, Snapshot, State, StateConfig, Step, WaiterId};
-pub use view::{HoldItemView, HoldStatus, HoldView, PoolView};
+pub use view::{HoldStatus, HoldView, PoolView};

@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::command::HoldItem;
 use crate::command::PoolSpec;
 use crate::ids::{HoldId, LockName, OwnerId, PoolId, UserId};
-use crate::view::HoldItemView;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
@@ -38,7 +38,7 @@ pub enum Change {
     Held {
         hold_id: HoldId,
         user: Option<UserId>,
-        items: Arc<[HoldItemView]>,
+        items: Arc<[HoldItem]>,
         confirm: bool,
         expires_at_ms: u64,
     },
@@ -98,7 +98,7 @@ pub struct Event {
     pub pool: Option<PoolId>,
     pub hold_id: Option<HoldId>,
     pub user: Option<UserId>,
-    pub items: Option<Arc<[HoldItemView]>>,
+    pub items: Option<Arc<[HoldItem]>>,
     pub available: Option<u64>,
     pub total: Option<u64>,
     pub delta: Option<i64>,

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::command::HoldItem;
 use crate::ids::{HoldId, PoolId, UserId};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,17 +45,11 @@ impl HoldStatus {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HoldItemView {
-    pub pool: PoolId,
-    pub qty: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HoldView {
     pub hold_id: HoldId,
     pub status: HoldStatus,
     pub user: Option<UserId>,
-    pub items: Arc<[HoldItemView]>,
+    pub items: Arc<[HoldItem]>,
     pub created_at_ms: u64,
     pub expires_at_ms: u64,
     pub finished_at_ms: Option<u64>,

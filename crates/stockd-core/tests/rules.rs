@@ -7,8 +7,8 @@ mod common;
 
 use stockd_core::limits::WAITERS_PER_KEY_MAX;
 use stockd_core::{
-    Command, Error, EventKind, HoldItemRequest, HoldItemView, HoldStatus, HoldView, Outcome,
-    PoolSpec, PoolView, Reply, ReserveRequest, Snapshot, State, StateConfig,
+    Command, Error, EventKind, HoldItem, HoldStatus, HoldView, Outcome, PoolSpec, PoolView, Reply,
+    ReserveRequest, Snapshot, State, StateConfig,
 };
 
 use common::*;
@@ -947,8 +947,8 @@ fn a_failed_reserve_is_not_remembered() {
     assert!(created(retried.outcome()));
 }
 
-fn item(pool: &str, qty: u64) -> HoldItemRequest {
-    HoldItemRequest {
+fn item(pool: &str, qty: u64) -> HoldItem {
+    HoldItem {
         pool: pool_id(pool),
         qty,
     }
@@ -1068,11 +1068,11 @@ fn hold_events_carry_hold_user_and_items() {
     ));
     assert_eq!(kinds(&done), [EventKind::Held, EventKind::Confirmed]);
     let items = [
-        HoldItemView {
+        HoldItem {
             pool: pool_id("q"),
             qty: 2,
         },
-        HoldItemView {
+        HoldItem {
             pool: pool_id("p"),
             qty: 1,
         },

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use stockd_core::{
-    Command, Effects, HoldId, HoldItemRequest, PoolId, PoolSpec, ReserveRequest, State, StateConfig,
+    Command, Effects, HoldId, HoldItem, PoolId, PoolSpec, ReserveRequest, State, StateConfig,
 };
 use stockd_engine::{Engine, EngineConfig, SystemClock};
 
@@ -37,7 +37,7 @@ fn claim(n: u64) -> Command {
     Command::Reserve(ReserveRequest {
         hold_id: HoldId::parse(&format!("order-{n}")).unwrap(),
         user: None,
-        items: vec![HoldItemRequest {
+        items: vec![HoldItem {
             pool: PoolId::parse("hot").unwrap(),
             qty: 1,
         }],

@@ -8,8 +8,8 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use stockd_core::{
-    Command, Effects, HoldId, HoldItemRequest, PoolId, PoolSpec, ReserveRequest, State,
-    StateConfig, UserId,
+    Command, Effects, HoldId, HoldItem, PoolId, PoolSpec, ReserveRequest, State, StateConfig,
+    UserId,
 };
 
 const HOLDS: u64 = 1_000_000;
@@ -46,7 +46,7 @@ fn main() {
         let command = Command::Reserve(ReserveRequest {
             hold_id: HoldId::parse(&format!("o-{n:010}")).unwrap(),
             user: Some(UserId::parse(&format!("u-{n:010}")).unwrap()),
-            items: vec![HoldItemRequest {
+            items: vec![HoldItem {
                 pool: pool.clone(),
                 qty: 1,
             }],

@@ -467,7 +467,7 @@ fn build_snapshot(
 
 #[cfg(test)]
 mod tests {
-    use stockd_core::{Command, HoldId, HoldItemRequest, PoolId, PoolSpec, ReserveRequest};
+    use stockd_core::{Command, HoldId, HoldItem, PoolId, PoolSpec, ReserveRequest};
 
     use super::*;
 
@@ -477,7 +477,7 @@ mod tests {
         Command::Reserve(ReserveRequest {
             hold_id: HoldId::parse(&format!("h{n}")).unwrap(),
             user: None,
-            items: vec![HoldItemRequest {
+            items: vec![HoldItem {
                 pool: PoolId::parse("p").unwrap(),
                 qty: 1,
             }],

@@ -670,7 +670,7 @@ impl Log {
 
 #[cfg(test)]
 mod tests {
-    use stockd_core::{Change, HoldId, HoldItemView, PoolId, Record};
+    use stockd_core::{Change, HoldId, HoldItem, PoolId, Record};
 
     use super::*;
 
@@ -682,7 +682,7 @@ mod tests {
                 change: Change::Held {
                     hold_id: hold_id.clone(),
                     user: None,
-                    items: vec![HoldItemView {
+                    items: vec![HoldItem {
                         pool: PoolId::parse("p").unwrap(),
                         qty: 1,
                     }]

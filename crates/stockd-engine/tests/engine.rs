@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use stockd_core::{
-    Command, Error, EventKind, HoldId, HoldItemRequest, HoldStatus, LockName, LockRequest, OwnerId,
+    Command, Error, EventKind, HoldId, HoldItem, HoldStatus, LockName, LockRequest, OwnerId,
     PoolId, PoolSpec, Reply, ReserveRequest,
 };
 use stockd_engine::{Engine, EngineConfig, ManualClock};
@@ -34,7 +34,7 @@ fn reserve(id: &str, pool_id: &str, qty: u64, ttl_ms: u64, wait_ms: u64) -> Comm
     Command::Reserve(ReserveRequest {
         hold_id: hold(id),
         user: None,
-        items: vec![HoldItemRequest {
+        items: vec![HoldItem {
             pool: pool(pool_id),
             qty,
         }],

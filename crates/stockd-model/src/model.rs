@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use stockd_core::{
-    Command, Error, Event, EventKind, HoldId, HoldItemView, HoldStatus, HoldView, LockName,
+    Command, Error, Event, EventKind, HoldId, HoldItem, HoldStatus, HoldView, LockName,
     LockRequest, Outcome, OwnerId, PoolId, PoolSpec, PoolView, Reply, ReserveRequest, StateConfig,
     UserId,
 };
@@ -287,7 +287,7 @@ impl Model {
             items: hold
                 .lines
                 .iter()
-                .map(|line| HoldItemView {
+                .map(|line| HoldItem {
                     pool: line.pool.clone(),
                     qty: line.qty,
                 })
@@ -343,7 +343,7 @@ impl Model {
         event.items = Some(
             hold.lines
                 .iter()
-                .map(|line| HoldItemView {
+                .map(|line| HoldItem {
                     pool: line.pool.clone(),
                     qty: line.qty,
                 })

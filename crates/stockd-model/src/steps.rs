@@ -9,8 +9,8 @@ use std::ops::RangeInclusive;
 
 use proptest::prelude::*;
 use stockd_core::{
-    Command, HoldId, HoldItemRequest, LockName, LockRequest, Outcome, OwnerId, PoolId, PoolSpec,
-    Reply, ReserveRequest, StateConfig, UserId,
+    Command, HoldId, HoldItem, LockName, LockRequest, Outcome, OwnerId, PoolId, PoolSpec, Reply,
+    ReserveRequest, StateConfig, UserId,
 };
 
 // ------------------------------------------------------------------------------------ universe
@@ -189,7 +189,7 @@ fn reserve_again(memory: &Memory, hold: usize, rotate: usize, tweak: u8) -> Rese
         .unwrap_or(ReserveRequest {
             hold_id: id,
             user: None,
-            items: vec![HoldItemRequest {
+            items: vec![HoldItem {
                 pool: pool_id(POOLS[0]),
                 qty: 1,
             }],
@@ -298,7 +298,7 @@ fn to_command(op: &Op, now_ms: u64, memory: &Memory) -> Command {
             user: user.map(|u| user_id(USERS[u])),
             items: items
                 .iter()
-                .map(|(pool, qty)| HoldItemRequest {
+                .map(|(pool, qty)| HoldItem {
                     pool: pool_id(POOLS[*pool]),
                     qty: *qty,
                 })

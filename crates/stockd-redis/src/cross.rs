@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures_util::future::select_all;
 use serde_json::Value;
-use stockd_core::{BackendError, Error, HoldItemView, HoldView, Outcome, ReserveRequest};
+use stockd_core::{BackendError, Error, HoldItem, HoldView, Outcome, ReserveRequest};
 
 use crate::fault;
 use crate::keys;
@@ -275,7 +275,7 @@ pub(crate) async fn apply_parts(
     hold: &HoldView,
     apply: &str,
 ) -> Result<(), BackendError> {
-    let items: &[HoldItemView] = &hold.items;
+    let items: &[HoldItem] = &hold.items;
     for (partition, _) in parts(
         shared.partitions,
         items.iter().map(|i| (i.pool.as_str(), i.qty)),
@@ -296,7 +296,7 @@ pub(crate) async fn refund(
     home: u32,
     hold: &HoldView,
 ) -> Result<Outcome, BackendError> {
-    let items: &[HoldItemView] = &hold.items;
+    let items: &[HoldItem] = &hold.items;
     for (partition, _) in parts(
         shared.partitions,
         items.iter().map(|i| (i.pool.as_str(), i.qty)),

@@ -6,7 +6,7 @@
 
 use serde::Deserialize;
 use serde_json::Value;
-use stockd_core::{Command, Error, HoldId, HoldItemView, HoldView, PoolId, PoolView, Reply};
+use stockd_core::{Command, Error, HoldId, HoldItem, HoldView, PoolId, PoolView, Reply};
 
 /// One command as the library's `call` takes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,7 +178,7 @@ pub enum Answer {
     PartOk,
     Aborted,
     Aborting {
-        items: Vec<HoldItemView>,
+        items: Vec<HoldItem>,
         attempt: String,
     },
     Gone,
@@ -268,7 +268,7 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
     }
     if let Some(items) = object.get("aborting") {
         if items.is_array() {
-            let items: Vec<HoldItemView> = serde_json::from_value(items.clone()).map_err(bad)?;
+            let items: Vec<HoldItem> = serde_json::from_value(items.clone()).map_err(bad)?;
             let attempt = object
                 .get("attempt")
                 .and_then(Value::as_str)

@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use stockd_core::limits::{HOLD_TTL_MS_DEFAULT, POOL_LIST_LIMIT_DEFAULT};
-use stockd_core::{Command, HoldId, HoldItemRequest, OwnerId, PoolSpec, ReserveRequest, UserId};
+use stockd_core::{Command, HoldId, OwnerId, PoolSpec, ReserveRequest, UserId};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiError;
@@ -150,7 +150,7 @@ impl HoldBody {
             items: self
                 .items
                 .into_iter()
-                .map(|item| HoldItemRequest {
+                .map(|item| stockd_core::HoldItem {
                     pool: item.pool,
                     qty: item.qty,
                 })

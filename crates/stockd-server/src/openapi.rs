@@ -926,7 +926,7 @@ mod tests {
     use stockd_core::ids::{check_id, is_id_byte};
     use stockd_core::{
         Backend, BackendError, BackendFuture, BackendStats, Command, Error, EventPage, HoldId,
-        HoldItemRequest, LockName, LockRequest, OwnerId, PoolId, PoolSpec, ReserveRequest,
+        HoldItem, LockName, LockRequest, OwnerId, PoolId, PoolSpec, ReserveRequest,
     };
     use tower::ServiceExt;
 
@@ -1346,7 +1346,7 @@ mod tests {
             hold_id: HoldId::parse("h").unwrap(),
             user: None,
             items: (0..items)
-                .map(|index| HoldItemRequest {
+                .map(|index| HoldItem {
                     pool: PoolId::parse(&format!("p{index}")).unwrap(),
                     qty,
                 })

@@ -7,7 +7,7 @@
 //! both directions.
 
 use serde::{Deserialize, Serialize};
-use stockd_core::{Event, EventKind, HoldId, HoldItemView, HoldView, PoolId, PoolView, UserId};
+use stockd_core::{Event, EventKind, HoldId, HoldView, PoolId, PoolView, UserId};
 use utoipa::ToSchema;
 
 /// An empty object: the body of confirm and release, which may also be absent, empty or `null`.
@@ -104,8 +104,8 @@ pub(crate) struct HoldItem {
     pub qty: u64,
 }
 
-impl From<&HoldItemView> for HoldItem {
-    fn from(item: &HoldItemView) -> Self {
+impl From<&stockd_core::HoldItem> for HoldItem {
+    fn from(item: &stockd_core::HoldItem) -> Self {
         HoldItem {
             pool: item.pool.clone(),
             qty: item.qty,
@@ -113,7 +113,7 @@ impl From<&HoldItemView> for HoldItem {
     }
 }
 
-fn items(items: &[HoldItemView]) -> Vec<HoldItem> {
+fn items(items: &[stockd_core::HoldItem]) -> Vec<HoldItem> {
     items.iter().map(HoldItem::from).collect()
 }
 

@@ -28,12 +28,13 @@ use std::sync::Arc;
 use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
 
+use crate::command::HoldItem;
 use crate::command::{Command, LockRequest, Outcome, Reply, ReserveRequest};
 use crate::error::Error;
 use crate::ids::{HoldId, LockName, OwnerId, PoolId, UserId};
 use crate::limits::{CONFIRMED_RETENTION_MS_DEFAULT, HOLD_RETENTION_MS_DEFAULT};
 use crate::record::{Change, Event, Record};
-use crate::view::{HoldItemView, HoldStatus, HoldView, PoolView};
+use crate::view::{HoldStatus, HoldView, PoolView};
 
 /// Tunables of the state machine that are not part of the data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +107,7 @@ struct Pool {
 struct Hold {
     user: Option<UserId>,
     /// Shared with the hold's record, events and views: one allocation per hold.
-    items: Arc<[HoldItemView]>,
+    items: Arc<[HoldItem]>,
     /// `next_generation` when the hold was made. Generations come from one counter, so a pool
     /// is the very pool this hold reserved from iff its generation is below this: a pool
     /// deleted and created again since then has a newer one.

@@ -7,8 +7,8 @@
 
 use stockd_core::limits::HOLD_TTL_MS_DEFAULT;
 use stockd_core::{
-    Command, Effects, Error, Event, HoldId, HoldItemRequest, LockName, LockRequest, Outcome,
-    OwnerId, PoolId, PoolSpec, Record, ReserveRequest, State, Step, UserId, WaiterId,
+    Command, Effects, Error, Event, HoldId, HoldItem, LockName, LockRequest, Outcome, OwnerId,
+    PoolId, PoolSpec, Record, ReserveRequest, State, Step, UserId, WaiterId,
 };
 
 pub fn pool_id(text: &str) -> PoolId {
@@ -75,7 +75,7 @@ pub fn reserve_request(hold: &str, items: &[(&str, u64)]) -> ReserveRequest {
         user: None,
         items: items
             .iter()
-            .map(|(pool, qty)| HoldItemRequest {
+            .map(|(pool, qty)| HoldItem {
                 pool: pool_id(pool),
                 qty: *qty,
             })

@@ -8,11 +8,11 @@
 //!
 //! Its Lua twin is `crates/stockd-redis/lua/cmd/reserve.lua`.
 
+use crate::command::HoldItem;
 use crate::command::{Outcome, ReserveRequest};
 use crate::error::Error;
 use crate::record::Change;
 use crate::state::{Effects, Hold, State, Step, WaitFor};
-use crate::view::HoldItemView;
 
 impl State {
     pub(in crate::state) fn reserve(
@@ -60,7 +60,7 @@ impl State {
         let items = request
             .items
             .iter()
-            .map(|item| HoldItemView {
+            .map(|item| HoldItem {
                 pool: item.pool.clone(),
                 qty: item.qty,
             })
