@@ -11,14 +11,14 @@
 //!
 //! ```no_run
 //! # async fn demo() -> stockd_client::Result<()> {
-//! use stockd_client::{Client, HoldItemBody, PoolSpecBody, ReserveBody};
+//! use stockd_client::{Client, HoldItem, PoolSpecBody, ReserveBody};
 //!
 //! let client = Client::new("http://127.0.0.1:7070", None);
 //! client.put_pool("sku-1", &PoolSpecBody::with_total(100), false).await?;
 //! let (hold, created) = client
 //!     .reserve(&ReserveBody {
 //!         hold_id: "order-1".into(),
-//!         items: vec![HoldItemBody::new("sku-1", 2)],
+//!         items: vec![HoldItem::new("sku-1", 2)],
 //!         ..ReserveBody::default()
 //!     })
 //!     .await?;
@@ -40,11 +40,10 @@ use serde_json::Value;
 
 pub use call::{Answer, Call};
 pub use error::{ClientError, Result};
-pub use stockd_core::{Event, EventKind, HoldItem, HoldStatus, HoldView, PoolView};
 pub use types::{
-    BatchAnswer, BatchBody, BatchResult, EventPage, EventPartitions, ExtendBody, HoldItemBody,
-    LockAcquireBody, LockLease, LockReleaseBody, LockReleased, LockRenewBody, PoolPage,
-    PoolSpecBody, ReserveBody, RestockBody,
+    BatchAnswer, BatchBody, BatchResult, Event, EventKind, EventPage, EventPartitions, ExtendBody,
+    HoldItem, HoldStatus, HoldView, LockAcquireBody, LockLease, LockReleaseBody, LockReleased,
+    LockRenewBody, PoolPage, PoolSpecBody, PoolView, ReserveBody, RestockBody,
 };
 
 /// How long to wait for a TCP connection. Short, so that an unreachable server is reported

@@ -138,7 +138,7 @@ async fn reserve_replay_is_not_created_and_sends_no_token_when_none() {
     let client = Client::new(&format!("{base_url}/"), None);
     let body = ReserveBody {
         hold_id: "o-1".into(),
-        items: vec![HoldItemBody::new("sku-1", 2)],
+        items: vec![HoldItem::new("sku-1", 2)],
         ..ReserveBody::default()
     };
     let (hold, created) = client.reserve(&body).await.expect("reserve");
@@ -389,7 +389,7 @@ async fn batch_body_goes_out_byte_for_byte() {
 fn calls_that_may_wait_extend_the_timeout_by_their_wait() {
     let reserve = ReserveBody {
         hold_id: "o-1".into(),
-        items: vec![HoldItemBody::new("a", 1)],
+        items: vec![HoldItem::new("a", 1)],
         wait_ms: Some(700),
         ..ReserveBody::default()
     };

@@ -1,14 +1,14 @@
-//! Request bodies and the response shapes that `stockd-core` does not already define.
+//! The API's request and response bodies, as this client reads and writes them: the client's
+//! own types, not the core's, so that it depends on the contract only.
 //!
 //! Request bodies serialise exactly the contract's field names and leave out every `None`
 //! (the contract treats a missing field and `null` alike, and refuses unknown ones). Identifiers
 //! are plain strings here, not the core's parsed ids: the server is the one judge of what is
 //! valid, and a client that pre-judged would hide the server's `invalid_request` answer.
-//! Responses reuse the core's views (`PoolView`, `HoldView`, `Event`) so that both sides agree on
-//! one definition.
+//! Responses accept fields they do not know (a newer server may add some) and read a field that
+//! is absent as `None`.
 
 use serde::{Deserialize, Serialize};
-use stockd_core::{Event, PoolView};
 
 /// Body of `PUT /v1/pools/{pool}`. A rule left as `None` is unset by the PUT.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,20 +40,114 @@ pub struct RestockBody {
     pub delta: i64,
 }
 
-/// One line of a reserve: `qty` units of `pool`.
+/// Units of one pool in a hold: one line of a reserve, of a hold, of an event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HoldItemBody {
+pub struct HoldItem {
     pub pool: String,
     pub qty: u64,
 }
 
-impl HoldItemBody {
+impl HoldItem {
     pub fn new(pool: impl Into<String>, qty: u64) -> Self {
-        HoldItemBody {
+        HoldItem {
             pool: pool.into(),
             qty,
         }
     }
+}
+
+/// A pool. `total = available + held + sold`; a rule is `None` when unset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolView {
+    pub pool: String,
+    pub total: u64,
+    pub available: u64,
+    pub held: u64,
+    pub sold: u64,
+    pub per_user_limit: Option<u64>,
+    pub starts_at_ms: Option<u64>,
+    pub ends_at_ms: Option<u64>,
+    pub low_stock_threshold: Option<u64>,
+    /// The event-feed partition that carries this pool's events.
+    pub partition: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldStatus {
+    Held,
+    Confirmed,
+    Released,
+    Expired,
+    Refunded,
+}
+
+impl HoldStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldStatus::Held => "held",
+            HoldStatus::Confirmed => "confirmed",
+            HoldStatus::Released => "released",
+            HoldStatus::Expired => "expired",
+            HoldStatus::Refunded => "refunded",
+        }
+    }
+}
+
+/// A hold. `finished_at_ms` is `None` while held, else the time of the latest transition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldView {
+    pub hold_id: String,
+    pub status: HoldStatus,
+    pub user: Option<String>,
+    pub items: Vec<HoldItem>,
+    pub created_at_ms: u64,
+    pub expires_at_ms: u64,
+    pub finished_at_ms: Option<u64>,
+    /// The event-feed partition that carries this hold's events.
+    pub partition: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    PoolUpserted,
+    Restocked,
+    PoolDeleted,
+    Held,
+    Confirmed,
+    Released,
+    Expired,
+    Refunded,
+    Extended,
+    LowStock,
+}
+
+/// One entry of the event feed. Fields that do not apply to the event's type are absent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: u64,
+    pub at_ms: u64,
+    #[serde(rename = "type")]
+    pub kind: EventKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub items: Option<Vec<HoldItem>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub available: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub low_stock_threshold: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
 }
 
 /// Body of `POST /v1/holds`. `confirm: false` is left out of the JSON (it is the default), so a
@@ -63,7 +157,7 @@ pub struct ReserveBody {
     pub hold_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
-    pub items: Vec<HoldItemBody>,
+    pub items: Vec<HoldItem>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "is_false")]
@@ -199,7 +293,7 @@ mod tests {
     fn reserve_minimal_has_only_required_fields() {
         let body = ReserveBody {
             hold_id: "o-1".into(),
-            items: vec![HoldItemBody::new("sku-1", 2)],
+            items: vec![HoldItem::new("sku-1", 2)],
             ..ReserveBody::default()
         };
         assert_eq!(
@@ -213,7 +307,7 @@ mod tests {
         let body = ReserveBody {
             hold_id: "o-1".into(),
             user: Some("u-1".into()),
-            items: vec![HoldItemBody::new("a", 1), HoldItemBody::new("b", 3)],
+            items: vec![HoldItem::new("a", 1), HoldItem::new("b", 3)],
             ttl_ms: Some(60_000),
             confirm: true,
             wait_ms: Some(500),
@@ -316,7 +410,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(events.next_after, 2);
-        assert_eq!(events.events[1].kind, stockd_core::EventKind::Held);
+        assert_eq!(events.events[1].kind, EventKind::Held);
         assert_eq!(events.events[1].pool, None);
     }
 }

@@ -1,7 +1,7 @@
 //! `stockd hold ...`: reserve, confirm, release, refund, extend and read holds.
 
 use std::fmt::Write as _;
-use stockd_client::{Call, HoldItemBody, HoldStatus, HoldView, ReserveBody};
+use stockd_client::{Call, HoldItem, HoldStatus, HoldView, ReserveBody};
 
 use super::{human, Exit, Session};
 
@@ -19,7 +19,7 @@ pub enum HoldCommand {
             required = true,
             value_parser = parse_item
         )]
-        items: Vec<HoldItemBody>,
+        items: Vec<HoldItem>,
         /// The buyer (required by pools with a per-user limit).
         #[arg(long)]
         user: Option<String>,
@@ -64,7 +64,7 @@ pub enum HoldCommand {
 }
 
 /// Parses `--item POOL=QTY`. Only the shape is checked; ranges and id grammar are the server's.
-fn parse_item(text: &str) -> Result<HoldItemBody, String> {
+fn parse_item(text: &str) -> Result<HoldItem, String> {
     const EXPECTED: &str = "expected POOL=QTY, e.g. sku-1=2";
     let (pool, qty) = text
         .split_once('=')
@@ -75,7 +75,7 @@ fn parse_item(text: &str) -> Result<HoldItemBody, String> {
     let qty: u64 = qty
         .parse()
         .map_err(|_| format!("quantity {qty:?} is not a whole number; {EXPECTED}"))?;
-    Ok(HoldItemBody::new(pool, qty))
+    Ok(HoldItem::new(pool, qty))
 }
 
 /// Runs one `stockd hold` subcommand.

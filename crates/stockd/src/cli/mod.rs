@@ -461,7 +461,7 @@ mod tests {
     use clap::error::ErrorKind;
     use clap::CommandFactory;
 
-    use stockd_client::HoldItemBody;
+    use stockd_client::HoldItem;
 
     use super::*;
 
@@ -564,7 +564,7 @@ mod tests {
             command,
             HoldCommand::Reserve {
                 hold_id: "o-1".into(),
-                items: vec![HoldItemBody::new("a", 2), HoldItemBody::new("b", 3)],
+                items: vec![HoldItem::new("a", 2), HoldItem::new("b", 3)],
                 user: Some("u-1".into()),
                 ttl_ms: Some(5000),
                 confirm: true,
@@ -580,7 +580,7 @@ mod tests {
             command,
             HoldCommand::Reserve {
                 hold_id: "o-1".into(),
-                items: vec![HoldItemBody::new("sku-1", 1)],
+                items: vec![HoldItem::new("sku-1", 1)],
                 user: None,
                 ttl_ms: None,
                 confirm: false,
