@@ -10,6 +10,7 @@ use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
+use stockd_api::{self as api, Operation};
 
 use crate::types::{
     BatchBody, ExtendBody, LockAcquireBody, LockReleaseBody, LockRenewBody, PoolSpecBody,
@@ -22,6 +23,7 @@ use crate::Result;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
     pub(crate) method: Method,
+    operation: Operation,
     /// Path segments under the base URL, each percent-encoded when the URL is built.
     pub(crate) segments: Vec<String>,
     pub(crate) query: Vec<(&'static str, String)>,
@@ -53,19 +55,26 @@ fn encode(body: &impl Serialize) -> Vec<u8> {
     serde_json::to_vec(body).expect("request bodies of stockd-client always encode")
 }
 
-fn segments(parts: &[&str]) -> Vec<String> {
-    parts.iter().map(|part| (*part).to_owned()).collect()
-}
-
 impl Call {
-    fn new(method: Method, parts: &[&str]) -> Call {
+    /// A call of `operation`, its path's `{name}`s filled with `values` in order.
+    fn new(operation: Operation, values: &[&str]) -> Call {
+        let segments = operation
+            .segments(values)
+            .expect("every constructor gives its operation's path values");
         Call {
-            method,
-            segments: segments(parts),
+            method: Method::from_bytes(operation.method.as_bytes())
+                .expect("the API's methods are HTTP methods"),
+            operation,
+            segments: segments.into_iter().map(str::to_owned).collect(),
             query: Vec::new(),
             body: None,
             wait_ms: 0,
         }
+    }
+
+    /// The operation of the API this call is.
+    pub fn operation(&self) -> Operation {
+        self.operation
     }
 
     fn with_body(mut self, body: &impl Serialize) -> Call {
@@ -90,24 +99,24 @@ impl Call {
     /// `PUT /v1/pools/{pool}` (`?if_absent=true` when asked): 201 created, 200 replaced or,
     /// with `if_absent`, left unchanged.
     pub fn put_pool(pool: &str, spec: &PoolSpecBody, if_absent: bool) -> Call {
-        Call::new(Method::PUT, &["v1", "pools", pool])
+        Call::new(api::PUT_POOL, &[pool])
             .with_query("if_absent", if_absent.then(|| "true".to_owned()))
             .with_body(spec)
     }
 
     /// `POST /v1/pools/{pool}/restock`.
     pub fn restock(pool: &str, delta: i64) -> Call {
-        Call::new(Method::POST, &["v1", "pools", pool, "restock"]).with_body(&RestockBody { delta })
+        Call::new(api::RESTOCK, &[pool]).with_body(&RestockBody { delta })
     }
 
     /// `GET /v1/pools/{pool}`.
     pub fn get_pool(pool: &str) -> Call {
-        Call::new(Method::GET, &["v1", "pools", pool])
+        Call::new(api::GET_POOL, &[pool])
     }
 
     /// `GET /v1/pools?prefix=P&after=CURSOR&limit=N`.
     pub fn list_pools(prefix: Option<&str>, after: Option<&str>, limit: Option<usize>) -> Call {
-        Call::new(Method::GET, &["v1", "pools"])
+        Call::new(api::LIST_POOLS, &[])
             .with_query("prefix", prefix.map(str::to_owned))
             .with_query("after", after.map(str::to_owned))
             .with_query("limit", limit.map(|limit| limit.to_string()))
@@ -115,42 +124,41 @@ impl Call {
 
     /// `DELETE /v1/pools/{pool}` (204, no body).
     pub fn delete_pool(pool: &str) -> Call {
-        Call::new(Method::DELETE, &["v1", "pools", pool])
+        Call::new(api::DELETE_POOL, &[pool])
     }
 
     // ----- holds -----
 
     /// `POST /v1/holds`: 201 created, 200 for a retry of the same request.
     pub fn reserve(body: &ReserveBody) -> Call {
-        Call::new(Method::POST, &["v1", "holds"])
+        Call::new(api::RESERVE, &[])
             .with_body(body)
             .waiting(body.wait_ms)
     }
 
     /// `POST /v1/holds/{hold_id}/confirm`.
     pub fn confirm(hold_id: &str) -> Call {
-        Call::new(Method::POST, &["v1", "holds", hold_id, "confirm"])
+        Call::new(api::CONFIRM, &[hold_id])
     }
 
     /// `POST /v1/holds/{hold_id}/release`.
     pub fn release(hold_id: &str) -> Call {
-        Call::new(Method::POST, &["v1", "holds", hold_id, "release"])
+        Call::new(api::RELEASE, &[hold_id])
     }
 
     /// `POST /v1/holds/{hold_id}/refund`.
     pub fn refund(hold_id: &str) -> Call {
-        Call::new(Method::POST, &["v1", "holds", hold_id, "refund"])
+        Call::new(api::REFUND, &[hold_id])
     }
 
     /// `POST /v1/holds/{hold_id}/extend`.
     pub fn extend(hold_id: &str, ttl_ms: u64) -> Call {
-        Call::new(Method::POST, &["v1", "holds", hold_id, "extend"])
-            .with_body(&ExtendBody { ttl_ms })
+        Call::new(api::EXTEND, &[hold_id]).with_body(&ExtendBody { ttl_ms })
     }
 
     /// `GET /v1/holds/{hold_id}`.
     pub fn get_hold(hold_id: &str) -> Call {
-        Call::new(Method::GET, &["v1", "holds", hold_id])
+        Call::new(api::GET_HOLD, &[hold_id])
     }
 
     // ----- batch and events -----
@@ -158,7 +166,7 @@ impl Call {
     /// `POST /v1/batch` with `{"ops": ops}`.
     pub fn batch(ops: Vec<Value>) -> Call {
         let wait_ms = batch_wait_ms(&ops);
-        let mut call = Call::new(Method::POST, &["v1", "batch"]).with_body(&BatchBody { ops });
+        let mut call = Call::new(api::BATCH, &[]).with_body(&BatchBody { ops });
         call.wait_ms = wait_ms;
         call
     }
@@ -170,7 +178,7 @@ impl Call {
             .ok()
             .and_then(|value| value.get("ops").and_then(Value::as_array).cloned())
             .unwrap_or_default();
-        let mut call = Call::new(Method::POST, &["v1", "batch"]);
+        let mut call = Call::new(api::BATCH, &[]);
         call.wait_ms = batch_wait_ms(&ops);
         call.body = Some(body);
         call
@@ -178,7 +186,7 @@ impl Call {
 
     /// `GET /v1/events/partitions`.
     pub fn partitions() -> Call {
-        Call::new(Method::GET, &["v1", "events", "partitions"])
+        Call::new(api::EVENT_PARTITIONS, &[])
     }
 
     /// `GET /v1/events?partition=K&after=SEQ&limit=N&wait_ms=N`; `partition` may be left out
@@ -189,7 +197,7 @@ impl Call {
         limit: Option<usize>,
         wait_ms: Option<u64>,
     ) -> Call {
-        Call::new(Method::GET, &["v1", "events"])
+        Call::new(api::EVENTS, &[])
             .with_query(
                 "partition",
                 partition.map(|partition| partition.to_string()),
@@ -209,7 +217,7 @@ impl Call {
             ttl_ms,
             wait_ms,
         };
-        Call::new(Method::POST, &["v1", "locks", name, "acquire"])
+        Call::new(api::LOCK_ACQUIRE, &[name])
             .with_body(&body)
             .waiting(wait_ms)
     }
@@ -221,7 +229,7 @@ impl Call {
             token,
             ttl_ms,
         };
-        Call::new(Method::POST, &["v1", "locks", name, "renew"]).with_body(&body)
+        Call::new(api::LOCK_RENEW, &[name]).with_body(&body)
     }
 
     /// `POST /v1/locks/{name}/release`.
@@ -230,24 +238,24 @@ impl Call {
             owner: owner.to_owned(),
             token,
         };
-        Call::new(Method::POST, &["v1", "locks", name, "release"]).with_body(&body)
+        Call::new(api::LOCK_RELEASE, &[name]).with_body(&body)
     }
 
     // ----- operations -----
 
     /// `GET /healthz`.
     pub fn healthz() -> Call {
-        Call::new(Method::GET, &["healthz"])
+        Call::new(api::HEALTHZ, &[])
     }
 
     /// `GET /readyz`.
     pub fn readyz() -> Call {
-        Call::new(Method::GET, &["readyz"])
+        Call::new(api::READYZ, &[])
     }
 
     /// `GET /metrics`.
     pub fn metrics() -> Call {
-        Call::new(Method::GET, &["metrics"])
+        Call::new(api::METRICS, &[])
     }
 }
 
@@ -256,4 +264,55 @@ fn batch_wait_ms(ops: &[Value]) -> u64 {
     ops.iter()
         .filter_map(|op| op.get("wait_ms").and_then(Value::as_u64))
         .fold(0u64, u64::saturating_add)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One call of each constructor: together they must cover every operation of the API
+    /// (`stockd_api::OPERATIONS`, which the server's route table is checked against), but the
+    /// OpenAPI document, which a client reads with any HTTP client, not through this one.
+    #[test]
+    fn the_client_can_call_every_operation_of_the_api() {
+        let reserve = ReserveBody {
+            hold_id: "h".into(),
+            user: None,
+            items: vec![crate::HoldItem::new("p", 1)],
+            ttl_ms: None,
+            confirm: false,
+            wait_ms: None,
+        };
+        let calls = [
+            Call::put_pool("p", &PoolSpecBody::default(), false),
+            Call::restock("p", 1),
+            Call::get_pool("p"),
+            Call::list_pools(None, None, None),
+            Call::delete_pool("p"),
+            Call::reserve(&reserve),
+            Call::confirm("h"),
+            Call::release("h"),
+            Call::refund("h"),
+            Call::extend("h", 1_000),
+            Call::get_hold("h"),
+            Call::batch(Vec::new()),
+            Call::batch_body(b"{}".to_vec()),
+            Call::partitions(),
+            Call::events(None, 0, None, None),
+            Call::lock_acquire("l", "o", 100, None),
+            Call::lock_renew("l", "o", 1, 100),
+            Call::lock_release("l", "o", 1),
+            Call::healthz(),
+            Call::readyz(),
+            Call::metrics(),
+        ];
+        for call in &calls {
+            assert_eq!(call.method.as_str(), call.operation().method);
+        }
+        let mut covered: Vec<Operation> = calls.iter().map(Call::operation).collect();
+        covered.push(api::OPENAPI);
+        for operation in api::OPERATIONS {
+            assert!(covered.contains(&operation), "no call for {operation:?}");
+        }
+    }
 }

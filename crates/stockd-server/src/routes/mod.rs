@@ -33,27 +33,11 @@ use crate::json::BodyLimit;
 use crate::metrics::Metrics;
 use crate::{openapi, reply, ServerConfig};
 
-/// Every path of the API, exactly as the router matches it.
+/// Every path the router matches: the API's ([`stockd_api::paths`], shared with the client) and
+/// the console's.
 pub(crate) mod paths {
-    pub const HEALTHZ: &str = "/healthz";
-    pub const READYZ: &str = "/readyz";
-    pub const METRICS: &str = "/metrics";
-    pub const OPENAPI: &str = "/openapi.json";
-    pub const POOLS: &str = "/v1/pools";
-    pub const POOL: &str = "/v1/pools/{pool}";
-    pub const POOL_RESTOCK: &str = "/v1/pools/{pool}/restock";
-    pub const HOLDS: &str = "/v1/holds";
-    pub const HOLD: &str = "/v1/holds/{hold_id}";
-    pub const HOLD_CONFIRM: &str = "/v1/holds/{hold_id}/confirm";
-    pub const HOLD_RELEASE: &str = "/v1/holds/{hold_id}/release";
-    pub const HOLD_EXTEND: &str = "/v1/holds/{hold_id}/extend";
-    pub const HOLD_REFUND: &str = "/v1/holds/{hold_id}/refund";
-    pub const BATCH: &str = "/v1/batch";
-    pub const EVENTS: &str = "/v1/events";
-    pub const EVENT_PARTITIONS: &str = "/v1/events/partitions";
-    pub const LOCK_ACQUIRE: &str = "/v1/locks/{name}/acquire";
-    pub const LOCK_RENEW: &str = "/v1/locks/{name}/renew";
-    pub const LOCK_RELEASE: &str = "/v1/locks/{name}/release";
+    pub use stockd_api::paths::*;
+
     pub const CONSOLE: &str = "/ui";
     pub const CONSOLE_PAGE: &str = "/ui/";
     pub const CONSOLE_ASSET: &str = "/ui/assets/{file}";
@@ -110,6 +94,16 @@ macro_rules! route_table {
                     $(RouteId::$open_id => Access::Open,)+
                     $(RouteId::$id => Access::Token,)+
                     $(RouteId::$console_id => Access::Console,)+
+                }
+            }
+
+            /// The methods this route serves (checked against the API's operations).
+            #[cfg(test)]
+            pub(crate) fn methods(self) -> &'static [&'static str] {
+                match self {
+                    $(RouteId::$open_id => &[$(stringify!($open_method)),+],)+
+                    $(RouteId::$id => &[$(stringify!($method)),+],)+
+                    $(RouteId::$console_id => &[$(stringify!($console_method)),+],)+
                 }
             }
 
@@ -340,6 +334,24 @@ mod tests {
             assert_eq!(RouteId::from_path(route.path()), Some(*route));
         }
         assert_eq!(RouteId::from_path("/nope"), None);
+    }
+
+    /// The API routes of the table are exactly the API's operations, which the client also
+    /// builds its calls from: neither can gain or lose one alone.
+    #[test]
+    fn the_api_routes_are_the_shared_operations() {
+        let mut served: Vec<(&str, &str)> = RouteId::ALL
+            .iter()
+            .filter(|route| route.access() != Access::Console)
+            .flat_map(|route| route.methods().iter().map(|method| (*method, route.path())))
+            .collect();
+        let mut operations: Vec<(&str, &str)> = stockd_api::OPERATIONS
+            .iter()
+            .map(|operation| (operation.method, operation.path))
+            .collect();
+        served.sort_unstable();
+        operations.sort_unstable();
+        assert_eq!(served, operations);
     }
 
     #[test]
