@@ -370,7 +370,7 @@ async fn run_lab(args: LabArgs) -> ExitCode {
     };
     let report = tokio::select! {
         report = stockd_bench::lab::run(&config) => report,
-        () = interrupted() => {
+        () = crate::signals::stop_requested() => {
             eprintln!("interrupted: the lab's servers are stopped and its files removed");
             return ExitCode::from(130);
         }
@@ -422,22 +422,6 @@ fn write_json(report: &impl serde::Serialize, path: &std::path::Path) -> Result<
     } else {
         std::fs::write(path, text + "\n")
             .map_err(|error| format!("cannot write {}: {error}", path.display()))
-    }
-}
-
-/// Ctrl-C or SIGTERM.
-async fn interrupted() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        () = terminate => {},
     }
 }
 

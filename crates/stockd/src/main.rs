@@ -5,6 +5,7 @@ mod bench;
 mod cli;
 mod logging;
 mod serve;
+mod signals;
 
 use std::process::ExitCode;
 

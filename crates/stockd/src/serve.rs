@@ -424,7 +424,11 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         connections: settings.connections,
     };
     tracing::info!(listen = %settings.listen, "stockd serving");
-    stockd_server::serve(listener, backend.clone(), config, stop_signal()).await;
+    let stop = async {
+        crate::signals::stop_requested().await;
+        tracing::info!("stop signal received; finishing in-flight requests");
+    };
+    stockd_server::serve(listener, backend.clone(), config, stop).await;
     // In-flight requests are done; make everything durable before exiting.
     if let Err(error) = backend.shutdown().await {
         tracing::warn!(%error, "backend shutdown");
@@ -499,28 +503,6 @@ async fn open_engine(config: EngineConfig) -> Result<Engine, ExitCode> {
             Err(ExitCode::from(1))
         }
     }
-}
-
-async fn stop_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
-    }
-    tracing::info!("stop signal received; finishing in-flight requests");
 }
 
 #[cfg(test)]

@@ -197,7 +197,7 @@ async fn tail(session: &Session, args: TailArgs) -> Exit {
     }
     drop(sender);
 
-    let stop = interrupted();
+    let stop = crate::signals::stop_requested();
     let closed = stdout_closed();
     tokio::pin!(stop, closed);
     let json = session.args.json;
@@ -610,25 +610,6 @@ fn write_stdout(bytes: &[u8]) -> io::Result<()> {
     let mut stdout = io::stdout().lock();
     stdout.write_all(bytes)?;
     stdout.flush()
-}
-
-/// Ctrl-C or SIGTERM.
-async fn interrupted() {
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        () = terminate => {},
-    }
 }
 
 /// Resolves when stdout is a pipe (or terminal) whose reader has gone: `stockd events tail |
