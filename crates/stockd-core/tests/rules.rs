@@ -155,6 +155,37 @@ fn waiting_reserve_parks_then_is_served_in_arrival_order() {
     assert!(timed_out.records.is_empty());
 }
 
+/// A client that retries a waiting reserve (the same hold id and body, while the first is still
+/// parked) is answered the moment the hold exists, with the replay, not at its own deadline; a
+/// different request with that id gets the conflict at the same moment.
+#[test]
+fn a_retry_of_a_waiting_reserve_is_answered_when_the_hold_is_created() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 1), T0));
+    ok(run(&mut state, reserve("a", &[("p", 1)]), T0));
+    let first = run(&mut state, reserve_waiting("w", &[("p", 1)], 5_000), T0).waiter();
+    let retry = run(&mut state, reserve_waiting("w", &[("p", 1)], 5_000), T0 + 1).waiter();
+    let other = run(&mut state, reserve_waiting("w", &[("p", 2)], 5_000), T0 + 2).waiter();
+    assert_eq!(state.waiter_count(), 3);
+
+    let released = ok(run(&mut state, release("a"), T0 + 10));
+    let answers: Vec<_> = released.woken.iter().map(|(id, _)| *id).collect();
+    assert_eq!(answers, [first, retry, other], "{:?}", released.woken);
+    assert!(created(&released.woken[0].1));
+    assert!(!created(&released.woken[1].1), "the retry is a replay");
+    assert_eq!(
+        hold_view(&released.woken[1].1),
+        hold_view(&released.woken[0].1)
+    );
+    assert_eq!(
+        released.woken[2].1.as_ref().unwrap_err().code(),
+        "hold_id_conflict"
+    );
+    assert_eq!(state.waiter_count(), 0);
+    // Nothing is left to time out.
+    assert!(tick(&mut state, T0 + 5_002).woken.is_empty());
+}
+
 #[test]
 fn waiter_that_still_cannot_be_satisfied_is_skipped() {
     let mut state = new_state();

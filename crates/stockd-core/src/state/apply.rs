@@ -110,6 +110,9 @@ impl State {
                 confirm,
                 expires_at_ms,
             } => {
+                if self.hold_waiters.contains_key(hold_id) {
+                    self.created_holds.push(hold_id.clone());
+                }
                 for item in items.iter() {
                     let pool = self
                         .data

@@ -185,6 +185,11 @@ pub struct State {
     /// served once the current command is done, never in the middle of it.
     freed_pools: Vec<PoolId>,
     freed_locks: Vec<LockName>,
+    /// Parked reserves by the hold they would create: a retry of a waiting reserve (the same
+    /// hold id) parks too, and is answered as soon as the hold exists, not at its own deadline.
+    hold_waiters: HashMap<HoldId, Vec<WaiterId>>,
+    /// Holds created while applying records that parked reserves are waiting for.
+    created_holds: Vec<HoldId>,
     /// (pool, available before) pairs noted while applying a record, checked for a low-stock
     /// crossing once the record's own event is out.
     pending_low_stock: Vec<(PoolId, u64)>,
@@ -210,6 +215,8 @@ impl State {
             next_waiter_id: 1,
             freed_pools: Vec::new(),
             freed_locks: Vec::new(),
+            hold_waiters: HashMap::new(),
+            created_holds: Vec::new(),
             pending_low_stock: Vec::new(),
         };
         for (hold_id, hold) in &state.data.holds {

@@ -46,7 +46,7 @@ impl State {
                 break;
             }
             let Reverse((_, id)) = self.waiter_deadlines.pop().expect("peeked");
-            let Some(waiter) = self.waiters.remove(&id) else {
+            let Some(waiter) = self.unpark(id) else {
                 continue;
             };
             // The wait is over: one last attempt gives the final answer, success included.
@@ -123,6 +123,6 @@ impl State {
 
     /// Forgets a waiter whose client went away. Returns whether it was still waiting.
     pub fn cancel_waiter(&mut self, id: WaiterId) -> bool {
-        self.waiters.remove(&id).is_some()
+        self.unpark(id).is_some()
     }
 }

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use hashbrown::HashMap;
 
 use crate::error::Error;
-use crate::ids::{LockName, PoolId};
+use crate::ids::{HoldId, LockName, PoolId};
 use crate::limits::WAITERS_PER_KEY_MAX;
 
 use super::{Effects, State, WaitFor, Waiter, WaiterId};
@@ -47,6 +47,10 @@ impl State {
                         .or_default()
                         .push_back(id);
                 }
+                self.hold_waiters
+                    .entry(request.hold_id.clone())
+                    .or_default()
+                    .push(id);
             }
             WaitFor::Lock(request) => {
                 self.lock_waiters
@@ -64,7 +68,13 @@ impl State {
     /// waiter that still cannot be satisfied. Serving one may free more (a waiter's request can
     /// expire a stale hold), so this loops until nothing is left to serve.
     pub(super) fn serve_freed(&mut self, now_ms: u64, effects: &mut Effects) {
-        while !self.freed_pools.is_empty() || !self.freed_locks.is_empty() {
+        while !self.freed_pools.is_empty()
+            || !self.freed_locks.is_empty()
+            || !self.created_holds.is_empty()
+        {
+            if let Some(hold_id) = self.created_holds.pop() {
+                self.serve_hold_waiters(&hold_id, now_ms, effects);
+            }
             if !self.freed_pools.is_empty() {
                 let mut pools = std::mem::take(&mut self.freed_pools);
                 pools.sort_unstable();
@@ -75,6 +85,42 @@ impl State {
                 self.serve_lock_waiters(&name, now_ms, effects);
             }
         }
+    }
+
+    /// Answers the reserves parked for `hold_id`, which now exists: each is a retry of the
+    /// reserve that created it (a replay) or a different request with its id (a conflict), and
+    /// `try_reserve` says which, as it would for a retry that arrived now.
+    fn serve_hold_waiters(&mut self, hold_id: &HoldId, now_ms: u64, effects: &mut Effects) {
+        let Some(ids) = self.hold_waiters.get(hold_id).cloned() else {
+            return;
+        };
+        for id in ids {
+            let Some(Waiter {
+                wait_for: WaitFor::Stock(request),
+            }) = self.waiters.get(&id)
+            else {
+                continue;
+            };
+            let request = request.clone();
+            let outcome = self.try_reserve(&request, now_ms, effects);
+            self.unpark(id);
+            effects.woken.push((id, outcome));
+        }
+    }
+
+    /// Forgets waiter `id` (served, timed out or cancelled), and its place in the index of
+    /// parked reserves by hold id; the pool and lock queues drop it lazily.
+    pub(super) fn unpark(&mut self, id: WaiterId) -> Option<Waiter> {
+        let waiter = self.waiters.remove(&id)?;
+        if let WaitFor::Stock(request) = &waiter.wait_for {
+            if let Some(ids) = self.hold_waiters.get_mut(&request.hold_id) {
+                ids.retain(|other| *other != id);
+                if ids.is_empty() {
+                    self.hold_waiters.remove(&request.hold_id);
+                }
+            }
+        }
+        Some(waiter)
     }
 
     /// Serves the waiters of all `pools` together, oldest first (waiter ids grow with arrival):
@@ -107,7 +153,7 @@ impl State {
             match self.try_reserve(&request, now_ms, effects) {
                 Err(Error::InsufficientStock { .. }) => {}
                 outcome => {
-                    self.waiters.remove(&id);
+                    self.unpark(id);
                     effects.woken.push((id, outcome));
                 }
             }
@@ -143,7 +189,7 @@ impl State {
                     break;
                 }
                 outcome => {
-                    self.waiters.remove(&id);
+                    self.unpark(id);
                     effects.woken.push((id, outcome));
                     // The lock is taken now; the rest keep waiting.
                     break;
