@@ -37,6 +37,7 @@ end
 -- hold (or part) record stores them, and the ids of the pools whose available crossed their
 -- low-stock threshold (S.emit_low_stock_of fires for them, once the change's own event is out).
 function S.take_units(request, pools)
+    S.note_created_hold(request.hold_id)
     local words, befores = {}, {}
     for i, item in ipairs(request.items) do
         local pool = pools[i]

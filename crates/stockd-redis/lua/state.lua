@@ -48,6 +48,7 @@ function S.begin(meta_key, argv)
     S.now_text = S.int(S.now)
     S.freed_pools = {}
     S.freed_locks = {}
+    S.created_holds = {}
     S.woken = {}
     S.published = false
     -- Per call: pools read (id -> pool, or false when there is none) and whose counters changed,

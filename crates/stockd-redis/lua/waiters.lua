@@ -37,14 +37,17 @@ local function split(text)
     return words
 end
 
--- The queues a parked command sits in.
+-- The queues a parked command sits in: a reserve, on each pool it names and on its hold id (a
+-- retry of a waiting reserve parks too, and is answered as soon as the hold exists).
 local function waiter_queues(kind, words)
     if kind == 'lock' then return { S.key('lockq', words[1]) } end
     local request = S.parse_reserve(words, 1)
     local queues = {}
     for i, item in ipairs(request.items) do queues[i] = S.key('waitq', item.pool) end
+    queues[#queues + 1] = S.key('holdq', request.hold_id)
     return queues
 end
+S.waiter_queues = waiter_queues
 
 local function answer(ticket, kind, words, reply)
     local key = S.key('waiter', ticket)
@@ -103,10 +106,35 @@ local function serve_lock_waiters(name)
     end
 end
 
--- Serves waiters of pools and locks that got something back. Serving one may free more (a
--- waiter's request can expire a stale hold), so this loops until nothing is left to serve.
+-- Answers the reserves parked for a hold that now exists: each a retry of the reserve that
+-- created it (a replay) or another request with its id (a conflict), as try_reserve says.
+local function serve_hold_waiters(hold_id)
+    local queue = S.key('holdq', hold_id)
+    for _, ticket in ipairs(redis.call('ZRANGE', queue, '0', '-1')) do
+        local waiter = redis.call('HMGET', S.key('waiter', ticket), 'k', 'w', 'd', 'r')
+        if not waiter[1] or waiter[4] then
+            redis.call('ZREM', queue, ticket)
+        elseif tonumber(waiter[3]) > S.now then
+            local words = split(waiter[2])
+            answer(ticket, 'stock', words, S.try_reserve((S.parse_reserve(words, 1))))
+        end
+    end
+end
+
+-- Notes that a hold parked reserves wait for was just created (apply's Held, S.take_units).
+function S.note_created_hold(hold_id)
+    if redis.call('EXISTS', S.key('holdq', hold_id)) == 1 then
+        S.created_holds[#S.created_holds + 1] = hold_id
+    end
+end
+
+-- Serves waiters of pools, locks and holds that got something back. Serving one may free more
+-- (a waiter's request can expire a stale hold), so this loops until nothing is left to serve.
 function S.serve_freed()
-    while #S.freed_pools > 0 or #S.freed_locks > 0 do
+    while #S.freed_pools > 0 or #S.freed_locks > 0 or #S.created_holds > 0 do
+        if #S.created_holds > 0 then
+            serve_hold_waiters(table.remove(S.created_holds))
+        end
         if #S.freed_pools > 0 then
             local pools, seen = {}, {}
             for _, pool in ipairs(S.freed_pools) do

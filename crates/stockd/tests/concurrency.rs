@@ -235,6 +235,43 @@ async fn released_units_go_to_the_first_waiter_before_anyone_else() {
     assert_eq!(hold["status"], "held", "{hold}");
 }
 
+/// A client whose waiting reserve timed out on its side retries it (the same hold id and body)
+/// while the first is still parked: when stock comes back, both are answered at once, the first
+/// with the hold (201) and the retry with its replay (200), not the retry at its own deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_of_a_waiting_reserve_is_answered_when_the_hold_is_created() {
+    let server = Server::start().await;
+    let api = server.api();
+    put_pool(&api, "wr", json!({"total": 1})).await;
+    let (status, _) = api
+        .call(
+            "POST",
+            "/v1/holds",
+            Some(json!({"hold_id": "wr-a", "items": [{"pool": "wr", "qty": 1}]})),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let first = spawn_waiter(&api, "wr-w", "wr", 1, 20_000);
+    tokio::time::sleep(ARRIVAL_GAP).await;
+    let retry = spawn_waiter(&api, "wr-w", "wr", 1, 20_000);
+    tokio::time::sleep(ARRIVAL_GAP).await;
+    assert!(!first.is_finished() && !retry.is_finished());
+
+    let (status, body) = api.call("POST", "/v1/holds/wr-a/release", None).await;
+    assert_eq!(status, 200, "{body}");
+    let ((status, first_hold), waited) = first.await.unwrap();
+    assert_eq!(status, 201, "{first_hold}");
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+    let ((status, replay), waited) = retry.await.unwrap();
+    assert_eq!(status, 200, "the retry is the replay: {replay}");
+    assert_eq!(replay, first_hold);
+    assert!(
+        waited < Duration::from_secs(10),
+        "the retry waited for its own deadline: {waited:?}"
+    );
+    assert_pool(&api.pool("wr").await, 1, 0, 1, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_cannot_be_satisfied_is_skipped() {
     let server = Server::start().await;

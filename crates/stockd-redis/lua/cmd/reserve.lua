@@ -155,8 +155,8 @@ C.reserve = function(a)
         if not S.waiter_room(S.key('waitq', item.pool)) then return reply end
     end
     local ticket = S.park('stock', a, S.now + request.wait_ms)
-    for _, item in ipairs(request.items) do
-        redis.call('ZADD', S.key('waitq', item.pool), S.int(ticket), S.int(ticket))
+    for _, queue in ipairs(S.waiter_queues('stock', a)) do
+        redis.call('ZADD', queue, S.int(ticket), S.int(ticket))
     end
     return { kind = 'wait', ticket = ticket }
 end
