@@ -1598,6 +1598,28 @@ async fn every_route_of_the_table_checks_its_token() {
     );
 }
 
+/// Found by the decode_request fuzz target: a number out of range (or a lone surrogate) inside
+/// an op passes the batch body's own parse, but is not JSON; the whole batch is 400, as the
+/// single endpoint answers the same bytes.
+#[tokio::test]
+async fn an_op_that_is_not_json_refuses_the_whole_batch() {
+    let (_, router) = open_server();
+    for op in [
+        r#"{"op": "reserve", "hold_id": "h", "items": [{"pool": "p", "qty": 1e400}]}"#,
+        r#"{"op": "confirm", "hold_id": "h\ud800"}"#,
+    ] {
+        let body = format!(r#"{{"ops": [{{"op": "confirm", "hold_id": "x"}}, {op}]}}"#);
+        let answer = send(&router, Method::POST, "/v1/batch", None, body).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::BAD_REQUEST,
+            "{op}: {}",
+            answer.text()
+        );
+        assert_eq!(answer.code(), "invalid_json", "{op}");
+    }
+}
+
 /// The same fields, sent to a single endpoint and as a batch op, get the same answer: status and
 /// body, the batch adding only `ops[0]: ` to a decoding refusal's message. Each side runs on a fresh
 /// server with the same pool, so that a created hold is created on both.

@@ -71,6 +71,10 @@ async fn run(
                 commands.push(command);
                 parse_errors.push(None);
             }
+            // Bytes the body's own parse let through but that are not JSON all the same (a
+            // number out of range, a lone surrogate in a string): the body is refused whole,
+            // 400, as a single endpoint refuses it.
+            Err(ApiError::InvalidJson(why)) => return Err(ApiError::InvalidJson(why)),
             Err(error) => parse_errors.push(Some(in_op(index, error))),
         }
     }
