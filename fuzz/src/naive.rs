@@ -597,9 +597,50 @@ impl<'de> Deserialize<'de> for Json {
     }
 }
 
-/// The body as JSON: not JSON at all is 400.
+/// The body as JSON: not JSON at all is 400. A number too large for a 64-bit float is JSON
+/// (RFC 8259 sets no bound), which serde_json cannot read: it is read as `1.5`, which no field
+/// takes either, so the prediction is the 422 (or the op's refusal) the number itself gets.
 fn json(body: &[u8]) -> Result<Json, Refusal> {
-    serde_json::from_slice::<Json>(body).map_err(|_| Refusal(400))
+    serde_json::from_slice::<Json>(&tame_huge_numbers(body)).map_err(|_| Refusal(400))
+}
+
+/// `body` with every number token (outside strings) that serde_json finds out of range written
+/// as `1.5`. A token is a maximal run of number characters; only one that is a well-formed JSON
+/// number is replaced, by another well-formed number, so text that is not JSON stays not JSON.
+fn tame_huge_numbers(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len());
+    let mut at = 0;
+    while at < body.len() {
+        match body[at] {
+            b'"' => {
+                let start = at;
+                at += 1;
+                while at < body.len() && body[at] != b'"' {
+                    at += if body[at] == b'\\' { 2 } else { 1 };
+                }
+                at = (at + 1).min(body.len());
+                out.extend_from_slice(&body[start..at]);
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = at;
+                while at < body.len()
+                    && matches!(body[at], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+                {
+                    at += 1;
+                }
+                let token = &body[start..at];
+                // Skipping checks a number's form but not its size; reading it checks both.
+                let huge = serde_json::from_slice::<serde::de::IgnoredAny>(token).is_ok()
+                    && serde_json::from_slice::<f64>(token).is_err();
+                out.extend_from_slice(if huge { b"1.5" } else { token });
+            }
+            byte => {
+                out.push(byte);
+                at += 1;
+            }
+        }
+    }
+    out
 }
 
 /// The body as a JSON object (400 if not JSON, 422 if JSON but not an object).
@@ -819,6 +860,17 @@ mod tests {
         assert_eq!(percent_decode("a%2").ok(), Some("a%2".to_string()));
         assert_eq!(percent_decode("%41%").ok(), Some("A%".to_string()));
         assert!(percent_decode("%ff").is_err());
+    }
+
+    #[test]
+    fn huge_numbers_are_json_of_no_field() {
+        assert_eq!(
+            tame_huge_numbers(br#"{"a": [1e400, -1e999, 1e308, "1e400"], "b": 1e400x}"#),
+            br#"{"a": [1.5, 1.5, 1e308, "1e400"], "b": 1.5x}"#
+        );
+        assert!(json(br#"{"a": 1e400}"#).is_ok());
+        assert!(json(br#"{"a": 1e400-}"#).is_err());
+        assert!(json(br#"{"a": "\"1e400"}"#).is_ok());
     }
 
     #[test]

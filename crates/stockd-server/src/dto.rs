@@ -18,7 +18,6 @@ use utoipa::{IntoParams, ToSchema};
 use crate::error::ApiError;
 use crate::json::{parse, Wire};
 use crate::wire::HoldItem;
-use crate::wording::describe;
 
 /// `PUT /v1/pools/{pool}`. A rule left out (or null) is unset.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -279,6 +278,18 @@ struct ExtendOp {
 
 impl Wire for ExtendOp {}
 
+/// Any JSON object: how a batch op that is not one is refused, in the words a body that is not
+/// one gets.
+struct AnyObject;
+
+impl<'de> Deserialize<'de> for AnyObject {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(deserializer).map(|_| AnyObject)
+    }
+}
+
+impl Wire for AnyObject {}
+
 /// The ops a batch takes, by their `op`.
 const OPS: [&str; 5] = ["reserve", "confirm", "release", "refund", "extend"];
 
@@ -317,8 +328,17 @@ impl<'de> Deserialize<'de> for Fields<'de> {
 /// own body type and decoder ([`parse`]): the same bytes are refused the same way, with the
 /// same message, a repeated field included, wherever they arrive.
 pub(crate) fn decode_op(op: &RawValue) -> Result<Command, ApiError> {
-    let Fields(fields) = serde_json::from_str(op.get())
-        .map_err(|error| ApiError::invalid(describe("", "", &error.to_string())))?;
+    let Fields(fields) = match serde_json::from_str(op.get()) {
+        Ok(fields) => fields,
+        // Not an object, or not JSON: the single endpoint's reading of a body says which, in
+        // its words. What it lets through (a key that is not text) is not JSON all the same.
+        Err(error) => {
+            return Err(match parse::<AnyObject>(op.get().as_bytes()) {
+                Err(refusal) => refusal,
+                Ok(AnyObject) => ApiError::InvalidJson(error.to_string()),
+            })
+        }
+    };
     let mut name = None;
     let mut rest = String::with_capacity(op.get().len());
     rest.push('{');

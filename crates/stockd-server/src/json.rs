@@ -9,6 +9,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::ops::Range;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
@@ -21,7 +22,7 @@ use serde_json::error::Category;
 use stockd_core::{HoldId, IdError, LockName, PoolId};
 
 use crate::error::ApiError;
-use crate::wording;
+use crate::{syntax, wording};
 
 /// State that knows the body limit in force, so that a 413 can say what it is. The limit itself
 /// is enforced by the router's `DefaultBodyLimit`, which `Bytes::from_request` obeys.
@@ -100,19 +101,101 @@ pub(crate) trait Wire: DeserializeOwned {
 }
 
 /// Parses `bytes` as a JSON object of type `T`; an error names the field, what was sent and
-/// what is allowed ([`wording::describe`]).
+/// what is allowed ([`wording::describe`]). Bytes that are not JSON ([`syntax::check`]) are 400;
+/// JSON of the wrong shape or value is 422, a number too large for any field included.
 pub(crate) fn parse<T: Wire>(bytes: &[u8]) -> Result<T, ApiError> {
+    read::<T>(bytes).map_err(|(path, error)| refusal::<T>(bytes, &path, error))
+}
+
+/// serde_json's reading of `bytes` as a `T`, and on failure where it stopped (the field's path)
+/// and why.
+fn read<T: Wire>(bytes: &[u8]) -> Result<T, (String, serde_json::Error)> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-    let value =
-        serde_path_to_error::deserialize::<_, Object<T>>(&mut deserializer).map_err(|error| {
-            let path = error.path().to_string();
-            classify_at(T::DOOR, &path, error.into_inner(), bytes)
-        })?;
+    let value = serde_path_to_error::deserialize::<_, Object<T>>(&mut deserializer)
+        .map_err(|error| (error.path().to_string(), error.into_inner()))?;
     // Nothing but white space may follow the object.
-    deserializer
-        .end()
-        .map_err(|error| ApiError::InvalidJson(error.to_string()))?;
+    deserializer.end().map_err(|error| (String::new(), error))?;
     Ok(value.0)
+}
+
+/// serde_json stops at the first problem it meets, and refuses some JSON as a syntax error (a
+/// number beyond a 64-bit float), so its verdict alone cannot say 400 or 422. On this, the error
+/// path only, the whole body is checked by [`syntax::check`] first: not JSON anywhere is 400,
+/// even after a shape error serde met earlier (`{"ttl": 1,}`), or in a string serde skipped.
+/// JSON that serde refused is of the wrong shape or value: 422 in the contract's words.
+fn refusal<T: Wire>(bytes: &[u8], path: &str, error: serde_json::Error) -> ApiError {
+    let scan = match syntax::check(bytes) {
+        Ok(scan) => scan,
+        Err(not_json) => return ApiError::InvalidJson(not_json.to_string()),
+    };
+    if error.classify() == Category::Data {
+        return ApiError::invalid(wording::describe(T::DOOR, path, &error.to_string()));
+    }
+    out_of_range::<T>(bytes, path, &error, &scan.huge_numbers)
+}
+
+/// The 422 for a number too large for a 64-bit float, which serde_json stopped at (`error`): the
+/// number is put back as the largest float, which every field refuses as it would refuse the
+/// number itself, and the request is read again, so that the refusal says what that field takes
+/// (`qty: must be an integer from 1 to 1000000000, got 1e400`) as for any other wrong value.
+fn out_of_range<T: Wire>(
+    bytes: &[u8],
+    path: &str,
+    error: &serde_json::Error,
+    huge_numbers: &[Range<usize>],
+) -> ApiError {
+    // serde_json reports the line and column (from 0, in bytes) where it stopped: at the end of
+    // the number it could not read.
+    let stopped = {
+        let mut line_start = 0;
+        for _ in 1..error.line() {
+            match bytes[line_start..].iter().position(|&byte| byte == b'\n') {
+                Some(newline) => line_start += newline + 1,
+                None => break,
+            }
+        }
+        line_start + error.column()
+    };
+    let Some(number) = huge_numbers
+        .iter()
+        .rev()
+        .find(|number| number.start < stopped)
+        .or(huge_numbers.first())
+    else {
+        // JSON that serde_json refused for its syntax always holds such a number.
+        return ApiError::invalid(wording::describe(T::DOOR, path, &error.to_string()));
+    };
+    let literal = String::from_utf8_lossy(&bytes[number.clone()]);
+    let largest = if literal.starts_with('-') {
+        "-1.7976931348623157e308"
+    } else {
+        "1.7976931348623157e308"
+    };
+    let mut again = Vec::with_capacity(bytes.len() + largest.len());
+    again.extend_from_slice(&bytes[..number.start]);
+    again.extend_from_slice(largest.as_bytes());
+    again.extend_from_slice(&bytes[number.end..]);
+    match read::<T>(&again) {
+        Err((path, error)) if error.classify() == Category::Data => {
+            let message = error.to_string();
+            // "invalid type: floating point `1.7976931348623157e308`, expected u64"
+            let message = match message.split_once("floating point `") {
+                Some((before, after)) => match after.split_once('`') {
+                    Some((_, after)) => format!("{before}floating point `{literal}`{after}"),
+                    None => message,
+                },
+                None => message,
+            };
+            ApiError::invalid(wording::describe(T::DOOR, &path, &message))
+        }
+        _ => {
+            let text = format!("the number {literal} is out of range");
+            ApiError::invalid(match path.trim_start_matches('.') {
+                "" => text,
+                path => format!("{path}: {text}"),
+            })
+        }
+    }
 }
 
 /// A `T` that must be written as a JSON object. serde's derived structs also accept an array of
@@ -153,23 +236,6 @@ where
     Ok(objects.into_iter().map(|Object(value)| value).collect())
 }
 
-/// Syntax and truncation are "not JSON" (400); anything serde found while mapping valid JSON onto
-/// the request type is a shape error (422). serde stops at the first problem it meets, so a
-/// shape error early in a body that is broken later (`{"ttl": 1,}`) would pass for a 422: on
-/// the error path only, the whole body is read first. Read, not skipped: skipping
-/// (`IgnoredAny`) does not decode strings, so a byte that is not UTF-8 or a lone surrogate
-/// (`"\ud800"`) in a string serde never reached would pass, while the same string in a field it
-/// reads is a 400.
-fn classify_at(door: &str, path: &str, error: serde_json::Error, bytes: &[u8]) -> ApiError {
-    match error.classify() {
-        Category::Data => match serde_json::from_slice::<serde_json::Value>(bytes) {
-            Ok(_) => ApiError::invalid(wording::describe(door, path, &error.to_string())),
-            Err(syntax) => ApiError::InvalidJson(syntax.to_string()),
-        },
-        Category::Syntax | Category::Eof | Category::Io => ApiError::InvalidJson(error.to_string()),
-    }
-}
-
 /// A JSON request body of type `T`.
 pub(crate) struct JsonBody<T>(pub T);
 
@@ -179,6 +245,21 @@ impl<S: BodyLimit + Send + Sync, T: Wire> FromRequest<S> for JsonBody<T> {
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
         let bytes = read_body(request, state).await?;
         parse(&bytes).map(JsonBody)
+    }
+}
+
+/// A JSON request body of type `T` and the bytes it was read from: the batch checks its whole
+/// body ([`syntax::check`]) when it refuses an op, since an op's bytes can hide what is not JSON
+/// from the body's own reading.
+pub(crate) struct JsonWithBytes<T>(pub T, pub Bytes);
+
+impl<S: BodyLimit + Send + Sync, T: Wire> FromRequest<S> for JsonWithBytes<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = read_body(request, state).await?;
+        let value = parse(&bytes)?;
+        Ok(JsonWithBytes(value, bytes))
     }
 }
 
@@ -349,6 +430,52 @@ mod tests {
         assert_eq!(code("[1]"), "invalid_request");
         assert_eq!(code("[1, 2]"), "invalid_request");
         assert!(parse::<Sample>(b"{\"n\": 1, \"opt\": null}").is_ok());
+    }
+
+    fn message(bytes: &str) -> String {
+        let error = parse::<Sample>(bytes.as_bytes()).unwrap_err();
+        assert_eq!(error.code(), "invalid_request", "{bytes}");
+        match error {
+            ApiError::Core(stockd_core::Error::InvalidRequest { message }) => message,
+            other => panic!("{bytes}: {other:?}"),
+        }
+    }
+
+    /// A number too large for a 64-bit float is JSON (RFC 8259 puts no bound on numbers), so it
+    /// is a wrong value for its field, worded as any other, and not a syntax error.
+    #[test]
+    fn a_number_beyond_a_float_is_a_wrong_value() {
+        assert_eq!(
+            message(r#"{"n": 1e400}"#),
+            "n: must be a non-negative integer, got 1e400"
+        );
+        assert_eq!(
+            message("{\n  \"opt\": -1e999,\n  \"n\": 1}"),
+            "opt: must be a non-negative integer, got -1e999"
+        );
+        let long = format!(r#"{{"n": 1, "opt": {}}}"#, "9".repeat(400));
+        assert_eq!(
+            message(&long),
+            format!(
+                "opt: must be a non-negative integer, got {}",
+                "9".repeat(400)
+            )
+        );
+        assert_eq!(message("1e400"), "must be an object, got 1e400");
+        assert_eq!(message("[1e400]"), "must be an object, got a list");
+        // The first problem in reading order is the one named.
+        assert_eq!(
+            message(r#"{"n": 1, "x": 1e400}"#),
+            "unknown field \"x\": the fields are n, opt"
+        );
+        assert_eq!(
+            message(r#"{"n": 1e400, "opt": 1e401}"#),
+            "n: must be a non-negative integer, got 1e400"
+        );
+        // Not JSON elsewhere in the body still makes it 400.
+        assert_eq!(code(r#"{"n": 1e400, "x": "\ud800"}"#), "invalid_json");
+        assert_eq!(code(r#"{"n": 1e400,}"#), "invalid_json");
+        assert_eq!(code(r#"{"n": 1e400} 1"#), "invalid_json");
     }
 
     /// Found by the decode_request fuzz target: a byte that is not UTF-8 inside a string the

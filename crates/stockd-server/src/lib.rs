@@ -23,6 +23,7 @@ mod metrics;
 mod openapi;
 mod reply;
 mod routes;
+mod syntax;
 mod wire;
 mod wording;
 

@@ -1598,17 +1598,23 @@ async fn every_route_of_the_table_checks_its_token() {
     );
 }
 
-/// Found by the decode_request fuzz target: a number out of range (or a lone surrogate) inside
-/// an op passes the batch body's own parse, but is not JSON; the whole batch is 400, as the
-/// single endpoint answers the same bytes.
+/// Found by the decode_request fuzz target: bytes that are not JSON (a lone surrogate, nesting
+/// deeper than 127 levels) inside an op pass the batch body's own reading, which skips over the
+/// ops' text; the whole batch is 400 all the same, as the single endpoint answers the same bytes,
+/// and no op runs.
 #[tokio::test]
 async fn an_op_that_is_not_json_refuses_the_whole_batch() {
     let (_, router) = open_server();
+    make_pool(&router, "p", json!({"total": 5})).await;
+    let deep = format!("{}{}", "[".repeat(126), "]".repeat(126));
     for op in [
-        r#"{"op": "reserve", "hold_id": "h", "items": [{"pool": "p", "qty": 1e400}]}"#,
-        r#"{"op": "confirm", "hold_id": "h\ud800"}"#,
+        r#"{"op": "confirm", "hold_id": "h\ud800"}"#.to_string(),
+        r#"{"op": "confirm", "hold_id": "h", "x": "\udc00"}"#.to_string(),
+        format!(r#"{{"op": "confirm", "hold_id": "h", "x": {deep}}}"#),
     ] {
-        let body = format!(r#"{{"ops": [{{"op": "confirm", "hold_id": "x"}}, {op}]}}"#);
+        let body = format!(
+            r#"{{"ops": [{{"op": "reserve", "hold_id": "first", "items": [{{"pool": "p", "qty": 1}}]}}, {op}]}}"#
+        );
         let answer = send(&router, Method::POST, "/v1/batch", None, body).await;
         assert_eq!(
             answer.status,
@@ -1618,6 +1624,60 @@ async fn an_op_that_is_not_json_refuses_the_whole_batch() {
         );
         assert_eq!(answer.code(), "invalid_json", "{op}");
     }
+    let pool = send(&router, Method::GET, "/v1/pools/p", None, Vec::new()).await;
+    assert_eq!(pool.json()["available"], 5, "no op of a refused batch ran");
+}
+
+/// A number too large for a 64-bit float is JSON, only too large for any field: a 422 in the
+/// field's words, at a single endpoint and for that op alone in a batch, where the other ops run.
+#[tokio::test]
+async fn a_number_beyond_a_float_is_a_wrong_value_for_its_field() {
+    let (_, router) = open_server();
+    make_pool(&router, "p", json!({"total": 5})).await;
+    let answer = send(
+        &router,
+        Method::PUT,
+        "/v1/pools/q",
+        None,
+        br#"{"total": 1e400}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        answer.json()["message"],
+        "total: must be an integer from 0 to 1000000000000, got 1e400"
+    );
+    let answer = send(
+        &router,
+        Method::POST,
+        "/v1/pools/p/restock",
+        None,
+        br#"{"delta": -1e999}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        answer.json()["message"],
+        "delta: must be a non-zero integer from -1000000000000 to 1000000000000, got -1e999"
+    );
+    let body = r#"{"ops": [
+        {"op": "reserve", "hold_id": "a", "items": [{"pool": "p", "qty": 1e400}]},
+        {"op": "reserve", "hold_id": "b", "items": [{"pool": "p", "qty": 1}]},
+        1e400]}"#;
+    let answer = send(&router, Method::POST, "/v1/batch", None, body).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
+    let results = answer.json()["results"].clone();
+    assert_eq!(results[0]["status"], 422);
+    assert_eq!(
+        results[0]["body"]["message"],
+        "ops[0]: items[0].qty: must be an integer from 1 to 1000000000, got 1e400"
+    );
+    assert_eq!(results[1]["status"], 201);
+    assert_eq!(results[2]["status"], 422);
+    assert_eq!(
+        results[2]["body"]["message"],
+        "ops[2]: must be an object, got 1e400"
+    );
 }
 
 /// The same fields, sent to a single endpoint and as a batch op, get the same answer: status and

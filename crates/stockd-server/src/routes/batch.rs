@@ -16,8 +16,9 @@ use stockd_core::{Outcome, Reply};
 use super::{paths, App};
 use crate::dto::{decode_op, BatchBody};
 use crate::error::ApiError;
-use crate::json::{JsonBody, NoQuery};
+use crate::json::{JsonWithBytes, NoQuery};
 use crate::reply::{self, ReplyBody};
+use crate::syntax;
 use crate::wire::{BatchResponse, ErrorBody};
 
 #[utoipa::path(
@@ -36,9 +37,9 @@ use crate::wire::{BatchResponse, ErrorBody};
 pub(crate) async fn batch(
     State(app): State<App>,
     _: NoQuery,
-    JsonBody(body): JsonBody<BatchBody>,
+    JsonWithBytes(body, bytes): JsonWithBytes<BatchBody>,
 ) -> Response {
-    match run(&app, body.ops).await {
+    match run(&app, body.ops, &bytes).await {
         Ok(results) => reply::json(StatusCode::OK, &Results(&results)),
         Err(error) => error.into_response(),
     }
@@ -53,6 +54,7 @@ enum OpResult {
 async fn run(
     app: &App,
     ops: Vec<Box<serde_json::value::RawValue>>,
+    body: &[u8],
 ) -> Result<Vec<OpResult>, ApiError> {
     if ops.is_empty() || ops.len() > BATCH_OPS_MAX {
         return Err(ApiError::invalid(format!(
@@ -71,11 +73,16 @@ async fn run(
                 commands.push(command);
                 parse_errors.push(None);
             }
-            // Bytes the body's own parse let through but that are not JSON all the same (a
-            // number out of range, a lone surrogate in a string): the body is refused whole,
-            // 400, as a single endpoint refuses it.
-            Err(ApiError::InvalidJson(why)) => return Err(ApiError::InvalidJson(why)),
             Err(error) => parse_errors.push(Some(in_op(index, error))),
+        }
+    }
+    // The body's own reading skips over the ops' text, where bytes that are not JSON can hide
+    // (a lone surrogate in a string, nesting too deep): when an op is refused, the whole body is
+    // checked, and if it is not JSON it is refused whole, 400, as a single endpoint refuses the
+    // same bytes. An op that decodes was read whole, so a batch of good ops needs no check.
+    if parse_errors.iter().any(Option::is_some) {
+        if let Err(not_json) = syntax::check(body) {
+            return Err(ApiError::InvalidJson(not_json.to_string()));
         }
     }
     let sent = commands.len();
@@ -133,8 +140,9 @@ impl Serialize for Results<'_> {
     }
 }
 
-/// A refusal of op `index`, worded as its single endpoint's, behind `ops[index]: `. The body
-/// parsed as JSON as a whole, so an op can only be of the wrong shape: a 422.
+/// A refusal of op `index`, worded as its single endpoint's, behind `ops[index]: `. A 422: the
+/// body is JSON (checked before the results are sent), so an op can only be of the wrong shape
+/// or value.
 fn in_op(index: usize, error: ApiError) -> ApiError {
     let message = match error {
         ApiError::Core(stockd_core::Error::InvalidRequest { message }) => message,
