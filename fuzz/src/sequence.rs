@@ -219,6 +219,7 @@ fn op(input: &mut Input) -> Op {
         },
         11 => Op::Refund {
             hold: input.below(HOLDS),
+            restock: input.flag(),
         },
         12 => {
             if input.flag() {

@@ -78,8 +78,11 @@ pub enum Command {
     Release {
         hold_id: HoldId,
     },
+    /// `restock`: the sold units go back to available (true, the default) or leave the pool
+    /// (false: sold and total both shrink).
     Refund {
         hold_id: HoldId,
+        restock: bool,
     },
     Extend {
         hold_id: HoldId,

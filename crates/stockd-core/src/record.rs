@@ -71,6 +71,13 @@ pub enum Change {
     LockReleased {
         name: LockName,
     },
+    // Variants are appended, never inserted: the log encodes a variant by its position, so a log
+    // written by an earlier release still decodes.
+    /// A refund whose sold units leave the pool (`restock: false`): sold and total both shrink.
+    /// `Refunded` is the refund with restock.
+    RefundedWithoutRestock {
+        hold_id: HoldId,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,6 +111,8 @@ pub struct Event {
     pub delta: Option<i64>,
     pub low_stock_threshold: Option<u64>,
     pub expires_at_ms: Option<u64>,
+    /// `refunded` only: whether the units went back to available.
+    pub restock: Option<bool>,
 }
 
 impl Event {
@@ -121,6 +130,7 @@ impl Event {
             delta: None,
             low_stock_threshold: None,
             expires_at_ms: None,
+            restock: None,
         }
     }
 }

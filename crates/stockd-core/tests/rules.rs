@@ -7,8 +7,8 @@ mod common;
 
 use stockd_core::limits::WAITERS_PER_KEY_MAX;
 use stockd_core::{
-    Command, Error, EventKind, HoldItem, HoldStatus, HoldView, Outcome, PoolSpec, PoolView, Reply,
-    ReserveRequest, Snapshot, State, StateConfig,
+    Change, Command, Error, EventKind, HoldItem, HoldStatus, HoldView, Outcome, PoolSpec, PoolView,
+    Reply, ReserveRequest, Snapshot, State, StateConfig,
 };
 
 use common::*;
@@ -820,6 +820,80 @@ fn lock_renew_and_release_need_owner_and_token() {
 }
 
 // ------------------------------------------------------------------------------------ refunds
+
+#[test]
+fn refund_without_restock_takes_the_units_out_of_the_pool() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 10), T0));
+    ok(run(&mut state, put_pool("q", 10), T0));
+    let mut request = reserve_request("h", &[("p", 3), ("q", 2)]);
+    request.user = Some(user_id("u"));
+    ok(run(&mut state, with_confirm(Command::Reserve(request)), T0));
+    let done = ok(run(&mut state, refund_without_restock("h"), T0 + 1));
+    assert_eq!(
+        done.records.iter().map(|r| &r.change).collect::<Vec<_>>(),
+        vec![&Change::RefundedWithoutRestock {
+            hold_id: hold_id("h")
+        }]
+    );
+    assert_eq!(done.events.len(), 1);
+    assert_eq!(done.events[0].kind, EventKind::Refunded);
+    assert_eq!(done.events[0].restock, Some(false));
+    let p = pool(&state, "p");
+    assert_eq!((p.total, p.available, p.held, p.sold), (7, 7, 0, 0));
+    let q = pool(&state, "q");
+    assert_eq!((q.total, q.available, q.held, q.sold), (8, 8, 0, 0));
+    assert_eq!(
+        state.hold_view(&hold_id("h")).unwrap().status,
+        HoldStatus::Refunded
+    );
+    // A repeat, with or without restock, answers the hold and changes nothing.
+    for again in [refund("h"), refund_without_restock("h")] {
+        let repeat = ok(run(&mut state, again, T0 + 2));
+        assert!(repeat.records.is_empty() && repeat.events.is_empty());
+        assert_eq!(pool(&state, "p").total, 7);
+    }
+    // Replayed from its records, the state is the same.
+    let mut replayed = new_state();
+    let mut events = Vec::new();
+    let mut all = Vec::new();
+    for (command, at) in [
+        (put_pool("p", 10), T0),
+        (put_pool("q", 10), T0),
+        (with_confirm(reserve("h", &[("p", 3), ("q", 2)])), T0),
+        (refund_without_restock("h"), T0 + 1),
+    ] {
+        all.extend(run(&mut replayed, command, at).records);
+    }
+    let mut rebuilt = new_state();
+    for record in &all {
+        rebuilt.apply_record(record, &mut events);
+    }
+    assert_eq!(pool(&rebuilt, "p").total, 7);
+    assert_eq!(events.last().unwrap().restock, Some(false));
+}
+
+#[test]
+fn refund_with_restock_puts_the_units_back_and_says_so() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 10), T0));
+    ok(run(&mut state, with_confirm(reserve("h", &[("p", 3)])), T0));
+    let done = run(&mut state, refund("h"), T0 + 1);
+    assert_eq!(done.events[0].restock, Some(true));
+    let p = pool(&state, "p");
+    assert_eq!((p.total, p.available, p.sold), (10, 10, 0));
+}
+
+#[test]
+fn refund_without_restock_of_a_hold_not_confirmed_changes_nothing() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 10), T0));
+    ok(run(&mut state, reserve("h", &[("p", 3)]), T0));
+    let done = run(&mut state, refund_without_restock("h"), T0 + 1);
+    assert_eq!(done.error_code(), Some("hold_not_confirmed"));
+    assert!(done.records.is_empty());
+    assert_eq!(pool(&state, "p").total, 10);
+}
 
 #[test]
 fn refund_after_pool_delete_and_recreate_is_pool_deleted() {

@@ -87,8 +87,8 @@ pub enum EngineError {
         source: postcard::Error,
     },
     #[error(
-        "snapshot payload format {found:#x} is not the supported {SNAPSHOT_FORMAT:#x}: written \
-         by another stockd version"
+        "snapshot payload format {found:#x} is not a supported one ({SNAPSHOT_FORMAT:#x}, or \
+         {SNAPSHOT_FORMAT_V2:#x} from the previous release): written by another stockd version"
     )]
     SnapshotFormat { found: u32 },
     #[error("recovered state breaks an invariant: {0}")]
@@ -100,8 +100,12 @@ pub enum EngineError {
 /// Tags the payload layout of a snapshot. Change it whenever the serialised shape of the core's
 /// state or of an event changes, so an older snapshot is refused clearly instead of being
 /// misread (postcard is not self-describing). Distinctive on purpose: an untagged payload
-/// starts with a small count.
-const SNAPSHOT_FORMAT: u32 = 0x5354_4B02;
+/// starts with a small count. Format 3 added `restock` to events (refund without restock).
+const SNAPSHOT_FORMAT: u32 = 0x5354_4B03;
+
+/// The previous release's format, still read: a data directory it wrote must open. Its events
+/// have no `restock` ([`EventV2`]); its state has the same shape.
+const SNAPSHOT_FORMAT_V2: u32 = 0x5354_4B02;
 
 /// The on-disk shape of a snapshot: the core's durable state plus the retained event feed.
 #[derive(serde::Serialize)]
@@ -116,6 +120,92 @@ struct SnapshotOwned {
     format: u32,
     state: stockd_core::Snapshot,
     events: Vec<stockd_core::Event>,
+}
+
+/// A format 2 snapshot, as the previous release wrote it.
+#[derive(serde::Deserialize)]
+struct SnapshotV2 {
+    format: u32,
+    state: stockd_core::Snapshot,
+    events: Vec<EventV2>,
+}
+
+/// An event as format 2 stored it: every field of [`stockd_core::Event`] up to
+/// `expires_at_ms`, in the same order (postcard is positional).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct EventV2 {
+    seq: u64,
+    at_ms: u64,
+    kind: stockd_core::EventKind,
+    pool: Option<stockd_core::PoolId>,
+    hold_id: Option<stockd_core::HoldId>,
+    user: Option<stockd_core::UserId>,
+    items: Option<std::sync::Arc<[stockd_core::HoldItem]>>,
+    available: Option<u64>,
+    total: Option<u64>,
+    delta: Option<i64>,
+    low_stock_threshold: Option<u64>,
+    expires_at_ms: Option<u64>,
+}
+
+impl From<EventV2> for stockd_core::Event {
+    fn from(old: EventV2) -> Self {
+        let EventV2 {
+            seq,
+            at_ms,
+            kind,
+            pool,
+            hold_id,
+            user,
+            items,
+            available,
+            total,
+            delta,
+            low_stock_threshold,
+            expires_at_ms,
+        } = old;
+        stockd_core::Event {
+            seq,
+            at_ms,
+            kind,
+            pool,
+            hold_id,
+            user,
+            items,
+            available,
+            total,
+            delta,
+            low_stock_threshold,
+            expires_at_ms,
+            // Before format 3 every refund put its units back.
+            restock: (kind == stockd_core::EventKind::Refunded).then_some(true),
+        }
+    }
+}
+
+/// Decodes a snapshot payload of the current format or of format 2.
+fn decode_snapshot(bytes: &[u8]) -> Result<SnapshotOwned, EngineError> {
+    // The tag is checked first: an untagged or older payload may not decode at all.
+    let format = postcard::take_from_bytes::<u32>(bytes).map(|(format, _)| format);
+    let decode_error = |source| EngineError::Decode {
+        what: "snapshot",
+        source,
+    };
+    match format {
+        Ok(SNAPSHOT_FORMAT) => postcard::from_bytes(bytes).map_err(decode_error),
+        Ok(SNAPSHOT_FORMAT_V2) => {
+            let old: SnapshotV2 = postcard::from_bytes(bytes).map_err(decode_error)?;
+            debug_assert_eq!(old.format, SNAPSHOT_FORMAT_V2);
+            Ok(SnapshotOwned {
+                format: SNAPSHOT_FORMAT,
+                state: old.state,
+                events: old.events.into_iter().map(Into::into).collect(),
+            })
+        }
+        _ => Err(EngineError::SnapshotFormat {
+            found: format.unwrap_or(0),
+        }),
+    }
 }
 
 /// Shared between the handle, the writer thread and the snapshot thread.
@@ -402,18 +492,7 @@ fn rebuild(
     let mut events = VecDeque::new();
     let mut state = match &recovered.snapshot {
         Some(bytes) => {
-            // The tag is checked first: an untagged or older payload may not decode at all.
-            let format = postcard::take_from_bytes::<u32>(bytes).map(|(format, _)| format);
-            if format != Ok(SNAPSHOT_FORMAT) {
-                return Err(EngineError::SnapshotFormat {
-                    found: format.unwrap_or(0),
-                });
-            }
-            let snapshot: SnapshotOwned =
-                postcard::from_bytes(bytes).map_err(|source| EngineError::Decode {
-                    what: "snapshot",
-                    source,
-                })?;
+            let snapshot = decode_snapshot(bytes)?;
             debug_assert_eq!(snapshot.format, SNAPSHOT_FORMAT);
             events.extend(snapshot.events);
             State::from_snapshot(config, snapshot.state)
@@ -492,6 +571,80 @@ mod tests {
         let recovered = storage::read_durable(&RealFs, dir, 0).unwrap();
         let (state, _, _) = rebuild(&recovered, config, 1000).unwrap();
         state.hold_count()
+    }
+
+    /// A data directory of the previous release holds format 2 snapshots: they still open, and
+    /// their refunded events read as refunds with restock (the only kind there was).
+    #[test]
+    fn a_format_2_snapshot_still_opens() {
+        let mut state = stockd_core::State::new(StateConfig::default());
+        let pool = PoolId::parse("p").unwrap();
+        let mut effects = stockd_core::Effects::default();
+        let put = Command::PutPool {
+            pool: pool.clone(),
+            spec: PoolSpec {
+                total: 5,
+                ..PoolSpec::default()
+            },
+            if_absent: false,
+        };
+        for command in [put, reserve(1)] {
+            assert!(matches!(
+                state.execute(command, T0, &mut effects),
+                stockd_core::Step::Done(Ok(_))
+            ));
+        }
+        let events = std::mem::take(&mut effects.events);
+        let old_events: Vec<EventV2> = events
+            .iter()
+            .map(|event| EventV2 {
+                seq: event.seq,
+                at_ms: event.at_ms,
+                kind: event.kind,
+                pool: event.pool.clone(),
+                hold_id: event.hold_id.clone(),
+                user: event.user.clone(),
+                items: event.items.clone(),
+                available: event.available,
+                total: event.total,
+                delta: event.delta,
+                low_stock_threshold: event.low_stock_threshold,
+                expires_at_ms: event.expires_at_ms,
+            })
+            .chain(std::iter::once(EventV2 {
+                seq: 99,
+                at_ms: T0,
+                kind: stockd_core::EventKind::Refunded,
+                pool: None,
+                hold_id: Some(HoldId::parse("h0").unwrap()),
+                user: None,
+                items: None,
+                available: None,
+                total: None,
+                delta: None,
+                low_stock_threshold: None,
+                expires_at_ms: Some(T0),
+            }))
+            .collect();
+        let payload =
+            postcard::to_allocvec(&(SNAPSHOT_FORMAT_V2, state.snapshot(), &old_events)).unwrap();
+        let recovered = storage::Recovered {
+            snapshot: Some(payload),
+            snapshot_lsn: 1,
+            records: Vec::new(),
+            truncated_tail_bytes: 0,
+        };
+        let (rebuilt, feed, _) = rebuild(&recovered, StateConfig::default(), 10).unwrap();
+        assert_eq!(rebuilt.pool_count(), 1);
+        assert_eq!(rebuilt.hold_count(), 1);
+        assert_eq!(rebuilt.next_seq(), state.next_seq());
+        assert_eq!(feed.len(), events.len() + 1);
+        assert_eq!(
+            feed.iter().map(|e| e.seq).collect::<Vec<_>>()[..events.len()],
+            events.iter().map(|e| e.seq).collect::<Vec<_>>()[..]
+        );
+        assert!(feed.iter().take(events.len()).all(|e| e.restock.is_none()));
+        assert_eq!(feed.back().unwrap().restock, Some(true));
     }
 
     #[test]

@@ -111,6 +111,7 @@ fn blank_event(seq: u64, at_ms: u64, kind: EventKind) -> Event {
         delta: None,
         low_stock_threshold: None,
         expires_at_ms: None,
+        restock: None,
     }
 }
 
@@ -437,7 +438,9 @@ impl Model {
             Command::Reserve(request) => Expect::Exact(self.reserve(request, now_ms)),
             Command::Confirm { hold_id } => Expect::Exact(self.confirm(hold_id, now_ms)),
             Command::Release { hold_id } => Expect::Exact(self.release(hold_id, now_ms)),
-            Command::Refund { hold_id } => Expect::Exact(self.refund(hold_id, now_ms)),
+            Command::Refund { hold_id, restock } => {
+                Expect::Exact(self.refund(hold_id, *restock, now_ms))
+            }
             Command::Extend { hold_id, ttl_ms } => {
                 Expect::Exact(self.extend(hold_id, *ttl_ms, now_ms))
             }
@@ -756,7 +759,9 @@ impl Model {
         }
     }
 
-    fn refund(&mut self, id: &HoldId, now_ms: u64) -> Outcome {
+    /// `restock: false`: the units leave their pools (total shrinks with sold, which the model
+    /// recomputes from the holds). A repeat answers the hold whatever it asks.
+    fn refund(&mut self, id: &HoldId, restock: bool, now_ms: u64) -> Outcome {
         let index = self.lookup(id, now_ms)?;
         match self.holds[index].status {
             HoldStatus::Confirmed => {
@@ -771,7 +776,14 @@ impl Model {
                         });
                     }
                 }
+                if !restock {
+                    for line in &self.holds[index].lines {
+                        let pool = self.pools.get_mut(&line.pool).expect("checked alive");
+                        pool.total -= line.qty;
+                    }
+                }
                 self.finish(index, HoldStatus::Refunded, EventKind::Refunded, now_ms);
+                self.events.last_mut().expect("refunded event").restock = Some(restock);
                 self.hold_reply(index, false)
             }
             HoldStatus::Refunded => self.hold_reply(index, false),

@@ -113,6 +113,7 @@ pub enum Op {
     },
     Refund {
         hold: usize,
+        restock: bool,
     },
     Extend {
         hold: usize,
@@ -313,8 +314,9 @@ fn to_command(op: &Op, now_ms: u64, memory: &Memory) -> Command {
         Op::Release { hold } => Command::Release {
             hold_id: hold_id(HOLDS[*hold]),
         },
-        Op::Refund { hold } => Command::Refund {
+        Op::Refund { hold, restock } => Command::Refund {
             hold_id: hold_id(HOLDS[*hold]),
+            restock: *restock,
         },
         Op::Extend { hold, ttl_ms } => Command::Extend {
             hold_id: hold_id(HOLDS[*hold]),
@@ -478,7 +480,7 @@ fn op(waits: bool) -> impl Strategy<Value = Op> {
             .prop_map(|(hold, rotate, tweak)| Op::ReserveAgain { hold, rotate, tweak }),
         3 => hold().prop_map(|hold| Op::Confirm { hold }),
         3 => hold().prop_map(|hold| Op::Release { hold }),
-        3 => hold().prop_map(|hold| Op::Refund { hold }),
+        3 => (hold(), any::<bool>()).prop_map(|(hold, restock)| Op::Refund { hold, restock }),
         3 => (hold(), hold_ttl_ms()).prop_map(|(hold, ttl_ms)| Op::Extend { hold, ttl_ms }),
         1 => hold().prop_map(|hold| Op::GetHold { hold }),
         2 => (0..LOCKS.len(), 0..OWNERS.len(), lock_ttl_ms(), wait_ms())

@@ -74,11 +74,13 @@ function S.usage_give_back(pool_id, user, qty)
     end
 end
 
-function S.hold_event(kind, hold)
+-- `extra`: more of the event's fields as JSON (`,"name":value...`), or nil.
+function S.hold_event(kind, hold, extra)
     local user = ''
     if hold.user then user = ',"user":"' .. hold.user .. '"' end
     S.emit_json(kind, ',"hold_id":"' .. hold.id .. '"' .. user .. ',"items":'
-        .. S.hold_items_json(hold) .. ',"expires_at_ms":' .. S.int(hold.expires_at_ms))
+        .. S.hold_items_json(hold) .. ',"expires_at_ms":' .. S.int(hold.expires_at_ms)
+        .. (extra or ''))
 end
 
 function S.retention_ms(status)
@@ -126,6 +128,22 @@ function S.move_units(items, from, to, user)
                 S.usage_give_back(item.pool, user, item.qty)
                 S.note_freed_pool(item.pool)
             end
+        end
+    end
+end
+
+-- Takes sold units out of their pools (a refund without restock): sold and total both shrink,
+-- available does not move; the user's usage comes back as with any refund. Skips a pool deleted
+-- or made anew, as S.move_units does.
+function S.write_off_units(items, user)
+    for _, item in ipairs(items) do
+        local pool = S.pool_get(item.pool)
+        if pool and (item.generation == nil or pool.generation == item.generation) then
+            pool.sold = pool.sold - item.qty
+            pool.total = pool.total - item.qty
+            S.pool_put_counts(pool)
+            S.usage_give_back(item.pool, user, item.qty)
+            S.note_freed_pool(item.pool)
         end
     end
 end

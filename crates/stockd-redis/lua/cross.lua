@@ -10,7 +10,8 @@
 --             events) or, on a refusal, x_abort ('aborting') -> part_return everywhere -> x_forget.
 --   later:    confirm / release / expiry / refund decide at home (status, events, `ap` = the part
 --             transition still to apply, queued in `applyq`) -> part_apply in each partition ->
---             x_applied. A part moves only forward (held -> confirmed -> refunded, held -> returned),
+--             x_applied. A refund without restock applies 'writeoff' instead of 'refund'. A part
+--             moves only forward (held -> confirmed -> refunded, held -> returned),
 --             so applying twice, or an older and a newer transition in any order, is harmless.
 --   sweepers: every server rolls forward what is in `applyq` past a grace time, and rolls back a
 --             `pending` record older than S.PENDING_TIMEOUT_MS.
@@ -166,7 +167,7 @@ C.x_forget = function(a)
 end
 
 -- part_apply HOLD OP ATTEMPT: moves this partition's part forward to what OP (commit | confirm |
--- return | refund) decided at home, first firing the low_stock its reserve caused (`ls`) unless
+-- return | refund | writeoff: a refund without restock) decided at home, first firing the low_stock its reserve caused (`ls`) unless
 -- this is the roll back of attempt ATTEMPT, which drops it. Rolling back, a partition without
 -- the attempt's part gets a tombstone of it (replacing another attempt's tombstone).
 C.part_apply = function(a)
@@ -192,7 +193,8 @@ C.part_apply = function(a)
             S.emit_low_stock_of(ids)
         end
     end
-    if part.status == 'held' and (op == 'confirm' or op == 'refund') then
+    local refund = op == 'refund' or op == 'writeoff'
+    if part.status == 'held' and (op == 'confirm' or refund) then
         S.move_units(part.items, 'held', 'sold')
         part.status = 'confirmed'
         part_finish(hold_id, 'confirmed')
@@ -201,8 +203,12 @@ C.part_apply = function(a)
         S.move_units(part.items, 'held', 'available', part.user)
         part_finish(hold_id, 'returned')
     end
-    if part.status == 'confirmed' and op == 'refund' then
-        S.move_units(part.items, 'sold', 'available', part.user)
+    if part.status == 'confirmed' and refund then
+        if op == 'refund' then
+            S.move_units(part.items, 'sold', 'available', part.user)
+        else
+            S.write_off_units(part.items, part.user)
+        end
         part_finish(hold_id, 'refunded')
     end
     return { kind = 'deleted' }

@@ -268,7 +268,8 @@ pub(crate) async fn roll_back(
     Ok(())
 }
 
-/// Brings every part of a decided hold to `apply` (confirm, return or refund), then tells home.
+/// Brings every part of a decided hold to `apply` (confirm, return, refund or writeoff), then
+/// tells home.
 pub(crate) async fn apply_parts(
     shared: &Shared,
     home: u32,
@@ -290,11 +291,12 @@ pub(crate) async fn apply_parts(
 }
 
 /// A refund of a cross-partition hold: every part checks its pools still exist, then home
-/// decides, then the parts follow.
+/// decides (with `restock` or without), then the parts follow.
 pub(crate) async fn refund(
     shared: &Shared,
     home: u32,
     hold: &HoldView,
+    restock: bool,
 ) -> Result<Outcome, BackendError> {
     let items: &[HoldItem] = &hold.items;
     for (partition, _) in parts(
@@ -315,6 +317,7 @@ pub(crate) async fn refund(
         hold.hold_id.to_string(),
         "home".to_string(),
         "1".to_string(),
+        if restock { "1" } else { "0" }.to_string(),
     ];
     match shared.submit_one(home, op("refund", args)).await? {
         Answer::Decided { reply, apply } => {

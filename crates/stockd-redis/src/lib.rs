@@ -306,7 +306,7 @@ impl Shared {
             Command::Reserve(request) => request.hold_id.as_str(),
             Command::Confirm { hold_id }
             | Command::Release { hold_id }
-            | Command::Refund { hold_id }
+            | Command::Refund { hold_id, .. }
             | Command::Extend { hold_id, .. }
             | Command::GetHold { hold_id } => hold_id.as_str(),
             Command::LockAcquire(request) => request.name.as_str(),
@@ -564,9 +564,14 @@ impl RedisBackend {
                     .await;
                 }
                 Answer::Precheck(hold) => {
-                    let shared = shared.clone();
-                    return detached(async move { cross::refund(&shared, partition, &hold).await })
-                        .await;
+                    let Command::Refund { restock, .. } = command else {
+                        return Err(unexpected_answer(&Answer::Precheck(hold)));
+                    };
+                    let (shared, restock) = (shared.clone(), *restock);
+                    return detached(async move {
+                        cross::refund(&shared, partition, &hold, restock).await
+                    })
+                    .await;
                 }
                 Answer::Moved(home) => {
                     partition = home;

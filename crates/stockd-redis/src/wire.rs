@@ -99,9 +99,14 @@ pub fn encode(command: &Command, route: Route) -> Op {
         }
         Command::Confirm { hold_id } => ("confirm", vec![hold_id.to_string(), route_name]),
         Command::Release { hold_id } => ("release", vec![hold_id.to_string(), route_name]),
-        Command::Refund { hold_id } => (
+        Command::Refund { hold_id, restock } => (
             "refund",
-            vec![hold_id.to_string(), route_name, "0".to_string()],
+            vec![
+                hold_id.to_string(),
+                route_name,
+                "0".to_string(),
+                if *restock { "1" } else { "0" }.to_string(),
+            ],
         ),
         Command::Extend { hold_id, ttl_ms } => (
             "extend",

@@ -171,6 +171,26 @@ pub(crate) struct ExtendBody {
 
 impl Wire for ExtendBody {}
 
+/// `POST /v1/holds/{hold_id}/refund`. The body may also be empty or `null` (the default).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RefundBody {
+    /// Sold units go back to available (true, the default) or leave the pool (false: sold and
+    /// total both shrink, a return that cannot be sold again).
+    pub restock: Option<bool>,
+}
+
+impl Wire for RefundBody {}
+
+impl RefundBody {
+    pub(crate) fn into_command(self, hold_id: HoldId) -> Command {
+        Command::Refund {
+            hold_id,
+            restock: self.restock.unwrap_or(true),
+        }
+    }
+}
+
 /// `POST /v1/locks/{name}/acquire`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -250,6 +270,8 @@ pub(crate) enum BatchOp {
     Refund {
         #[schema(value_type = String)]
         hold_id: HoldId,
+        /// As `POST /v1/holds/{hold_id}/refund`'s body: default true.
+        restock: Option<bool>,
     },
     Extend {
         #[schema(value_type = String)]
@@ -258,8 +280,7 @@ pub(crate) enum BatchOp {
     },
 }
 
-/// The fields of confirm, release and refund ops: the hold the single endpoint takes from its
-/// path.
+/// The fields of confirm and release ops: the hold the single endpoint takes from its path.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct HoldRefOp {
@@ -267,6 +288,16 @@ struct HoldRefOp {
 }
 
 impl Wire for HoldRefOp {}
+
+/// The fields of a refund op: the path's hold and the single endpoint's body ([`RefundBody`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RefundOp {
+    hold_id: HoldId,
+    restock: Option<bool>,
+}
+
+impl Wire for RefundOp {}
 
 /// The fields of an extend op: the path's hold and the single endpoint's body.
 #[derive(Debug, Deserialize)]
@@ -378,9 +409,10 @@ pub(crate) fn decode_op(op: &RawValue) -> Result<Command, ApiError> {
         "release" => Command::Release {
             hold_id: parse::<HoldRefOp>(bytes)?.hold_id,
         },
-        "refund" => Command::Refund {
-            hold_id: parse::<HoldRefOp>(bytes)?.hold_id,
-        },
+        "refund" => {
+            let RefundOp { hold_id, restock } = parse(bytes)?;
+            RefundBody { restock }.into_command(hold_id)
+        }
         "extend" => {
             let ExtendOp { hold_id, ttl_ms } = parse(bytes)?;
             Command::Extend { hold_id, ttl_ms }

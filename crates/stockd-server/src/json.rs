@@ -263,7 +263,7 @@ impl<S: BodyLimit + Send + Sync, T: Wire> FromRequest<S> for JsonWithBytes<T> {
     }
 }
 
-/// A body that must be empty, `null` or `{}` (confirm, release, refund): `null` is the same as
+/// A body that must be empty, `null` or `{}` (confirm, release): `null` is the same as
 /// absent, for a body as for a field.
 pub(crate) struct EmptyBody;
 
@@ -282,6 +282,22 @@ impl<S: BodyLimit + Send + Sync> FromRequest<S> for EmptyBody {
             return Ok(EmptyBody);
         }
         parse::<EmptyObject>(&bytes).map(|_| EmptyBody)
+    }
+}
+
+/// A JSON request body of type `T` that may also be empty or `null`, both meaning `T`'s default
+/// (refund's `{"restock"?: bool}`): `null` is the same as absent, for a body as for a field.
+pub(crate) struct OptionalBody<T>(pub T);
+
+impl<S: BodyLimit + Send + Sync, T: Wire + Default> FromRequest<S> for OptionalBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = read_body(request, state).await?;
+        if bytes.trim_ascii().is_empty() || bytes.trim_ascii() == b"null" {
+            return Ok(OptionalBody(T::default()));
+        }
+        parse(&bytes).map(OptionalBody)
     }
 }
 

@@ -50,6 +50,7 @@ macro_rules! api_doc {
             dto::RestockBody,
             dto::HoldBody,
             dto::ExtendBody,
+            dto::RefundBody,
             dto::LockAcquireBody,
             dto::LockRenewBody,
             dto::LockReleaseBody,
@@ -237,6 +238,15 @@ const BODY_RULES: &[(&str, &[(&str, Rule)])] = &[
         ],
     ),
     ("ExtendBody", &[("ttl_ms", HOLD_TTL_REQUIRED)]),
+    (
+        "RefundBody",
+        &[(
+            "restock",
+            Rule::Bool {
+                default: Some(true),
+            },
+        )],
+    ),
     (
         "LockAcquireBody",
         &[("owner", Rule::Id), ("ttl_ms", LOCK_TTL), ("wait_ms", WAIT)],

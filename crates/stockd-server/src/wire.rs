@@ -236,6 +236,11 @@ pub(crate) struct EventObject {
     #[schema(nullable = false)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
+    /// `refunded` only: true when the units went back to available, false when they left the
+    /// pool (sold and total both shrank).
+    #[schema(nullable = false)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restock: Option<bool>,
 }
 
 impl From<&Event> for EventObject {
@@ -254,6 +259,7 @@ impl From<&Event> for EventObject {
             delta,
             low_stock_threshold,
             expires_at_ms,
+            restock,
         } = event;
         EventObject {
             seq: *seq,
@@ -268,6 +274,7 @@ impl From<&Event> for EventObject {
             delta: *delta,
             low_stock_threshold: *low_stock_threshold,
             expires_at_ms: *expires_at_ms,
+            restock: *restock,
         }
     }
 }

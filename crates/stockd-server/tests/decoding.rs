@@ -177,6 +177,7 @@ fn fields(gen: &mut Gen, known: &[&str], hold: bool) -> Vec<String> {
             "ttl_ms" if gen.chance(50) => {
                 gen.pick(&["1000", "60000", "86400000", "100"]).to_string()
             }
+            "restock" if gen.chance(50) => gen.pick(&["true", "false"]).to_string(),
             _ => value(gen, 0),
         };
         let at = gen.below(fields.len() + 1);
@@ -255,7 +256,11 @@ async fn the_same_fields_get_the_same_answer_alone_and_in_a_batch() {
                 )
             }
             op => {
-                let known: &[&str] = if op == "extend" { &["ttl_ms"] } else { &["x"] };
+                let known: &[&str] = match op {
+                    "extend" => &["ttl_ms"],
+                    "refund" => &["restock"],
+                    _ => &["x"],
+                };
                 let fields = if op != "extend" && gen.chance(60) {
                     Vec::new()
                 } else {

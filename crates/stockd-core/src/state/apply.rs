@@ -220,7 +220,8 @@ impl State {
                 self.push_hold_event(at_ms, kind, hold_id, events);
                 self.flush_low_stock(at_ms, events);
             }
-            Change::Refunded { hold_id } => {
+            Change::Refunded { hold_id } | Change::RefundedWithoutRestock { hold_id } => {
+                let restock = matches!(record.change, Change::Refunded { .. });
                 let hold = self
                     .data
                     .holds
@@ -241,7 +242,14 @@ impl State {
                     );
                     let before = pool.available;
                     pool.sold -= line.qty;
-                    pool.available += line.qty;
+                    // Without restock the units leave the pool: available does not move, so
+                    // no low_stock can fire and no waiter gains stock, but the user's usage
+                    // comes back all the same (a refund gives it back).
+                    if restock {
+                        pool.available += line.qty;
+                    } else {
+                        pool.total -= line.qty;
+                    }
                     give_back_usage(pool, hold.user.as_ref(), line.qty);
                     self.freed_pools.push(line.pool.clone());
                     self.pending_low_stock.push((line.pool.clone(), before));
@@ -251,6 +259,9 @@ impl State {
                     hold_id.clone(),
                 )));
                 self.push_hold_event(at_ms, EventKind::Refunded, hold_id, events);
+                if let Some(event) = events.last_mut() {
+                    event.restock = Some(restock);
+                }
                 self.flush_low_stock(at_ms, events);
             }
             Change::Extended {

@@ -303,7 +303,9 @@ impl State {
             Command::DeletePool { pool } => Step::Done(self.delete_pool(pool, now_ms, effects)),
             Command::Confirm { hold_id } => Step::Done(self.confirm(hold_id, now_ms, effects)),
             Command::Release { hold_id } => Step::Done(self.release(hold_id, now_ms, effects)),
-            Command::Refund { hold_id } => Step::Done(self.refund(hold_id, now_ms, effects)),
+            Command::Refund { hold_id, restock } => {
+                Step::Done(self.refund(hold_id, restock, now_ms, effects))
+            }
             Command::Extend { hold_id, ttl_ms } => {
                 Step::Done(self.extend(hold_id, ttl_ms, now_ms, effects))
             }

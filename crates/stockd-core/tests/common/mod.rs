@@ -112,6 +112,15 @@ pub fn release(hold: &str) -> Command {
 pub fn refund(hold: &str) -> Command {
     Command::Refund {
         hold_id: hold_id(hold),
+        restock: true,
+    }
+}
+
+/// A refund whose units leave the pool (`restock: false`).
+pub fn refund_without_restock(hold: &str) -> Command {
+    Command::Refund {
+        hold_id: hold_id(hold),
+        restock: false,
     }
 }
 

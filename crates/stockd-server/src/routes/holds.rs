@@ -9,8 +9,8 @@ use axum::response::Response;
 use stockd_core::{Command, HoldId};
 
 use super::{paths, App};
-use crate::dto::{ExtendBody, HoldBody};
-use crate::json::{EmptyBody, JsonBody, NoQuery, PathId};
+use crate::dto::{ExtendBody, HoldBody, RefundBody};
+use crate::json::{EmptyBody, JsonBody, NoQuery, OptionalBody, PathId};
 use crate::wire::{EmptyObject, ErrorBody, HoldObject};
 
 #[utoipa::path(
@@ -135,20 +135,25 @@ pub(crate) async fn extend_hold(
     post,
     path = paths::HOLD_REFUND,
     tag = "holds",
-    summary = "Refund a confirmed hold: sold units go back to available",
+    summary = "Refund a confirmed hold: sold units go back to available, or leave the pool",
+    description = "With `restock: false` the sold units leave the pool (sold and total both \
+                   shrink) instead of going back to available. Repeating a refund answers 200 \
+                   with the hold unchanged, whatever `restock` the repeat says.",
     params(("hold_id" = String, Path, description = "Hold id")),
-    request_body(content = Option<EmptyObject>, description = "Empty, or `{}`"),
+    request_body(content = Option<RefundBody>, description = "Empty, `null`, or \
+                 `{\"restock\": bool}` (default true)"),
     responses(
         (status = 200, description = "Refunded (repeating is a no-op)", body = HoldObject),
         (status = 404, description = "`hold_not_found`", body = ErrorBody),
         (status = 409, description = "`hold_not_confirmed`, `pool_deleted`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`", body = ErrorBody),
     )
 )]
 pub(crate) async fn refund_hold(
     State(app): State<App>,
     PathId(hold_id): PathId<HoldId>,
     _: NoQuery,
-    _: EmptyBody,
+    OptionalBody(body): OptionalBody<RefundBody>,
 ) -> Response {
-    app.execute(Command::Refund { hold_id }).await
+    app.execute(body.into_command(hold_id)).await
 }

@@ -1,4 +1,5 @@
-//! `refund`: gives a confirmed hold's sold units back.
+//! `refund`: gives a confirmed hold's sold units back to available, or, without restock, takes
+//! them out of the pool (sold and total both shrink).
 //!
 //! It decides from the settled hold's status and refuses when any of its pools was deleted
 //! (or deleted and created again) since the hold was made: the units have nowhere to go back
@@ -17,6 +18,7 @@ impl State {
     pub(in crate::state) fn refund(
         &mut self,
         hold_id: HoldId,
+        restock: bool,
         now_ms: u64,
         effects: &mut Effects,
     ) -> Outcome {
@@ -36,15 +38,21 @@ impl State {
                         });
                     }
                 }
-                self.commit(
-                    now_ms,
+                let hold_id_recorded = hold_id.clone();
+                let change = if restock {
                     Change::Refunded {
-                        hold_id: hold_id.clone(),
-                    },
-                    effects,
-                );
+                        hold_id: hold_id_recorded,
+                    }
+                } else {
+                    Change::RefundedWithoutRestock {
+                        hold_id: hold_id_recorded,
+                    }
+                };
+                self.commit(now_ms, change, effects);
                 self.hold_reply(&hold_id, false)
             }
+            // A repeat answers the hold as it is, whatever restock it asks for: the first
+            // refund decided where the units went.
             HoldStatus::Refunded => self.hold_reply(&hold_id, false),
             HoldStatus::Held | HoldStatus::Released | HoldStatus::Expired => {
                 Err(Error::HoldNotConfirmed { hold_id })
