@@ -354,12 +354,26 @@ fn decode(
                     let ttl_ms = fields.required("ttl_ms", as_u64)?;
                     Command::Extend { hold_id, ttl_ms }
                 }
-                HoldAction::Confirm | HoldAction::Release | HoldAction::Refund => {
+                HoldAction::Refund => {
+                    // No body, `null`, or `{"restock"?: bool}` (default true).
+                    let trimmed = body.trim_ascii();
+                    let restock = if trimmed.is_empty() || trimmed == b"null" {
+                        None
+                    } else {
+                        let body = object(body)?;
+                        let fields = Fields::new(&body, &["restock"])?;
+                        fields.optional("restock", as_bool)?
+                    };
+                    Command::Refund {
+                        hold_id,
+                        restock: restock.unwrap_or(true),
+                    }
+                }
+                HoldAction::Confirm | HoldAction::Release => {
                     empty_body(body)?;
                     match action {
                         HoldAction::Confirm => Command::Confirm { hold_id },
-                        HoldAction::Release => Command::Release { hold_id },
-                        _ => Command::Refund { hold_id },
+                        _ => Command::Release { hold_id },
                     }
                 }
             }
@@ -651,7 +665,7 @@ fn object(body: &[u8]) -> Result<Json, Refusal> {
     }
 }
 
-/// Confirm, release and refund: no body, `null`, or `{}`.
+/// Confirm and release: no body, `null`, or `{}`.
 fn empty_body(body: &[u8]) -> Result<(), Refusal> {
     let trimmed = body.trim_ascii();
     if trimmed.is_empty() || trimmed == b"null" {
@@ -836,9 +850,13 @@ fn batch_op(op: &Json) -> Result<Command, Refusal> {
         "release" => Command::Release {
             hold_id: hold(&Fields::new(op, &["op", "hold_id"])?)?,
         },
-        "refund" => Command::Refund {
-            hold_id: hold(&Fields::new(op, &["op", "hold_id"])?)?,
-        },
+        "refund" => {
+            let fields = Fields::new(op, &["op", "hold_id", "restock"])?;
+            Command::Refund {
+                hold_id: hold(&fields)?,
+                restock: fields.optional("restock", as_bool)?.unwrap_or(true),
+            }
+        }
         "extend" => {
             let fields = Fields::new(op, &["op", "hold_id", "ttl_ms"])?;
             Command::Extend {

@@ -14,7 +14,7 @@ use stockd_api::{self as api, Operation};
 
 use crate::types::{
     BatchBody, ExtendBody, LockAcquireBody, LockReleaseBody, LockRenewBody, PoolSpecBody,
-    ReserveBody, RestockBody,
+    RefundBody, ReserveBody, RestockBody,
 };
 use crate::Result;
 
@@ -146,9 +146,15 @@ impl Call {
         Call::new(api::RELEASE, &[hold_id])
     }
 
-    /// `POST /v1/holds/{hold_id}/refund`.
-    pub fn refund(hold_id: &str) -> Call {
-        Call::new(api::REFUND, &[hold_id])
+    /// `POST /v1/holds/{hold_id}/refund`: with `restock` (the default, sent as no body) the
+    /// sold units go back to available; without, they leave the pool (`{"restock": false}`).
+    pub fn refund(hold_id: &str, restock: bool) -> Call {
+        let call = Call::new(api::REFUND, &[hold_id]);
+        if restock {
+            call
+        } else {
+            call.with_body(&RefundBody { restock })
+        }
     }
 
     /// `POST /v1/holds/{hold_id}/extend`.
@@ -292,7 +298,7 @@ mod tests {
             Call::reserve(&reserve),
             Call::confirm("h"),
             Call::release("h"),
-            Call::refund("h"),
+            Call::refund("h", true),
             Call::extend("h", 1_000),
             Call::get_hold("h"),
             Call::batch(Vec::new()),

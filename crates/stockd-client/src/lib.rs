@@ -43,7 +43,7 @@ pub use error::{ClientError, Result};
 pub use types::{
     BatchAnswer, BatchBody, BatchResult, Event, EventKind, EventPage, EventPartitions, ExtendBody,
     HoldItem, HoldStatus, HoldView, LockAcquireBody, LockLease, LockReleaseBody, LockReleased,
-    LockRenewBody, PoolPage, PoolSpecBody, PoolView, ReserveBody, RestockBody,
+    LockRenewBody, PoolPage, PoolSpecBody, PoolView, RefundBody, ReserveBody, RestockBody,
 };
 
 /// How long to wait for a TCP connection. Short, so that an unreachable server is reported
@@ -175,9 +175,10 @@ impl Client {
         self.call(&Call::release(hold_id)).await?.decode()
     }
 
-    /// `POST /v1/holds/{hold_id}/refund`: confirmed -> refunded.
-    pub async fn refund(&self, hold_id: &str) -> Result<HoldView> {
-        self.call(&Call::refund(hold_id)).await?.decode()
+    /// `POST /v1/holds/{hold_id}/refund`: confirmed -> refunded; the sold units go back to
+    /// available with `restock`, or leave the pool without.
+    pub async fn refund(&self, hold_id: &str, restock: bool) -> Result<HoldView> {
+        self.call(&Call::refund(hold_id, restock)).await?.decode()
     }
 
     /// `POST /v1/holds/{hold_id}/extend`: a held hold now expires `ttl_ms` from now.

@@ -148,6 +148,9 @@ pub struct Event {
     pub low_stock_threshold: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
+    /// `refunded` only: whether the units went back to available (false: they left the pool).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restock: Option<bool>,
 }
 
 /// Body of `POST /v1/holds`. `confirm: false` is left out of the JSON (it is the default), so a
@@ -174,6 +177,13 @@ fn is_false(value: &bool) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExtendBody {
     pub ttl_ms: u64,
+}
+
+/// Body of `POST /v1/holds/{hold_id}/refund`: `restock: false` takes the sold units out of the
+/// pool instead of putting them back on sale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundBody {
+    pub restock: bool,
 }
 
 /// Body of `POST /v1/batch`. Each op is a JSON object with an `op` field, as in the contract;

@@ -213,7 +213,7 @@ impl Check<'_> {
                 )?;
                 self.hold_body(hold_id, body)
             }
-            (Request::Refund { hold_id }, 200) => {
+            (Request::Refund { hold_id, .. }, 200) => {
                 require(body["status"] == "refunded", || {
                     "status is not refunded".into()
                 })?;
@@ -225,7 +225,7 @@ impl Check<'_> {
                 Request::Confirm { hold_id }
                 | Request::Release { hold_id }
                 | Request::Extend { hold_id, .. }
-                | Request::Refund { hold_id }
+                | Request::Refund { hold_id, .. }
                 | Request::GetHold { hold_id },
                 404,
             ) if code == "hold_not_found" => self.was_any(hold_id, &[Status::Absent]),
@@ -233,7 +233,7 @@ impl Check<'_> {
                 Request::Confirm { hold_id }
                 | Request::Release { hold_id }
                 | Request::Extend { hold_id, .. }
-                | Request::Refund { hold_id },
+                | Request::Refund { hold_id, .. },
                 409,
             ) => self.refusal(hold_id, code),
             (Request::GetPool { pool }, 200) => self.pool_body(pool, body, None),

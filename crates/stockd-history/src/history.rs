@@ -44,8 +44,10 @@ pub enum Request {
         hold_id: String,
         ttl_ms: u64,
     },
+    /// `restock: false` sends `{"restock": false}`; true sends no body (the default).
     Refund {
         hold_id: String,
+        restock: bool,
     },
     GetHold {
         hold_id: String,
@@ -117,7 +119,11 @@ impl Request {
                 format!("/v1/holds/{hold_id}/extend"),
                 Some(json!({"ttl_ms": ttl_ms})),
             ),
-            Request::Refund { hold_id } => ("POST", format!("/v1/holds/{hold_id}/refund"), None),
+            Request::Refund { hold_id, restock } => (
+                "POST",
+                format!("/v1/holds/{hold_id}/refund"),
+                (!restock).then(|| json!({"restock": false})),
+            ),
             Request::GetHold { hold_id } => ("GET", format!("/v1/holds/{hold_id}"), None),
             Request::GetPool { pool } => ("GET", format!("/v1/pools/{pool}"), None),
             Request::Restock { pool, delta } => (
@@ -159,7 +165,7 @@ impl Request {
             | Request::Confirm { hold_id }
             | Request::Release { hold_id }
             | Request::Extend { hold_id, .. }
-            | Request::Refund { hold_id }
+            | Request::Refund { hold_id, .. }
             | Request::GetHold { hold_id } => Some(hold_id),
             _ => None,
         }

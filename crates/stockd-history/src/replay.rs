@@ -864,8 +864,11 @@ impl Runner<'_> {
                 let once = kind == "extended";
                 let found = self.pick(&candidates, at, once, |op| match (kind, &op.request) {
                     ("confirmed", Request::Confirm { .. })
-                    | ("released", Request::Release { .. })
-                    | ("refunded", Request::Refund { .. }) => true,
+                    | ("released", Request::Release { .. }) => true,
+                    // The first refund decides where the units go; its event says which.
+                    ("refunded", Request::Refund { restock, .. }) => {
+                        event.get("restock") == Some(&Value::Bool(*restock))
+                    }
                     ("extended", Request::Extend { ttl_ms, .. }) => {
                         at + ttl_ms == event_expires
                             && answered(op).is_none_or(|(_, body)| {
@@ -916,9 +919,8 @@ impl Runner<'_> {
                         nums.available += item.qty;
                     }
                     _ => {
-                        // A refund puts the units back on sale (the `restock: false` variant
-                        // of the contract is not offered by this server; its event would say
-                        // `"restock": false`).
+                        // A refund puts the units back on sale, or with `"restock": false`
+                        // takes them out of the pool (sold and total both shrink).
                         nums.sold = nums.sold.saturating_sub(item.qty);
                         if event.get("restock") == Some(&Value::Bool(false)) {
                             nums.total = nums.total.saturating_sub(item.qty);

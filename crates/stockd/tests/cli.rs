@@ -351,6 +351,25 @@ fn pool_and_hold_commands_against_a_real_server() {
         (pool["available"].as_u64(), pool["sold"].as_u64()),
         (Some(5), Some(3))
     );
+
+    // A refund with --no-restock takes the units out of the pool.
+    server
+        .stockd(&["hold", "reserve", "o-9", "--item", "sku-1=2", "--confirm"])
+        .ok();
+    let refunded = server
+        .stockd(&["hold", "refund", "o-9", "--no-restock", "--json"])
+        .ok_json();
+    assert_eq!(refunded["status"], "refunded", "{refunded}");
+    let pool = server.stockd(&["pool", "get", "sku-1", "--json"]).ok_json();
+    assert_eq!(
+        (
+            pool["total"].as_u64(),
+            pool["available"].as_u64(),
+            pool["sold"].as_u64()
+        ),
+        (Some(6), Some(3), Some(3)),
+        "{pool}"
+    );
 }
 
 #[test]

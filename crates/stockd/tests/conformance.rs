@@ -264,6 +264,17 @@ impl Case {
         )
     }
 
+    /// A refund with a body (`{"restock": false}`, or a bad one).
+    fn refund_with(self, hold: &str, body: Value, status: u16, expect: Value) -> Case {
+        self.req(
+            "POST",
+            &format!("/v1/holds/{hold}/refund"),
+            Some(body),
+            status,
+            expect,
+        )
+    }
+
     fn extend(self, hold: &str, ttl_ms: u64, status: u16, expect: Value) -> Case {
         self.req(
             "POST",
@@ -1431,8 +1442,45 @@ fn hold_cases() -> Vec<Case> {
                 ev("pool_upserted", json!({"pool": a})),
                 ev("held", json!({"hold_id": "{p}-h"})),
                 ev("confirmed", json!({"hold_id": "{p}-h"})),
-                ev("refunded", json!({"hold_id": "{p}-h"})),
+                ev("refunded", json!({"hold_id": "{p}-h", "restock": true})),
             ])),
+        case("hold: refund with restock false takes the sold units out of every pool; a repeat is 200 unchanged")
+            .put_pool(a, json!({"total": 5}), 201, json!({}))
+            .put_pool(b, json!({"total": 5}), 201, json!({}))
+            .reserve(hold_req("{p}-h", &[(a, 2), (b, 1)], json!({"confirm": true, "user": "u1"})), 201, status("confirmed"))
+            .get_pool(a, counts(5, 3, 0, 2))
+            .refund_with("{p}-h", json!({"restock": false}), 200, json!({"hold_id": "{p}-h", "status": "refunded", "finished_at_ms": "$now"}))
+            .get_pool(a, counts(3, 3, 0, 0))
+            .get_pool(b, counts(4, 4, 0, 0))
+            .get_hold("{p}-h", 200, json!({"status": "refunded", "finished_at_ms": "$save:finished"}))
+            .refund("{p}-h", 200, json!({"status": "refunded", "finished_at_ms": "$same:finished"}))
+            .refund_with("{p}-h", json!({"restock": false}), 200, json!({"status": "refunded", "finished_at_ms": "$same:finished"}))
+            .refund_with("{p}-h", json!({"restock": true}), 200, json!({"status": "refunded", "finished_at_ms": "$same:finished"}))
+            .get_pool(a, counts(3, 3, 0, 0))
+            .get_pool(b, counts(4, 4, 0, 0))
+            .events(json!([
+                ev("pool_upserted", json!({"pool": a})),
+                ev("pool_upserted", json!({"pool": b})),
+                ev("held", json!({"hold_id": "{p}-h"})),
+                ev("confirmed", json!({"hold_id": "{p}-h"})),
+                ev("refunded", json!({"hold_id": "{p}-h", "restock": false})),
+            ])),
+        case("hold: refund's body: empty, null, {} and restock true put the units back; a bad restock is 422")
+            .put_pool(a, json!({"total": 5}), 201, json!({}))
+            .reserve(hold_req("{p}-h1", &[(a, 1)], json!({"confirm": true})), 201, status("confirmed"))
+            .reserve(hold_req("{p}-h2", &[(a, 1)], json!({"confirm": true})), 201, status("confirmed"))
+            .reserve(hold_req("{p}-h3", &[(a, 1)], json!({"confirm": true})), 201, status("confirmed"))
+            .reserve(hold_req("{p}-h4", &[(a, 1)], json!({"confirm": true})), 201, status("confirmed"))
+            .refund_with("{p}-h1", json!({"restock": "no"}), 422, err("invalid_request"))
+            .refund_with("{p}-h1", json!({"restock": 0}), 422, err("invalid_request"))
+            .refund_with("{p}-h1", json!({"restok": false}), 422, err("invalid_request"))
+            .refund_with("{p}-h1", json!([false]), 422, err("invalid_request"))
+            .get_pool(a, counts(5, 1, 0, 4))
+            .raw("POST", "/v1/holds/{p}-h1/refund", "null", 200, status("refunded"))
+            .raw("POST", "/v1/holds/{p}-h2/refund", "{}", 200, status("refunded"))
+            .refund_with("{p}-h3", json!({"restock": null}), 200, status("refunded"))
+            .refund_with("{p}-h4", json!({"restock": true}), 200, status("refunded"))
+            .get_pool(a, counts(5, 5, 0, 0)),
         case("hold: refund refuses held, released and expired holds; missing is 404")
             .put_pool(a, json!({"total": 5}), 201, json!({}))
             .reserve(hold_req("{p}-h1", &[(a, 1)], none.clone()), 201, status("held"))
@@ -1652,6 +1700,48 @@ fn batch_cases() -> Vec<Case> {
             .get_hold("{p}-h4", 200, status("confirmed"))
             .events(batch_script_events());
 
+    let b = "{p}-b";
+    let refund_without_restock = case("batch: a refund op takes restock, as its single endpoint")
+        .put_pool(a, json!({"total": 5}), 201, json!({}))
+        .put_pool(b, json!({"total": 5}), 201, json!({}))
+        .reserve(
+            hold_req("{p}-h1", &[(a, 2), (b, 1)], json!({"confirm": true})),
+            201,
+            status("confirmed"),
+        )
+        .reserve(
+            hold_req("{p}-h2", &[(a, 1)], json!({"confirm": true})),
+            201,
+            status("confirmed"),
+        )
+        .batch(
+            json!([
+                {"op": "refund", "hold_id": "{p}-h1", "restock": "no"},
+                {"op": "refund", "hold_id": "{p}-h1", "restock": false},
+                {"op": "refund", "hold_id": "{p}-h1", "restock": true},
+                {"op": "refund", "hold_id": "{p}-h2", "restock": null},
+            ]),
+            200,
+            json!({"results": [
+                {"status": 422, "body": {"error": "invalid_request"}},
+                {"status": 200, "body": {"hold_id": "{p}-h1", "status": "refunded"}},
+                {"status": 200, "body": {"hold_id": "{p}-h1", "status": "refunded"}},
+                {"status": 200, "body": {"hold_id": "{p}-h2", "status": "refunded"}},
+            ]}),
+        )
+        .get_pool(a, counts(3, 3, 0, 0))
+        .get_pool(b, counts(4, 4, 0, 0))
+        .events(json!([
+            ev("pool_upserted", json!({"pool": a})),
+            ev("pool_upserted", json!({"pool": b})),
+            ev("held", json!({"hold_id": "{p}-h1"})),
+            ev("confirmed", json!({"hold_id": "{p}-h1"})),
+            ev("held", json!({"hold_id": "{p}-h2"})),
+            ev("confirmed", json!({"hold_id": "{p}-h2"})),
+            ev("refunded", json!({"hold_id": "{p}-h1", "restock": false})),
+            ev("refunded", json!({"hold_id": "{p}-h2", "restock": true})),
+        ]));
+
     let thousand: Vec<Value> = (0..1000)
         .map(|i| json!({"op": "reserve", "hold_id": format!("{{p}}-h{i}"), "items": [{"pool": a, "qty": 1}]}))
         .collect();
@@ -1665,6 +1755,7 @@ fn batch_cases() -> Vec<Case> {
     vec![
         single,
         batched,
+        refund_without_restock,
         case("batch: one op is accepted")
             .put_pool(a, json!({"total": 1}), 201, json!({}))
             .batch(json!([{"op": "reserve", "hold_id": "{p}-h", "items": [{"pool": a, "qty": 1}]}]), 200, json!({"results": [{"status": 201, "body": status("held")}]}))

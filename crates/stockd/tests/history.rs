@@ -167,7 +167,10 @@ async fn client(api: Api, process: u32, seed: u64, shared: Arc<Shared>, recorder
                     hold_id,
                     ttl_ms: rng.gen_range(1_000..=TTL_MAX_MS),
                 },
-                73..=77 => Request::Refund { hold_id },
+                73..=77 => Request::Refund {
+                    hold_id,
+                    restock: rng.gen_bool(0.5),
+                },
                 _ => Request::GetHold { hold_id },
             }
         } else if roll < 86 {

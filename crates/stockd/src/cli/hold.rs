@@ -43,10 +43,14 @@ pub enum HoldCommand {
         /// The hold's id, the one reserve was given.
         hold_id: String,
     },
-    /// Refund a confirmed hold: its sold units are available again.
+    /// Refund a confirmed hold: its sold units are available again (or, with --no-restock,
+    /// leave the pool).
     Refund {
         /// The hold's id, the one reserve was given.
         hold_id: String,
+        /// The units cannot be sold again: they leave the pool (sold and total both shrink).
+        #[arg(long)]
+        no_restock: bool,
     },
     /// Push a held hold's expiry to now + ttl_ms.
     Extend {
@@ -107,7 +111,10 @@ pub(super) async fn run(session: &Session, command: HoldCommand) -> Exit {
         }
         HoldCommand::Confirm { hold_id } => Call::confirm(&hold_id),
         HoldCommand::Release { hold_id } => Call::release(&hold_id),
-        HoldCommand::Refund { hold_id } => Call::refund(&hold_id),
+        HoldCommand::Refund {
+            hold_id,
+            no_restock,
+        } => Call::refund(&hold_id, !no_restock),
         HoldCommand::Extend { hold_id, ttl_ms } => Call::extend(&hold_id, ttl_ms),
         HoldCommand::Get { hold_id } => Call::get_hold(&hold_id),
     };
