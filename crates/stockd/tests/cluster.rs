@@ -150,6 +150,37 @@ async fn holds_across_partitions_are_all_or_nothing_and_move_once() {
         "{error}"
     );
     assert_pool(&a.pool(p1).await, 10, 9, 0, 1);
+
+    // A refund without restock over partitions: every part's pool shrinks, once.
+    let body = hold_body(
+        "x-h7",
+        &[(p1, 2), (p2, 1)],
+        json!({"confirm": true, "user": "u3"}),
+    );
+    let (status, hold) = a.call("POST", "/v1/holds", Some(body)).await;
+    assert_eq!(status, 201, "{hold}");
+    assert_pool(&a.pool(p1).await, 10, 7, 0, 3);
+    assert_pool(&a.pool(p2).await, 10, 9, 0, 1);
+    let (status, refunded) = b
+        .call(
+            "POST",
+            "/v1/holds/x-h7/refund",
+            Some(json!({"restock": false})),
+        )
+        .await;
+    assert_eq!(
+        (status, &refunded["status"]),
+        (200, &json!("refunded")),
+        "{refunded}"
+    );
+    let (status, again) = a.call("POST", "/v1/holds/x-h7/refund", None).await;
+    assert_eq!(
+        (status, &again["finished_at_ms"]),
+        (200, &refunded["finished_at_ms"]),
+        "{again}"
+    );
+    assert_pool(&b.pool(p1).await, 8, 7, 0, 1);
+    assert_pool(&b.pool(p2).await, 9, 9, 0, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
