@@ -134,3 +134,28 @@ impl Event {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// postcard writes a variant as its index: the variants a previous release logged must keep
+    /// theirs, so that its log still decodes; new variants go at the end.
+    #[test]
+    fn logged_variants_keep_their_tags() {
+        let hold_id = HoldId::parse("h").unwrap();
+        let name = LockName::parse("l").unwrap();
+        let encoded = |change: &Change| postcard::to_allocvec(change).unwrap();
+        assert_eq!(
+            encoded(&Change::Refunded {
+                hold_id: hold_id.clone()
+            }),
+            [7, 1, b'h']
+        );
+        assert_eq!(encoded(&Change::LockReleased { name }), [11, 1, b'l']);
+        assert_eq!(
+            encoded(&Change::RefundedWithoutRestock { hold_id }),
+            [12, 1, b'h']
+        );
+    }
+}
