@@ -388,6 +388,7 @@ async fn sigterm_exits_zero_and_state_survives() {
         ("g-confirmed", true),
         ("g-released", false),
         ("g-refunded", true),
+        ("g-written-off", true),
     ];
     for (hold, confirm) in holds {
         let body = json!({"hold_id": hold, "user": "u1", "items": [{"pool": "g-a", "qty": 1}, {"pool": "g-b", "qty": 1}], "confirm": confirm});
@@ -395,6 +396,15 @@ async fn sigterm_exits_zero_and_state_survives() {
     }
     call("POST", "/v1/holds/g-released/release".into(), None, 200).await;
     call("POST", "/v1/holds/g-refunded/refund".into(), None, 200).await;
+    call(
+        "POST",
+        "/v1/holds/g-written-off/refund".into(),
+        Some(json!({"restock": false})),
+        200,
+    )
+    .await;
+    // The written-off unit left both pools.
+    assert_eq!(api.pool("g-b").await["total"], json!(6));
     let lock = call(
         "POST",
         "/v1/locks/g-lock/acquire".into(),
