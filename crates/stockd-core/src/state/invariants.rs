@@ -15,7 +15,8 @@ use super::State;
 impl State {
     /// Checks every invariant the state must hold; used after each batch in debug builds and in
     /// tests. `total == available + held + sold` for every pool, held units equal the units of
-    /// held holds, usage equals the units of held + confirmed holds per user.
+    /// held holds, usage equals the units of held + confirmed holds per user, and the hold index
+    /// lists exactly the holds there are.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut held: HashMap<&PoolId, u64> = HashMap::new();
         let mut usage: HashMap<(&PoolId, &UserId), u64> = HashMap::new();
@@ -39,6 +40,7 @@ impl State {
                 }
             }
         }
+        self.check_hold_index()?;
         for (id, pool) in &self.data.pools {
             let sum = pool
                 .available
@@ -68,6 +70,60 @@ impl State {
                     return Err(format!("pool {id}: usage of {user} is {used} < {seen}"));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The hold index (all, by pool, by user) holds exactly the ids of `data.holds`, each where
+    /// its items and user put it, and no empty set.
+    fn check_hold_index(&self) -> Result<(), String> {
+        let index = &self.hold_index;
+        if index.all.len() != self.data.holds.len() {
+            return Err(format!(
+                "hold index lists {} holds, there are {}",
+                index.all.len(),
+                self.data.holds.len()
+            ));
+        }
+        let mut by_pool = 0;
+        let mut by_user = 0;
+        for (hold_id, hold) in &self.data.holds {
+            let listed = |set: Option<&std::collections::BTreeSet<_>>| {
+                set.is_some_and(|set| set.contains(hold_id))
+            };
+            if !index.all.contains(hold_id) {
+                return Err(format!("hold {hold_id} missing from the hold index"));
+            }
+            for item in hold.items.iter() {
+                if !listed(index.by_pool.get(&item.pool)) {
+                    return Err(format!(
+                        "hold {hold_id} missing from pool {}'s index",
+                        item.pool
+                    ));
+                }
+            }
+            by_pool += hold.items.len();
+            if let Some(user) = &hold.user {
+                if !listed(index.by_user.get(user)) {
+                    return Err(format!("hold {hold_id} missing from user {user}'s index"));
+                }
+                by_user += 1;
+            }
+        }
+        let entries = |sets: &mut dyn Iterator<Item = usize>| -> Result<usize, String> {
+            let mut total = 0;
+            for len in sets {
+                if len == 0 {
+                    return Err("an empty set in the hold index".to_string());
+                }
+                total += len;
+            }
+            Ok(total)
+        };
+        if entries(&mut index.by_pool.values().map(|set| set.len()))? != by_pool
+            || entries(&mut index.by_user.values().map(|set| set.len()))? != by_user
+        {
+            return Err("the hold index lists holds that are gone".to_string());
         }
         Ok(())
     }

@@ -21,8 +21,10 @@ mod invariants;
 mod tick;
 mod waiters;
 
+use cmd::reads::HoldFilter;
+
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 use hashbrown::HashMap;
@@ -50,6 +52,66 @@ impl Default for StateConfig {
         StateConfig {
             hold_retention_ms: HOLD_RETENTION_MS_DEFAULT,
             confirmed_retention_ms: CONFIRMED_RETENTION_MS_DEFAULT,
+        }
+    }
+}
+
+/// Ordered hold ids, all and by pool and by user: the indexes `list_holds` walks. Derived from
+/// `data.holds` (rebuilt on load, never stored); a set empties out of its map when its last hold
+/// goes, so deleted pools and gone users cost nothing.
+#[derive(Debug, Default)]
+struct HoldIndex {
+    all: BTreeSet<HoldId>,
+    by_pool: HashMap<PoolId, BTreeSet<HoldId>>,
+    by_user: HashMap<UserId, BTreeSet<HoldId>>,
+}
+
+impl HoldIndex {
+    fn insert(&mut self, hold_id: &HoldId, hold: &Hold) {
+        self.all.insert(hold_id.clone());
+        for item in hold.items.iter() {
+            insert_into(&mut self.by_pool, &item.pool, hold_id);
+        }
+        if let Some(user) = &hold.user {
+            insert_into(&mut self.by_user, user, hold_id);
+        }
+    }
+
+    fn remove(&mut self, hold_id: &HoldId, hold: &Hold) {
+        self.all.remove(hold_id);
+        for item in hold.items.iter() {
+            remove_from(&mut self.by_pool, &item.pool, hold_id);
+        }
+        if let Some(user) = &hold.user {
+            remove_from(&mut self.by_user, user, hold_id);
+        }
+    }
+}
+
+fn insert_into<K: std::hash::Hash + Eq + Clone>(
+    map: &mut HashMap<K, BTreeSet<HoldId>>,
+    key: &K,
+    hold_id: &HoldId,
+) {
+    match map.get_mut(key) {
+        Some(set) => {
+            set.insert(hold_id.clone());
+        }
+        None => {
+            map.insert(key.clone(), BTreeSet::from([hold_id.clone()]));
+        }
+    }
+}
+
+fn remove_from<K: std::hash::Hash + Eq>(
+    map: &mut HashMap<K, BTreeSet<HoldId>>,
+    key: &K,
+    hold_id: &HoldId,
+) {
+    if let Some(set) = map.get_mut(key) {
+        set.remove(hold_id);
+        if set.is_empty() {
+            map.remove(key);
         }
     }
 }
@@ -175,6 +237,10 @@ pub struct State {
     expiry_queue: BinaryHeap<Reverse<(u64, HoldId)>>,
     purge_queue: BinaryHeap<Reverse<(u64, HoldId)>>,
     lock_expiry_queue: BinaryHeap<Reverse<(u64, LockName)>>,
+    /// Hold ids in order: every hold in `data.holds`, and per pool of its items and per user,
+    /// for `list_holds` to page through without a scan. Exact, unlike the queues: kept in step
+    /// with `data.holds` where a hold is inserted and removed (`index_hold`, `remove_hold`).
+    hold_index: HoldIndex,
     // Waiters live only in memory: a waiting client is a live connection, gone on restart.
     waiters: HashMap<WaiterId, Waiter>,
     pool_waiters: HashMap<PoolId, VecDeque<WaiterId>>,
@@ -208,6 +274,7 @@ impl State {
             expiry_queue: BinaryHeap::new(),
             purge_queue: BinaryHeap::new(),
             lock_expiry_queue: BinaryHeap::new(),
+            hold_index: HoldIndex::default(),
             waiters: HashMap::new(),
             pool_waiters: HashMap::new(),
             lock_waiters: HashMap::new(),
@@ -220,6 +287,7 @@ impl State {
             pending_low_stock: Vec::new(),
         };
         for (hold_id, hold) in &state.data.holds {
+            state.hold_index.insert(hold_id, hold);
             match hold.finished_at_ms {
                 None => state
                     .expiry_queue
@@ -308,6 +376,25 @@ impl State {
                 Step::Done(self.extend(hold_id, ttl_ms, now_ms, effects))
             }
             Command::GetHold { hold_id } => Step::Done(self.get_hold(hold_id, now_ms, effects)),
+            Command::ListHolds {
+                pool,
+                user,
+                status,
+                after,
+                limit,
+            } => {
+                let filter = HoldFilter {
+                    pool: pool.as_ref().map(PoolId::as_str),
+                    user: user.as_ref().map(UserId::as_str),
+                    status,
+                };
+                Step::Done(Ok(self.list_holds(
+                    &filter,
+                    after.as_deref(),
+                    limit,
+                    now_ms,
+                )))
+            }
             Command::LockRenew {
                 name,
                 owner,
@@ -341,7 +428,14 @@ impl State {
                 .is_some_and(|at| at.saturating_add(self.retention_ms(hold.status)) <= now_ms)
         });
         if past {
-            self.data.holds.remove(hold_id);
+            self.remove_hold(hold_id);
+        }
+    }
+
+    /// Forgets a hold: the only way a hold leaves `data.holds`, so that the index follows.
+    fn remove_hold(&mut self, hold_id: &HoldId) {
+        if let Some(hold) = self.data.holds.remove(hold_id) {
+            self.hold_index.remove(hold_id, &hold);
         }
     }
 
