@@ -39,6 +39,15 @@ fn list(
     }
 }
 
+/// pool, user, status, after, limit.
+type Query = (
+    Option<&'static str>,
+    Option<&'static str>,
+    Option<HoldStatus>,
+    Option<&'static str>,
+    usize,
+);
+
 fn ids(page: &(Vec<(String, HoldStatus)>, Option<String>)) -> Vec<&str> {
     page.0.iter().map(|(id, _)| id.as_str()).collect()
 }
@@ -281,13 +290,7 @@ fn an_index_rebuilt_from_a_snapshot_answers_the_same() {
     let mut state = four_holds();
     let mut loaded = State::from_snapshot(state.config(), state.snapshot().clone());
     loaded.check_invariants().expect("rebuilt index is exact");
-    let queries: [(
-        Option<&str>,
-        Option<&str>,
-        Option<HoldStatus>,
-        Option<&str>,
-        usize,
-    ); 6] = [
+    let queries: [Query; 6] = [
         (None, None, None, None, 100),
         (None, None, None, Some("h1"), 2),
         (Some("p1"), None, None, None, 100),

@@ -113,10 +113,10 @@ impl State {
         };
         let mut holds: Vec<HoldView> = Vec::with_capacity(limit.min(ids.len()));
         let mut next = None;
-        let mut last_examined = None;
+        let mut last_examined: Option<&HoldId> = None;
         for (examined, hold_id) in ids.range::<str, _>((lower, Bound::Unbounded)).enumerate() {
             if examined == HOLD_LIST_EXAMINED_MAX {
-                next = last_examined.map(HoldId::clone);
+                next = last_examined.cloned();
                 break;
             }
             if let Some(hold) = self.listed_hold(hold_id, filter, now_ms) {
