@@ -141,7 +141,7 @@ impl State {
                     expires_at_ms: *expires_at_ms,
                     finished_at_ms: None,
                 });
-                self.hold_index.insert(hold_id, &hold);
+                self.hold_index.insert(hold_id, user.as_ref(), items);
                 self.data.holds.insert(hold_id.clone(), hold);
                 // A hold confirmed on creation is confirmed by the very next record of the
                 // same command; it never needs an expiry slot.

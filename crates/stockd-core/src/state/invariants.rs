@@ -78,51 +78,23 @@ impl State {
     /// its items and user put it, and no empty set.
     fn check_hold_index(&self) -> Result<(), String> {
         let index = &self.hold_index;
-        if index.all.len() != self.data.holds.len() {
+        if index.len() != self.data.holds.len() {
             return Err(format!(
                 "hold index lists {} holds, there are {}",
-                index.all.len(),
+                index.len(),
                 self.data.holds.len()
             ));
         }
         let mut by_pool = 0;
         let mut by_user = 0;
         for (hold_id, hold) in &self.data.holds {
-            let listed = |set: Option<&std::collections::BTreeSet<_>>| {
-                set.is_some_and(|set| set.contains(hold_id))
-            };
-            if !index.all.contains(hold_id) {
-                return Err(format!("hold {hold_id} missing from the hold index"));
-            }
-            for item in hold.items.iter() {
-                if !listed(index.by_pool.get(&item.pool)) {
-                    return Err(format!(
-                        "hold {hold_id} missing from pool {}'s index",
-                        item.pool
-                    ));
-                }
+            if !index.lists(hold_id, hold.user.as_ref(), &hold.items) {
+                return Err(format!("hold {hold_id} is missing from the hold index"));
             }
             by_pool += hold.items.len();
-            if let Some(user) = &hold.user {
-                if !listed(index.by_user.get(user)) {
-                    return Err(format!("hold {hold_id} missing from user {user}'s index"));
-                }
-                by_user += 1;
-            }
+            by_user += usize::from(hold.user.is_some());
         }
-        let entries = |sets: &mut dyn Iterator<Item = usize>| -> Result<usize, String> {
-            let mut total = 0;
-            for len in sets {
-                if len == 0 {
-                    return Err("an empty set in the hold index".to_string());
-                }
-                total += len;
-            }
-            Ok(total)
-        };
-        if entries(&mut index.by_pool.values().map(|set| set.len()))? != by_pool
-            || entries(&mut index.by_user.values().map(|set| set.len()))? != by_user
-        {
+        if index.entries() != (by_pool, by_user, false) {
             return Err("the hold index lists holds that are gone".to_string());
         }
         Ok(())

@@ -17,14 +17,16 @@
 
 mod apply;
 mod cmd;
+mod hold_index;
 mod invariants;
 mod tick;
 mod waiters;
 
 use cmd::reads::HoldFilter;
+use hold_index::HoldIndex;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 use hashbrown::HashMap;
@@ -52,66 +54,6 @@ impl Default for StateConfig {
         StateConfig {
             hold_retention_ms: HOLD_RETENTION_MS_DEFAULT,
             confirmed_retention_ms: CONFIRMED_RETENTION_MS_DEFAULT,
-        }
-    }
-}
-
-/// Ordered hold ids, all and by pool and by user: the indexes `list_holds` walks. Derived from
-/// `data.holds` (rebuilt on load, never stored); a set empties out of its map when its last hold
-/// goes, so deleted pools and gone users cost nothing.
-#[derive(Debug, Default)]
-struct HoldIndex {
-    all: BTreeSet<HoldId>,
-    by_pool: HashMap<PoolId, BTreeSet<HoldId>>,
-    by_user: HashMap<UserId, BTreeSet<HoldId>>,
-}
-
-impl HoldIndex {
-    fn insert(&mut self, hold_id: &HoldId, hold: &Hold) {
-        self.all.insert(hold_id.clone());
-        for item in hold.items.iter() {
-            insert_into(&mut self.by_pool, &item.pool, hold_id);
-        }
-        if let Some(user) = &hold.user {
-            insert_into(&mut self.by_user, user, hold_id);
-        }
-    }
-
-    fn remove(&mut self, hold_id: &HoldId, hold: &Hold) {
-        self.all.remove(hold_id);
-        for item in hold.items.iter() {
-            remove_from(&mut self.by_pool, &item.pool, hold_id);
-        }
-        if let Some(user) = &hold.user {
-            remove_from(&mut self.by_user, user, hold_id);
-        }
-    }
-}
-
-fn insert_into<K: std::hash::Hash + Eq + Clone>(
-    map: &mut HashMap<K, BTreeSet<HoldId>>,
-    key: &K,
-    hold_id: &HoldId,
-) {
-    match map.get_mut(key) {
-        Some(set) => {
-            set.insert(hold_id.clone());
-        }
-        None => {
-            map.insert(key.clone(), BTreeSet::from([hold_id.clone()]));
-        }
-    }
-}
-
-fn remove_from<K: std::hash::Hash + Eq>(
-    map: &mut HashMap<K, BTreeSet<HoldId>>,
-    key: &K,
-    hold_id: &HoldId,
-) {
-    if let Some(set) = map.get_mut(key) {
-        set.remove(hold_id);
-        if set.is_empty() {
-            map.remove(key);
         }
     }
 }
@@ -287,7 +229,9 @@ impl State {
             pending_low_stock: Vec::new(),
         };
         for (hold_id, hold) in &state.data.holds {
-            state.hold_index.insert(hold_id, hold);
+            state
+                .hold_index
+                .insert(hold_id, hold.user.as_ref(), &hold.items);
             match hold.finished_at_ms {
                 None => state
                     .expiry_queue
@@ -385,7 +329,7 @@ impl State {
             } => {
                 let filter = HoldFilter {
                     pool: pool.as_ref().map(PoolId::as_str),
-                    user: user.as_ref().map(UserId::as_str),
+                    user: user.as_ref(),
                     status,
                 };
                 Step::Done(Ok(self.list_holds(
@@ -435,7 +379,8 @@ impl State {
     /// Forgets a hold: the only way a hold leaves `data.holds`, so that the index follows.
     fn remove_hold(&mut self, hold_id: &HoldId) {
         if let Some(hold) = self.data.holds.remove(hold_id) {
-            self.hold_index.remove(hold_id, &hold);
+            self.hold_index
+                .remove(hold_id, hold.user.as_ref(), &hold.items);
         }
     }
 

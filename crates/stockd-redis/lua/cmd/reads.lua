@@ -62,16 +62,17 @@ end
 
 -- list_holds POOL USER STATUS AFTER LIMIT: up to LIMIT holds of this partition after AFTER
 -- matching the filters ('' for none), in id order, and `next`: where to go on from, or none at
--- the end. Walks the smaller of the user's and the pool's index (all holds without either) and
--- examines at most S.HOLD_LIST_EXAMINED_MAX entries, as the core does. Writes nothing but the
--- forgetting any read of a hold past retention does. The caller merges partitions.
+-- the end. Walks the user's index when given, else the pool's, else all holds, and examines at
+-- most S.HOLD_LIST_EXAMINED_MAX entries, as the core does. Writes nothing but the forgetting
+-- any read of a hold past retention does. The caller merges partitions.
 C.list_holds = function(a)
     local pool, user, status, after, limit = a[1], a[2], a[3], a[4], tonumber(a[5])
-    local user_key, pool_key = S.key('holds'), S.key('holds')
-    if user ~= '' then user_key = S.key('uholds', user) end
-    if pool ~= '' then pool_key = S.key('pholds', pool) end
-    local key = user_key
-    if redis.call('ZCARD', pool_key) < redis.call('ZCARD', user_key) then key = pool_key end
+    local key = S.key('holds')
+    if user ~= '' then
+        key = S.key('uholds', user)
+    elseif pool ~= '' then
+        key = S.key('pholds', pool)
+    end
     local lower = '-'
     if after ~= '' then lower = '(' .. after end
     local ids = redis.call('ZRANGEBYLEX', key, lower, '+', 'LIMIT', '0',

@@ -12,7 +12,7 @@ use std::ops::Bound;
 
 use crate::command::{Outcome, Reply};
 use crate::error::Error;
-use crate::ids::{HoldId, PoolId};
+use crate::ids::{HoldId, PoolId, UserId};
 use crate::limits::HOLD_LIST_EXAMINED_MAX;
 use crate::state::{Effects, State};
 use crate::view::{HoldStatus, HoldView, PoolView};
@@ -22,7 +22,7 @@ use crate::view::{HoldStatus, HoldView, PoolView};
 #[derive(Debug, Clone, Copy)]
 pub(in crate::state) struct HoldFilter<'a> {
     pub pool: Option<&'a str>,
-    pub user: Option<&'a str>,
+    pub user: Option<&'a UserId>,
     pub status: Option<HoldStatus>,
 }
 
@@ -77,8 +77,8 @@ impl State {
 }
 
 impl State {
-    /// Up to `limit` holds after `after` matching `filter`, in hold id order. The page walks the
-    /// smallest index the filter allows (the user's, the pool's, or all holds) and examines at
+    /// Up to `limit` holds after `after` matching `filter`, in hold id order. The page walks one
+    /// index (the user's when given, else the pool's, else all holds) and examines at
     /// most `HOLD_LIST_EXAMINED_MAX` entries: when the other filters reject most of them, the
     /// page ends early with `next` at the last hold examined, so that no page scans a million
     /// holds. `next` is `None` only when the index has nothing more.
@@ -89,32 +89,15 @@ impl State {
         limit: usize,
         now_ms: u64,
     ) -> Reply {
-        let index = &self.hold_index;
-        let by_user = filter.user.map(|user| index.by_user.get(user));
-        let by_pool = filter.pool.map(|pool| index.by_pool.get(pool));
-        // A filter naming a user or pool with no hold at all matches nothing.
-        let (Some(by_user), Some(by_pool)) = (
-            by_user.unwrap_or(Some(&index.all)),
-            by_pool.unwrap_or(Some(&index.all)),
-        ) else {
-            return Reply::HoldList {
-                holds: Vec::new(),
-                next: None,
-            };
-        };
-        let ids = if by_user.len() <= by_pool.len() {
-            by_user
-        } else {
-            by_pool
-        };
-        let lower = match after {
-            Some(after) => Bound::Excluded(after),
-            None => Bound::Unbounded,
-        };
-        let mut holds: Vec<HoldView> = Vec::with_capacity(limit.min(ids.len()));
+        // Validated: a cursor is a hold id.
+        let after = after.map(|after| HoldId::parse(after).expect("validated cursor"));
+        let ids = self
+            .hold_index
+            .walk(filter.pool, filter.user, after.as_ref());
+        let mut holds: Vec<HoldView> = Vec::with_capacity(limit.min(self.hold_index.len()));
         let mut next = None;
         let mut last_examined: Option<&HoldId> = None;
-        for (examined, hold_id) in ids.range::<str, _>((lower, Bound::Unbounded)).enumerate() {
+        for (examined, hold_id) in ids.enumerate() {
             if examined == HOLD_LIST_EXAMINED_MAX {
                 next = last_examined.cloned();
                 break;
@@ -141,7 +124,7 @@ impl State {
         if past_retention {
             return None;
         }
-        if filter.user.is_some() && hold.user.as_ref().map(|u| u.as_str()) != filter.user {
+        if filter.user.is_some() && hold.user.as_ref() != filter.user {
             return None;
         }
         if let Some(pool) = filter.pool {
