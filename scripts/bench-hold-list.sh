@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Listing holds (GET /v1/holds) on a Redis backend with many retained holds on one pool: time per
 # page of 100 at the start, after half and after 90% of the holds, by pool and unfiltered, and a
-# page whose status filter matches nothing (it examines its bound of 10,000 index entries and
+# page whose status filter matches nothing (it examines its bound of 1,000 index entries and
 # answers an empty page with a next). Each figure is the median of 20 pages (curl's time_total,
 # loopback). The holds are made through the API (POST /v1/batch, 1,000 confirm:true reserves a
 # request), so they are indexed exactly as in production.

@@ -17,7 +17,7 @@ S.WAITERS_PER_KEY_MAX = 10000
 S.EXPIRIES_PER_SWEEP_MAX = 1000
 
 -- Index entries one list_holds page may examine (stockd-core limits.rs HOLD_LIST_EXAMINED_MAX).
-S.HOLD_LIST_EXAMINED_MAX = 10000
+S.HOLD_LIST_EXAMINED_MAX = 1000
 
 -- Hold records forgotten past retention per sweep.
 S.FORGETS_PER_SWEEP_MAX = 1000
