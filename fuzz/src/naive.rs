@@ -15,7 +15,7 @@ use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use stockd_core::{
-    Command, HoldId, HoldItem, LockName, LockRequest, OwnerId, PoolId, PoolSpec, ReserveRequest,
+    Command, HoldId, HoldItem, HoldStatus, LockName, LockRequest, OwnerId, PoolId, PoolSpec, ReserveRequest,
     UserId,
 };
 
@@ -155,8 +155,8 @@ fn method_of(route: Route, method: &str) -> bool {
         | Route::ConsolePage
         | Route::ConsoleAsset => method == "GET",
         Route::Pool => matches!(method, "GET" | "PUT" | "DELETE"),
+        Route::Holds => matches!(method, "GET" | "POST"),
         Route::PoolRestock
-        | Route::Holds
         | Route::HoldAction(_)
         | Route::Batch
         | Route::Lock(_) => method == "POST",
@@ -335,6 +335,7 @@ fn decode(
             let delta = fields.required("delta", as_i64)?;
             Command::Restock { pool, delta }
         }
+        Route::Holds if method == "GET" => list_holds(query)?,
         Route::Holds => {
             no_query(query)?;
             reserve(&object(body)?)?
@@ -509,6 +510,30 @@ fn list_pools(query: Option<&str>) -> Result<Command, Refusal> {
     let pairs = query_params(query, &["prefix", "after", "limit"])?;
     Ok(Command::ListPools {
         prefix: param(&pairs, "prefix").unwrap_or("").to_string(),
+        after: param(&pairs, "after").map(str::to_string),
+        limit: parse_param::<usize>(param(&pairs, "limit"))?.unwrap_or(100),
+    })
+}
+
+fn list_holds(query: Option<&str>) -> Result<Command, Refusal> {
+    let pairs = query_params(query, &["pool", "user", "status", "after", "limit"])?;
+    let status = match param(&pairs, "status") {
+        None => None,
+        Some("held") => Some(HoldStatus::Held),
+        Some("confirmed") => Some(HoldStatus::Confirmed),
+        Some("released") => Some(HoldStatus::Released),
+        Some("expired") => Some(HoldStatus::Expired),
+        Some("refunded") => Some(HoldStatus::Refunded),
+        Some(_) => return Err(SHAPE),
+    };
+    Ok(Command::ListHolds {
+        pool: param(&pairs, "pool")
+            .map(|pool| parse_id(pool, PoolId::parse))
+            .transpose()?,
+        user: param(&pairs, "user")
+            .map(|user| parse_id(user, UserId::parse))
+            .transpose()?,
+        status,
         after: param(&pairs, "after").map(str::to_string),
         limit: parse_param::<usize>(param(&pairs, "limit"))?.unwrap_or(100),
     })

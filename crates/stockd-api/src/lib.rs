@@ -71,6 +71,7 @@ pub const PUT_POOL: Operation = Operation::new("PUT", paths::POOL);
 pub const GET_POOL: Operation = Operation::new("GET", paths::POOL);
 pub const DELETE_POOL: Operation = Operation::new("DELETE", paths::POOL);
 pub const RESTOCK: Operation = Operation::new("POST", paths::POOL_RESTOCK);
+pub const LIST_HOLDS: Operation = Operation::new("GET", paths::HOLDS);
 pub const RESERVE: Operation = Operation::new("POST", paths::HOLDS);
 pub const GET_HOLD: Operation = Operation::new("GET", paths::HOLD);
 pub const CONFIRM: Operation = Operation::new("POST", paths::HOLD_CONFIRM);
@@ -85,7 +86,7 @@ pub const LOCK_RENEW: Operation = Operation::new("POST", paths::LOCK_RENEW);
 pub const LOCK_RELEASE: Operation = Operation::new("POST", paths::LOCK_RELEASE);
 
 /// Every operation of the API.
-pub const OPERATIONS: [Operation; 21] = [
+pub const OPERATIONS: [Operation; 22] = [
     HEALTHZ,
     READYZ,
     METRICS,
@@ -95,6 +96,7 @@ pub const OPERATIONS: [Operation; 21] = [
     GET_POOL,
     DELETE_POOL,
     RESTOCK,
+    LIST_HOLDS,
     RESERVE,
     GET_HOLD,
     CONFIRM,

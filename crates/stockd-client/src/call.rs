@@ -13,8 +13,8 @@ use serde_json::Value;
 use stockd_api::{self as api, Operation};
 
 use crate::types::{
-    BatchBody, ExtendBody, LockAcquireBody, LockReleaseBody, LockRenewBody, PoolSpecBody,
-    RefundBody, ReserveBody, RestockBody,
+    BatchBody, ExtendBody, HoldQuery, LockAcquireBody, LockReleaseBody, LockRenewBody,
+    PoolSpecBody, RefundBody, ReserveBody, RestockBody,
 };
 use crate::Result;
 
@@ -134,6 +134,16 @@ impl Call {
         Call::new(api::RESERVE, &[])
             .with_body(body)
             .waiting(body.wait_ms)
+    }
+
+    /// `GET /v1/holds?pool=P&user=U&status=S&after=CURSOR&limit=N`.
+    pub fn list_holds(query: &HoldQuery) -> Call {
+        Call::new(api::LIST_HOLDS, &[])
+            .with_query("pool", query.pool.clone())
+            .with_query("user", query.user.clone())
+            .with_query("status", query.status.map(|s| s.as_str().to_owned()))
+            .with_query("after", query.after.clone())
+            .with_query("limit", query.limit.map(|limit| limit.to_string()))
     }
 
     /// `POST /v1/holds/{hold_id}/confirm`.
@@ -301,6 +311,7 @@ mod tests {
             Call::refund("h", true),
             Call::extend("h", 1_000),
             Call::get_hold("h"),
+            Call::list_holds(&HoldQuery::default()),
             Call::batch(Vec::new()),
             Call::batch_body(b"{}".to_vec()),
             Call::partitions(),

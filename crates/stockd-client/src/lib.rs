@@ -42,8 +42,9 @@ pub use call::{Answer, Call};
 pub use error::{ClientError, Result};
 pub use types::{
     BatchAnswer, BatchBody, BatchResult, Event, EventKind, EventPage, EventPartitions, ExtendBody,
-    HoldItem, HoldStatus, HoldView, LockAcquireBody, LockLease, LockReleaseBody, LockReleased,
-    LockRenewBody, PoolPage, PoolSpecBody, PoolView, RefundBody, ReserveBody, RestockBody,
+    HoldItem, HoldPage, HoldQuery, HoldStatus, HoldView, LockAcquireBody, LockLease,
+    LockReleaseBody, LockReleased, LockRenewBody, PoolPage, PoolSpecBody, PoolView, RefundBody,
+    ReserveBody, RestockBody,
 };
 
 /// How long to wait for a TCP connection. Short, so that an unreachable server is reported
@@ -156,6 +157,11 @@ impl Client {
     }
 
     // ----- holds -----
+
+    /// `GET /v1/holds`: one page of the retained holds matching `query`, in hold id order.
+    pub async fn list_holds(&self, query: &HoldQuery) -> Result<HoldPage> {
+        self.call(&Call::list_holds(query)).await?.decode()
+    }
 
     /// `POST /v1/holds`: reserves all items or none. Returns the hold and whether this call
     /// created it (201); `false` means the same request was already made (a retry), and the

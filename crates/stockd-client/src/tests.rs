@@ -241,6 +241,7 @@ async fn identifiers_cannot_change_the_route() {
 async fn queries_lists_deletes_and_locks_map_to_the_contract() {
     let (base_url, seen) = responder(vec![
         (200, r#"{"pools":[],"next":null}"#),
+        (200, r#"{"holds":[],"next":"o-7"}"#),
         (204, ""),
         (200, r#"{"events":[],"next_after":7}"#),
         (200, r#"{"partitions":3}"#),
@@ -266,6 +267,23 @@ async fn queries_lists_deletes_and_locks_map_to_the_contract() {
     let request = seen.recv().expect("request");
     assert_eq!(request.method, "GET");
     assert_eq!(request.target, "/v1/pools?prefix=sku-&after=sku-9&limit=50");
+
+    let query = HoldQuery {
+        pool: Some("sku-1".into()),
+        user: Some("u1".into()),
+        status: Some(HoldStatus::Confirmed),
+        after: Some("o-1".into()),
+        limit: Some(20),
+    };
+    let page = client.list_holds(&query).await.expect("list holds");
+    assert!(page.holds.is_empty());
+    assert_eq!(page.next.as_deref(), Some("o-7"));
+    let request = seen.recv().expect("request");
+    assert_eq!(request.method, "GET");
+    assert_eq!(
+        request.target,
+        "/v1/holds?pool=sku-1&user=u1&status=confirmed&after=o-1&limit=20"
+    );
 
     client.delete_pool("sku-1").await.expect("delete");
     let request = seen.recv().expect("request");

@@ -225,6 +225,25 @@ pub struct PoolPage {
     pub next: Option<String>,
 }
 
+/// The filters and paging of `GET /v1/holds`, each optional: holds with an item in `pool`, of
+/// `user`, in `status`, after the cursor `after`, at most `limit` (server default 100, max 1000).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HoldQuery {
+    pub pool: Option<String>,
+    pub user: Option<String>,
+    pub status: Option<HoldStatus>,
+    pub after: Option<String>,
+    pub limit: Option<usize>,
+}
+
+/// Answer of `GET /v1/holds`: one page, ordered by hold id. A page may hold fewer than `limit`
+/// holds (even none) when the filters are selective; only `next: None` means the end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldPage {
+    pub holds: Vec<HoldView>,
+    pub next: Option<String>,
+}
+
 /// Answer of `GET /v1/events`: one page of one partition. `next_after` is the `after` of the
 /// following call on the same partition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Error;
 use crate::ids::{is_id_byte, HoldId, LockName, OwnerId, PoolId, UserId};
 use crate::limits::*;
-use crate::view::{HoldView, PoolView};
+use crate::view::{HoldStatus, HoldView, PoolView};
 
 /// The rule fields and total of a pool, as given to `PUT /v1/pools/{pool}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,6 +91,14 @@ pub enum Command {
     GetHold {
         hold_id: HoldId,
     },
+    /// The retained holds in hold id order, after `after`, matching every filter given.
+    ListHolds {
+        pool: Option<PoolId>,
+        user: Option<UserId>,
+        status: Option<HoldStatus>,
+        after: Option<String>,
+        limit: usize,
+    },
     LockAcquire(LockRequest),
     LockRenew {
         name: LockName,
@@ -118,6 +126,12 @@ pub enum Reply {
         next: Option<PoolId>,
     },
     PoolDeleted,
+    /// A page of holds; `next` is the cursor of the following page, `None` at the end. A page
+    /// may hold fewer than `limit` holds (even none) and still have a `next`.
+    HoldList {
+        holds: Vec<HoldView>,
+        next: Option<HoldId>,
+    },
     /// `created` is true when this command created the hold (201), false on a replay (200).
     Hold {
         hold: HoldView,
@@ -214,6 +228,12 @@ impl Command {
                     PoolId::parse(after).map_err(|e| Error::invalid(format!("after: {e}")))?;
                 }
                 check_range("limit", *limit as u64, 1, POOL_LIST_LIMIT_MAX as u64)
+            }
+            Command::ListHolds { after, limit, .. } => {
+                if let Some(after) = after {
+                    HoldId::parse(after).map_err(|e| Error::invalid(format!("after: {e}")))?;
+                }
+                check_range("limit", *limit as u64, 1, HOLD_LIST_LIMIT_MAX as u64)
             }
             Command::Reserve(request) => request.validate(),
             Command::Extend { ttl_ms, .. } => {

@@ -25,6 +25,16 @@ pub const BATCH_OPS_MAX: usize = 1_000;
 /// Pools per list page.
 pub const POOL_LIST_LIMIT_DEFAULT: usize = 100;
 pub const POOL_LIST_LIMIT_MAX: usize = 1_000;
+/// Holds per list page (`GET /v1/holds`).
+pub const HOLD_LIST_LIMIT_DEFAULT: usize = 100;
+pub const HOLD_LIST_LIMIT_MAX: usize = 1_000;
+/// Index entries one hold list page may examine. A page walks one ordered index (the user's, the
+/// pool's or all holds) and checks the other filters on each entry; when they are selective (a
+/// rare status in a pool of a million holds) the page stops here and answers fewer than `limit`
+/// holds with a `next` cursor, so that no page is a full scan. As many as the largest page: a
+/// selective page costs no more than a full one (on Redis it is one library call, and a call
+/// over 10,000 holds held the partition for about 90 ms; docs/benchmarks.md).
+pub const HOLD_LIST_EXAMINED_MAX: usize = 1_000;
 /// Events per feed page.
 pub const EVENT_LIMIT_DEFAULT: usize = 100;
 pub const EVENT_LIMIT_MAX: usize = 1_000;

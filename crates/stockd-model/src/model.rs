@@ -453,6 +453,20 @@ impl Model {
                     hold_id: hold_id.clone(),
                 }),
             }),
+            Command::ListHolds {
+                pool,
+                user,
+                status,
+                after,
+                limit,
+            } => Expect::Exact(self.list_holds(
+                pool.as_ref(),
+                user.as_ref(),
+                *status,
+                after.as_deref(),
+                *limit,
+                now_ms,
+            )),
             Command::LockAcquire(request) => self.lock_acquire(request, now_ms),
             Command::LockRenew {
                 name,
@@ -584,6 +598,44 @@ impl Model {
             None
         };
         Ok(Reply::PoolList { pools: page, next })
+    }
+
+    /// Every retained hold, sorted, filtered, then cut: no index, no examination bound (the
+    /// sequences never come near it).
+    fn list_holds(
+        &self,
+        pool: Option<&PoolId>,
+        user: Option<&UserId>,
+        status: Option<HoldStatus>,
+        after: Option<&str>,
+        limit: usize,
+        now_ms: u64,
+    ) -> Outcome {
+        if !in_range(limit as u64, 1, 1000) || after.is_some_and(|a| HoldId::parse(a).is_err()) {
+            return Err(invalid());
+        }
+        let mut matching: Vec<HoldView> = (0..self.holds.len())
+            .filter(|&i| !self.holds[i].purged && !self.past_retention(&self.holds[i], now_ms))
+            .map(|i| {
+                let mut view = self.view_of(i);
+                if view.status == HoldStatus::Held && now_ms >= view.expires_at_ms {
+                    view.status = HoldStatus::Expired;
+                    view.finished_at_ms = Some(view.expires_at_ms);
+                }
+                view
+            })
+            .filter(|view| after.is_none_or(|after| view.hold_id.as_str() > after))
+            .filter(|view| pool.is_none_or(|pool| view.items.iter().any(|i| i.pool == *pool)))
+            .filter(|view| user.is_none_or(|user| view.user.as_ref() == Some(user)))
+            .filter(|view| status.is_none_or(|status| view.status == status))
+            .collect();
+        matching.sort_by(|a, b| a.hold_id.cmp(&b.hold_id));
+        let next = (matching.len() > limit).then(|| matching[limit - 1].hold_id.clone());
+        matching.truncate(limit);
+        Ok(Reply::HoldList {
+            holds: matching,
+            next,
+        })
     }
 
     fn reserve(&mut self, request: &ReserveRequest, now_ms: u64) -> Outcome {

@@ -304,6 +304,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Refund { .. } => "refund",
         Command::Extend { .. } => "extend",
         Command::GetHold { .. } => "get_hold",
+        Command::ListHolds { .. } => "list_holds",
         Command::LockAcquire(_) => "lock_acquire",
         Command::LockRenew { .. } => "lock_renew",
         Command::LockRelease { .. } => "lock_release",
@@ -316,7 +317,9 @@ fn result_name(command: &Command, outcome: &Outcome) -> &'static str {
             "ok (replay)"
         }
         Ok(Reply::Pool { created: true, .. }) => "ok (created)",
-        Ok(Reply::PoolList { next: Some(_), .. }) => "ok (more)",
+        Ok(Reply::PoolList { next: Some(_), .. }) | Ok(Reply::HoldList { next: Some(_), .. }) => {
+            "ok (more)"
+        }
         Ok(_) => "ok",
         Err(error) => error.code(),
     }
@@ -339,6 +342,13 @@ fn brief(outcome: &Outcome) -> String {
         Ok(Reply::PoolList { pools, next }) => format!(
             "pools {:?}, next {next:?}",
             pools.iter().map(|p| p.pool.as_str()).collect::<Vec<_>>()
+        ),
+        Ok(Reply::HoldList { holds, next }) => format!(
+            "holds {:?}, next {next:?}",
+            holds
+                .iter()
+                .map(|h| format!("{} {}", h.hold_id, h.status.as_str()))
+                .collect::<Vec<_>>()
         ),
         Ok(other) => format!("{other:?}"),
         Err(error) => format!("{}: {error}", error.code()),

@@ -9,8 +9,8 @@ use std::ops::RangeInclusive;
 
 use proptest::prelude::*;
 use stockd_core::{
-    Command, HoldId, HoldItem, LockName, LockRequest, Outcome, OwnerId, PoolId, PoolSpec, Reply,
-    ReserveRequest, StateConfig, UserId,
+    Command, HoldId, HoldItem, HoldStatus, LockName, LockRequest, Outcome, OwnerId, PoolId,
+    PoolSpec, Reply, ReserveRequest, StateConfig, UserId,
 };
 
 // ------------------------------------------------------------------------------------ universe
@@ -22,6 +22,13 @@ const LOCKS: [&str; 2] = ["l1", "l2"];
 const OWNERS: [&str; 2] = ["o1", "o2"];
 const LIST_PREFIXES: [&str; 4] = ["", "p", "p1", "q"];
 const LIST_AFTERS: [&str; 4] = ["a0", "p1", "p2", "q1"];
+const STATUSES: [HoldStatus; 5] = [
+    HoldStatus::Held,
+    HoldStatus::Confirmed,
+    HoldStatus::Released,
+    HoldStatus::Expired,
+    HoldStatus::Refunded,
+];
 
 /// Time starts well above zero so that windows can open before "now".
 pub const START_MS: u64 = 1_000_000;
@@ -121,6 +128,13 @@ pub enum Op {
     },
     GetHold {
         hold: usize,
+    },
+    ListHolds {
+        pool: Option<usize>,
+        user: Option<usize>,
+        status: Option<usize>,
+        after: Option<usize>,
+        limit: usize,
     },
     LockAcquire {
         lock: usize,
@@ -325,6 +339,19 @@ fn to_command(op: &Op, now_ms: u64, memory: &Memory) -> Command {
         Op::GetHold { hold } => Command::GetHold {
             hold_id: hold_id(HOLDS[*hold]),
         },
+        Op::ListHolds {
+            pool,
+            user,
+            status,
+            after,
+            limit,
+        } => Command::ListHolds {
+            pool: pool.map(|p| pool_id(POOLS[p])),
+            user: user.map(|u| user_id(USERS[u])),
+            status: status.map(|s| STATUSES[s]),
+            after: after.map(|h| HOLDS[h].to_string()),
+            limit: *limit,
+        },
         Op::LockAcquire {
             lock,
             owner,
@@ -483,6 +510,14 @@ fn op(waits: bool) -> impl Strategy<Value = Op> {
         3 => (hold(), any::<bool>()).prop_map(|(hold, restock)| Op::Refund { hold, restock }),
         3 => (hold(), hold_ttl_ms()).prop_map(|(hold, ttl_ms)| Op::Extend { hold, ttl_ms }),
         1 => hold().prop_map(|hold| Op::GetHold { hold }),
+        1 => (
+            prop::option::of(pool()),
+            prop::option::of(0..USERS.len()),
+            prop::option::of(0..STATUSES.len()),
+            prop::option::of(hold()),
+            0..=3usize,
+        )
+            .prop_map(|(pool, user, status, after, limit)| Op::ListHolds { pool, user, status, after, limit }),
         2 => (0..LOCKS.len(), 0..OWNERS.len(), lock_ttl_ms(), wait_ms())
             .prop_map(|(lock, owner, ttl_ms, wait_ms)| Op::LockAcquire { lock, owner, ttl_ms, wait_ms }),
         2 => (0..LOCKS.len(), 0..OWNERS.len(), token_pick(), lock_ttl_ms())

@@ -106,9 +106,12 @@ function S.hold_finish(hold, status, finished_at_ms)
     end
 end
 
--- The memory of a finished hold is freed an hour after its retention ends.
+-- The memory of a finished hold is freed an hour after its retention ends; the sweep forgets it
+-- (record and index entries) when its retention ends, through the `forget` set.
 function S.hold_keep(hold)
-    local keep_ms = hold.finished_at_ms + S.retention_ms(hold.status) - S.now
+    local forget_at_ms = hold.finished_at_ms + S.retention_ms(hold.status)
+    redis.call('ZADD', S.key('forget'), S.int(forget_at_ms), hold.id)
+    local keep_ms = forget_at_ms - S.now
     redis.call('PEXPIRE', S.key('hold', hold.id),
         S.int(math.max(keep_ms, 0) + S.FORGOTTEN_KEY_MARGIN_MS))
 end

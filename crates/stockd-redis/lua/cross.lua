@@ -71,6 +71,8 @@ C.x_begin = function(a)
             'cf', request.confirm and '1' or '0', 'c', S.int(S.now),
             'e', S.int(S.now + request.ttl_ms), 'at', attempt)
         if request.user then redis.call('HSET', key, 'u', request.user) end
+        -- Indexed at once, listed only once decided (a pending record is not a hold yet).
+        S.hold_index(request.hold_id, request.user, request.items)
         redis.call('ZADD', S.key('pendingq'), S.int(S.now), request.hold_id)
     end
     return { kind = 'raw', json = '{"begun":' .. S.json_string(attempt) .. '}' }
@@ -160,7 +162,7 @@ end
 C.x_forget = function(a)
     local hold = S.hold_get(a[1])
     if hold and hold.status == 'aborting' then
-        redis.call('DEL', S.key('hold', hold.id))
+        S.hold_forget(hold)
     end
     redis.call('ZREM', S.key('pendingq'), a[1])
     return { kind = 'deleted' }

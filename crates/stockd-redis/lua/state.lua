@@ -16,6 +16,12 @@ S.WAITERS_PER_KEY_MAX = 10000
 
 S.EXPIRIES_PER_SWEEP_MAX = 1000
 
+-- Index entries one list_holds page may examine (stockd-core limits.rs HOLD_LIST_EXAMINED_MAX).
+S.HOLD_LIST_EXAMINED_MAX = 1000
+
+-- Hold records forgotten past retention per sweep.
+S.FORGETS_PER_SWEEP_MAX = 1000
+
 function S.int(n)
     return string.format('%d', n)
 end
@@ -224,10 +230,38 @@ function S.hold_get(id)
     }
     -- Past retention, a finished hold is gone for every command, even before its key expires.
     if hold.finished_at_ms and hold.finished_at_ms + S.retention_ms(hold.status) <= S.now then
-        redis.call('DEL', S.key('hold', id))
+        S.hold_forget(hold)
         return nil
     end
     return hold
+end
+
+-- The hold indexes (list_holds): sorted sets of hold ids at score 0, read in id order with
+-- ZRANGEBYLEX: `holds` (every hold record of this partition, a cross-partition hold on its home
+-- only), `pholds:POOL` (those with an item in POOL) and `uholds:USER` (those of USER). A record
+-- is indexed by the call that writes it first and leaves them in the call that deletes it.
+-- Mirrors the core's HoldIndex (src/state/mod.rs).
+function S.hold_index(id, user, items)
+    redis.call('ZADD', S.key('holds'), '0', id)
+    for _, item in ipairs(items) do
+        redis.call('ZADD', S.key('pholds', item.pool), '0', id)
+    end
+    if user then redis.call('ZADD', S.key('uholds', user), '0', id) end
+end
+
+function S.hold_unindex(id, user, items)
+    redis.call('ZREM', S.key('holds'), id)
+    for _, item in ipairs(items) do
+        redis.call('ZREM', S.key('pholds', item.pool), id)
+    end
+    if user then redis.call('ZREM', S.key('uholds', user), id) end
+    redis.call('ZREM', S.key('forget'), id)
+end
+
+-- Deletes a hold record and its index entries.
+function S.hold_forget(hold)
+    redis.call('DEL', S.key('hold', hold.id))
+    S.hold_unindex(hold.id, hold.user, hold.items)
 end
 
 -- Whether a hold record is a hold yet (a cross-partition reserve may still be under way).
@@ -320,6 +354,10 @@ function S.reply_json(reply)
     elseif reply.kind == 'pools' then
         return '{"pools":[' .. table.concat(reply.list, ',') .. '],"more":'
             .. (reply.more and 'true' or 'false') .. '}'
+    elseif reply.kind == 'holds' then
+        local next = 'null'
+        if reply.next then next = S.json_string(reply.next) end
+        return '{"holds":[' .. table.concat(reply.list, ',') .. '],"next":' .. next .. '}'
     elseif reply.kind == 'deleted' then
         return '{"deleted":true}'
     elseif reply.kind == 'lock' then

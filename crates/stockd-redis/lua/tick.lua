@@ -19,6 +19,14 @@ C.sweep = function()
             if not hold or hold.status ~= 'held' then redis.call('ZREM', S.key('expiry'), id) end
         end
     end
+    -- Finished holds past retention: forgotten (record and index entries) by S.hold_get. An id
+    -- reused since then names a newer hold, which stays.
+    local forget = redis.call('ZRANGEBYSCORE', S.key('forget'), '-inf', S.int(S.now),
+        'LIMIT', '0', S.int(S.FORGETS_PER_SWEEP_MAX))
+    for _, id in ipairs(forget) do
+        S.hold_get(id)
+        redis.call('ZREM', S.key('forget'), id)
+    end
     local lapsed = redis.call('ZRANGEBYSCORE', S.key('lockexp'), '-inf', S.int(S.now))
     for _, name in ipairs(lapsed) do
         local key = S.key('lock', name)
@@ -38,6 +46,7 @@ C.sweep = function()
         return '[' .. table.concat(parts, ',') .. ']'
     end
     return { kind = 'raw', json = '{"expired":' .. S.int(expired) .. ',"more":'
-        .. (#due == S.EXPIRIES_PER_SWEEP_MAX and 'true' or 'false') .. ',"forward":' .. ids(forward)
+        .. ((#due == S.EXPIRIES_PER_SWEEP_MAX or #forget == S.FORGETS_PER_SWEEP_MAX)
+            and 'true' or 'false') .. ',"forward":' .. ids(forward)
         .. ',"back":' .. ids(back) .. '}' }
 end

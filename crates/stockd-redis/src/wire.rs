@@ -42,7 +42,7 @@ impl Route {
     }
 }
 
-/// Encodes a validated command. `ListPools` asks one partition; the caller merges. `route`
+/// Encodes a validated command. `ListPools` and `ListHolds` ask one partition; the caller merges. `route`
 /// matters only for commands naming a hold.
 pub fn encode(command: &Command, route: Route) -> Op {
     let [route_name, home, local] = route.words();
@@ -113,6 +113,24 @@ pub fn encode(command: &Command, route: Route) -> Op {
             vec![hold_id.to_string(), route_name, ttl_ms.to_string()],
         ),
         Command::GetHold { hold_id } => ("get_hold", vec![hold_id.to_string(), route_name]),
+        Command::ListHolds {
+            pool,
+            user,
+            status,
+            after,
+            limit,
+        } => (
+            "list_holds",
+            vec![
+                pool.as_ref()
+                    .map_or_else(String::new, |pool| pool.to_string()),
+                user.as_ref()
+                    .map_or_else(String::new, |user| user.to_string()),
+                status.map_or("", |status| status.as_str()).to_string(),
+                after.clone().unwrap_or_default(),
+                limit.to_string(),
+            ],
+        ),
         Command::LockAcquire(request) => (
             "lock_acquire",
             vec![
@@ -158,6 +176,12 @@ pub enum Answer {
     PoolPage {
         pools: Vec<PoolView>,
         more: bool,
+    },
+    /// One partition's page of `list_holds`: its holds in id order, and where to go on from
+    /// (every hold id up to it was examined), or `None` when the partition has no more.
+    HoldPage {
+        holds: Vec<HoldView>,
+        next: Option<HoldId>,
     },
     /// Parked until stock or the lock comes back; the ticket names the waiter.
     Parked(u64),
@@ -224,6 +248,12 @@ struct SweptAnswer {
 struct StateAnswer {
     state: HoldView,
     apply: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct HoldsAnswer {
+    holds: Vec<HoldView>,
+    next: Option<HoldId>,
 }
 
 #[derive(Deserialize)]
@@ -304,6 +334,13 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
     }
     if object.get("part").and_then(Value::as_str) == Some("ok") {
         return Ok(Answer::PartOk);
+    }
+    if object.contains_key("holds") {
+        let answer: HoldsAnswer = serde_json::from_value(value).map_err(bad)?;
+        return Ok(Answer::HoldPage {
+            holds: answer.holds,
+            next: answer.next,
+        });
     }
     if object.contains_key("pools") {
         let answer: PoolsAnswer = serde_json::from_value(value).map_err(bad)?;

@@ -11,13 +11,13 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use stockd_core::limits::{HOLD_TTL_MS_DEFAULT, POOL_LIST_LIMIT_DEFAULT};
-use stockd_core::{Command, HoldId, OwnerId, PoolSpec, ReserveRequest, UserId};
+use stockd_core::limits::{HOLD_LIST_LIMIT_DEFAULT, HOLD_TTL_MS_DEFAULT, POOL_LIST_LIMIT_DEFAULT};
+use stockd_core::{Command, HoldId, OwnerId, PoolId, PoolSpec, ReserveRequest, UserId};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiError;
 use crate::json::{parse, Wire};
-use crate::wire::HoldItem;
+use crate::wire::{HoldItem, HoldStatus};
 
 /// `PUT /v1/pools/{pool}`. A rule left out (or null) is unset.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -91,6 +91,41 @@ impl ListPoolsQuery {
             prefix: self.prefix.unwrap_or_default(),
             after: self.after,
             limit: self.limit.unwrap_or(POOL_LIST_LIMIT_DEFAULT),
+        }
+    }
+}
+
+/// `GET /v1/holds` filters and paging.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListHoldsQuery {
+    /// Only holds with an item in this pool.
+    #[param(value_type = Option<String>)]
+    pub pool: Option<PoolId>,
+    /// Only holds of this user.
+    #[param(value_type = Option<String>)]
+    pub user: Option<UserId>,
+    /// Only holds in this status (a hold past its deadline is `expired`, swept or not).
+    pub status: Option<HoldStatus>,
+    /// The `next` cursor of the previous page.
+    pub after: Option<String>,
+    /// Holds per page: 1..=1000, default 100. A page may hold fewer (see `next`).
+    pub limit: Option<usize>,
+}
+
+impl Wire for ListHoldsQuery {
+    const DOOR: &'static str = "holds";
+}
+
+impl ListHoldsQuery {
+    pub(crate) fn into_command(self) -> Command {
+        Command::ListHolds {
+            pool: self.pool,
+            user: self.user,
+            status: self.status.map(HoldStatus::into_core),
+            after: self.after,
+            limit: self.limit.unwrap_or(HOLD_LIST_LIMIT_DEFAULT),
         }
     }
 }

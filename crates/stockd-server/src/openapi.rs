@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 
 use axum::http::Method;
 use stockd_core::limits::{
-    BATCH_OPS_MAX, EVENT_LIMIT_DEFAULT, EVENT_LIMIT_MAX, HOLD_ITEMS_MAX, HOLD_TTL_MS_DEFAULT,
-    HOLD_TTL_MS_MAX, HOLD_TTL_MS_MIN, ID_LEN_MAX, LOCK_TTL_MS_MAX, LOCK_TTL_MS_MIN,
-    PER_USER_LIMIT_MAX, POOL_LIST_LIMIT_DEFAULT, POOL_LIST_LIMIT_MAX, QTY_MAX, TIME_MS_MAX,
-    TOTAL_MAX, WAIT_MS_MAX,
+    BATCH_OPS_MAX, EVENT_LIMIT_DEFAULT, EVENT_LIMIT_MAX, HOLD_ITEMS_MAX, HOLD_LIST_LIMIT_DEFAULT,
+    HOLD_LIST_LIMIT_MAX, HOLD_TTL_MS_DEFAULT, HOLD_TTL_MS_MAX, HOLD_TTL_MS_MIN, ID_LEN_MAX,
+    LOCK_TTL_MS_MAX, LOCK_TTL_MS_MIN, PER_USER_LIMIT_MAX, POOL_LIST_LIMIT_DEFAULT,
+    POOL_LIST_LIMIT_MAX, QTY_MAX, TIME_MS_MAX, TOTAL_MAX, WAIT_MS_MAX,
 };
 use utoipa::openapi::content::ContentBuilder;
 use utoipa::openapi::header::HeaderBuilder;
@@ -60,6 +60,7 @@ macro_rules! api_doc {
             wire::HoldItem,
             wire::PoolObject,
             wire::PoolList,
+            wire::HoldList,
             wire::HoldStatus,
             wire::HoldObject,
             wire::LockGrant,
@@ -135,6 +136,8 @@ enum Rule {
     },
     /// A boolean, and the value the server uses when it is absent or null.
     Bool { default: Option<bool> },
+    /// A hold status: the `HoldStatus` schema, whose values say it all.
+    Status,
 }
 
 const TOTAL: Rule = Rule::Int {
@@ -296,6 +299,23 @@ const QUERY_RULES: &[(&str, &[(&str, Rule)])] = &[
         ],
     ),
     (
+        "list_holds",
+        &[
+            ("pool", Rule::Id),
+            ("user", Rule::Id),
+            ("status", Rule::Status),
+            ("after", Rule::Id),
+            (
+                "limit",
+                Rule::Int {
+                    min: 1,
+                    max: HOLD_LIST_LIMIT_MAX as u64,
+                    default: Some(HOLD_LIST_LIMIT_DEFAULT as u64),
+                },
+            ),
+        ],
+    ),
+    (
         "events",
         &[
             // 0..=P-1; P is the backend's configuration, not known to the document.
@@ -409,6 +429,7 @@ const OPERATION_ERRORS: &[(&str, &[&str])] = &[
     ("get_pool", &["pool_not_found"]),
     ("delete_pool", &["pool_not_found", "pool_has_active_holds"]),
     ("list_pools", &[]),
+    ("list_holds", &[]),
     ("restock_pool", &["pool_not_found", "insufficient_stock"]),
     (
         "reserve",
@@ -572,6 +593,8 @@ fn apply_rule(schema: &mut RefOr<Schema>, rule: Rule, what: &str, problems: &mut
             array.max_items = Some(max);
             array.unique_items = unique;
         }
+        (RefOr::Ref(reference), Rule::Status)
+            if reference.ref_location.ends_with("/HoldStatus") => {}
         (_, rule) => problems.push(format!("{what}: cannot apply {rule:?} to this schema")),
     }
 }
@@ -632,6 +655,7 @@ pub(crate) fn make_exact(openapi: &mut utoipa::openapi::OpenApi) -> Vec<String> 
         "PoolObject",
         "PoolList",
         "HoldObject",
+        "HoldList",
         "LockGrant",
         "LockReleased",
         "BatchResponse",

@@ -56,6 +56,7 @@ pub(crate) fn status(reply: &Reply) -> StatusCode {
         Reply::Pool { .. }
         | Reply::Hold { .. }
         | Reply::PoolList { .. }
+        | Reply::HoldList { .. }
         | Reply::Lock { .. }
         | Reply::LockReleased => StatusCode::OK,
     }
@@ -71,6 +72,11 @@ impl Serialize for ReplyBody<'_> {
             Reply::Hold { hold, .. } => wire::HoldObject::from(hold).serialize(serializer),
             Reply::PoolList { pools, next } => wire::PoolList {
                 pools: pools.iter().map(wire::PoolObject::from).collect(),
+                next: next.clone(),
+            }
+            .serialize(serializer),
+            Reply::HoldList { holds, next } => wire::HoldList {
+                holds: holds.iter().map(wire::HoldObject::from).collect(),
                 next: next.clone(),
             }
             .serialize(serializer),

@@ -71,7 +71,7 @@ pub(crate) struct PoolList {
     pub next: Option<PoolId>,
 }
 
-#[derive(Clone, Copy, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum HoldStatus {
     Held,
@@ -90,6 +90,20 @@ impl From<stockd_core::HoldStatus> for HoldStatus {
             Core::Released => HoldStatus::Released,
             Core::Expired => HoldStatus::Expired,
             Core::Refunded => HoldStatus::Refunded,
+        }
+    }
+}
+
+impl HoldStatus {
+    /// The status a `?status=` filter names.
+    pub(crate) fn into_core(self) -> stockd_core::HoldStatus {
+        use stockd_core::HoldStatus as Core;
+        match self {
+            HoldStatus::Held => Core::Held,
+            HoldStatus::Confirmed => Core::Confirmed,
+            HoldStatus::Released => Core::Released,
+            HoldStatus::Expired => Core::Expired,
+            HoldStatus::Refunded => Core::Refunded,
         }
     }
 }
@@ -131,6 +145,16 @@ pub(crate) struct HoldObject {
     pub finished_at_ms: Option<u64>,
     /// The event-feed partition that carries this hold's events (0 with one partition).
     pub partition: u32,
+}
+
+/// One page of holds, ordered by hold id. A page may hold fewer than `limit` holds, even none,
+/// when the filters reject most of the holds it examined: only `next: null` means the end.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct HoldList {
+    pub holds: Vec<HoldObject>,
+    /// Pass as `after` for the next page; null on the last page.
+    #[schema(value_type = Option<String>)]
+    pub next: Option<HoldId>,
 }
 
 impl From<&HoldView> for HoldObject {

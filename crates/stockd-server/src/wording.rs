@@ -7,9 +7,9 @@
 //! does not recognise is kept, behind the field's path: never lost, never a guess.
 
 use stockd_core::limits::{
-    BATCH_OPS_MAX, EVENT_LIMIT_MAX, HOLD_ITEMS_MAX, HOLD_TTL_MS_MAX, HOLD_TTL_MS_MIN, ID_LEN_MAX,
-    LOCK_TTL_MS_MAX, LOCK_TTL_MS_MIN, PER_USER_LIMIT_MAX, POOL_LIST_LIMIT_MAX, QTY_MAX,
-    TIME_MS_MAX, TOTAL_MAX, WAIT_MS_MAX,
+    BATCH_OPS_MAX, EVENT_LIMIT_MAX, HOLD_ITEMS_MAX, HOLD_LIST_LIMIT_MAX, HOLD_TTL_MS_MAX,
+    HOLD_TTL_MS_MIN, ID_LEN_MAX, LOCK_TTL_MS_MAX, LOCK_TTL_MS_MIN, PER_USER_LIMIT_MAX,
+    POOL_LIST_LIMIT_MAX, QTY_MAX, TIME_MS_MAX, TOTAL_MAX, WAIT_MS_MAX,
 };
 
 /// The identifier rule, as the contract states it.
@@ -44,7 +44,11 @@ pub(crate) fn rule(path: &str, field: &str) -> Option<String> {
         "items" => format!("a list of 1 to {HOLD_ITEMS_MAX} objects {{\"pool\", \"qty\"}}"),
         "ops" => format!("a list of 1 to {BATCH_OPS_MAX} ops"),
         "limit" if path.starts_with("events") => format!("an integer from 1 to {EVENT_LIMIT_MAX}"),
+        "limit" if path.starts_with("holds") => {
+            format!("an integer from 1 to {HOLD_LIST_LIMIT_MAX}")
+        }
         "limit" => format!("an integer from 1 to {POOL_LIST_LIMIT_MAX}"),
+        "status" => "one of held, confirmed, released, expired, refunded".to_string(),
         "after" if path.starts_with("events") => {
             "an event sequence number (a non-negative integer)".to_string()
         }
@@ -108,6 +112,12 @@ pub(crate) fn describe(context: &str, path: &str, message: &str) -> String {
             ),
         };
         return around(unquote(unknown), text);
+    }
+    // The one enum a query takes (`GET /v1/holds?status=`); any other is a batch op. The query
+    // decoder adds what was sent.
+    if let (Some(_), "status") = (message.strip_prefix("unknown variant "), rule_key) {
+        let allowed = rule(context, rule_key).unwrap_or_default();
+        return scoped(format!("must be {allowed}"));
     }
     if let Some(rest) = message.strip_prefix("unknown variant ") {
         let (unknown, known) = rest.split_once(", ").unwrap_or((rest, ""));

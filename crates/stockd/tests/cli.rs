@@ -321,6 +321,51 @@ fn pool_and_hold_commands_against_a_real_server() {
         "{out}"
     );
 
+    // Holds: o-1 (confirmed) and o-2 (released, user u-1), listed in id order.
+    let out = server
+        .stockd(&["hold", "list", "--pool", "sku-1", "--limit", "1"])
+        .ok()
+        .to_owned();
+    assert!(out.starts_with("hold o-1: confirmed 20"), "{out}");
+    assert!(out.trim_end().ends_with("more: --after o-1"), "{out}");
+    let out = server
+        .stockd(&["hold", "list", "--pool", "sku-1", "--limit", "1", "--all"])
+        .ok()
+        .to_owned();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(lines[1].starts_with("hold o-2: released 20"), "{out}");
+    // --json --all: each page's body as received, a line each.
+    let out = server
+        .stockd(&["hold", "list", "--limit", "1", "--all", "--json"])
+        .ok()
+        .to_owned();
+    let pages: Vec<Value> = out
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a page"))
+        .collect();
+    assert_eq!(pages.len(), 2, "{out}");
+    assert_eq!(pages[0]["next"], "o-1");
+    assert_eq!(pages[1]["holds"][0]["hold_id"], "o-2");
+    assert_eq!(pages[1]["next"], Value::Null);
+    let page = server
+        .stockd(&[
+            "hold", "list", "--user", "u-1", "--status", "released", "--json",
+        ])
+        .ok_json();
+    assert_eq!(page["holds"][0]["hold_id"], "o-2", "{page}");
+    let out = server
+        .stockd(&["hold", "list", "--status", "held"])
+        .ok()
+        .to_owned();
+    assert_eq!(out.trim_end(), "no holds");
+    server
+        .stockd(&["hold", "list", "--limit", "0"])
+        .fails(4, "invalid_request");
+    // A status that is not one is refused before anything is sent (usage, exit 2).
+    let bad = server.stockd(&["hold", "list", "--status", "sold"]);
+    assert_eq!(bad.code, Some(2), "{}", bad.describe());
+
     let page = server.stockd(&["pool", "list", "--json"]).ok_json();
     assert_eq!(page["pools"].as_array().map(Vec::len), Some(1), "{page}");
     let out = server.stockd(&["pool", "list"]).ok().to_owned();

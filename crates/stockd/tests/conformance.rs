@@ -778,6 +778,20 @@ async fn conformance_holds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_hold_list() {
+    run_table("hold list", ServerConfig::default(), hold_list_cases()).await;
+}
+
+/// Holds forgotten after retention leave the list (a short retention, on its own server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_hold_list_retention() {
+    let config = ServerConfig::default()
+        .arg("--hold-retention-ms")
+        .arg("1500");
+    run_table("hold list retention", config, hold_list_retention_cases()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_batch_and_events() {
     let mut cases = batch_cases();
     cases.extend(event_cases());
@@ -810,6 +824,7 @@ fn table_size() {
     let sizes = [
         ("pools", pool_cases().len()),
         ("holds", hold_cases().len()),
+        ("hold list", hold_list_cases().len()),
         ("batch", batch_cases().len()),
         ("events", event_cases().len()),
         ("locks", lock_cases().len()),
@@ -820,6 +835,7 @@ fn table_size() {
     let steps: usize = [
         pool_cases(),
         hold_cases(),
+        hold_list_cases(),
         batch_cases(),
         event_cases(),
         lock_cases(),
@@ -3002,7 +3018,7 @@ fn error_cases() -> Vec<Case> {
     let mut wrong_method = case("known routes with the wrong method are 405 method_not_allowed");
     for (method, path) in [
         ("DELETE", "/v1/holds"),
-        ("GET", "/v1/holds"),
+        ("PUT", "/v1/holds"),
         ("GET", "/v1/holds/{p}-h/confirm"),
         ("GET", "/v1/holds/{p}-h/release"),
         ("PUT", "/v1/holds/{p}-h"),
@@ -3026,6 +3042,175 @@ fn error_cases() -> Vec<Case> {
 }
 
 // =============================================================================================
+// Hold list (GET /v1/holds)
+// =============================================================================================
+
+/// A page of the given hold ids (with the case's prefix) in this order, and its `next`.
+fn hold_page(ids: &[&str], next: Value) -> Value {
+    let holds: Vec<Value> = ids
+        .iter()
+        .map(|id| json!({"hold_id": format!("{{p}}-{id}")}))
+        .collect();
+    json!({"holds": holds, "next": next})
+}
+
+fn hold_list_cases() -> Vec<Case> {
+    let a = "{p}-a";
+    let b = "{p}-b";
+    let as_user =
+        |user: &str, confirm: bool| json!({"user": format!("{{p}}-{user}"), "confirm": confirm});
+    vec![
+        case("hold list: ordered by hold_id, each filter alone and combined, in every status")
+            .put_pool(a, json!({"total": 100}), 201, json!({}))
+            .put_pool(b, json!({"total": 100}), 201, json!({}))
+            .reserve(hold_req("{p}-h3", &[(a, 1)], as_user("u1", false)), 201, status("held"))
+            .reserve(hold_req("{p}-h1", &[(a, 1), (b, 2)], as_user("u2", false)), 201, status("held"))
+            .reserve(hold_req("{p}-h2", &[(b, 1)], json!({"confirm": true})), 201, status("confirmed"))
+            .reserve(hold_req("{p}-h4", &[(b, 1)], as_user("u1", false)), 201, status("held"))
+            .release("{p}-h4", 200, status("released"))
+            .reserve(hold_req("{p}-h5", &[(a, 1)], as_user("u2", true)), 201, status("confirmed"))
+            .refund("{p}-h5", 200, status("refunded"))
+            .get("/v1/holds?pool={p}-a", 200, hold_page(&["h1", "h3", "h5"], json!(null)))
+            .get("/v1/holds?pool={p}-b", 200, hold_page(&["h1", "h2", "h4"], json!(null)))
+            .get("/v1/holds?user={p}-u1", 200, hold_page(&["h3", "h4"], json!(null)))
+            .get("/v1/holds?user={p}-u2&pool={p}-b", 200, hold_page(&["h1"], json!(null)))
+            .get("/v1/holds?status=held&pool={p}-a", 200, hold_page(&["h1", "h3"], json!(null)))
+            .get("/v1/holds?status=confirmed&pool={p}-b", 200, hold_page(&["h2"], json!(null)))
+            .get("/v1/holds?status=released&user={p}-u1", 200, hold_page(&["h4"], json!(null)))
+            .get("/v1/holds?status=refunded&user={p}-u2&pool={p}-a", 200, hold_page(&["h5"], json!(null)))
+            .get("/v1/holds?status=expired&pool={p}-a", 200, hold_page(&[], json!(null)))
+            .get("/v1/holds?user={p}-nobody", 200, hold_page(&[], json!(null)))
+            .get("/v1/holds?pool={p}-none", 200, hold_page(&[], json!(null)))
+            // Without filters every retained hold is listed; this case's ids follow `{p}`.
+            .get("/v1/holds?after={p}&limit=4", 200, hold_page(&["h1", "h2", "h3", "h4"], json!("$any")))
+            // Each hold as GET /v1/holds/{id} shows it.
+            .get("/v1/holds?pool={p}-a&user={p}-u1", 200, json!({"holds": [{
+                "hold_id": "{p}-h3", "status": "held", "user": "{p}-u1", "items": [{"pool": a, "qty": 1}],
+                "created_at_ms": "$int", "expires_at_ms": "$int", "finished_at_ms": null,
+                "partition": "$partition",
+            }], "next": null}))
+            .get("/v1/holds?pool={p}-b&status=released", 200, json!({"holds": [{
+                "hold_id": "{p}-h4", "status": "released", "user": "{p}-u1", "items": [{"pool": b, "qty": 1}],
+                "finished_at_ms": "$int",
+            }], "next": null})),
+        case("hold list: pages follow next to null, each hold once; limit default 100, 1..=1000")
+            .put_pool(a, json!({"total": 200}), 201, json!({}))
+            .reserve(hold_req("{p}-h1", &[(a, 1)], json!({})), 201, json!({}))
+            .reserve(hold_req("{p}-h2", &[(a, 1)], json!({})), 201, json!({}))
+            .reserve(hold_req("{p}-h3", &[(a, 1)], json!({})), 201, json!({}))
+            .reserve(hold_req("{p}-h4", &[(a, 1)], json!({})), 201, json!({}))
+            .reserve(hold_req("{p}-h5", &[(a, 1)], json!({})), 201, json!({}))
+            .get("/v1/holds?pool={p}-a&limit=2", 200, hold_page(&["h1", "h2"], json!("$save:n1")))
+            .get("/v1/holds?pool={p}-a&limit=2&after={$n1}", 200, hold_page(&["h3", "h4"], json!("$save:n2")))
+            .get("/v1/holds?pool={p}-a&limit=2&after={$n2}", 200, hold_page(&["h5"], json!(null)))
+            .get("/v1/holds?pool={p}-a&limit=1&after={p}-h4", 200, hold_page(&["h5"], json!(null)))
+            .get("/v1/holds?pool={p}-a&after={p}-h2x", 200, hold_page(&["h3", "h4", "h5"], json!(null)))
+            .get("/v1/holds?pool={p}-a&limit=1000", 200, json!({"holds": {"$len": 5}, "next": null}))
+            .get("/v1/holds?pool={p}-a", 200, json!({"holds": {"$len": 5}, "next": null})),
+        case("hold list: bad query values are 422 invalid_request, unknown parameters refused")
+            .get("/v1/holds?limit=0", 422, err("invalid_request"))
+            .get("/v1/holds?limit=1001", 422, err("invalid_request"))
+            .get("/v1/holds?limit=-1", 422, err("invalid_request"))
+            .get("/v1/holds?limit=ten", 422, err("invalid_request"))
+            .get("/v1/holds?status=sold", 422, json!({"error": "invalid_request", "message": "status: must be one of held, confirmed, released, expired, refunded, got \"sold\""}))
+            .get("/v1/holds?status=", 422, err("invalid_request"))
+            .get("/v1/holds?pool=-x", 422, err("invalid_request"))
+            .get("/v1/holds?user=a%20b", 422, err("invalid_request"))
+            .get("/v1/holds?after=", 422, err("invalid_request"))
+            .get("/v1/holds?prefix=a", 422, err("invalid_request"))
+            .get("/v1/holds?pool={p}-a&pool={p}-b", 422, err("invalid_request")),
+        case("hold list: a hold past its deadline is listed as expired, swept or not, as GET shows it")
+            .put_pool(a, json!({"total": 5}), 201, json!({}))
+            .reserve(hold_req("{p}-h", &[(a, 2)], json!({"ttl_ms": 1000})), 201, json!({"expires_at_ms": "$save:expires"}))
+            .get("/v1/holds?pool={p}-a&status=held", 200, hold_page(&["h"], json!(null)))
+            .wait_past("expires")
+            .get("/v1/holds?pool={p}-a&status=held", 200, hold_page(&[], json!(null)))
+            .get("/v1/holds?pool={p}-a&status=expired", 200, json!({"holds": [{
+                "hold_id": "{p}-h", "status": "expired", "finished_at_ms": "$same:expires",
+            }], "next": null}))
+            .get_hold("{p}-h", 200, json!({"status": "expired", "finished_at_ms": "$same:expires"}))
+            .get("/v1/holds?pool={p}-a", 200, json!({"holds": [{"status": "expired", "finished_at_ms": "$same:expires"}], "next": null})),
+        case("hold list: a hold over several pools (and partitions) is listed once")
+            .put_pool("{p}-a", json!({"total": 5}), 201, json!({}))
+            .put_pool("{p}-b", json!({"total": 5}), 201, json!({}))
+            .put_pool("{p}-c", json!({"total": 5}), 201, json!({}))
+            .put_pool("{p}-d", json!({"total": 5}), 201, json!({}))
+            .reserve(hold_req("{p}-h1", &[("{p}-a", 1), ("{p}-b", 1), ("{p}-c", 1), ("{p}-d", 1)], as_user("u", false)), 201, status("held"))
+            .reserve(hold_req("{p}-h2", &[("{p}-d", 1)], as_user("u", false)), 201, status("held"))
+            .reserve(hold_req("{p}-h3", &[("{p}-c", 1), ("{p}-a", 1)], as_user("u", true)), 201, status("confirmed"))
+            .get("/v1/holds?user={p}-u", 200, hold_page(&["h1", "h2", "h3"], json!(null)))
+            .get("/v1/holds?user={p}-u&limit=1", 200, hold_page(&["h1"], json!("{p}-h1")))
+            .get("/v1/holds?user={p}-u&limit=1&after={p}-h1", 200, hold_page(&["h2"], json!("{p}-h2")))
+            .get("/v1/holds?user={p}-u&limit=2&after={p}-h1", 200, hold_page(&["h2", "h3"], json!(null)))
+            .get("/v1/holds?pool={p}-a", 200, hold_page(&["h1", "h3"], json!(null)))
+            .get("/v1/holds?pool={p}-b", 200, hold_page(&["h1"], json!(null)))
+            .get("/v1/holds?pool={p}-c&status=confirmed", 200, hold_page(&["h3"], json!(null)))
+            .get("/v1/holds?pool={p}-d", 200, hold_page(&["h1", "h2"], json!(null)))
+            .get("/v1/holds?after={p}&limit=3", 200, hold_page(&["h1", "h2", "h3"], json!("$any")))
+            .release("{p}-h1", 200, status("released"))
+            .get("/v1/holds?pool={p}-b", 200, json!({"holds": [{"hold_id": "{p}-h1", "status": "released"}], "next": null}))
+            .get("/v1/holds?user={p}-u&status=held", 200, hold_page(&["h2"], json!(null))),
+    ]
+}
+
+/// Run on a server that keeps finished holds 1.5 s.
+fn hold_list_retention_cases() -> Vec<Case> {
+    let a = "{p}-a";
+    vec![case(
+        "hold list: finished holds leave the list once forgotten after retention; held ones stay",
+    )
+    .put_pool(a, json!({"total": 5}), 201, json!({}))
+    .reserve(
+        hold_req("{p}-h1", &[(a, 1)], json!({"user": "{p}-u"})),
+        201,
+        status("held"),
+    )
+    .reserve(
+        hold_req("{p}-h2", &[(a, 1)], json!({"user": "{p}-u"})),
+        201,
+        status("held"),
+    )
+    .reserve(
+        hold_req("{p}-h3", &[(a, 1)], json!({"user": "{p}-u"})),
+        201,
+        status("held"),
+    )
+    .release("{p}-h1", 200, status("released"))
+    .confirm("{p}-h3", 200, status("confirmed"))
+    .confirm("{p}-h3", 200, status("confirmed"))
+    .refund("{p}-h3", 200, status("refunded"))
+    .get(
+        "/v1/holds?pool={p}-a",
+        200,
+        hold_page(&["h1", "h2", "h3"], json!(null)),
+    )
+    .poll(
+        "/v1/holds?pool={p}-a",
+        5_000,
+        hold_page(&["h2"], json!(null)),
+    )
+    .get("/v1/holds?user={p}-u", 200, hold_page(&["h2"], json!(null)))
+    .get(
+        "/v1/holds?after={p}&limit=1",
+        200,
+        json!({"holds": [{"hold_id": "{p}-h2"}], "next": "$any"}),
+    )
+    .get_hold("{p}-h1", 404, err("hold_not_found"))
+    // The id is free again: made anew, it is listed anew.
+    .reserve(
+        hold_req("{p}-h1", &[(a, 1)], json!({})),
+        201,
+        status("held"),
+    )
+    .get(
+        "/v1/holds?pool={p}-a",
+        200,
+        hold_page(&["h1", "h2"], json!(null)),
+    )
+    .get("/v1/holds?user={p}-u", 200, hold_page(&["h2"], json!(null)))]
+}
+
+// =============================================================================================
 // Auth and operations (server started with an admin and a client token)
 // =============================================================================================
 
@@ -3036,8 +3221,9 @@ fn auth_cases() -> Vec<Case> {
     let a = "{p}-a";
     let unauthorized = || err("unauthorized");
     let forbidden = || err("forbidden");
-    let api_routes: [(&'static str, &str, Option<Value>); 11] = [
+    let api_routes: [(&'static str, &str, Option<Value>); 12] = [
         ("GET", "/v1/pools/{p}-a", None),
+        ("GET", "/v1/holds?pool={p}-a", None),
         ("GET", "/v1/pools", None),
         ("PUT", "/v1/pools/{p}-a", Some(json!({"total": 1}))),
         ("POST", "/v1/pools/{p}-a/restock", Some(json!({"delta": 1}))),
@@ -3147,6 +3333,7 @@ fn auth_cases() -> Vec<Case> {
             .req_as(CLIENT, "POST", "/v1/holds", Some(hold_req("{p}-h2", &[(a, 2)], json!({}))), 201, status("held"))
             .req_as(CLIENT, "POST", "/v1/holds/{p}-h2/release", None, 200, status("released"))
             .req_as(CLIENT, "GET", "/v1/holds/{p}-h2", None, 200, status("released"))
+            .req_as(CLIENT, "GET", "/v1/holds?pool={p}-a", None, 200, json!({"holds": [status("refunded"), status("released")], "next": null}))
             .req_as(CLIENT, "GET", "/v1/pools/{p}-a", None, 200, counts(5, 5, 0, 0))
             .req_as(CLIENT, "GET", "/v1/pools?prefix={p}", None, 200, json!({"pools": [{"pool": a}], "next": null}))
             .req_as(CLIENT, "POST", "/v1/batch", Some(json!({"ops": [{"op": "reserve", "hold_id": "{p}-h3", "items": [{"pool": a, "qty": 1}]}]})), 200, json!({"results": [{"status": 201, "body": status("held")}]}))

@@ -130,19 +130,19 @@ impl State {
                 }
                 // A finished hold with this id may still be here in recovery: live, it had
                 // been forgotten (past retention) before the id was used again.
-                self.data.holds.insert(
-                    hold_id.clone(),
-                    Box::new(Hold {
-                        user: user.clone(),
-                        items: items.clone(),
-                        generation_watermark: self.data.next_generation,
-                        confirm: *confirm,
-                        status: HoldStatus::Held,
-                        created_at_ms: at_ms,
-                        expires_at_ms: *expires_at_ms,
-                        finished_at_ms: None,
-                    }),
-                );
+                self.remove_hold(hold_id);
+                let hold = Box::new(Hold {
+                    user: user.clone(),
+                    items: items.clone(),
+                    generation_watermark: self.data.next_generation,
+                    confirm: *confirm,
+                    status: HoldStatus::Held,
+                    created_at_ms: at_ms,
+                    expires_at_ms: *expires_at_ms,
+                    finished_at_ms: None,
+                });
+                self.hold_index.insert(hold_id, user.as_ref(), items);
+                self.data.holds.insert(hold_id.clone(), hold);
                 // A hold confirmed on creation is confirmed by the very next record of the
                 // same command; it never needs an expiry slot.
                 if !*confirm {

@@ -15,7 +15,8 @@ use super::State;
 impl State {
     /// Checks every invariant the state must hold; used after each batch in debug builds and in
     /// tests. `total == available + held + sold` for every pool, held units equal the units of
-    /// held holds, usage equals the units of held + confirmed holds per user.
+    /// held holds, usage equals the units of held + confirmed holds per user, and the hold index
+    /// lists exactly the holds there are.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut held: HashMap<&PoolId, u64> = HashMap::new();
         let mut usage: HashMap<(&PoolId, &UserId), u64> = HashMap::new();
@@ -39,6 +40,7 @@ impl State {
                 }
             }
         }
+        self.check_hold_index()?;
         for (id, pool) in &self.data.pools {
             let sum = pool
                 .available
@@ -68,6 +70,32 @@ impl State {
                     return Err(format!("pool {id}: usage of {user} is {used} < {seen}"));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The hold index (all, by pool, by user) holds exactly the ids of `data.holds`, each where
+    /// its items and user put it, and no empty set.
+    fn check_hold_index(&self) -> Result<(), String> {
+        let index = &self.hold_index;
+        if index.len() != self.data.holds.len() {
+            return Err(format!(
+                "hold index lists {} holds, there are {}",
+                index.len(),
+                self.data.holds.len()
+            ));
+        }
+        let mut by_pool = 0;
+        let mut by_user = 0;
+        for (hold_id, hold) in &self.data.holds {
+            if !index.lists(hold_id, hold.user.as_ref(), &hold.items) {
+                return Err(format!("hold {hold_id} is missing from the hold index"));
+            }
+            by_pool += hold.items.len();
+            by_user += usize::from(hold.user.is_some());
+        }
+        if index.entries() != (by_pool, by_user, false) {
+            return Err("the hold index lists holds that are gone".to_string());
         }
         Ok(())
     }

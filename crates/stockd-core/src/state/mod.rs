@@ -17,9 +17,13 @@
 
 mod apply;
 mod cmd;
+mod hold_index;
 mod invariants;
 mod tick;
 mod waiters;
+
+use cmd::reads::HoldFilter;
+use hold_index::HoldIndex;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -175,6 +179,10 @@ pub struct State {
     expiry_queue: BinaryHeap<Reverse<(u64, HoldId)>>,
     purge_queue: BinaryHeap<Reverse<(u64, HoldId)>>,
     lock_expiry_queue: BinaryHeap<Reverse<(u64, LockName)>>,
+    /// Hold ids in order: every hold in `data.holds`, and per pool of its items and per user,
+    /// for `list_holds` to page through without a scan. Exact, unlike the queues: kept in step
+    /// with `data.holds` where a hold is inserted and removed (`index_hold`, `remove_hold`).
+    hold_index: HoldIndex,
     // Waiters live only in memory: a waiting client is a live connection, gone on restart.
     waiters: HashMap<WaiterId, Waiter>,
     pool_waiters: HashMap<PoolId, VecDeque<WaiterId>>,
@@ -208,6 +216,7 @@ impl State {
             expiry_queue: BinaryHeap::new(),
             purge_queue: BinaryHeap::new(),
             lock_expiry_queue: BinaryHeap::new(),
+            hold_index: HoldIndex::default(),
             waiters: HashMap::new(),
             pool_waiters: HashMap::new(),
             lock_waiters: HashMap::new(),
@@ -220,6 +229,9 @@ impl State {
             pending_low_stock: Vec::new(),
         };
         for (hold_id, hold) in &state.data.holds {
+            state
+                .hold_index
+                .insert(hold_id, hold.user.as_ref(), &hold.items);
             match hold.finished_at_ms {
                 None => state
                     .expiry_queue
@@ -310,6 +322,25 @@ impl State {
                 Step::Done(self.extend(hold_id, ttl_ms, now_ms, effects))
             }
             Command::GetHold { hold_id } => Step::Done(self.get_hold(hold_id, now_ms, effects)),
+            Command::ListHolds {
+                pool,
+                user,
+                status,
+                after,
+                limit,
+            } => {
+                let filter = HoldFilter {
+                    pool: pool.as_ref().map(PoolId::as_str),
+                    user: user.as_ref(),
+                    status,
+                };
+                Step::Done(Ok(self.list_holds(
+                    &filter,
+                    after.as_deref(),
+                    limit,
+                    now_ms,
+                )))
+            }
             Command::LockRenew {
                 name,
                 owner,
@@ -343,7 +374,15 @@ impl State {
                 .is_some_and(|at| at.saturating_add(self.retention_ms(hold.status)) <= now_ms)
         });
         if past {
-            self.data.holds.remove(hold_id);
+            self.remove_hold(hold_id);
+        }
+    }
+
+    /// Forgets a hold: the only way a hold leaves `data.holds`, so that the index follows.
+    fn remove_hold(&mut self, hold_id: &HoldId) {
+        if let Some(hold) = self.data.holds.remove(hold_id) {
+            self.hold_index
+                .remove(hold_id, hold.user.as_ref(), &hold.items);
         }
     }
 

@@ -102,7 +102,7 @@ impl State {
                     .is_some_and(|at| at.saturating_add(self.retention_ms(hold.status)) <= now_ms)
             });
             if purge {
-                self.data.holds.remove(&hold_id);
+                self.remove_hold(&hold_id);
                 purged += 1;
             }
         }

@@ -104,6 +104,7 @@ function S.try_reserve(request, known)
         fields[#fields + 1] = S.int(hold.finished_at_ms)
     end
     redis.call('HSET', S.key('hold', hold.id), unpack(fields))
+    S.hold_index(hold.id, request.user, request.items)
     hold.unsaved = nil
     if hold.finished_at_ms then
         S.hold_keep(hold)

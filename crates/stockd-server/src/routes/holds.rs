@@ -1,4 +1,4 @@
-//! `/v1/holds`: reserve, read, confirm, release, extend, refund.
+//! `/v1/holds`: reserve, list, read, confirm, release, extend, refund.
 //!
 //! Each handler parses its request into one `Command` (filling the contract's defaults for
 //! `ttl_ms`, `confirm` and `wait_ms`), executes it and encodes the reply; it must never decide a
@@ -9,9 +9,9 @@ use axum::response::Response;
 use stockd_core::{Command, HoldId};
 
 use super::{paths, App};
-use crate::dto::{ExtendBody, HoldBody, RefundBody};
-use crate::json::{EmptyBody, JsonBody, NoQuery, OptionalBody, PathId};
-use crate::wire::{EmptyObject, ErrorBody, HoldObject};
+use crate::dto::{ExtendBody, HoldBody, ListHoldsQuery, RefundBody};
+use crate::json::{EmptyBody, JsonBody, NoQuery, OptionalBody, PathId, QueryParams};
+use crate::wire::{EmptyObject, ErrorBody, HoldList, HoldObject};
 
 #[utoipa::path(
     post,
@@ -37,6 +37,29 @@ pub(crate) async fn reserve(
     JsonBody(body): JsonBody<HoldBody>,
 ) -> Response {
     app.execute(body.into_command()).await
+}
+
+#[utoipa::path(
+    get,
+    path = paths::HOLDS,
+    tag = "holds",
+    summary = "List the retained holds by id",
+    description = "Every hold not yet forgotten after retention, in any status, ordered by \
+                   `hold_id`; each filter optional (`pool`: one of the hold's items is in it). \
+                   A hold past its deadline shows as `expired`. A page may hold fewer than \
+                   `limit` holds when the filters are selective: only `next: null` means the \
+                   end.",
+    params(ListHoldsQuery),
+    responses(
+        (status = 200, description = "One page", body = HoldList),
+        (status = 422, description = "`invalid_request`", body = ErrorBody),
+    )
+)]
+pub(crate) async fn list_holds(
+    State(app): State<App>,
+    QueryParams(query): QueryParams<ListHoldsQuery>,
+) -> Response {
+    app.execute(query.into_command()).await
 }
 
 #[utoipa::path(

@@ -166,7 +166,7 @@ route_table! {
             DELETE(admin) => pools::delete_pool,
         },
         PoolRestock paths::POOL_RESTOCK => { POST(admin) => pools::restock_pool },
-        Holds paths::HOLDS => { POST => holds::reserve },
+        Holds paths::HOLDS => { GET => holds::list_holds, POST => holds::reserve },
         Hold paths::HOLD => { GET => holds::get_hold },
         HoldConfirm paths::HOLD_CONFIRM => { POST => holds::confirm_hold },
         HoldRelease paths::HOLD_RELEASE => { POST => holds::release_hold },

@@ -1,7 +1,7 @@
-//! `stockd hold ...`: reserve, confirm, release, refund, extend and read holds.
+//! `stockd hold ...`: reserve, confirm, release, refund, extend, read and list holds.
 
 use std::fmt::Write as _;
-use stockd_client::{Call, HoldItem, HoldStatus, HoldView, ReserveBody};
+use stockd_client::{Call, HoldItem, HoldPage, HoldQuery, HoldStatus, HoldView, ReserveBody};
 
 use super::{human, Exit, Session};
 
@@ -65,6 +65,34 @@ pub enum HoldCommand {
         /// The hold's id, the one reserve was given.
         hold_id: String,
     },
+    /// List the retained holds in hold id order, one page at a time (or all with --all).
+    List {
+        /// Only holds with an item in this pool.
+        #[arg(long)]
+        pool: Option<String>,
+        /// Only holds of this user.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only holds in this status: held, confirmed, released, expired or refunded.
+        #[arg(long, value_parser = parse_status)]
+        status: Option<HoldStatus>,
+        /// Start after this hold id (the `next` of the previous page).
+        #[arg(long)]
+        after: Option<String>,
+        /// Holds per page, 1 to 1000 (server default 100).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Follow `next` to the end: every page, one after another (with --json, each page's
+        /// body on a line of its own).
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+/// Parses `--status`: one of the contract's hold statuses.
+fn parse_status(text: &str) -> Result<HoldStatus, String> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned()))
+        .map_err(|_| "expected held, confirmed, released, expired or refunded".to_owned())
 }
 
 /// Parses `--item POOL=QTY`. Only the shape is checked; ranges and id grammar are the server's.
@@ -117,12 +145,76 @@ pub(super) async fn run(session: &Session, command: HoldCommand) -> Exit {
         } => Call::refund(&hold_id, !no_restock),
         HoldCommand::Extend { hold_id, ttl_ms } => Call::extend(&hold_id, ttl_ms),
         HoldCommand::Get { hold_id } => Call::get_hold(&hold_id),
+        HoldCommand::List {
+            pool,
+            user,
+            status,
+            after,
+            limit,
+            all,
+        } => {
+            let query = HoldQuery {
+                pool,
+                user,
+                status,
+                after,
+                limit,
+            };
+            return list(session, query, all).await;
+        }
     };
     session
         .show(call, |answer| {
             Ok(hold_line(&answer.decode()?, None, human::now_ms()))
         })
         .await
+}
+
+/// One page, or with `all` every page following `next` until it is null. A page may be empty
+/// and still have a `next` (the server examines a bounded number of holds per page).
+async fn list(session: &Session, mut query: HoldQuery, all: bool) -> Exit {
+    let mut listed = 0;
+    loop {
+        let answer = match session.send(&Call::list_holds(&query)).await {
+            Ok(answer) => answer,
+            Err(exit) => return exit,
+        };
+        let page: HoldPage = match answer.decode() {
+            Ok(page) => page,
+            Err(error) => return session.report_error(error),
+        };
+        listed += page.holds.len();
+        let last = page.next.is_none() || !all;
+        let exit = session.present(&answer, |_| {
+            Ok(hold_lines(
+                &page,
+                !all,
+                last && listed == 0,
+                human::now_ms(),
+            ))
+        });
+        if !matches!(exit, Exit::Success) || last {
+            return exit;
+        }
+        query.after = page.next;
+    }
+}
+
+/// One `hold_line` per hold; `more: --after NEXT` when `more_hint` and a page follows; `no
+/// holds` when `say_none` and the page is empty.
+fn hold_lines(page: &HoldPage, more_hint: bool, say_none: bool, now_ms: u64) -> String {
+    let mut lines: Vec<String> = page
+        .holds
+        .iter()
+        .map(|hold| hold_line(hold, None, now_ms))
+        .collect();
+    if lines.is_empty() && say_none {
+        lines.push("no holds".to_owned());
+    }
+    if let (true, Some(next)) = (more_hint, &page.next) {
+        lines.push(format!("more: --after {next}"));
+    }
+    lines.join("\n")
 }
 
 /// `hold o-1: held, expires <time> (in 9m 59s), items sku-1 x2, sku-2 x1, user u-1`; a finished
@@ -160,6 +252,36 @@ pub(super) fn hold_line(view: &HoldView, note: Option<&str>, now_ms: u64) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hold_page_is_a_line_per_hold_and_says_where_more_starts() {
+        let page: HoldPage = serde_json::from_value(serde_json::json!({
+            "holds": [{
+                "hold_id": "o-1", "status": "released", "user": "u-1",
+                "items": [{"pool": "sku-1", "qty": 2}],
+                "created_at_ms": 1_000, "expires_at_ms": 601_000, "finished_at_ms": 2_000,
+                "partition": 0,
+            }],
+            "next": "o-1",
+        }))
+        .expect("a valid page");
+        let now_ms = 1_795_644_384_923;
+        let lines = hold_lines(&page, true, true, now_ms);
+        assert!(lines.starts_with("hold o-1: released "), "{lines}");
+        assert!(
+            lines.ends_with(", items sku-1 x2, user u-1\nmore: --after o-1"),
+            "{lines}"
+        );
+        assert!(!hold_lines(&page, false, true, now_ms).contains("more"));
+        let empty = HoldPage {
+            holds: Vec::new(),
+            next: None,
+        };
+        assert_eq!(hold_lines(&empty, true, true, now_ms), "no holds");
+        assert_eq!(hold_lines(&empty, false, false, now_ms), "");
+        assert!(parse_status("refunded").is_ok());
+        assert!(parse_status("sold").is_err());
+    }
 
     #[test]
     fn hold_summary_says_status_deadline_and_items() {

@@ -16,7 +16,7 @@ mod lock_acquire;
 mod lock_release;
 mod lock_renew;
 mod put_pool;
-mod reads;
+pub(super) mod reads;
 mod refund;
 mod release;
 mod reserve;
