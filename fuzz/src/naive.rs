@@ -15,8 +15,8 @@ use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use stockd_core::{
-    Command, HoldId, HoldItem, LockName, LockRequest, OwnerId, PoolId, PoolSpec, ReserveRequest,
-    UserId,
+    Command, HoldId, HoldItem, LockName, LockRequest, OwnerId, PoolId, PoolSpec, RequestId,
+    ReserveRequest, UserId,
 };
 
 /// The bearer secrets the router of the target is configured with.
@@ -331,9 +331,14 @@ fn decode(
             let pool = parse_id(id, PoolId::parse)?;
             no_query(query)?;
             let body = object(body)?;
-            let fields = Fields::new(&body, &["delta"])?;
+            let fields = Fields::new(&body, &["delta", "request_id"])?;
             let delta = fields.required("delta", as_i64)?;
-            Command::Restock { pool, delta }
+            let request_id = fields.optional("request_id", id_of(RequestId::parse))?;
+            Command::Restock {
+                pool,
+                delta,
+                request_id,
+            }
         }
         Route::Holds => {
             no_query(query)?;

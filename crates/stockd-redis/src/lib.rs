@@ -492,6 +492,11 @@ impl RedisBackend {
                 next += 1;
                 continue;
             }
+            if let Some(conflict) = self.restock_seen_elsewhere(&commands[next]).await? {
+                outcomes[next] = Some(Err(conflict));
+                next += 1;
+                continue;
+            }
             // The rest of the request, up to the next command that goes elsewhere, in one group.
             let partition = shared.first_partition(&commands[next]);
             let group: Vec<usize> = (next..commands.len())
@@ -526,6 +531,40 @@ impl RedisBackend {
             .into_iter()
             .map(|outcome| outcome.expect("every command answered"))
             .collect())
+    }
+
+    /// A restock naming a request id, on a dataset of several partitions: the id is remembered
+    /// in the partition of the pool it first restocked, so every other partition is asked
+    /// whether it remembers the id for another pool (a conflict) before the restock runs in its
+    /// own. A retry of the same pool is decided atomically in that pool's partition; only two
+    /// first uses of one id on pools of different partitions, at the same moment, can both
+    /// pass this check.
+    async fn restock_seen_elsewhere(
+        &self,
+        command: &Command,
+    ) -> Result<Option<Error>, BackendError> {
+        let Command::Restock {
+            pool,
+            delta,
+            request_id: Some(request_id),
+        } = command
+        else {
+            return Ok(None);
+        };
+        let shared = &self.shared;
+        let own = shared.first_partition(command);
+        for partition in (0..shared.partitions).filter(|&k| k != own) {
+            let op = Op {
+                name: "restock_seen",
+                args: vec![request_id.to_string(), pool.to_string(), delta.to_string()],
+            };
+            match shared.submit_one(partition, op).await? {
+                Answer::Unseen => {}
+                Answer::Done(Err(conflict)) => return Ok(Some(conflict)),
+                other => return Err(unexpected_answer(&other)),
+            }
+        }
+        Ok(None)
     }
 
     /// Finishes one command from the library's answer to it at `partition`.

@@ -196,7 +196,10 @@ const BODY_RULES: &[(&str, &[(&str, Rule)])] = &[
     ),
     (
         "RestockBody",
-        &[("delta", Rule::NonZero { max: TOTAL_MAX })],
+        &[
+            ("delta", Rule::NonZero { max: TOTAL_MAX }),
+            ("request_id", Rule::Id),
+        ],
     ),
     (
         "HoldItem",
@@ -409,7 +412,14 @@ const OPERATION_ERRORS: &[(&str, &[&str])] = &[
     ("get_pool", &["pool_not_found"]),
     ("delete_pool", &["pool_not_found", "pool_has_active_holds"]),
     ("list_pools", &[]),
-    ("restock_pool", &["pool_not_found", "insufficient_stock"]),
+    (
+        "restock_pool",
+        &[
+            "pool_not_found",
+            "insufficient_stock",
+            "request_id_conflict",
+        ],
+    ),
     (
         "reserve",
         &[
@@ -1217,6 +1227,11 @@ mod tests {
                 hold_id: hold_id.clone(),
             },
             Error::HoldNotConfirmed { hold_id },
+            Error::RequestIdConflict {
+                request_id: stockd_core::RequestId::parse("r").unwrap(),
+                pool: PoolId::parse("p").unwrap(),
+                delta: 1,
+            },
             Error::LockHeld { expires_at_ms: 1 },
             Error::NotLockOwner,
             Error::EventsExpired {
@@ -1244,6 +1259,7 @@ mod tests {
                 | Error::HoldConfirmed { .. }
                 | Error::HoldRefunded { .. }
                 | Error::HoldNotConfirmed { .. }
+                | Error::RequestIdConflict { .. }
                 | Error::LockHeld { .. }
                 | Error::NotLockOwner
                 | Error::EventsExpired { .. } => {}
@@ -1477,6 +1493,7 @@ mod tests {
         let restock = |delta: i64| Command::Restock {
             pool: pool_id(),
             delta,
+            request_id: None,
         };
         let max = max as i64;
         assert!(restock(max).validate().is_ok() && restock(-max).validate().is_ok());
