@@ -401,6 +401,7 @@ mod tests {
                 "pool_has_active_holds" => &["pool", "held"],
                 "lock_held" => &["expires_at_ms"],
                 "events_expired" => &["after", "oldest_seq"],
+                "request_id_conflict" => &["request_id", "pool", "delta"],
                 code if code.starts_with("hold_") => &["hold_id"],
                 code => panic!("{code}: no details in the contract's table"),
             };

@@ -337,6 +337,8 @@ enum Detail {
     Id,
     /// An integer `>= min`.
     Int(u64),
+    /// A restock delta: a non-zero integer within `-TOTAL_MAX..=TOTAL_MAX`.
+    Delta,
 }
 
 /// One error code: its status, the detail fields next to `error` and `message`, and what it
@@ -391,6 +393,7 @@ const ERRORS: &[ErrorSpec] = &[
     error("hold_confirmed", 409, &[HOLD_ID], "the hold is confirmed"),
     error("hold_refunded", 409, &[HOLD_ID], "the hold was refunded"),
     error("hold_not_confirmed", 409, &[HOLD_ID], "the hold is not confirmed"),
+    error("request_id_conflict", 409, &[("request_id", Detail::Id), POOL, ("delta", Detail::Delta)], "the request_id names an earlier restock of another pool or delta (its pool and delta are given); nothing changed"),
     error("lock_held", 409, &[n("expires_at_ms")], "the lock is held (by another owner or by this one)"),
     error("not_lock_owner", 409, &[], "not the current owner and token, or the lease lapsed"),
     error("events_expired", 410, &[n("after"), n("oldest_seq")], "some event after `after` is no longer kept: repair your copy, then resume from oldest_seq - 1"),
@@ -776,6 +779,17 @@ fn error_schema(spec: &ErrorSpec) -> RefOr<Schema> {
                 .schema_type(Type::Integer)
                 .minimum(Some(number(*min)))
                 .into(),
+            Detail::Delta => {
+                let mut schema: RefOr<Schema> =
+                    ObjectBuilder::new().schema_type(Type::Integer).into();
+                apply_rule(
+                    &mut schema,
+                    Rule::NonZero { max: TOTAL_MAX },
+                    name,
+                    &mut Vec::new(),
+                );
+                schema
+            }
         };
         details = details.property(*name, schema).required(*name);
     }
