@@ -512,6 +512,15 @@ impl RedisBackend {
                 .map(|&i| wire::encode(&commands[i], shared.route(&commands[i], partition, false)))
                 .collect();
             let answers = shared.submit(partition, ops).await?;
+            // Test builds only: die after a restock is written, before it is answered, so that
+            // a test can retry it on another server.
+            #[cfg(feature = "fault-injection")]
+            if group
+                .iter()
+                .any(|&i| matches!(commands[i], Command::Restock { .. }))
+            {
+                fault::point("restock.after_call");
+            }
             let mut resume_at = last + 1;
             for (&i, text) in group.iter().zip(&answers) {
                 let answer = decode(text)?;
