@@ -57,7 +57,7 @@ pub enum Error {
     #[error("hold {hold_id} is not confirmed")]
     HoldNotConfirmed { hold_id: HoldId },
     /// `pool` and `delta` are the first request's: what the id is remembered for.
-    #[error("request {request_id} was a restock of pool {pool} by {delta}")]
+    #[error("request_id {request_id} was used by a restock of pool {pool} by {delta}")]
     RequestIdConflict {
         request_id: RequestId,
         pool: PoolId,
