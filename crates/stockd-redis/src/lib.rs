@@ -316,6 +316,20 @@ impl Shared {
         keys::partition_of(id, self.partitions)
     }
 
+    /// Whether `command` must first ask every other partition (see
+    /// `RedisBackend::restock_seen_elsewhere`): a restock naming a request id, on a dataset of
+    /// several partitions.
+    fn asks_other_partitions(&self, command: &Command) -> bool {
+        self.partitions > 1
+            && matches!(
+                command,
+                Command::Restock {
+                    request_id: Some(_),
+                    ..
+                }
+            )
+    }
+
     /// How a command sent to `at` names its route (see `wire::Route`).
     fn route(&self, command: &Command, at: u32, moved: bool) -> Route {
         if self.partitions == 1 {
@@ -492,10 +506,14 @@ impl RedisBackend {
                 next += 1;
                 continue;
             }
-            if let Some(conflict) = self.restock_seen_elsewhere(&commands[next]).await? {
-                outcomes[next] = Some(Err(conflict));
-                next += 1;
-                continue;
+            // Only a restock naming a request id on a partitioned dataset asks the other
+            // partitions first; every other command goes straight to its group.
+            if shared.asks_other_partitions(&commands[next]) {
+                if let Some(conflict) = self.restock_seen_elsewhere(&commands[next]).await? {
+                    outcomes[next] = Some(Err(conflict));
+                    next += 1;
+                    continue;
+                }
             }
             // The rest of the request, up to the next command that goes elsewhere, in one group.
             let partition = shared.first_partition(&commands[next]);
@@ -503,6 +521,8 @@ impl RedisBackend {
                 .take_while(|&i| {
                     !matches!(commands[i], Command::ListPools { .. })
                         && shared.first_partition(&commands[i]) == partition
+                        // Such a restock starts a group of its own, after its check.
+                        && (i == next || !shared.asks_other_partitions(&commands[i]))
                 })
                 .filter(|&i| outcomes[i].is_none())
                 .collect();
