@@ -541,7 +541,10 @@ impl Check<'_> {
                 first_pool == pool && *first_delta == delta
             }),
             || {
-                format!("acknowledged, but no restock of {pool} by {delta} has this request id: {first:?}")
+                format!(
+                    "acknowledged, but no restock of {pool} by {delta} has this request id \
+                     (first: {first:?})"
+                )
             },
         )?;
         self.pool_body(pool, body, None)

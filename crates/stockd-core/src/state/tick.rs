@@ -1,5 +1,5 @@
-//! What the passing of time does: holds expire, leases lapse, waits run out, finished holds are
-//! forgotten past retention, and when the next of these is due.
+//! What the passing of time does: holds expire, leases lapse, waits run out, finished holds and
+//! restock request ids are forgotten past retention, and when the next of these is due.
 //!
 //! Only `tick` writes records (expiries, and whatever the waiters it answers decide); forgetting
 //! writes none, so recovery can redo it with `forget_past_retention`. Nothing here may read a
@@ -62,9 +62,9 @@ impl State {
     }
 
     /// What time does without a record: forgets finished holds and restock request ids past
-    /// retention and lapsed leases, all of them. Recovery and the snapshot builder call it after replaying records
-    /// (replay alone keeps them, since forgetting writes nothing to the log); it answers no
-    /// waiter.
+    /// retention and lapsed leases, all of them. Recovery and the snapshot builder call it after
+    /// replaying records (replay alone keeps them, since forgetting writes nothing to the log);
+    /// it answers no waiter.
     pub fn forget_past_retention(&mut self, now_ms: u64) {
         self.drop_lapsed_locks(now_ms);
         self.freed_locks.clear();
