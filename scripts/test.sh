@@ -79,7 +79,7 @@ echo "== the Prometheus alerting example: promtool check and unit tests, metrics
 scripts/prometheus-rules.sh
 echo "== TLS in front of stockd: the nginx example of docs/security.md, over HTTPS"
 scripts/tls-proxy.sh
-echo "== cargo test (a server killed at each step of a cross-partition hold; test build only)"
-cargo test -p stockd --locked --features fault-injection --test cluster_faults "$@"
+echo "== cargo test (a server killed at each step of a cross-partition hold, or after a restock's call; test build only)"
+cargo test -p stockd --locked --features fault-injection --test cluster_faults --test restock_faults "$@"
 echo "== schemathesis: a live server's answers against its OpenAPI document (a few minutes)"
 scripts/schemathesis.sh

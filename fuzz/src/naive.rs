@@ -15,8 +15,8 @@ use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use stockd_core::{
-    Command, HoldId, HoldItem, HoldStatus, LockName, LockRequest, OwnerId, PoolId, PoolSpec, ReserveRequest,
-    UserId,
+    Command, HoldId, HoldItem, HoldStatus, LockName, LockRequest, OwnerId, PoolId, PoolSpec,
+    RequestId, ReserveRequest, UserId,
 };
 
 /// The bearer secrets the router of the target is configured with.
@@ -156,10 +156,9 @@ fn method_of(route: Route, method: &str) -> bool {
         | Route::ConsoleAsset => method == "GET",
         Route::Pool => matches!(method, "GET" | "PUT" | "DELETE"),
         Route::Holds => matches!(method, "GET" | "POST"),
-        Route::PoolRestock
-        | Route::HoldAction(_)
-        | Route::Batch
-        | Route::Lock(_) => method == "POST",
+        Route::PoolRestock | Route::HoldAction(_) | Route::Batch | Route::Lock(_) => {
+            method == "POST"
+        }
     }
 }
 
@@ -331,9 +330,14 @@ fn decode(
             let pool = parse_id(id, PoolId::parse)?;
             no_query(query)?;
             let body = object(body)?;
-            let fields = Fields::new(&body, &["delta"])?;
+            let fields = Fields::new(&body, &["delta", "request_id"])?;
             let delta = fields.required("delta", as_i64)?;
-            Command::Restock { pool, delta }
+            let request_id = fields.optional("request_id", id_of(RequestId::parse))?;
+            Command::Restock {
+                pool,
+                delta,
+                request_id,
+            }
         }
         Route::Holds if method == "GET" => list_holds(query)?,
         Route::Holds => {

@@ -173,6 +173,9 @@ fn op(input: &mut Input) -> Op {
                 i64::MAX,
                 i64::MIN,
             ]),
+            request: input
+                .flag()
+                .then(|| input.below(stockd_model::REQUEST_IDS.len())),
         },
         3 => Op::DeletePool {
             pool: input.below(POOLS),

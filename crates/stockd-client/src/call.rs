@@ -104,9 +104,12 @@ impl Call {
             .with_body(spec)
     }
 
-    /// `POST /v1/pools/{pool}/restock`.
-    pub fn restock(pool: &str, delta: i64) -> Call {
-        Call::new(api::RESTOCK, &[pool]).with_body(&RestockBody { delta })
+    /// `POST /v1/pools/{pool}/restock`; with a `request_id`, a retry changes nothing.
+    pub fn restock(pool: &str, delta: i64, request_id: Option<&str>) -> Call {
+        Call::new(api::RESTOCK, &[pool]).with_body(&RestockBody {
+            delta,
+            request_id: request_id.map(str::to_string),
+        })
     }
 
     /// `GET /v1/pools/{pool}`.
@@ -301,7 +304,7 @@ mod tests {
         };
         let calls = [
             Call::put_pool("p", &PoolSpecBody::default(), false),
-            Call::restock("p", 1),
+            Call::restock("p", 1, None),
             Call::get_pool("p"),
             Call::list_pools(None, None, None),
             Call::delete_pool("p"),

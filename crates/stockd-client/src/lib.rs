@@ -128,8 +128,17 @@ impl Client {
     }
 
     /// `POST /v1/pools/{pool}/restock`: moves total and available by `delta` (may be negative).
-    pub async fn restock(&self, pool: &str, delta: i64) -> Result<PoolView> {
-        self.call(&Call::restock(pool, delta)).await?.decode()
+    /// With a `request_id`, a retry (same pool and delta) changes nothing and answers the pool
+    /// as it is now; the id with another pool or delta is `request_id_conflict`.
+    pub async fn restock(
+        &self,
+        pool: &str,
+        delta: i64,
+        request_id: Option<&str>,
+    ) -> Result<PoolView> {
+        self.call(&Call::restock(pool, delta, request_id))
+            .await?
+            .decode()
     }
 
     /// `GET /v1/pools/{pool}`.

@@ -231,7 +231,7 @@ async fn malformed_base_url_is_a_transport_error() {
 async fn identifiers_cannot_change_the_route() {
     let (base_url, seen) = responder(vec![(404, r#"{"error":"pool_not_found","message":"x"}"#)]);
     let client = Client::new(&base_url, None);
-    let _ = client.restock("a/b c?d", -3).await;
+    let _ = client.restock("a/b c?d", -3, None).await;
     let request = seen.recv().expect("request");
     assert_eq!(request.target, "/v1/pools/a%2Fb%20c%3Fd/restock");
     assert_eq!(request.json(), json!({"delta": -3}));

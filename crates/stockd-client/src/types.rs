@@ -34,10 +34,13 @@ impl PoolSpecBody {
     }
 }
 
-/// Body of `POST /v1/pools/{pool}/restock`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Body of `POST /v1/pools/{pool}/restock`. With a `request_id`, a retry of the same restock
+/// changes nothing (left out of the JSON when absent).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestockBody {
     pub delta: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 /// Units of one pool in a hold: one line of a reserve, of a hold, of an event.
@@ -151,6 +154,9 @@ pub struct Event {
     /// `refunded` only: whether the units went back to available (false: they left the pool).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restock: Option<bool>,
+    /// `restocked` only: the request id the restock named, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 /// Body of `POST /v1/holds`. `confirm: false` is left out of the JSON (it is the default), so a
@@ -357,8 +363,20 @@ mod tests {
     #[test]
     fn small_bodies_match_the_contract() {
         assert_eq!(
-            serde_json::to_value(RestockBody { delta: -5 }).unwrap(),
+            serde_json::to_value(RestockBody {
+                delta: -5,
+                request_id: None
+            })
+            .unwrap(),
             json!({"delta": -5})
+        );
+        assert_eq!(
+            serde_json::to_value(RestockBody {
+                delta: 5,
+                request_id: Some("r-1".into())
+            })
+            .unwrap(),
+            json!({"delta": 5, "request_id": "r-1"})
         );
         assert_eq!(
             serde_json::to_value(ExtendBody { ttl_ms: 5_000 }).unwrap(),

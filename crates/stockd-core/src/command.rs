@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::ids::{is_id_byte, HoldId, LockName, OwnerId, PoolId, UserId};
+use crate::ids::{is_id_byte, HoldId, LockName, OwnerId, PoolId, RequestId, UserId};
 use crate::limits::*;
 use crate::view::{HoldStatus, HoldView, PoolView};
 
@@ -56,9 +56,12 @@ pub enum Command {
         spec: PoolSpec,
         if_absent: bool,
     },
+    /// `request_id`: a retry (the same id, pool and delta) changes nothing, while the id is
+    /// remembered (the hold retention from the restock).
     Restock {
         pool: PoolId,
         delta: i64,
+        request_id: Option<RequestId>,
     },
     GetPool {
         pool: PoolId,

@@ -4,7 +4,7 @@
 //! its details as fields. How they are written on the wire, and the mapping to HTTP statuses, live
 //! in exactly one place, the server crate; this crate knows nothing of HTTP.
 
-use crate::ids::{HoldId, PoolId};
+use crate::ids::{HoldId, PoolId, RequestId};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
@@ -56,6 +56,13 @@ pub enum Error {
     HoldRefunded { hold_id: HoldId },
     #[error("hold {hold_id} is not confirmed")]
     HoldNotConfirmed { hold_id: HoldId },
+    /// `pool` and `delta` are the first request's: what the id is remembered for.
+    #[error("request_id {request_id} was used by a restock of pool {pool} by {delta}")]
+    RequestIdConflict {
+        request_id: RequestId,
+        pool: PoolId,
+        delta: i64,
+    },
     #[error("the lock is held until {expires_at_ms}")]
     LockHeld { expires_at_ms: u64 },
     #[error("not the current owner and token of this lock")]
@@ -97,6 +104,7 @@ impl Error {
             Error::HoldConfirmed { .. } => "hold_confirmed",
             Error::HoldRefunded { .. } => "hold_refunded",
             Error::HoldNotConfirmed { .. } => "hold_not_confirmed",
+            Error::RequestIdConflict { .. } => "request_id_conflict",
             Error::LockHeld { .. } => "lock_held",
             Error::NotLockOwner => "not_lock_owner",
             Error::EventsExpired { .. } => "events_expired",

@@ -116,6 +116,11 @@ identifier!(
     /// The holder of a lease lock.
     OwnerId
 );
+identifier!(
+    /// A client's name for one write that is not a hold (a restock), so that a retry of it
+    /// changes nothing.
+    RequestId
+);
 
 #[cfg(test)]
 mod tests {

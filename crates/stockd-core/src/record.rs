@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::HoldItem;
 use crate::command::PoolSpec;
-use crate::ids::{HoldId, LockName, OwnerId, PoolId, UserId};
+use crate::ids::{HoldId, LockName, OwnerId, PoolId, RequestId, UserId};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
@@ -78,6 +78,13 @@ pub enum Change {
     RefundedWithoutRestock {
         hold_id: HoldId,
     },
+    /// A restock that named a request id: `Restocked`, and the id is remembered (pool, delta,
+    /// the record's time) for the hold retention, so that a retry changes nothing.
+    RestockedWithRequestId {
+        pool: PoolId,
+        delta: i64,
+        request_id: RequestId,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,6 +120,8 @@ pub struct Event {
     pub expires_at_ms: Option<u64>,
     /// `refunded` only: whether the units went back to available.
     pub restock: Option<bool>,
+    /// `restocked` only: the request id the restock named, if any.
+    pub request_id: Option<RequestId>,
 }
 
 impl Event {
@@ -131,6 +140,7 @@ impl Event {
             low_stock_threshold: None,
             expires_at_ms: None,
             restock: None,
+            request_id: None,
         }
     }
 }
@@ -156,6 +166,14 @@ mod tests {
         assert_eq!(
             encoded(&Change::RefundedWithoutRestock { hold_id }),
             [12, 1, b'h']
+        );
+        assert_eq!(
+            encoded(&Change::RestockedWithRequestId {
+                pool: PoolId::parse("p").unwrap(),
+                delta: -1,
+                request_id: RequestId::parse("r").unwrap(),
+            }),
+            [13, 1, b'p', 1, 1, b'r']
         );
     }
 }

@@ -8,7 +8,7 @@ mod common;
 use stockd_core::limits::WAITERS_PER_KEY_MAX;
 use stockd_core::{
     Change, Command, Error, EventKind, HoldItem, HoldStatus, HoldView, Outcome, PoolSpec, PoolView,
-    Reply, ReserveRequest, Snapshot, State, StateConfig,
+    Reply, RequestId, ReserveRequest, Snapshot, State, StateConfig,
 };
 
 use common::*;
@@ -623,6 +623,166 @@ fn purged_confirmed_hold_still_counts_against_the_user_limit() {
             requested: 1
         })
     );
+}
+
+// ------------------------------------------------------------------------------ restock requests
+
+#[test]
+fn a_restock_retried_with_its_request_id_adds_once() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 10), T0));
+    let first = ok(run(&mut state, restock_once("p", 5, "r1"), T0));
+    assert_eq!(
+        first.records.iter().map(|r| &r.change).collect::<Vec<_>>(),
+        vec![&Change::RestockedWithRequestId {
+            pool: pool_id("p"),
+            delta: 5,
+            request_id: RequestId::parse("r1").unwrap(),
+        }]
+    );
+    assert_eq!(first.events.len(), 1);
+    assert_eq!(first.events[0].kind, EventKind::Restocked);
+    assert_eq!(
+        first.events[0].request_id.as_ref().map(RequestId::as_str),
+        Some("r1")
+    );
+    // Meanwhile the pool changes; the retry answers it as it is now.
+    ok(run(&mut state, restock("p", 1), T0 + 1));
+    let retry = run(&mut state, restock_once("p", 5, "r1"), T0 + 2);
+    assert!(retry.records.is_empty() && retry.events.is_empty());
+    match retry.outcome() {
+        Ok(Reply::Pool { pool, created }) => {
+            assert!(!created);
+            assert_eq!((pool.total, pool.available), (16, 16));
+        }
+        other => panic!("expected the pool, got {other:?}"),
+    }
+    // Without a request id every restock adds.
+    ok(run(&mut state, restock("p", 1), T0 + 3));
+    assert_eq!(pool(&state, "p").total, 17);
+}
+
+#[test]
+fn a_request_id_with_another_delta_or_pool_is_a_conflict() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 10), T0));
+    ok(run(&mut state, put_pool("q", 10), T0));
+    ok(run(&mut state, restock_once("p", 5, "r1"), T0));
+    for (other, at) in [restock_once("p", 4, "r1"), restock_once("q", 5, "r1")]
+        .into_iter()
+        .zip(T0 + 1..)
+    {
+        let done = run(&mut state, other, at);
+        assert_eq!(
+            done.outcome(),
+            &Err(Error::RequestIdConflict {
+                request_id: RequestId::parse("r1").unwrap(),
+                pool: pool_id("p"),
+                delta: 5,
+            })
+        );
+        assert!(done.records.is_empty() && done.events.is_empty());
+    }
+    assert_eq!(pool(&state, "p").total, 15);
+    assert_eq!(pool(&state, "q").total, 10);
+}
+
+#[test]
+fn a_refused_restock_does_not_remember_its_request_id() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 3), T0));
+    let refused = run(&mut state, restock_once("p", -5, "r1"), T0);
+    assert_eq!(refused.error_code(), Some("insufficient_stock"));
+    let missing = run(&mut state, restock_once("nope", 5, "r2"), T0);
+    assert_eq!(missing.error_code(), Some("pool_not_found"));
+    ok(run(&mut state, restock("p", 10), T0 + 1));
+    // Neither id was remembered: each is a new restock now, with any pool or delta.
+    ok(run(&mut state, restock_once("p", -5, "r1"), T0 + 2));
+    ok(run(&mut state, restock_once("p", 2, "r2"), T0 + 2));
+    assert_eq!(pool(&state, "p").total, 10);
+}
+
+#[test]
+fn a_request_id_is_forgotten_after_the_hold_retention_without_a_record() {
+    for swept in [false, true] {
+        let mut state = new_state();
+        ok(run(&mut state, put_pool("p", 10), T0));
+        ok(run(&mut state, restock_once("p", 5, "r1"), T0));
+        let last_kept_ms = T0 + HOLD_RETENTION_MS - 1;
+        let retry = run(&mut state, restock_once("p", 5, "r1"), last_kept_ms);
+        assert!(retry.records.is_empty(), "kept until retention");
+        assert_eq!(
+            run(&mut state, restock_once("p", 4, "r1"), last_kept_ms).error_code(),
+            Some("request_id_conflict")
+        );
+        if swept {
+            assert_eq!(state.next_deadline_ms(), Some(T0 + HOLD_RETENTION_MS));
+            let forgotten = tick(&mut state, T0 + HOLD_RETENTION_MS);
+            assert!(forgotten.records.is_empty() && forgotten.events.is_empty());
+            assert_eq!(state.next_deadline_ms(), None);
+        }
+        // Forgotten (by the sweep, or by the restock itself): the id is new again.
+        let again = ok(run(
+            &mut state,
+            restock_once("p", 4, "r1"),
+            T0 + HOLD_RETENTION_MS,
+        ));
+        assert_eq!(again.records.len(), 1);
+        assert_eq!(pool(&state, "p").total, 19);
+    }
+}
+
+#[test]
+fn replayed_records_remember_request_ids_and_forget_them_at_retention() {
+    let mut state = new_state();
+    let mut records = Vec::new();
+    for (command, at) in [
+        (put_pool("p", 10), T0),
+        (restock_once("p", 5, "old"), T0),
+        (restock_once("p", 2, "new"), T0 + HOLD_RETENTION_MS),
+    ] {
+        records.extend(ok(run(&mut state, command, at)).records);
+    }
+    let mut rebuilt = new_state();
+    let mut events = Vec::new();
+    for record in &records {
+        rebuilt.apply_record(record, &mut events);
+    }
+    rebuilt.forget_past_retention(T0 + HOLD_RETENTION_MS);
+    assert_eq!(
+        events
+            .last()
+            .unwrap()
+            .request_id
+            .as_ref()
+            .map(RequestId::as_str),
+        Some("new")
+    );
+    assert_eq!(
+        run(
+            &mut rebuilt,
+            restock_once("p", 3, "new"),
+            T0 + HOLD_RETENTION_MS
+        )
+        .error_code(),
+        Some("request_id_conflict")
+    );
+    // "old" was forgotten as the live state forgets it: a restock with it is new.
+    let again = ok(run(
+        &mut rebuilt,
+        restock_once("p", 3, "old"),
+        T0 + HOLD_RETENTION_MS,
+    ));
+    assert_eq!(again.records.len(), 1);
+    assert_eq!(pool(&rebuilt, "p").total, 20);
+}
+
+#[test]
+fn a_request_id_is_validated_as_an_identifier() {
+    assert!(RequestId::parse("r-1.a_b:c").is_ok());
+    assert!(RequestId::parse("").is_err());
+    assert!(RequestId::parse("-r").is_err());
+    assert!(RequestId::parse(&"r".repeat(129)).is_err());
 }
 
 // ------------------------------------------------------------------------------------ expiry

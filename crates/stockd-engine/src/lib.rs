@@ -88,7 +88,8 @@ pub enum EngineError {
     },
     #[error(
         "snapshot payload format {found:#x} is not a supported one ({SNAPSHOT_FORMAT:#x}, or \
-         {SNAPSHOT_FORMAT_V2:#x} from the previous release): written by another stockd version"
+         {SNAPSHOT_FORMAT_V3:#x} or {SNAPSHOT_FORMAT_V2:#x} from earlier releases): written by \
+         another stockd version"
     )]
     SnapshotFormat { found: u32 },
     #[error("recovered state breaks an invariant: {0}")]
@@ -100,11 +101,16 @@ pub enum EngineError {
 /// Tags the payload layout of a snapshot. Change it whenever the serialised shape of the core's
 /// state or of an event changes, so an older snapshot is refused clearly instead of being
 /// misread (postcard is not self-describing). Distinctive on purpose: an untagged payload
-/// starts with a small count. Format 3 added `restock` to events (refund without restock).
-const SNAPSHOT_FORMAT: u32 = 0x5354_4B03;
+/// starts with a small count. Format 3 added `restock` to events (refund without restock);
+/// format 4 added restock request ids to the state and `request_id` to events.
+const SNAPSHOT_FORMAT: u32 = 0x5354_4B04;
 
-/// The previous release's format, still read: a data directory it wrote must open. Its events
-/// have no `restock` ([`EventV2`]); its state has the same shape.
+/// The previous release's format, still read: a data directory it wrote must open. Its state
+/// has no restock request ids ([`stockd_core::SnapshotV3`]), its events no `request_id`
+/// ([`EventV3`]).
+const SNAPSHOT_FORMAT_V3: u32 = 0x5354_4B03;
+
+/// The format before that, still read: its events have no `restock` either ([`EventV2`]).
 const SNAPSHOT_FORMAT_V2: u32 = 0x5354_4B02;
 
 /// The on-disk shape of a snapshot: the core's durable state plus the retained event feed.
@@ -122,16 +128,35 @@ struct SnapshotOwned {
     events: Vec<stockd_core::Event>,
 }
 
-/// A format 2 snapshot, as the previous release wrote it.
+/// A snapshot of an earlier format (2 or 3), as that release wrote it: the same state shape,
+/// events of that format.
 #[derive(serde::Deserialize)]
-struct SnapshotV2 {
+struct SnapshotOld<E> {
     format: u32,
-    state: stockd_core::Snapshot,
-    events: Vec<EventV2>,
+    state: stockd_core::SnapshotV3,
+    events: Vec<E>,
 }
 
-/// An event as format 2 stored it: every field of [`stockd_core::Event`] up to
-/// `expires_at_ms`, in the same order (postcard is positional).
+/// An event as format 3 stored it: every field of [`stockd_core::Event`] up to `restock`, in
+/// the same order (postcard is positional).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct EventV3 {
+    seq: u64,
+    at_ms: u64,
+    kind: stockd_core::EventKind,
+    pool: Option<stockd_core::PoolId>,
+    hold_id: Option<stockd_core::HoldId>,
+    user: Option<stockd_core::UserId>,
+    items: Option<std::sync::Arc<[stockd_core::HoldItem]>>,
+    available: Option<u64>,
+    total: Option<u64>,
+    delta: Option<i64>,
+    low_stock_threshold: Option<u64>,
+    expires_at_ms: Option<u64>,
+    restock: Option<bool>,
+}
+
+/// An event as format 2 stored it: every field of [`EventV3`] up to `expires_at_ms`.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct EventV2 {
     seq: u64,
@@ -148,7 +173,7 @@ struct EventV2 {
     expires_at_ms: Option<u64>,
 }
 
-impl From<EventV2> for stockd_core::Event {
+impl From<EventV2> for EventV3 {
     fn from(old: EventV2) -> Self {
         let EventV2 {
             seq,
@@ -164,7 +189,7 @@ impl From<EventV2> for stockd_core::Event {
             low_stock_threshold,
             expires_at_ms,
         } = old;
-        stockd_core::Event {
+        EventV3 {
             seq,
             at_ms,
             kind,
@@ -183,7 +208,50 @@ impl From<EventV2> for stockd_core::Event {
     }
 }
 
-/// Decodes a snapshot payload of the current format or of format 2.
+impl From<EventV2> for stockd_core::Event {
+    fn from(old: EventV2) -> Self {
+        EventV3::from(old).into()
+    }
+}
+
+impl From<EventV3> for stockd_core::Event {
+    fn from(old: EventV3) -> Self {
+        let EventV3 {
+            seq,
+            at_ms,
+            kind,
+            pool,
+            hold_id,
+            user,
+            items,
+            available,
+            total,
+            delta,
+            low_stock_threshold,
+            expires_at_ms,
+            restock,
+        } = old;
+        stockd_core::Event {
+            seq,
+            at_ms,
+            kind,
+            pool,
+            hold_id,
+            user,
+            items,
+            available,
+            total,
+            delta,
+            low_stock_threshold,
+            expires_at_ms,
+            restock,
+            // Before format 4 no restock named a request id.
+            request_id: None,
+        }
+    }
+}
+
+/// Decodes a snapshot payload of the current format or of format 3 or 2.
 fn decode_snapshot(bytes: &[u8]) -> Result<SnapshotOwned, EngineError> {
     // The tag is checked first: an untagged or older payload may not decode at all.
     let format = postcard::take_from_bytes::<u32>(bytes).map(|(format, _)| format);
@@ -191,16 +259,24 @@ fn decode_snapshot(bytes: &[u8]) -> Result<SnapshotOwned, EngineError> {
         what: "snapshot",
         source,
     };
+    fn upgrade<E: Into<stockd_core::Event>>(old: SnapshotOld<E>) -> SnapshotOwned {
+        SnapshotOwned {
+            format: SNAPSHOT_FORMAT,
+            state: old.state.into(),
+            events: old.events.into_iter().map(Into::into).collect(),
+        }
+    }
     match format {
         Ok(SNAPSHOT_FORMAT) => postcard::from_bytes(bytes).map_err(decode_error),
+        Ok(SNAPSHOT_FORMAT_V3) => {
+            let old: SnapshotOld<EventV3> = postcard::from_bytes(bytes).map_err(decode_error)?;
+            debug_assert_eq!(old.format, SNAPSHOT_FORMAT_V3);
+            Ok(upgrade(old))
+        }
         Ok(SNAPSHOT_FORMAT_V2) => {
-            let old: SnapshotV2 = postcard::from_bytes(bytes).map_err(decode_error)?;
+            let old: SnapshotOld<EventV2> = postcard::from_bytes(bytes).map_err(decode_error)?;
             debug_assert_eq!(old.format, SNAPSHOT_FORMAT_V2);
-            Ok(SnapshotOwned {
-                format: SNAPSHOT_FORMAT,
-                state: old.state,
-                events: old.events.into_iter().map(Into::into).collect(),
-            })
+            Ok(upgrade(old))
         }
         _ => Err(EngineError::SnapshotFormat {
             found: format.unwrap_or(0),
@@ -626,8 +702,12 @@ mod tests {
                 expires_at_ms: Some(T0),
             }))
             .collect();
-        let payload =
-            postcard::to_allocvec(&(SNAPSHOT_FORMAT_V2, state.snapshot(), &old_events)).unwrap();
+        let payload = postcard::to_allocvec(&(
+            SNAPSHOT_FORMAT_V2,
+            stockd_core::SnapshotV3::from(state.snapshot()),
+            &old_events,
+        ))
+        .unwrap();
         let recovered = storage::Recovered {
             snapshot: Some(payload),
             snapshot_lsn: 1,
@@ -645,6 +725,141 @@ mod tests {
         );
         assert!(feed.iter().take(events.len()).all(|e| e.restock.is_none()));
         assert_eq!(feed.back().unwrap().restock, Some(true));
+    }
+
+    /// A data directory of the release before request ids holds format 3 snapshots: they still
+    /// open, with no request id remembered, and their events keep their `restock`.
+    #[test]
+    fn a_format_3_snapshot_still_opens() {
+        let mut state = stockd_core::State::new(StateConfig::default());
+        let pool = PoolId::parse("p").unwrap();
+        let mut effects = stockd_core::Effects::default();
+        let put = Command::PutPool {
+            pool: pool.clone(),
+            spec: PoolSpec {
+                total: 5,
+                ..PoolSpec::default()
+            },
+            if_absent: false,
+        };
+        for command in [put, reserve(1)] {
+            assert!(matches!(
+                state.execute(command, T0, &mut effects),
+                stockd_core::Step::Done(Ok(_))
+            ));
+        }
+        let events = std::mem::take(&mut effects.events);
+        let old_events: Vec<EventV3> = events
+            .iter()
+            .map(|event| EventV3 {
+                seq: event.seq,
+                at_ms: event.at_ms,
+                kind: event.kind,
+                pool: event.pool.clone(),
+                hold_id: event.hold_id.clone(),
+                user: event.user.clone(),
+                items: event.items.clone(),
+                available: event.available,
+                total: event.total,
+                delta: event.delta,
+                low_stock_threshold: event.low_stock_threshold,
+                expires_at_ms: event.expires_at_ms,
+                restock: None,
+            })
+            .chain(std::iter::once(EventV3 {
+                seq: 99,
+                at_ms: T0,
+                kind: stockd_core::EventKind::Refunded,
+                pool: None,
+                hold_id: Some(HoldId::parse("h0").unwrap()),
+                user: None,
+                items: None,
+                available: None,
+                total: None,
+                delta: None,
+                low_stock_threshold: None,
+                expires_at_ms: Some(T0),
+                restock: Some(false),
+            }))
+            .collect();
+        let payload = postcard::to_allocvec(&(
+            SNAPSHOT_FORMAT_V3,
+            stockd_core::SnapshotV3::from(state.snapshot()),
+            &old_events,
+        ))
+        .unwrap();
+        let recovered = storage::Recovered {
+            snapshot: Some(payload),
+            snapshot_lsn: 1,
+            records: Vec::new(),
+            truncated_tail_bytes: 0,
+        };
+        let (mut rebuilt, feed, _) = rebuild(&recovered, StateConfig::default(), 10).unwrap();
+        assert_eq!(rebuilt.pool_count(), 1);
+        assert_eq!(rebuilt.hold_count(), 1);
+        assert_eq!(rebuilt.next_seq(), state.next_seq());
+        assert_eq!(feed.len(), events.len() + 1);
+        assert_eq!(feed.back().unwrap().restock, Some(false));
+        assert!(feed.iter().all(|e| e.request_id.is_none()));
+        // No request id is remembered: a restock naming one is a new restock.
+        let restock = Command::Restock {
+            pool: pool.clone(),
+            delta: 2,
+            request_id: Some(stockd_core::RequestId::parse("r").unwrap()),
+        };
+        let mut effects = stockd_core::Effects::default();
+        assert!(matches!(
+            rebuilt.execute(restock, T0 + 1, &mut effects),
+            stockd_core::Step::Done(Ok(_))
+        ));
+        assert_eq!(effects.records.len(), 1);
+        assert_eq!(rebuilt.pool(&pool).unwrap().total, 7);
+    }
+
+    /// A format 4 snapshot keeps the request ids it was written with: a retry after a restart
+    /// from it changes nothing.
+    #[test]
+    fn a_snapshot_keeps_restock_request_ids() {
+        let mut state = stockd_core::State::new(StateConfig::default());
+        let pool = PoolId::parse("p").unwrap();
+        let mut effects = stockd_core::Effects::default();
+        let put = Command::PutPool {
+            pool: pool.clone(),
+            spec: PoolSpec {
+                total: 5,
+                ..PoolSpec::default()
+            },
+            if_absent: false,
+        };
+        let restock = Command::Restock {
+            pool: pool.clone(),
+            delta: 2,
+            request_id: Some(stockd_core::RequestId::parse("r").unwrap()),
+        };
+        for command in [put, restock.clone()] {
+            assert!(matches!(
+                state.execute(command, T0, &mut effects),
+                stockd_core::Step::Done(Ok(_))
+            ));
+        }
+        let recovered = storage::Recovered {
+            snapshot: Some(encode_snapshot(&state, effects.events.iter())),
+            snapshot_lsn: 1,
+            records: Vec::new(),
+            truncated_tail_bytes: 0,
+        };
+        let (mut rebuilt, feed, _) = rebuild(&recovered, StateConfig::default(), 10).unwrap();
+        assert_eq!(
+            feed.back().unwrap().request_id.as_ref().map(|r| r.as_str()),
+            Some("r")
+        );
+        let mut effects = stockd_core::Effects::default();
+        assert!(matches!(
+            rebuilt.execute(restock, T0 + 1, &mut effects),
+            stockd_core::Step::Done(Ok(_))
+        ));
+        assert!(effects.records.is_empty());
+        assert_eq!(rebuilt.pool(&pool).unwrap().total, 7);
     }
 
     #[test]

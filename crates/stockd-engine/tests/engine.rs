@@ -583,6 +583,7 @@ async fn a_batch_parks_behind_its_waiting_command_and_resumes_in_order() {
         Command::Restock {
             pool: pool("sku"),
             delta: 1,
+            request_id: None,
         },
     )
     .await

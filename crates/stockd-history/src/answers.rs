@@ -237,11 +237,31 @@ impl Check<'_> {
                 409,
             ) => self.refusal(hold_id, code),
             (Request::GetPool { pool }, 200) => self.pool_body(pool, body, None),
+            (
+                Request::Restock {
+                    pool,
+                    delta,
+                    request_id: Some(request_id),
+                },
+                200,
+            ) if self.replay.effects[self.index].is_empty() => {
+                self.restock_retried(pool, *delta, request_id, body)
+            }
             (Request::Restock { .. }, 200) | (Request::PutPool { .. }, 200 | 201) => {
                 self.pool_change(body)
             }
-            (Request::Restock { pool, delta }, 409) if code == "insufficient_stock" => {
+            (Request::Restock { pool, delta, .. }, 409) if code == "insufficient_stock" => {
                 self.restock_refused(pool, *delta, body)
+            }
+            (
+                Request::Restock {
+                    pool,
+                    delta,
+                    request_id: Some(request_id),
+                },
+                409,
+            ) if code == "request_id_conflict" => {
+                self.restock_conflict(pool, *delta, request_id, body)
             }
             (
                 Request::LockAcquire { .. }
@@ -509,6 +529,44 @@ impl Check<'_> {
             return Err("acknowledged, but no event of the feed is this request's".to_string());
         };
         self.pool_body(pool, body, Some(position + 1))
+    }
+
+    /// A restock with a request id acknowledged without an event of its own: a retry. Another
+    /// request with the id restocked this very pool by this very delta, and the answer is a
+    /// state the pool had within the request's window.
+    fn restock_retried(&self, pool: &str, delta: i64, request_id: &str, body: &Value) -> Verdict {
+        let first = self.replay.restock_requests.get(request_id);
+        require(
+            first.is_some_and(|(first_pool, first_delta)| {
+                first_pool == pool && *first_delta == delta
+            }),
+            || {
+                format!(
+                    "acknowledged, but no restock of {pool} by {delta} has this request id \
+                     (first: {first:?})"
+                )
+            },
+        )?;
+        self.pool_body(pool, body, None)
+    }
+
+    /// `request_id_conflict`: the id restocked another pool or by another delta, and the
+    /// details say which.
+    fn restock_conflict(&self, pool: &str, delta: i64, request_id: &str, body: &Value) -> Verdict {
+        let (first_pool, first_delta) = self
+            .replay
+            .restock_requests
+            .get(request_id)
+            .ok_or_else(|| "no restock of the feed has this request id".to_string())?;
+        require(first_pool != pool || *first_delta != delta, || {
+            "the first restock with this id was this very restock".to_string()
+        })?;
+        require(
+            body["request_id"] == request_id
+                && body["pool"] == first_pool.as_str()
+                && body["delta"].as_i64() == Some(*first_delta),
+            || format!("details differ from the first restock ({first_pool} by {first_delta})"),
+        )
     }
 
     fn restock_refused(&self, pool: &str, delta: i64, body: &Value) -> Verdict {

@@ -55,9 +55,11 @@ pub enum Request {
     GetPool {
         pool: String,
     },
+    /// With a `request_id`, a retry (same pool and delta) changes nothing.
     Restock {
         pool: String,
         delta: i64,
+        request_id: Option<String>,
     },
     LockAcquire {
         name: String,
@@ -126,10 +128,17 @@ impl Request {
             ),
             Request::GetHold { hold_id } => ("GET", format!("/v1/holds/{hold_id}"), None),
             Request::GetPool { pool } => ("GET", format!("/v1/pools/{pool}"), None),
-            Request::Restock { pool, delta } => (
+            Request::Restock {
+                pool,
+                delta,
+                request_id,
+            } => (
                 "POST",
                 format!("/v1/pools/{pool}/restock"),
-                Some(json!({"delta": delta})),
+                Some(match request_id {
+                    Some(request_id) => json!({"delta": delta, "request_id": request_id}),
+                    None => json!({"delta": delta}),
+                }),
             ),
             Request::LockAcquire {
                 name,

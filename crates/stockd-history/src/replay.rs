@@ -76,6 +76,9 @@ pub(crate) struct Replay {
     /// Per op: the events it caused.
     pub effects: Vec<Vec<(usize, usize)>>,
     pub expiry_lags_ms: Vec<u64>,
+    /// Per request id of a `restocked` event: the pool and delta it restocked. A history is
+    /// shorter than the hold retention, so an id restocks at most once.
+    pub restock_requests: HashMap<String, (String, i64)>,
 }
 
 fn str_field<'a>(event: &'a Value, key: &str) -> Option<&'a str> {
@@ -201,6 +204,7 @@ impl Replay {
             first_effect: vec![None; history.ops.len()],
             effects: vec![Vec::new(); history.ops.len()],
             expiry_lags_ms: Vec::new(),
+            restock_requests: HashMap::new(),
         };
         let mut runner = Runner {
             history,
@@ -469,15 +473,20 @@ impl Runner<'_> {
         let at = u64_field(event, "at_ms").unwrap_or(0);
         let delta = event.get("delta").and_then(Value::as_i64);
         let said_total = u64_field(event, "total");
+        let said_request_id = str_field(event, "request_id");
         let candidates = self.index.by_pool.get(&pool).cloned().unwrap_or_default();
         let cause = self.pick(&candidates, at, true, |op| {
-            match (&op.request, answered(op)) {
-                (Request::Restock { delta: sent, .. }, Some((_, body))) => {
-                    Some(*sent) == delta && u64_field(body, "total") == said_total
-                }
-                (Request::Restock { delta: sent, .. }, None) => Some(*sent) == delta,
-                _ => false,
-            }
+            let Request::Restock {
+                delta: sent,
+                request_id,
+                ..
+            } = &op.request
+            else {
+                return false;
+            };
+            Some(*sent) == delta
+                && request_id.as_deref() == said_request_id
+                && answered(op).is_none_or(|(_, body)| u64_field(body, "total") == said_total)
         });
         let Some(cause) = cause else {
             self.fail(
@@ -491,6 +500,26 @@ impl Runner<'_> {
         self.used[cause] = true;
         self.caused_by(cause, partition, position);
         let delta = delta.unwrap_or(0);
+        if let Some(request_id) = said_request_id {
+            // A retry of a restock answers the pool and changes nothing: a request id that
+            // restocks twice applied a retry again.
+            let first = self
+                .replay
+                .restock_requests
+                .insert(request_id.to_string(), (pool.clone(), delta));
+            if let Some((first_pool, first_delta)) = first {
+                self.fail(
+                    partition,
+                    position,
+                    event,
+                    format!(
+                        "request id {request_id} restocked again (first pool {first_pool} by \
+                         {first_delta})"
+                    ),
+                );
+                return Vec::new();
+            }
+        }
         let Some(before) = self.pool_nums(&pool) else {
             self.fail(
                 partition,

@@ -500,3 +500,102 @@ fn a_history_survives_a_round_trip_through_json() {
     let back: History = serde_json::from_str(&text).expect("parse");
     assert_eq!(back, history);
 }
+
+fn restock(delta: i64, request_id: Option<&str>) -> Request {
+    Request::Restock {
+        pool: "p".to_string(),
+        delta,
+        request_id: request_id.map(str::to_string),
+    }
+}
+
+/// A restock with a request id, retried (answered as the pool is, no event of its own) and
+/// reused with another delta (a conflict).
+fn restock_retried() -> History {
+    let put = Request::PutPool {
+        pool: "p".to_string(),
+        total: 2,
+        per_user_limit: Some(2),
+        low_stock_threshold: None,
+    };
+    History {
+        ops: vec![
+            answered(0, 1_000, 1_002, put, 201, pool(2, 2, 0, 0)),
+            answered(
+                0,
+                1_100,
+                1_102,
+                restock(3, Some("r1")),
+                200,
+                pool(5, 5, 0, 0),
+            ),
+            answered(
+                1,
+                1_200,
+                1_202,
+                restock(3, Some("r1")),
+                200,
+                pool(5, 5, 0, 0),
+            ),
+            answered(
+                1,
+                1_300,
+                1_302,
+                restock(1, Some("r1")),
+                409,
+                json!({"error": "request_id_conflict", "request_id": "r1", "pool": "p", "delta": 3}),
+            ),
+        ],
+        feed: vec![vec![
+            json!({"seq": 1, "at_ms": 1_001, "type": "pool_upserted", "pool": "p", "total": 2, "available": 2}),
+            json!({"seq": 2, "at_ms": 1_101, "type": "restocked", "pool": "p", "total": 5, "available": 5, "delta": 3, "request_id": "r1"}),
+        ]],
+        feed_read_us: 3_000 * MS,
+    }
+}
+
+#[test]
+fn a_retried_restock_is_explained_by_its_first_event() {
+    let report = check(&restock_retried(), Bounds::default());
+    assert!(report.ok(), "{:#?}", report.violations);
+    assert_eq!(report.stats.answers["restock 409 request_id_conflict"], 1);
+}
+
+#[test]
+fn a_retried_restock_applied_twice_is_rejected() {
+    let mut history = restock_retried();
+    history.ops[2] = answered(
+        1,
+        1_200,
+        1_202,
+        restock(3, Some("r1")),
+        200,
+        pool(8, 8, 0, 0),
+    );
+    history.feed[0].push(
+        json!({"seq": 3, "at_ms": 1_201, "type": "restocked", "pool": "p",
+        "total": 8, "available": 8, "delta": 3, "request_id": "r1"}),
+    );
+    rejected(&history, "restocked again");
+}
+
+#[test]
+fn a_retry_answered_without_a_first_restock_is_rejected() {
+    let mut history = restock_retried();
+    history.feed[0].pop();
+    rejected(&history, "no restock");
+}
+
+#[test]
+fn a_conflict_naming_the_wrong_first_restock_is_rejected() {
+    let mut history = restock_retried();
+    history.ops[3] = answered(
+        1,
+        1_300,
+        1_302,
+        restock(1, Some("r1")),
+        409,
+        json!({"error": "request_id_conflict", "request_id": "r1", "pool": "p", "delta": 1}),
+    );
+    rejected(&history, "details differ");
+}

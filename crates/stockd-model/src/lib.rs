@@ -22,5 +22,5 @@ pub use runner::{
 };
 pub use steps::{
     hold_id, pool_id, sequences, sequences_with_waits, Memory, Op, Step, TokenPick, CONFIG, HOLDS,
-    POOLS, START_MS,
+    POOLS, REQUEST_IDS, START_MS,
 };

@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 
 use stockd_core::{
     Command, Error, Event, EventKind, HoldId, HoldItem, HoldStatus, HoldView, LockName,
-    LockRequest, Outcome, OwnerId, PoolId, PoolSpec, PoolView, Reply, ReserveRequest, StateConfig,
-    UserId,
+    LockRequest, Outcome, OwnerId, PoolId, PoolSpec, PoolView, Reply, RequestId, ReserveRequest,
+    StateConfig, UserId,
 };
 
 //
@@ -93,6 +93,10 @@ pub struct Model {
     last_token: BTreeMap<LockName, u64>,
     next_instance: u64,
     next_seq: u64,
+    /// Restocks that named a request id: the pool, delta and time of the first. An id is
+    /// forgotten once the hold retention from that time has passed, whether or not anything
+    /// noticed (forgetting writes nothing, so nothing can tell when it happened).
+    restock_requests: BTreeMap<RequestId, (PoolId, i64, u64)>,
     /// Events of the current step.
     events: Vec<Event>,
 }
@@ -112,6 +116,7 @@ fn blank_event(seq: u64, at_ms: u64, kind: EventKind) -> Event {
         low_stock_threshold: None,
         expires_at_ms: None,
         restock: None,
+        request_id: None,
     }
 }
 
@@ -134,6 +139,7 @@ impl Model {
             last_token: BTreeMap::new(),
             next_instance: 1,
             next_seq: 1,
+            restock_requests: BTreeMap::new(),
             events: Vec::new(),
         }
     }
@@ -421,7 +427,11 @@ impl Model {
                 spec,
                 if_absent,
             } => Expect::Exact(self.put_pool(pool, spec, *if_absent, now_ms)),
-            Command::Restock { pool, delta } => Expect::Exact(self.restock(pool, *delta, now_ms)),
+            Command::Restock {
+                pool,
+                delta,
+                request_id,
+            } => Expect::Exact(self.restock(pool, *delta, request_id.as_ref(), now_ms)),
             Command::DeletePool { pool } => Expect::Exact(self.delete_pool(pool, now_ms)),
             Command::GetPool { pool } => Expect::Exact(match self.pool_view(pool) {
                 Some(view) => Ok(Reply::Pool {
@@ -531,9 +541,37 @@ impl Model {
         self.pool_reply(id, created)
     }
 
-    fn restock(&mut self, id: &PoolId, delta: i64, now_ms: u64) -> Outcome {
+    /// With a request id remembered (within the hold retention of its restock): the same pool
+    /// and delta answer the pool as it is, anything else is a conflict; nothing changes.
+    fn restock(
+        &mut self,
+        id: &PoolId,
+        delta: i64,
+        request_id: Option<&RequestId>,
+        now_ms: u64,
+    ) -> Outcome {
         if delta == 0 || delta.unsigned_abs() > TOTAL_MAX {
             return Err(invalid());
+        }
+        let retention_ms = self.config.hold_retention_ms;
+        let remembered = request_id.and_then(|request_id| {
+            self.restock_requests
+                .get(request_id)
+                .filter(|(_, _, at_ms)| at_ms.saturating_add(retention_ms) > now_ms)
+                .map(|(pool, first_delta, _)| (request_id, pool.clone(), *first_delta))
+        });
+        if let Some((request_id, pool, first_delta)) = remembered {
+            if pool != *id || first_delta != delta {
+                return Err(Error::RequestIdConflict {
+                    request_id: request_id.clone(),
+                    pool,
+                    delta: first_delta,
+                });
+            }
+            if !self.pools.contains_key(id) {
+                return Err(Error::PoolNotFound { pool: id.clone() });
+            }
+            return self.pool_reply(id, false);
         }
         if !self.pools.contains_key(id) {
             return Err(Error::PoolNotFound { pool: id.clone() });
@@ -556,6 +594,11 @@ impl Model {
         pool.total = (pool.total as i64 + delta) as u64;
         let event = self.emit_pool_event(now_ms, EventKind::Restocked, id);
         event.delta = Some(delta);
+        event.request_id = request_id.cloned();
+        if let Some(request_id) = request_id {
+            self.restock_requests
+                .insert(request_id.clone(), (id.clone(), delta, now_ms));
+        }
         self.low_stock_if_crossed(now_ms, id, before);
         self.pool_reply(id, false)
     }

@@ -293,6 +293,10 @@ fn count(coverage: &mut Coverage, key: String) {
 fn command_name(command: &Command) -> &'static str {
     match command {
         Command::PutPool { .. } => "put_pool",
+        Command::Restock {
+            request_id: Some(_),
+            ..
+        } => "restock_request_id",
         Command::Restock { .. } => "restock",
         Command::GetPool { .. } => "get_pool",
         Command::ListPools { .. } => "list_pools",

@@ -10,7 +10,7 @@ use std::ops::RangeInclusive;
 use proptest::prelude::*;
 use stockd_core::{
     Command, HoldId, HoldItem, HoldStatus, LockName, LockRequest, Outcome, OwnerId, PoolId,
-    PoolSpec, Reply, ReserveRequest, StateConfig, UserId,
+    PoolSpec, Reply, RequestId, ReserveRequest, StateConfig, UserId,
 };
 
 // ------------------------------------------------------------------------------------ universe
@@ -19,6 +19,8 @@ pub const POOLS: [&str; 3] = ["p1", "p2", "q1"];
 pub const HOLDS: [&str; 6] = ["h1", "h2", "h3", "h4", "h5", "h6"];
 const USERS: [&str; 2] = ["u1", "u2"];
 const LOCKS: [&str; 2] = ["l1", "l2"];
+/// Few request ids, so that restocks retry and conflict often.
+pub const REQUEST_IDS: [&str; 2] = ["r1", "r2"];
 const OWNERS: [&str; 2] = ["o1", "o2"];
 const LIST_PREFIXES: [&str; 4] = ["", "p", "p1", "q"];
 const LIST_AFTERS: [&str; 4] = ["a0", "p1", "p2", "q1"];
@@ -86,6 +88,8 @@ pub enum Op {
     Restock {
         pool: usize,
         delta: i64,
+        /// An index into `REQUEST_IDS`, or no request id.
+        request: Option<usize>,
     },
     DeletePool {
         pool: usize,
@@ -282,9 +286,14 @@ fn to_command(op: &Op, now_ms: u64, memory: &Memory) -> Command {
             },
             if_absent: *if_absent,
         },
-        Op::Restock { pool, delta } => Command::Restock {
+        Op::Restock {
+            pool,
+            delta,
+            request,
+        } => Command::Restock {
             pool: pool_id(POOLS[*pool]),
             delta: *delta,
+            request_id: request.map(|r| RequestId::parse(REQUEST_IDS[r]).expect("valid id")),
         },
         Op::DeletePool { pool } => Command::DeletePool {
             pool: pool_id(POOLS[*pool]),
@@ -482,7 +491,8 @@ fn op(waits: bool) -> impl Strategy<Value = Op> {
     let pool = || 0..POOLS.len();
     prop_oneof![
         4 => put_pool_op(0..POOLS.len()),
-        2 => (pool(), -5..=5i64).prop_map(|(pool, delta)| Op::Restock { pool, delta }),
+        2 => (pool(), -5..=5i64, prop::option::of(0..REQUEST_IDS.len()))
+            .prop_map(|(pool, delta, request)| Op::Restock { pool, delta, request }),
         2 => pool().prop_map(|pool| Op::DeletePool { pool }),
         1 => pool().prop_map(|pool| Op::GetPool { pool }),
         1 => (0..LIST_PREFIXES.len(), prop::option::of(0..LIST_AFTERS.len()), 0..=3usize)

@@ -316,6 +316,20 @@ impl Shared {
         keys::partition_of(id, self.partitions)
     }
 
+    /// Whether `command` must first ask every other partition (see
+    /// `RedisBackend::restock_seen_elsewhere`): a restock naming a request id, on a dataset of
+    /// several partitions.
+    fn asks_other_partitions(&self, command: &Command) -> bool {
+        self.partitions > 1
+            && matches!(
+                command,
+                Command::Restock {
+                    request_id: Some(_),
+                    ..
+                }
+            )
+    }
+
     /// How a command sent to `at` names its route (see `wire::Route`).
     fn route(&self, command: &Command, at: u32, moved: bool) -> Route {
         if self.partitions == 1 {
@@ -497,6 +511,15 @@ impl RedisBackend {
                 next += 1;
                 continue;
             }
+            // Only a restock naming a request id on a partitioned dataset asks the other
+            // partitions first; every other command goes straight to its group.
+            if shared.asks_other_partitions(&commands[next]) {
+                if let Some(conflict) = self.restock_seen_elsewhere(&commands[next]).await? {
+                    outcomes[next] = Some(Err(conflict));
+                    next += 1;
+                    continue;
+                }
+            }
             // The rest of the request, up to the next command that goes elsewhere, in one group.
             let partition = shared.first_partition(&commands[next]);
             let group: Vec<usize> = (next..commands.len())
@@ -505,6 +528,8 @@ impl RedisBackend {
                         commands[i],
                         Command::ListPools { .. } | Command::ListHolds { .. }
                     ) && shared.first_partition(&commands[i]) == partition
+                        // Such a restock starts a group of its own, after its check.
+                        && (i == next || !shared.asks_other_partitions(&commands[i]))
                 })
                 .filter(|&i| outcomes[i].is_none())
                 .collect();
@@ -514,6 +539,15 @@ impl RedisBackend {
                 .map(|&i| wire::encode(&commands[i], shared.route(&commands[i], partition, false)))
                 .collect();
             let answers = shared.submit(partition, ops).await?;
+            // Test builds only: die after a restock is written, before it is answered, so that
+            // a test can retry it on another server.
+            #[cfg(feature = "fault-injection")]
+            if group
+                .iter()
+                .any(|&i| matches!(commands[i], Command::Restock { .. }))
+            {
+                fault::point("restock.after_call");
+            }
             let mut resume_at = last + 1;
             for (&i, text) in group.iter().zip(&answers) {
                 let answer = decode(text)?;
@@ -533,6 +567,40 @@ impl RedisBackend {
             .into_iter()
             .map(|outcome| outcome.expect("every command answered"))
             .collect())
+    }
+
+    /// A restock naming a request id, on a dataset of several partitions: the id is remembered
+    /// in the partition of the pool it first restocked, so every other partition is asked
+    /// whether it remembers the id for another pool (a conflict) before the restock runs in its
+    /// own. A retry of the same pool is decided atomically in that pool's partition; only two
+    /// first uses of one id on pools of different partitions, at the same moment, can both
+    /// pass this check.
+    async fn restock_seen_elsewhere(
+        &self,
+        command: &Command,
+    ) -> Result<Option<Error>, BackendError> {
+        let Command::Restock {
+            pool,
+            delta,
+            request_id: Some(request_id),
+        } = command
+        else {
+            return Ok(None);
+        };
+        let shared = &self.shared;
+        let own = shared.first_partition(command);
+        for partition in (0..shared.partitions).filter(|&k| k != own) {
+            let op = Op {
+                name: "restock_seen",
+                args: vec![request_id.to_string(), pool.to_string(), delta.to_string()],
+            };
+            match shared.submit_one(partition, op).await? {
+                Answer::Unseen => {}
+                Answer::Done(Err(conflict)) => return Ok(Some(conflict)),
+                other => return Err(unexpected_answer(&other)),
+            }
+        }
+        Ok(None)
     }
 
     /// Finishes one command from the library's answer to it at `partition`.

@@ -6,7 +6,7 @@
 
 use serde::Deserialize;
 use serde_json::Value;
-use stockd_core::{Command, Error, HoldId, HoldItem, HoldView, PoolId, PoolView, Reply};
+use stockd_core::{Command, Error, HoldId, HoldItem, HoldView, PoolId, PoolView, Reply, RequestId};
 
 /// One command as the library's `call` takes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +63,20 @@ pub fn encode(command: &Command, route: Route) -> Op {
                 if *if_absent { "1" } else { "0" }.to_string(),
             ],
         ),
-        Command::Restock { pool, delta } => ("restock", vec![pool.to_string(), delta.to_string()]),
+        Command::Restock {
+            pool,
+            delta,
+            request_id,
+        } => (
+            "restock",
+            vec![
+                pool.to_string(),
+                delta.to_string(),
+                request_id
+                    .as_ref()
+                    .map_or_else(|| "-".to_string(), |r| r.to_string()),
+            ],
+        ),
         Command::GetPool { pool } => ("get_pool", vec![pool.to_string()]),
         Command::ListPools {
             prefix,
@@ -196,6 +209,8 @@ pub enum Answer {
     },
     /// The hold lives in another partition.
     Moved(u32),
+    /// `restock_seen`: this partition remembers no conflicting restock of the request id.
+    Unseen,
     /// The hold's pools span partitions: run the cross-partition protocol with this partition
     /// as home.
     Cross,
@@ -332,6 +347,9 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
     if flag("gone") {
         return Ok(Answer::Gone);
     }
+    if flag("unseen") {
+        return Ok(Answer::Unseen);
+    }
     if object.get("part").and_then(Value::as_str) == Some("ok") {
         return Ok(Answer::PartOk);
     }
@@ -448,6 +466,15 @@ fn error(code: &str, value: &Value) -> Result<Error, DecodeError> {
             expires_at_ms: number("expires_at_ms")?,
         },
         "not_lock_owner" => Error::NotLockOwner,
+        "request_id_conflict" => Error::RequestIdConflict {
+            request_id: RequestId::parse(text("request_id")?)
+                .map_err(|e| DecodeError(e.to_string()))?,
+            pool: pool()?,
+            delta: value
+                .get("delta")
+                .and_then(Value::as_i64)
+                .ok_or_else(missing)?,
+        },
         other => return Err(DecodeError(format!("unknown error code {other}"))),
     })
 }

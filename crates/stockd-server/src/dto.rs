@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use stockd_core::limits::{HOLD_LIST_LIMIT_DEFAULT, HOLD_TTL_MS_DEFAULT, POOL_LIST_LIMIT_DEFAULT};
-use stockd_core::{Command, HoldId, OwnerId, PoolId, PoolSpec, ReserveRequest, UserId};
+use stockd_core::{Command, HoldId, OwnerId, PoolId, PoolSpec, RequestId, ReserveRequest, UserId};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiError;
@@ -55,9 +55,24 @@ impl PoolBody {
 pub(crate) struct RestockBody {
     /// Non-zero change of total and available; may be negative.
     pub delta: i64,
+    /// Names this restock so that a retry changes nothing: the same id, pool and delta answer
+    /// the pool as it is now; the id with another pool or delta is `request_id_conflict`.
+    /// Remembered for the hold retention from the restock.
+    #[schema(value_type = Option<String>)]
+    pub request_id: Option<RequestId>,
 }
 
 impl Wire for RestockBody {}
+
+impl RestockBody {
+    pub(crate) fn into_command(self, pool: PoolId) -> Command {
+        Command::Restock {
+            pool,
+            delta: self.delta,
+            request_id: self.request_id,
+        }
+    }
+}
 
 /// `?if_absent=true` on `PUT /v1/pools/{pool}`.
 #[derive(Debug, Deserialize, IntoParams)]

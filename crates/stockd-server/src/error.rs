@@ -105,6 +105,7 @@ fn core_status(error: &Error) -> StatusCode {
         | Error::HoldConfirmed { .. }
         | Error::HoldRefunded { .. }
         | Error::HoldNotConfirmed { .. }
+        | Error::RequestIdConflict { .. }
         | Error::LockHeld { .. }
         | Error::NotLockOwner => StatusCode::CONFLICT,
         // The consumer's position is gone for good: 410, not a retryable conflict.
@@ -224,6 +225,15 @@ fn core_details<M: SerializeMap>(error: &Error, map: &mut M) -> Result<(), M::Er
         | Error::HoldConfirmed { hold_id }
         | Error::HoldRefunded { hold_id }
         | Error::HoldNotConfirmed { hold_id } => map.serialize_entry("hold_id", hold_id)?,
+        Error::RequestIdConflict {
+            request_id,
+            pool,
+            delta,
+        } => {
+            map.serialize_entry("request_id", request_id)?;
+            map.serialize_entry("pool", pool)?;
+            map.serialize_entry("delta", delta)?;
+        }
         Error::LockHeld { expires_at_ms } => map.serialize_entry("expires_at_ms", expires_at_ms)?,
         Error::EventsExpired { after, oldest_seq } => {
             map.serialize_entry("after", after)?;
@@ -351,6 +361,14 @@ mod tests {
             (Error::HoldConfirmed { hold_id: hold() }, 409),
             (Error::HoldRefunded { hold_id: hold() }, 409),
             (Error::HoldNotConfirmed { hold_id: hold() }, 409),
+            (
+                Error::RequestIdConflict {
+                    request_id: stockd_core::RequestId::parse("r").unwrap(),
+                    pool: pool(),
+                    delta: 3,
+                },
+                409,
+            ),
             (Error::LockHeld { expires_at_ms: 9 }, 409),
             (Error::NotLockOwner, 409),
             (
@@ -383,6 +401,7 @@ mod tests {
                 "pool_has_active_holds" => &["pool", "held"],
                 "lock_held" => &["expires_at_ms"],
                 "events_expired" => &["after", "oldest_seq"],
+                "request_id_conflict" => &["request_id", "pool", "delta"],
                 code if code.starts_with("hold_") => &["hold_id"],
                 code => panic!("{code}: no details in the contract's table"),
             };

@@ -199,7 +199,10 @@ const BODY_RULES: &[(&str, &[(&str, Rule)])] = &[
     ),
     (
         "RestockBody",
-        &[("delta", Rule::NonZero { max: TOTAL_MAX })],
+        &[
+            ("delta", Rule::NonZero { max: TOTAL_MAX }),
+            ("request_id", Rule::Id),
+        ],
     ),
     (
         "HoldItem",
@@ -354,6 +357,8 @@ enum Detail {
     Id,
     /// An integer `>= min`.
     Int(u64),
+    /// A restock delta: a non-zero integer within `-TOTAL_MAX..=TOTAL_MAX`.
+    Delta,
 }
 
 /// One error code: its status, the detail fields next to `error` and `message`, and what it
@@ -408,6 +413,7 @@ const ERRORS: &[ErrorSpec] = &[
     error("hold_confirmed", 409, &[HOLD_ID], "the hold is confirmed"),
     error("hold_refunded", 409, &[HOLD_ID], "the hold was refunded"),
     error("hold_not_confirmed", 409, &[HOLD_ID], "the hold is not confirmed"),
+    error("request_id_conflict", 409, &[("request_id", Detail::Id), POOL, ("delta", Detail::Delta)], "the request_id names an earlier restock of another pool or delta (its pool and delta are given); nothing changed"),
     error("lock_held", 409, &[n("expires_at_ms")], "the lock is held (by another owner or by this one)"),
     error("not_lock_owner", 409, &[], "not the current owner and token, or the lease lapsed"),
     error("events_expired", 410, &[n("after"), n("oldest_seq")], "some event after `after` is no longer kept: repair your copy, then resume from oldest_seq - 1"),
@@ -430,7 +436,14 @@ const OPERATION_ERRORS: &[(&str, &[&str])] = &[
     ("delete_pool", &["pool_not_found", "pool_has_active_holds"]),
     ("list_pools", &[]),
     ("list_holds", &[]),
-    ("restock_pool", &["pool_not_found", "insufficient_stock"]),
+    (
+        "restock_pool",
+        &[
+            "pool_not_found",
+            "insufficient_stock",
+            "request_id_conflict",
+        ],
+    ),
     (
         "reserve",
         &[
@@ -790,6 +803,17 @@ fn error_schema(spec: &ErrorSpec) -> RefOr<Schema> {
                 .schema_type(Type::Integer)
                 .minimum(Some(number(*min)))
                 .into(),
+            Detail::Delta => {
+                let mut schema: RefOr<Schema> =
+                    ObjectBuilder::new().schema_type(Type::Integer).into();
+                apply_rule(
+                    &mut schema,
+                    Rule::NonZero { max: TOTAL_MAX },
+                    name,
+                    &mut Vec::new(),
+                );
+                schema
+            }
         };
         details = details.property(*name, schema).required(*name);
     }
@@ -1241,6 +1265,11 @@ mod tests {
                 hold_id: hold_id.clone(),
             },
             Error::HoldNotConfirmed { hold_id },
+            Error::RequestIdConflict {
+                request_id: stockd_core::RequestId::parse("r").unwrap(),
+                pool: PoolId::parse("p").unwrap(),
+                delta: 1,
+            },
             Error::LockHeld { expires_at_ms: 1 },
             Error::NotLockOwner,
             Error::EventsExpired {
@@ -1268,6 +1297,7 @@ mod tests {
                 | Error::HoldConfirmed { .. }
                 | Error::HoldRefunded { .. }
                 | Error::HoldNotConfirmed { .. }
+                | Error::RequestIdConflict { .. }
                 | Error::LockHeld { .. }
                 | Error::NotLockOwner
                 | Error::EventsExpired { .. } => {}
@@ -1501,6 +1531,7 @@ mod tests {
         let restock = |delta: i64| Command::Restock {
             pool: pool_id(),
             delta,
+            request_id: None,
         };
         let max = max as i64;
         assert!(restock(max).validate().is_ok() && restock(-max).validate().is_ok());

@@ -7,7 +7,7 @@
 //! both directions.
 
 use serde::{Deserialize, Serialize};
-use stockd_core::{Event, EventKind, HoldId, HoldView, PoolId, PoolView, UserId};
+use stockd_core::{Event, EventKind, HoldId, HoldView, PoolId, PoolView, RequestId, UserId};
 use utoipa::ToSchema;
 
 /// An empty object: the body of confirm and release, which may also be absent, empty or `null`.
@@ -265,6 +265,10 @@ pub(crate) struct EventObject {
     #[schema(nullable = false)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restock: Option<bool>,
+    /// `restocked` only: the request id the restock named, if it named one.
+    #[schema(value_type = Option<String>, nullable = false)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<RequestId>,
 }
 
 impl From<&Event> for EventObject {
@@ -284,6 +288,7 @@ impl From<&Event> for EventObject {
             low_stock_threshold,
             expires_at_ms,
             restock,
+            request_id,
         } = event;
         EventObject {
             seq: *seq,
@@ -299,6 +304,7 @@ impl From<&Event> for EventObject {
             low_stock_threshold: *low_stock_threshold,
             expires_at_ms: *expires_at_ms,
             restock: *restock,
+            request_id: request_id.clone(),
         }
     }
 }

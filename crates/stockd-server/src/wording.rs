@@ -40,7 +40,7 @@ pub(crate) fn rule(path: &str, field: &str) -> Option<String> {
         "delta" => format!("a non-zero integer from -{TOTAL_MAX} to {TOTAL_MAX}"),
         "token" => "the fencing token acquire answered (a non-negative integer)".to_string(),
         "confirm" | "if_absent" => "true or false".to_string(),
-        "hold_id" | "pool" | "user" | "owner" => id_rule(),
+        "hold_id" | "pool" | "user" | "owner" | "request_id" => id_rule(),
         "items" => format!("a list of 1 to {HOLD_ITEMS_MAX} objects {{\"pool\", \"qty\"}}"),
         "ops" => format!("a list of 1 to {BATCH_OPS_MAX} ops"),
         "limit" if path.starts_with("events") => format!("an integer from 1 to {EVENT_LIMIT_MAX}"),

@@ -365,6 +365,45 @@ fn pool_and_hold_commands_against_a_real_server() {
     // A status that is not one is refused before anything is sent (usage, exit 2).
     let bad = server.stockd(&["hold", "list", "--status", "sold"]);
     assert_eq!(bad.code, Some(2), "{}", bad.describe());
+    // With --request-id, running the restock again changes nothing; another delta is refused.
+    for _ in 0..2 {
+        let pool = server
+            .stockd(&[
+                "pool",
+                "restock",
+                "sku-1",
+                "--delta",
+                "4",
+                "--request-id",
+                "restock-1",
+                "--json",
+            ])
+            .ok_json();
+        assert_eq!(
+            (pool["total"].as_u64(), pool["available"].as_u64()),
+            (Some(12), Some(9)),
+            "{pool}"
+        );
+    }
+    server
+        .stockd(&[
+            "pool",
+            "restock",
+            "sku-1",
+            "--delta",
+            "5",
+            "--request-id",
+            "restock-1",
+        ])
+        .fails(4, "request_id_conflict");
+    let out = server
+        .stockd(&["pool", "restock", "sku-1", "--delta", "-4"])
+        .ok()
+        .to_owned();
+    assert!(
+        out.contains("total 8, available 5, held 0, sold 3"),
+        "{out}"
+    );
 
     let page = server.stockd(&["pool", "list", "--json"]).ok_json();
     assert_eq!(page["pools"].as_array().map(Vec::len), Some(1), "{page}");

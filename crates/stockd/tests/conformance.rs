@@ -222,6 +222,17 @@ impl Case {
         )
     }
 
+    /// A restock with a whole body (a `request_id`, or a bad one).
+    fn restock_with(self, pool: &str, body: Value, status: u16, expect: Value) -> Case {
+        self.req(
+            "POST",
+            &format!("/v1/pools/{pool}/restock"),
+            Some(body),
+            status,
+            expect,
+        )
+    }
+
     fn delete_pool(self, pool: &str, status: u16, expect: Value) -> Case {
         self.req("DELETE", &format!("/v1/pools/{pool}"), None, status, expect)
     }
@@ -951,6 +962,64 @@ fn pool_cases() -> Vec<Case> {
             .get_pool("{p}-a", counts(10, 10, 0, 0))
             .restock("{p}-a", -10, 200, counts(0, 0, 0, 0))
             .restock("{p}-a", 1, 200, counts(1, 1, 0, 0)),
+        case("restock: a retry with its request_id changes nothing and answers the pool as it is now")
+            .put_pool("{p}-a", json!({"total": 10}), 201, counts(10, 10, 0, 0))
+            .restock_with("{p}-a", json!({"delta": 5, "request_id": "{p}-r"}), 200, json!({"pool": "{p}-a", "total": 15, "available": 15}))
+            .reserve(json!({"hold_id": "{p}-h", "items": [{"pool": "{p}-a", "qty": 4}]}), 201, status("held"))
+            .restock_with("{p}-a", json!({"delta": 5, "request_id": "{p}-r"}), 200, counts(15, 11, 4, 0))
+            .restock_with("{p}-a", json!({"delta": 5, "request_id": "{p}-r"}), 200, counts(15, 11, 4, 0))
+            .get_pool("{p}-a", counts(15, 11, 4, 0))
+            .events(json!([
+                ev("pool_upserted", json!({"pool": "{p}-a"})),
+                ev("restocked", json!({"pool": "{p}-a", "delta": 5, "total": 15, "available": 15, "request_id": "{p}-r"})),
+                ev("held", json!({"hold_id": "{p}-h"})),
+            ])),
+        case("restock: a request_id with another delta or on another pool is 409 request_id_conflict, nothing changes")
+            .put_pool("{p}-a", json!({"total": 10}), 201, counts(10, 10, 0, 0))
+            .put_pool("{p}-b", json!({"total": 10}), 201, counts(10, 10, 0, 0))
+            .restock_with("{p}-a", json!({"delta": 5, "request_id": "{p}-r"}), 200, counts(15, 15, 0, 0))
+            .restock_with("{p}-a", json!({"delta": 4, "request_id": "{p}-r"}), 409,
+                json!({"error": "request_id_conflict", "request_id": "{p}-r", "pool": "{p}-a", "delta": 5}))
+            .restock_with("{p}-a", json!({"delta": -5, "request_id": "{p}-r"}), 409,
+                json!({"error": "request_id_conflict", "request_id": "{p}-r", "pool": "{p}-a", "delta": 5}))
+            .restock_with("{p}-b", json!({"delta": 5, "request_id": "{p}-r"}), 409,
+                json!({"error": "request_id_conflict", "request_id": "{p}-r", "pool": "{p}-a", "delta": 5}))
+            .restock_with("{p}-nope", json!({"delta": 5, "request_id": "{p}-r"}), 409,
+                json!({"error": "request_id_conflict", "request_id": "{p}-r", "pool": "{p}-a", "delta": 5}))
+            .get_pool("{p}-a", counts(15, 15, 0, 0))
+            .get_pool("{p}-b", counts(10, 10, 0, 0)),
+        case("restock: without request_id each restock adds; null is absent")
+            .put_pool("{p}-a", json!({"total": 1}), 201, counts(1, 1, 0, 0))
+            .restock("{p}-a", 2, 200, counts(3, 3, 0, 0))
+            .restock("{p}-a", 2, 200, counts(5, 5, 0, 0))
+            .restock_with("{p}-a", json!({"delta": 2, "request_id": null}), 200, counts(7, 7, 0, 0))
+            .restock_with("{p}-a", json!({"delta": 2, "request_id": null}), 200, counts(9, 9, 0, 0))
+            .events(json!([
+                ev("pool_upserted", json!({"pool": "{p}-a"})),
+                ev("restocked", json!({"pool": "{p}-a", "delta": 2, "total": 3})),
+                ev("restocked", json!({"pool": "{p}-a", "delta": 2, "total": 5})),
+                ev("restocked", json!({"pool": "{p}-a", "delta": 2, "total": 7})),
+                ev("restocked", json!({"pool": "{p}-a", "delta": 2, "total": 9})),
+            ])),
+        case("restock: a bad request_id is 422 invalid_request, nothing changes")
+            .put_pool("{p}-a", json!({"total": 1}), 201, counts(1, 1, 0, 0))
+            .restock_with("{p}-a", json!({"delta": 1, "request_id": ""}), 422, err("invalid_request"))
+            .restock_with("{p}-a", json!({"delta": 1, "request_id": "-r"}), 422, err("invalid_request"))
+            .restock_with("{p}-a", json!({"delta": 1, "request_id": "a b"}), 422, err("invalid_request"))
+            .restock_with("{p}-a", json!({"delta": 1, "request_id": id_of_len(129)}), 422, err("invalid_request"))
+            .restock_with("{p}-a", json!({"delta": 1, "request_id": 7}), 422, err("invalid_request"))
+            .restock_with("{p}-a", json!({"delta": 0, "request_id": "{p}-r"}), 422, err("invalid_request"))
+            .get_pool("{p}-a", counts(1, 1, 0, 0))
+            .restock_with("{p}-a", json!({"delta": 1, "request_id": "{p}-r"}), 200, counts(2, 2, 0, 0)),
+        case("restock: a refused restock is not remembered: its request_id is new after it")
+            .put_pool("{p}-a", json!({"total": 3}), 201, counts(3, 3, 0, 0))
+            .restock_with("{p}-a", json!({"delta": -5, "request_id": "{p}-r"}), 409, err("insufficient_stock"))
+            .restock_with("{p}-nope", json!({"delta": 5, "request_id": "{p}-r2"}), 404, err("pool_not_found"))
+            .restock("{p}-a", 10, 200, counts(13, 13, 0, 0))
+            .restock_with("{p}-a", json!({"delta": -5, "request_id": "{p}-r"}), 200, counts(8, 8, 0, 0))
+            .restock_with("{p}-a", json!({"delta": -5, "request_id": "{p}-r"}), 200, counts(8, 8, 0, 0))
+            .restock_with("{p}-a", json!({"delta": 1, "request_id": "{p}-r2"}), 200, counts(9, 9, 0, 0))
+            .get_pool("{p}-a", counts(9, 9, 0, 0)),
         case("restock: a missing pool is 404 pool_not_found")
             .restock("{p}-nope", 5, 404, err("pool_not_found"))
             .get("/v1/pools/{p}-nope", 404, err("pool_not_found")),

@@ -544,3 +544,54 @@ async fn expiry_happens_after_a_restart() {
         .count();
     assert_eq!(expired, 1, "exactly one expired event");
 }
+
+/// A restock whose answer the client never saw (the server SIGKILLed right after it was durable
+/// and answered) is retried with its request id on the restarted server: 200, the stock added
+/// once, one `restocked` event; another delta is still a conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restock_retried_after_a_restart_adds_once() {
+    let mut server = Server::start().await;
+    let api = server.api();
+    let (status, _) = api
+        .call("PUT", "/v1/pools/r-a", Some(json!({"total": 10})))
+        .await;
+    assert_eq!(status, 201);
+    let body = json!({"delta": 5, "request_id": "r-r1"});
+    let (status, pool) = api
+        .call("POST", "/v1/pools/r-a/restock", Some(body.clone()))
+        .await;
+    assert_eq!((status, &pool["total"]), (200, &json!(15)), "{pool}");
+
+    server.restart().await;
+    let api = server.api();
+    for _ in 0..2 {
+        let (status, pool) = api
+            .call("POST", "/v1/pools/r-a/restock", Some(body.clone()))
+            .await;
+        assert_eq!(
+            (status, &pool["total"], &pool["available"]),
+            (200, &json!(15), &json!(15)),
+            "{pool}"
+        );
+    }
+    let (status, refused) = api
+        .call(
+            "POST",
+            "/v1/pools/r-a/restock",
+            Some(json!({"delta": 4, "request_id": "r-r1"})),
+        )
+        .await;
+    assert_eq!(
+        (status, &refused["error"]),
+        (409, &json!("request_id_conflict")),
+        "{refused}"
+    );
+    let restocked: Vec<Value> = api
+        .events_after(0)
+        .await
+        .into_iter()
+        .filter(|e| e["type"] == "restocked" && e["pool"] == "r-a")
+        .collect();
+    assert_eq!(restocked.len(), 1, "{restocked:?}");
+    assert_eq!(restocked[0]["request_id"], "r-r1");
+}

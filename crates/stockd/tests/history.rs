@@ -185,9 +185,18 @@ async fn client(api: Api, process: u32, seed: u64, shared: Arc<Shared>, recorder
             } else {
                 -rng.gen_range(1..=6)
             };
+            // Half of them name a request id: a new one, or now and then one every client
+            // shares (a conflict, unless it is the first). They are sent again below, as
+            // reserves are: retries that must change nothing.
+            made += 1;
+            let request_id = rng.gen_bool(0.5).then(|| match rng.gen_bool(0.1) {
+                true => "r-shared".to_string(),
+                false => format!("r{process}-{made}"),
+            });
             Request::Restock {
                 pool: group[rng.gen_range(0..group.len())].clone(),
                 delta,
+                request_id,
             }
         } else {
             let ttl_ms = rng.gen_range(150..=400);
@@ -216,6 +225,21 @@ async fn client(api: Api, process: u32, seed: u64, shared: Arc<Shared>, recorder
 
         let outcome = recorder.perform(&api, process, request.clone()).await;
         // Holds that may exist are the ones others race on.
+        if let (
+            Request::Restock {
+                request_id: Some(_),
+                ..
+            },
+            None | Some((200, _)),
+        ) = (&request, status_of(&outcome))
+        {
+            if !sent.contains(&request) {
+                sent.push(request.clone());
+                if sent.len() > 8 {
+                    sent.remove(0);
+                }
+            }
+        }
         if let (Request::Reserve { hold_id, .. }, None | Some((200 | 201, _))) =
             (&request, status_of(&outcome))
         {
@@ -234,7 +258,14 @@ async fn client(api: Api, process: u32, seed: u64, shared: Arc<Shared>, recorder
             }
         }
         match (&request, status_of(&outcome)) {
-            (Request::Reserve { .. }, None) => retries.push(request),
+            (Request::Reserve { .. }, None)
+            | (
+                Request::Restock {
+                    request_id: Some(_),
+                    ..
+                },
+                None,
+            ) => retries.push(request),
             (Request::LockAcquire { name, .. }, Some((200, body))) => {
                 lease = body["token"].as_u64().map(|token| (name.clone(), token));
             }

@@ -15,7 +15,7 @@ use crate::ids::{HoldId, PoolId, UserId};
 use crate::record::{Change, Event, EventKind, Record};
 use crate::view::HoldStatus;
 
-use super::{Hold, Lock, Pool, State};
+use super::{Hold, Lock, Pool, RestockRequest, State};
 
 impl State {
     /// Applies one record: the single path by which state changes, live and in recovery.
@@ -74,7 +74,28 @@ impl State {
                     self.freed_pools.push(id.clone());
                 }
             }
-            Change::Restocked { pool: id, delta } => {
+            Change::Restocked { pool: id, delta }
+            | Change::RestockedWithRequestId {
+                pool: id, delta, ..
+            } => {
+                let request_id = match &record.change {
+                    Change::RestockedWithRequestId { request_id, .. } => Some(request_id),
+                    _ => None,
+                };
+                if let Some(request_id) = request_id {
+                    self.data.restock_requests.insert(
+                        request_id.clone(),
+                        RestockRequest {
+                            pool: id.clone(),
+                            delta: *delta,
+                            at_ms,
+                        },
+                    );
+                    self.request_purge_queue.push(Reverse((
+                        at_ms.saturating_add(self.config.hold_retention_ms),
+                        request_id.clone(),
+                    )));
+                }
                 let pool = self.data.pools.get_mut(id).expect("restocked pool exists");
                 let before = pool.available;
                 if *delta >= 0 {
@@ -91,6 +112,7 @@ impl State {
                 event.delta = Some(*delta);
                 event.total = Some(total);
                 event.available = Some(available);
+                event.request_id = request_id.cloned();
                 events.push(event);
                 self.note_available(id, before, at_ms, events);
             }

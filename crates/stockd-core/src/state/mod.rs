@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use crate::command::HoldItem;
 use crate::command::{Command, LockRequest, Outcome, Reply, ReserveRequest};
 use crate::error::Error;
-use crate::ids::{HoldId, LockName, OwnerId, PoolId, UserId};
+use crate::ids::{HoldId, LockName, OwnerId, PoolId, RequestId, UserId};
 use crate::limits::{CONFIRMED_RETENTION_MS_DEFAULT, HOLD_RETENTION_MS_DEFAULT};
 use crate::record::{Change, Event, Record};
 use crate::view::{HoldStatus, HoldView, PoolView};
@@ -124,6 +124,15 @@ struct Hold {
     finished_at_ms: Option<u64>,
 }
 
+/// What a restock's request id is remembered for: the first request, and when it was applied
+/// (the retention runs from there).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct RestockRequest {
+    pool: PoolId,
+    delta: i64,
+    at_ms: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Lock {
     owner: OwnerId,
@@ -143,6 +152,8 @@ pub struct Snapshot {
     next_seq: u64,
     next_generation: u64,
     next_fence_token: u64,
+    /// Restocks that named a request id, kept for the hold retention from the restock.
+    restock_requests: HashMap<RequestId, RestockRequest>,
 }
 
 impl Default for Snapshot {
@@ -154,6 +165,56 @@ impl Default for Snapshot {
             next_seq: 1,
             next_generation: 1,
             next_fence_token: 1,
+            restock_requests: HashMap::new(),
+        }
+    }
+}
+
+/// The state as snapshot formats 2 and 3 stored it, before restocks had request ids: every
+/// field of [`Snapshot`] up to `next_fence_token`, in the same order (postcard is positional).
+/// An engine reads it to open a data directory of an earlier release.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotV3 {
+    pools: BTreeMap<PoolId, Pool>,
+    holds: HashMap<HoldId, Box<Hold>>,
+    locks: HashMap<LockName, Lock>,
+    next_seq: u64,
+    next_generation: u64,
+    next_fence_token: u64,
+}
+
+impl From<SnapshotV3> for Snapshot {
+    fn from(old: SnapshotV3) -> Self {
+        let SnapshotV3 {
+            pools,
+            holds,
+            locks,
+            next_seq,
+            next_generation,
+            next_fence_token,
+        } = old;
+        Snapshot {
+            pools,
+            holds,
+            locks,
+            next_seq,
+            next_generation,
+            next_fence_token,
+            restock_requests: HashMap::new(),
+        }
+    }
+}
+
+impl From<&Snapshot> for SnapshotV3 {
+    /// What an earlier release would have written (for tests of the reading path).
+    fn from(snapshot: &Snapshot) -> Self {
+        SnapshotV3 {
+            pools: snapshot.pools.clone(),
+            holds: snapshot.holds.clone(),
+            locks: snapshot.locks.clone(),
+            next_seq: snapshot.next_seq,
+            next_generation: snapshot.next_generation,
+            next_fence_token: snapshot.next_fence_token,
         }
     }
 }
@@ -178,6 +239,8 @@ pub struct State {
     // checked against `data` when popped, which keeps extend/confirm O(log n) without removal.
     expiry_queue: BinaryHeap<Reverse<(u64, HoldId)>>,
     purge_queue: BinaryHeap<Reverse<(u64, HoldId)>>,
+    /// Restock request ids by the time they are forgotten (restock time + hold retention).
+    request_purge_queue: BinaryHeap<Reverse<(u64, RequestId)>>,
     lock_expiry_queue: BinaryHeap<Reverse<(u64, LockName)>>,
     /// Hold ids in order: every hold in `data.holds`, and per pool of its items and per user,
     /// for `list_holds` to page through without a scan. Exact, unlike the queues: kept in step
@@ -215,6 +278,7 @@ impl State {
             data,
             expiry_queue: BinaryHeap::new(),
             purge_queue: BinaryHeap::new(),
+            request_purge_queue: BinaryHeap::new(),
             lock_expiry_queue: BinaryHeap::new(),
             hold_index: HoldIndex::default(),
             waiters: HashMap::new(),
@@ -244,6 +308,12 @@ impl State {
                         .push(Reverse((purge_at_ms, hold_id.clone())));
                 }
             }
+        }
+        for (request_id, request) in &state.data.restock_requests {
+            let forget_at_ms = request.at_ms.saturating_add(state.config.hold_retention_ms);
+            state
+                .request_purge_queue
+                .push(Reverse((forget_at_ms, request_id.clone())));
         }
         for (name, lock) in &state.data.locks {
             state
@@ -303,9 +373,11 @@ impl State {
                 spec,
                 if_absent,
             } => Step::Done(self.put_pool(pool, spec, if_absent, now_ms, effects)),
-            Command::Restock { pool, delta } => {
-                Step::Done(self.restock(pool, delta, now_ms, effects))
-            }
+            Command::Restock {
+                pool,
+                delta,
+                request_id,
+            } => Step::Done(self.restock(pool, delta, request_id, now_ms, effects)),
             Command::GetPool { pool } => Step::Done(self.get_pool(pool)),
             Command::ListPools {
                 prefix,

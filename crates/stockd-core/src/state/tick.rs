@@ -1,5 +1,5 @@
-//! What the passing of time does: holds expire, leases lapse, waits run out, finished holds are
-//! forgotten past retention, and when the next of these is due.
+//! What the passing of time does: holds expire, leases lapse, waits run out, finished holds and
+//! restock request ids are forgotten past retention, and when the next of these is due.
 //!
 //! Only `tick` writes records (expiries, and whatever the waiters it answers decide); forgetting
 //! writes none, so recovery can redo it with `forget_past_retention`. Nothing here may read a
@@ -57,17 +57,19 @@ impl State {
             effects.woken.push((id, outcome));
         }
         self.purge_retained(now_ms, PURGES_PER_TICK_MAX);
+        self.forget_restock_requests(now_ms, PURGES_PER_TICK_MAX);
         self.serve_freed(now_ms, effects);
     }
 
-    /// What time does without a record: forgets finished holds past retention and lapsed
-    /// leases, all of them. Recovery and the snapshot builder call it after replaying records
-    /// (replay alone keeps them, since forgetting writes nothing to the log); it answers no
-    /// waiter.
+    /// What time does without a record: forgets finished holds and restock request ids past
+    /// retention and lapsed leases, all of them. Recovery and the snapshot builder call it after
+    /// replaying records (replay alone keeps them, since forgetting writes nothing to the log);
+    /// it answers no waiter.
     pub fn forget_past_retention(&mut self, now_ms: u64) {
         self.drop_lapsed_locks(now_ms);
         self.freed_locks.clear();
         self.purge_retained(now_ms, usize::MAX);
+        self.forget_restock_requests(now_ms, usize::MAX);
     }
 
     fn drop_lapsed_locks(&mut self, now_ms: u64) {
@@ -108,6 +110,39 @@ impl State {
         }
     }
 
+    /// Forgets restock request ids past retention (a forgotten id is new again). Like a hold,
+    /// an id is forgotten without a record: a replay remembers it from its record, then
+    /// forgets it the same way.
+    fn forget_restock_requests(&mut self, now_ms: u64, forgets_max: usize) {
+        let mut forgotten = 0;
+        while let Some(Reverse((forget_at_ms, _))) = self.request_purge_queue.peek() {
+            if *forget_at_ms > now_ms || forgotten == forgets_max {
+                break;
+            }
+            let Reverse((_, request_id)) = self.request_purge_queue.pop().expect("peeked");
+            // Skip a stale entry: the id was forgotten and used again, and its new use has an
+            // entry of its own.
+            if self.restock_request_past_retention(&request_id, now_ms) {
+                self.data.restock_requests.remove(&request_id);
+                forgotten += 1;
+            }
+        }
+    }
+
+    /// Whether a remembered request id is due to be forgotten at `now_ms`.
+    pub(in crate::state) fn restock_request_past_retention(
+        &self,
+        request_id: &crate::ids::RequestId,
+        now_ms: u64,
+    ) -> bool {
+        self.data
+            .restock_requests
+            .get(request_id)
+            .is_some_and(|request| {
+                request.at_ms.saturating_add(self.config.hold_retention_ms) <= now_ms
+            })
+    }
+
     /// The earliest time at which [`State::tick`] has something to do, if any.
     pub fn next_deadline_ms(&self) -> Option<u64> {
         [
@@ -115,6 +150,7 @@ impl State {
             self.lock_expiry_queue.peek().map(|Reverse((t, _))| *t),
             self.waiter_deadlines.peek().map(|Reverse((t, _))| *t),
             self.purge_queue.peek().map(|Reverse((t, _))| *t),
+            self.request_purge_queue.peek().map(|Reverse((t, _))| *t),
         ]
         .into_iter()
         .flatten()

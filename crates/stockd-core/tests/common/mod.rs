@@ -8,7 +8,7 @@
 use stockd_core::limits::HOLD_TTL_MS_DEFAULT;
 use stockd_core::{
     Command, Effects, Error, Event, HoldId, HoldItem, LockName, LockRequest, Outcome, OwnerId,
-    PoolId, PoolSpec, Record, ReserveRequest, State, Step, UserId, WaiterId,
+    PoolId, PoolSpec, Record, RequestId, ReserveRequest, State, Step, UserId, WaiterId,
 };
 
 pub fn pool_id(text: &str) -> PoolId {
@@ -53,6 +53,16 @@ pub fn restock(pool: &str, delta: i64) -> Command {
     Command::Restock {
         pool: pool_id(pool),
         delta,
+        request_id: None,
+    }
+}
+
+/// A restock naming a request id.
+pub fn restock_once(pool: &str, delta: i64, request: &str) -> Command {
+    Command::Restock {
+        pool: pool_id(pool),
+        delta,
+        request_id: Some(RequestId::parse(request).unwrap()),
     }
 }
 

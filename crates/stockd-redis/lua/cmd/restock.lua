@@ -1,9 +1,43 @@
 -- cmd/restock.lua: adds units to a pool, or takes available units away.
 -- Mirrors stockd-core src/state/cmd/restock.rs.
 
--- restock POOL DELTA
+-- A restock's request id is remembered in its pool's partition, in the key `rid:ID` (value
+-- 'AT_MS DELTA POOL'), written in the same call as the restock. It is forgotten at AT_MS + the
+-- hold retention by the call's clock, as the core forgets it; the key's expiry frees the memory
+-- an hour later (S.FORGOTTEN_KEY_MARGIN_MS, as for holds).
+function S.restock_request_get(request_id)
+    local text = redis.call('GET', S.key('rid', request_id))
+    if not text then return nil end
+    local at_ms, delta, pool = string.match(text, '^(%d+) (%-?%d+) (.+)$')
+    at_ms = tonumber(at_ms)
+    if at_ms + S.hold_retention_ms <= S.now then return nil end
+    return { at_ms = at_ms, delta = tonumber(delta), pool = pool }
+end
+
+function S.request_id_conflict(request_id, first)
+    return S.error('request_id_conflict', { { 'request_id', request_id, 's' },
+        { 'pool', first.pool, 's' }, { 'delta', first.delta, 'n' } })
+end
+
+-- restock POOL DELTA REQUEST_ID ('-' for none)
 C.restock = function(a)
     local id, delta = a[1], tonumber(a[2])
+    local request_id = a[3]
+    if request_id == '-' then request_id = nil end
+    if request_id then
+        local first = S.restock_request_get(request_id)
+        if first then
+            -- A retry changes nothing; the id with another pool or delta is a conflict.
+            if first.pool ~= id or first.delta ~= delta then
+                return S.request_id_conflict(request_id, first)
+            end
+            local pool = S.pool_get(id)
+            if not pool then
+                return S.error('pool_not_found', { { 'pool', id, 's' } })
+            end
+            return S.pool_reply(pool, false)
+        end
+    end
     local pool = S.pool_get(id)
     if not pool then
         return S.error('pool_not_found', { { 'pool', id, 's' } })
@@ -20,9 +54,27 @@ C.restock = function(a)
     pool.total = pool.total + delta
     pool.available = pool.available + delta
     S.pool_put_counts(pool)
-    S.emit('restocked', { { 'pool', id, 's' }, { 'available', pool.available, 'n' },
-        { 'total', pool.total, 'n' }, { 'delta', delta, 'n' } })
+    local fields = { { 'pool', id, 's' }, { 'available', pool.available, 'n' },
+        { 'total', pool.total, 'n' }, { 'delta', delta, 'n' } }
+    if request_id then
+        -- Only a restock that succeeded is remembered: a refused one leaves the id new.
+        redis.call('SET', S.key('rid', request_id), S.now_text .. ' ' .. S.int(delta) .. ' ' .. id,
+            'PX', S.int(S.hold_retention_ms + S.FORGOTTEN_KEY_MARGIN_MS))
+        fields[#fields + 1] = { 'request_id', request_id, 's' }
+    end
+    S.emit('restocked', fields)
     if S.low_stock_crossed(pool, before) then S.emit_low_stock(pool) end
     if pool.available > before then S.note_freed_pool(id) end
     return S.pool_reply(pool, false)
+end
+
+-- restock_seen REQUEST_ID POOL DELTA: on a dataset of several partitions, a restock first asks
+-- every partition but its pool's whether the id is remembered there (for a pool of that
+-- partition): {"unseen":true}, or the conflict. Reads only.
+C.restock_seen = function(a)
+    local first = S.restock_request_get(a[1])
+    if first and (first.pool ~= a[2] or first.delta ~= tonumber(a[3])) then
+        return S.request_id_conflict(a[1], first)
+    end
+    return { kind = 'raw', json = '{"unseen":true}' }
 end

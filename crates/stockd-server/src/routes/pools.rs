@@ -47,12 +47,16 @@ pub(crate) async fn put_pool(
     path = paths::POOL_RESTOCK,
     tag = "pools",
     summary = "Change total and available by a delta (admin)",
+    description = "With a `request_id`, a retry (the same id, pool and delta) changes nothing \
+                   and answers 200 with the pool as it is now; the id with another delta or \
+                   pool is 409 `request_id_conflict`. Ids are remembered for the hold \
+                   retention from the restock; a refused restock is not remembered.",
     params(("pool" = String, Path, description = "Pool id")),
     request_body = RestockBody,
     responses(
-        (status = 200, description = "Restocked", body = PoolObject),
+        (status = 200, description = "Restocked (a retry of a request id is a no-op)", body = PoolObject),
         (status = 404, description = "`pool_not_found`", body = ErrorBody),
-        (status = 409, description = "`insufficient_stock` for a negative delta", body = ErrorBody),
+        (status = 409, description = "`insufficient_stock` for a negative delta, `request_id_conflict`", body = ErrorBody),
         (status = 422, description = "`invalid_request`", body = ErrorBody),
     )
 )]
@@ -62,11 +66,7 @@ pub(crate) async fn restock_pool(
     _: NoQuery,
     JsonBody(body): JsonBody<RestockBody>,
 ) -> Response {
-    app.execute(Command::Restock {
-        pool,
-        delta: body.delta,
-    })
-    .await
+    app.execute(body.into_command(pool)).await
 }
 
 #[utoipa::path(

@@ -626,7 +626,8 @@ mod tests {
                 command,
                 PoolCommand::Restock {
                     pool: "sku-1".into(),
-                    delta: -5
+                    delta: -5,
+                    request_id: None,
                 }
             );
         }
@@ -635,7 +636,25 @@ mod tests {
             command,
             PoolCommand::Restock {
                 pool: "sku-1".into(),
-                delta: 7
+                delta: 7,
+                request_id: None,
+            }
+        );
+        let (_, command) = pool(&[
+            "pool",
+            "restock",
+            "sku-1",
+            "--delta",
+            "7",
+            "--request-id",
+            "r-1",
+        ]);
+        assert_eq!(
+            command,
+            PoolCommand::Restock {
+                pool: "sku-1".into(),
+                delta: 7,
+                request_id: Some("r-1".into()),
             }
         );
     }

@@ -55,6 +55,10 @@ pub enum PoolCommand {
         /// Units to add (negative to remove).
         #[arg(long, allow_negative_numbers = true)]
         delta: i64,
+        /// Names this restock so that running it again (a retry) changes nothing; the same id
+        /// with another pool or delta is refused (request_id_conflict).
+        #[arg(long)]
+        request_id: Option<String>,
     },
     /// Delete a pool (refused while units are held).
     Delete {
@@ -110,15 +114,22 @@ pub(super) async fn run(session: &Session, command: PoolCommand) -> Exit {
                 .show(call, |answer| Ok(pool_table(&answer.decode()?)))
                 .await
         }
-        PoolCommand::Restock { pool, delta } => {
+        PoolCommand::Restock {
+            pool,
+            delta,
+            request_id,
+        } => {
             session
-                .show(Call::restock(&pool, delta), |answer| {
-                    Ok(pool_line(
-                        &answer.decode()?,
-                        Some("restocked"),
-                        human::now_ms(),
-                    ))
-                })
+                .show(
+                    Call::restock(&pool, delta, request_id.as_deref()),
+                    |answer| {
+                        Ok(pool_line(
+                            &answer.decode()?,
+                            Some("restocked"),
+                            human::now_ms(),
+                        ))
+                    },
+                )
                 .await
         }
         PoolCommand::Delete { pool } => {
