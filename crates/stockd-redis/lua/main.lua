@@ -1,8 +1,8 @@
--- main.lua: the library's entry points. `stockd_v1_call` runs a batch of commands in one atomic
--- step; `stockd_v1_events` reads the feed; `stockd_v1_init` and `stockd_v1_accept` write the
+-- main.lua: the library's entry points. `stockd_v2_call` runs a batch of commands in one atomic
+-- step; `stockd_v2_events` reads the feed; `stockd_v2_init` and `stockd_v2_accept` write the
 -- dataset marker. Nothing here decides a rule: it frames calls and dispatches to C.*.
 
--- FCALL stockd_v1_call 1 META PARTITION DATASET SEQ_FLOOR NOW HOLD_RET CONFIRMED_RET EVENTS_MAX
+-- FCALL stockd_v2_call 1 META PARTITION DATASET SEQ_FLOOR NOW HOLD_RET CONFIRMED_RET EVENTS_MAX
 --   CALL_ID, then groups: GROUP_LEN, then GROUP_LEN commands each as OP ARGC ARGS...
 -- A group is one client request: its commands run in order, and a command that parks (a wait)
 -- ends its group's run; the server sends the rest once the wait is over. Groups are independent.
@@ -72,7 +72,7 @@ local function call(keys, argv)
     return out
 end
 
--- FCALL_RO stockd_v1_events 1 META PARTITION DATASET SEQ_FLOOR AFTER LIMIT
+-- FCALL_RO stockd_v2_events 1 META PARTITION DATASET SEQ_FLOOR AFTER LIMIT
 -- Returns { '!' .. why } or { next_seq, oldest_kept_seq, json_1, ..., json_n } with the events
 -- of seq > AFTER; oldest_kept_seq is 0 when nothing is kept.
 local function events(keys, argv)
@@ -89,7 +89,7 @@ local function events(keys, argv)
     return out
 end
 
--- FCALL stockd_v1_init 1 META DATASET PARTITIONS: writes the marker of a new dataset unless one is
+-- FCALL stockd_v2_init 1 META DATASET PARTITIONS: writes the marker of a new dataset unless one is
 -- there. Returns the marker in place and the partition count it was made with.
 local function init(keys, argv)
     local meta = redis.call('HMGET', keys[1], 'dataset', 'partitions', 'layout')
@@ -98,7 +98,7 @@ local function init(keys, argv)
     return { argv[1], argv[2], '1' }
 end
 
--- FCALL stockd_v1_accept 1 META DATASET PARTITIONS: an operator accepts the dataset Redis has now
+-- FCALL stockd_v2_accept 1 META DATASET PARTITIONS: an operator accepts the dataset Redis has now
 -- (after a restart with less, a restore or a failover): a new marker, so that every server
 -- forgets the seqs it saw and serves this data.
 local function accept(keys, argv)
@@ -106,8 +106,8 @@ local function accept(keys, argv)
     return 'OK'
 end
 
-redis.register_function('stockd_v1_call', call)
-redis.register_function { function_name = 'stockd_v1_events', callback = events,
+redis.register_function('stockd_v2_call', call)
+redis.register_function { function_name = 'stockd_v2_events', callback = events,
     flags = { 'no-writes' } }
-redis.register_function('stockd_v1_init', init)
-redis.register_function('stockd_v1_accept', accept)
+redis.register_function('stockd_v2_init', init)
+redis.register_function('stockd_v2_accept', accept)

@@ -1,7 +1,7 @@
 //! The Redis backend of stockd: any number of stateless `stockd serve` processes in front of one
 //! Redis behave as one server.
 //!
-//! Every state change is one atomic call into the `stockd_v1` function library (`lua/`), which
+//! Every state change is one atomic call into the `stockd_v2` function library (`lua/`), which
 //! mirrors stockd-core's rules file for file; the Rust side validates commands
 //! (`Command::validate`, before any lookup), frames them, batches concurrent requests into one
 //! call per partition ([`dispatch`]), waits for parked requests (woken over pub/sub), reads the
@@ -162,7 +162,7 @@ impl Shared {
         cmd
     }
 
-    /// One `stockd_v1_call` carrying `groups`; returns the answers in order.
+    /// One `stockd_v2_call` carrying `groups`; returns the answers in order.
     async fn call(&self, partition: u32, groups: &[&[Op]]) -> Result<Vec<String>, BackendError> {
         let result = self.call_once(partition, groups).await;
         let result = match result {

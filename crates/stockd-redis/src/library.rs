@@ -1,5 +1,5 @@
 //! The Lua function library: the second implementation of stockd-core's rules, loaded into every
-//! Redis primary as library `stockd_v1`.
+//! Redis primary as library `stockd_v2`.
 //!
 //! The files under `lua/` mirror `stockd-core/src/state/` file for file (`state.lua`,
 //! `apply.lua`, `waiters.lua`, `tick.lua`, `cmd/<command>.lua`); `cross.lua` (the cross-partition
@@ -9,13 +9,13 @@
 /// The library name and the layout version it speaks. A server refuses a dataset whose marker
 /// names a layout it does not know; the next version ships `stockd_v2` beside this one, so servers
 /// of both versions can run side by side during a rolling upgrade.
-pub const LIBRARY_NAME: &str = "stockd_v1";
+pub const LIBRARY_NAME: &str = "stockd_v2";
 pub const LAYOUT_VERSION: &str = "1";
 
-pub const FN_CALL: &str = "stockd_v1_call";
-pub const FN_EVENTS: &str = "stockd_v1_events";
-pub const FN_INIT: &str = "stockd_v1_init";
-pub const FN_ACCEPT: &str = "stockd_v1_accept";
+pub const FN_CALL: &str = "stockd_v2_call";
+pub const FN_EVENTS: &str = "stockd_v2_events";
+pub const FN_INIT: &str = "stockd_v2_init";
+pub const FN_ACCEPT: &str = "stockd_v2_accept";
 
 /// The library's source files, in load order: the state and its transitions first (they
 /// define the tables the others add to), then one file per command, mirroring
