@@ -642,6 +642,31 @@ mod tests {
         })
     }
 
+    /// A pool of 5 units.
+    fn put_pool(pool: &PoolId) -> Command {
+        Command::PutPool {
+            pool: pool.clone(),
+            spec: PoolSpec {
+                total: 5,
+                ..PoolSpec::default()
+            },
+            if_absent: false,
+        }
+    }
+
+    /// A state that ran `commands` (each must succeed) at `T0`, and the events they made.
+    fn state_after(commands: &[Command]) -> (stockd_core::State, Vec<stockd_core::Event>) {
+        let mut state = stockd_core::State::new(StateConfig::default());
+        let mut effects = stockd_core::Effects::default();
+        for command in commands {
+            assert!(matches!(
+                state.execute(command.clone(), T0, &mut effects),
+                stockd_core::Step::Done(Ok(_))
+            ));
+        }
+        (state, effects.events)
+    }
+
     /// Holds in the newest snapshot on disk.
     fn snapshot_holds(dir: &std::path::Path, config: StateConfig) -> usize {
         let recovered = storage::read_durable(&RealFs, dir, 0).unwrap();
@@ -653,24 +678,8 @@ mod tests {
     /// their refunded events read as refunds with restock (the only kind there was).
     #[test]
     fn a_format_2_snapshot_still_opens() {
-        let mut state = stockd_core::State::new(StateConfig::default());
         let pool = PoolId::parse("p").unwrap();
-        let mut effects = stockd_core::Effects::default();
-        let put = Command::PutPool {
-            pool: pool.clone(),
-            spec: PoolSpec {
-                total: 5,
-                ..PoolSpec::default()
-            },
-            if_absent: false,
-        };
-        for command in [put, reserve(1)] {
-            assert!(matches!(
-                state.execute(command, T0, &mut effects),
-                stockd_core::Step::Done(Ok(_))
-            ));
-        }
-        let events = std::mem::take(&mut effects.events);
+        let (state, events) = state_after(&[put_pool(&pool), reserve(1)]);
         let old_events: Vec<EventV2> = events
             .iter()
             .map(|event| EventV2 {
@@ -731,24 +740,8 @@ mod tests {
     /// open, with no request id remembered, and their events keep their `restock`.
     #[test]
     fn a_format_3_snapshot_still_opens() {
-        let mut state = stockd_core::State::new(StateConfig::default());
         let pool = PoolId::parse("p").unwrap();
-        let mut effects = stockd_core::Effects::default();
-        let put = Command::PutPool {
-            pool: pool.clone(),
-            spec: PoolSpec {
-                total: 5,
-                ..PoolSpec::default()
-            },
-            if_absent: false,
-        };
-        for command in [put, reserve(1)] {
-            assert!(matches!(
-                state.execute(command, T0, &mut effects),
-                stockd_core::Step::Done(Ok(_))
-            ));
-        }
-        let events = std::mem::take(&mut effects.events);
+        let (state, events) = state_after(&[put_pool(&pool), reserve(1)]);
         let old_events: Vec<EventV3> = events
             .iter()
             .map(|event| EventV3 {
@@ -820,30 +813,15 @@ mod tests {
     /// from it changes nothing.
     #[test]
     fn a_snapshot_keeps_restock_request_ids() {
-        let mut state = stockd_core::State::new(StateConfig::default());
         let pool = PoolId::parse("p").unwrap();
-        let mut effects = stockd_core::Effects::default();
-        let put = Command::PutPool {
-            pool: pool.clone(),
-            spec: PoolSpec {
-                total: 5,
-                ..PoolSpec::default()
-            },
-            if_absent: false,
-        };
         let restock = Command::Restock {
             pool: pool.clone(),
             delta: 2,
             request_id: Some(stockd_core::RequestId::parse("r").unwrap()),
         };
-        for command in [put, restock.clone()] {
-            assert!(matches!(
-                state.execute(command, T0, &mut effects),
-                stockd_core::Step::Done(Ok(_))
-            ));
-        }
+        let (state, events) = state_after(&[put_pool(&pool), restock.clone()]);
         let recovered = storage::Recovered {
-            snapshot: Some(encode_snapshot(&state, effects.events.iter())),
+            snapshot: Some(encode_snapshot(&state, events.iter())),
             snapshot_lsn: 1,
             records: Vec::new(),
             truncated_tail_bytes: 0,

@@ -608,6 +608,17 @@ impl Server {
         }
     }
 
+    /// Waits up to 2 s for the process to exit (a fault point killed it); whether it did.
+    pub async fn exited(&mut self) -> bool {
+        for _ in 0..100 {
+            if !self.is_running() {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        !self.is_running()
+    }
+
     /// The last 16 KiB of the server's stderr/stdout, for failure messages.
     pub fn log_tail(&self) -> String {
         read_tail(&self.log_path, 16 * 1024)
