@@ -667,6 +667,16 @@ mod tests {
         (state, effects.events)
     }
 
+    /// What recovery reads from a data directory holding only this snapshot payload.
+    fn from_snapshot(payload: Vec<u8>) -> storage::Recovered {
+        storage::Recovered {
+            snapshot: Some(payload),
+            snapshot_lsn: 1,
+            records: Vec::new(),
+            truncated_tail_bytes: 0,
+        }
+    }
+
     /// Holds in the newest snapshot on disk.
     fn snapshot_holds(dir: &std::path::Path, config: StateConfig) -> usize {
         let recovered = storage::read_durable(&RealFs, dir, 0).unwrap();
@@ -717,12 +727,7 @@ mod tests {
             &old_events,
         ))
         .unwrap();
-        let recovered = storage::Recovered {
-            snapshot: Some(payload),
-            snapshot_lsn: 1,
-            records: Vec::new(),
-            truncated_tail_bytes: 0,
-        };
+        let recovered = from_snapshot(payload);
         let (rebuilt, feed, _) = rebuild(&recovered, StateConfig::default(), 10).unwrap();
         assert_eq!(rebuilt.pool_count(), 1);
         assert_eq!(rebuilt.hold_count(), 1);
@@ -781,12 +786,7 @@ mod tests {
             &old_events,
         ))
         .unwrap();
-        let recovered = storage::Recovered {
-            snapshot: Some(payload),
-            snapshot_lsn: 1,
-            records: Vec::new(),
-            truncated_tail_bytes: 0,
-        };
+        let recovered = from_snapshot(payload);
         let (mut rebuilt, feed, _) = rebuild(&recovered, StateConfig::default(), 10).unwrap();
         assert_eq!(rebuilt.pool_count(), 1);
         assert_eq!(rebuilt.hold_count(), 1);
@@ -820,12 +820,7 @@ mod tests {
             request_id: Some(stockd_core::RequestId::parse("r").unwrap()),
         };
         let (state, events) = state_after(&[put_pool(&pool), restock.clone()]);
-        let recovered = storage::Recovered {
-            snapshot: Some(encode_snapshot(&state, events.iter())),
-            snapshot_lsn: 1,
-            records: Vec::new(),
-            truncated_tail_bytes: 0,
-        };
+        let recovered = from_snapshot(encode_snapshot(&state, events.iter()));
         let (mut rebuilt, feed, _) = rebuild(&recovered, StateConfig::default(), 10).unwrap();
         assert_eq!(
             feed.back().unwrap().request_id.as_ref().map(|r| r.as_str()),
@@ -847,12 +842,7 @@ mod tests {
             Vec::<stockd_core::Event>::new(),
         ))
         .unwrap();
-        let recovered = storage::Recovered {
-            snapshot: Some(untagged),
-            snapshot_lsn: 1,
-            records: Vec::new(),
-            truncated_tail_bytes: 0,
-        };
+        let recovered = from_snapshot(untagged);
         let rebuilt = rebuild(&recovered, StateConfig::default(), 10);
         assert!(matches!(rebuilt, Err(EngineError::SnapshotFormat { .. })));
         let state = stockd_core::State::new(StateConfig::default());
