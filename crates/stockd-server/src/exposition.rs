@@ -9,7 +9,7 @@
 
 /// A text exposition format, with its content type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Format {
+pub enum Format {
     /// The classic Prometheus text format 0.0.4: the default.
     Classic,
     /// OpenMetrics 1.0.0: when the scraper prefers it.
@@ -17,7 +17,7 @@ pub(crate) enum Format {
 }
 
 impl Format {
-    pub(crate) fn content_type(self) -> &'static str {
+    pub fn content_type(self) -> &'static str {
         match self {
             Format::Classic => "text/plain; version=0.0.4; charset=utf-8",
             Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -28,7 +28,7 @@ impl Format {
 /// The format an `Accept` header prefers: OpenMetrics when its quality is above zero and at
 /// least that of the classic text (`text/plain`, `text/*`, `*/*`); the classic text otherwise,
 /// and without a header or with one that names neither.
-pub(crate) fn negotiate(accept: Option<&str>) -> Format {
+pub fn negotiate(accept: Option<&str>) -> Format {
     let Some(accept) = accept else {
         return Format::Classic;
     };
@@ -59,7 +59,7 @@ pub(crate) fn negotiate(accept: Option<&str>) -> Format {
 /// The classic text format of an OpenMetrics text: counter families named after their samples
 /// (`x_total`), info families as gauges named `x_info`, `unknown` as `untyped`; `# UNIT`, `# EOF`,
 /// `_created` samples of counters and exemplars (which 0.0.4 has no place for) left out.
-pub(crate) fn to_classic(openmetrics: &str) -> String {
+pub fn to_classic(openmetrics: &str) -> String {
     // A family's TYPE line comes after its HELP line: learn the types first.
     let mut renamed: Vec<(&str, String)> = Vec::new();
     let mut counters: Vec<&str> = Vec::new();

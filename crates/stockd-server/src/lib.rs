@@ -16,7 +16,7 @@ mod conn;
 mod dto;
 mod edge;
 mod error;
-mod exposition;
+pub mod exposition;
 mod http_errors;
 mod json;
 mod metrics;

@@ -358,6 +358,10 @@ fn running_as_root() -> bool {
 pub struct Postgres {
     process: Process,
     pub port: u16,
+    bin: PathBuf,
+    dir: PathBuf,
+    user: Option<(u32, u32)>,
+    max_connections: usize,
 }
 
 impl Postgres {
@@ -382,23 +386,15 @@ impl Postgres {
         } else {
             None
         };
-        let as_user = |command: &mut Command| {
-            if let Some((uid, gid)) = user {
-                // std drops root's supplementary groups when it changes the uid.
-                command.uid(uid).gid(gid);
-            }
-            command.env("LC_ALL", "C").env_remove("PGDATA");
-        };
-        let data = dir.join("data");
         let mut initdb = Command::new(bin.join("initdb"));
         initdb
             .arg("-D")
-            .arg(&data)
+            .arg(dir.join("data"))
             .args(["-U", "postgres", "--auth=trust", "--locale=C", "-E", "UTF8"])
             // Only initdb's own files are not fsync'd: the cluster is thrown away at the end.
             // The server itself runs with fsync on.
             .arg("--no-sync");
-        as_user(&mut initdb);
+        as_user(&mut initdb, user);
         let output = initdb
             .output()
             .map_err(|error| format!("cannot run {}: {error}", bin.join("initdb").display()))?;
@@ -414,24 +410,48 @@ impl Postgres {
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
             let port = free_port()?;
-            let mut command = Command::new(bin.join("postgres"));
-            command
-                .arg("-D")
-                .arg(&data)
-                .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-k"])
-                .arg(&data)
-                .args(["-c", &format!("max_connections={max_connections}")]);
-            as_user(&mut command);
-            // SIGQUIT: immediate shutdown; the cluster is thrown away, so no checkpoint is
-            // worth waiting for, and the postmaster takes its backends down with it.
-            let mut process = Process::spawn(command, dir.join("postgres.log"), Some("QUIT"))?;
+            let mut process = spawn_postgres(&bin, dir, user, port, max_connections)?;
             match wait_postgres(&mut process, port).await {
-                Ok(()) => return Ok(Postgres { process, port }),
+                Ok(()) => {
+                    return Ok(Postgres {
+                        process,
+                        port,
+                        bin,
+                        dir: dir.to_owned(),
+                        user,
+                        max_connections,
+                    })
+                }
                 Err(reason) if port_taken(&reason) => last = reason,
                 Err(reason) => return Err(format!("postgres did not start: {reason}")),
             }
         }
         Err(format!("postgres did not start: {last}"))
+    }
+
+    /// Stops the server the way a crash would (SIGQUIT: no checkpoint, backends cut off), then
+    /// starts it again on the same port and data: it recovers from its write-ahead log.
+    pub async fn crash_and_restart(&mut self) -> Result<(), String> {
+        let pid = self.process.child.id().to_string();
+        let _ = Command::new("kill").args(["-s", "QUIT", &pid]).status();
+        let _ = self.process.child.wait();
+        let mut process = spawn_postgres(
+            &self.bin,
+            &self.dir,
+            self.user,
+            self.port,
+            self.max_connections,
+        )?;
+        wait_postgres(&mut process, self.port)
+            .await
+            .map_err(|reason| format!("postgres did not start again: {reason}"))?;
+        self.process = process;
+        Ok(())
+    }
+
+    /// A connection string for this server (`tokio_postgres::connect` takes it).
+    pub fn dsn(&self) -> String {
+        postgres_dsn(self.port)
     }
 
     /// A new connection of its own (one per buyer).
@@ -445,9 +465,43 @@ impl Postgres {
     }
 }
 
+/// Runs `postgres` as `user` (when root) on `dir/data`, listening on loopback `port`.
+fn spawn_postgres(
+    bin: &Path,
+    dir: &Path,
+    user: Option<(u32, u32)>,
+    port: u16,
+    max_connections: usize,
+) -> Result<Process, String> {
+    let data = dir.join("data");
+    let mut command = Command::new(bin.join("postgres"));
+    command
+        .arg("-D")
+        .arg(&data)
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-k"])
+        .arg(&data)
+        .args(["-c", &format!("max_connections={max_connections}")]);
+    as_user(&mut command, user);
+    // SIGQUIT: immediate shutdown; the cluster is thrown away, so no checkpoint is worth
+    // waiting for, and the postmaster takes its backends down with it.
+    Process::spawn(command, dir.join("postgres.log"), Some("QUIT"))
+}
+
+/// As `user` (uid, gid) when given, in the C locale, without the caller's PGDATA.
+fn as_user(command: &mut Command, user: Option<(u32, u32)>) {
+    if let Some((uid, gid)) = user {
+        // std drops root's supplementary groups when it changes the uid.
+        command.uid(uid).gid(gid);
+    }
+    command.env("LC_ALL", "C").env_remove("PGDATA");
+}
+
+fn postgres_dsn(port: u16) -> String {
+    format!("host=127.0.0.1 port={port} user=postgres dbname=postgres connect_timeout=5")
+}
+
 async fn postgres_connect(port: u16) -> Result<tokio_postgres::Client, String> {
-    let config =
-        format!("host=127.0.0.1 port={port} user=postgres dbname=postgres connect_timeout=5");
+    let config = postgres_dsn(port);
     let (client, mut connection) = tokio_postgres::connect(&config, tokio_postgres::NoTls)
         .await
         .map_err(|error| format!("connect to postgres on port {port}: {error}"))?;

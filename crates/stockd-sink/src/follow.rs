@@ -1,0 +1,345 @@
+//! `stockd sink postgres`: one task per partition, each with its own PostgreSQL connection,
+//! reading its partition with long polls and writing each page in one transaction with the
+//! partition's cursor ([`crate::store::apply`]).
+//!
+//! The cursor in the database is the only truth. A task reads it when it (re)connects, and after
+//! any error whose outcome it cannot know (a commit the connection lost the answer of), it drops
+//! the connection and reads it again: a page committed is never applied again, a page not
+//! committed is read again from stockd.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::Value;
+use stockd_client::{Call, Client, ClientError};
+/// A parsed `--dsn`, to check it before anything runs.
+pub use tokio_postgres::Config as PgConfig;
+use tokio_postgres::NoTls;
+
+use crate::fold::{Fold, FoldError};
+use crate::metrics::Metrics;
+use crate::schema;
+use crate::store::{self, Written};
+
+/// What `stockd sink postgres` was asked to do.
+#[derive(Debug, Clone)]
+pub struct SinkConfig {
+    pub dsn: String,
+    pub schema: String,
+    /// Stop once every partition has been read to its end.
+    pub once: bool,
+    /// Events per page, hence per transaction (1..=1000).
+    pub batch: usize,
+    /// The long poll's wait.
+    pub wait_ms: u64,
+    /// Longest pause between retries after an error.
+    pub backoff_max: Duration,
+    /// How often a partition logs its progress.
+    pub progress_every: Duration,
+}
+
+/// Why the sink stopped (it retries everything else).
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error(transparent)]
+    Schema(#[from] schema::SchemaError),
+    #[error("partition {partition}: {source}")]
+    Fold {
+        partition: u32,
+        #[source]
+        source: FoldError,
+    },
+    #[error("stockd refused the sink: {0} (check --url and the token)")]
+    Refused(ClientError),
+}
+
+#[derive(Deserialize)]
+struct RawPage {
+    events: Vec<Value>,
+    next_after: u64,
+}
+
+/// Connects to PostgreSQL; the connection runs on its own task until it breaks.
+pub async fn connect(dsn: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let (client, connection) = tokio_postgres::connect(dsn, NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "postgres connection ended");
+        }
+    });
+    Ok(client)
+}
+
+/// Exponential backoff from 100 ms to `max`, reset by a success.
+struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    fn new(max: Duration) -> Backoff {
+        Backoff {
+            next: Duration::from_millis(100),
+            max,
+        }
+    }
+
+    async fn wait(&mut self) {
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(self.max);
+    }
+
+    fn reset(&mut self) {
+        self.next = Duration::from_millis(100);
+    }
+}
+
+/// A refusal that retrying will not change (a bad token, a wrong URL): stop and say so. A 5xx,
+/// a 429 or a lost connection is retried.
+fn is_permanent(error: &ClientError) -> bool {
+    matches!(error.status(), Some(status) if (400..500).contains(&status) && status != 429 && status != 410)
+}
+
+/// Runs the sink until it is stopped (or, with `once`, until it has caught up).
+pub async fn run(
+    stockd: Client,
+    config: SinkConfig,
+    metrics: Arc<Metrics>,
+) -> Result<(), SinkError> {
+    let config = Arc::new(config);
+    let mut backoff = Backoff::new(config.backoff_max);
+    // The tables first: nothing is read from stockd before they are ready.
+    loop {
+        match connect(&config.dsn).await {
+            Ok(mut client) => match schema::migrate(&mut client, &config.schema).await {
+                Ok(applied) => {
+                    if !applied.is_empty() {
+                        tracing::info!(schema = %config.schema, ?applied, "migrations applied");
+                    }
+                    break;
+                }
+                Err(schema::SchemaError::Postgres(error)) => {
+                    tracing::warn!(%error, "postgres: cannot migrate yet; retrying");
+                }
+                Err(other) => return Err(other.into()),
+            },
+            Err(error) => tracing::warn!(%error, "postgres: cannot connect; retrying"),
+        }
+        metrics.retries.get_or_create(&cause("postgres")).inc();
+        backoff.wait().await;
+    }
+    backoff.reset();
+    let partitions = loop {
+        match stockd.partitions().await {
+            Ok(partitions) => break partitions,
+            Err(error) if is_permanent(&error) => return Err(SinkError::Refused(error)),
+            Err(error) => tracing::warn!(%error, "stockd: cannot read the partitions; retrying"),
+        }
+        metrics.retries.get_or_create(&cause("stockd")).inc();
+        backoff.wait().await;
+    };
+    tracing::info!(
+        partitions,
+        url = stockd.base_url(),
+        "following the event feed"
+    );
+    let mut tasks = tokio::task::JoinSet::new();
+    for partition in 0..partitions {
+        let stockd = stockd.clone();
+        let config = config.clone();
+        let metrics = metrics.clone();
+        tasks.spawn(async move { follow(partition, partitions, stockd, config, metrics).await });
+    }
+    while let Some(ended) = tasks.join_next().await {
+        match ended {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Err(error),
+            Err(error) => std::panic::resume_unwind(error.into_panic()),
+        }
+    }
+    tracing::info!("caught up on every partition");
+    Ok(())
+}
+
+fn cause(cause: &str) -> crate::metrics::CauseLabel {
+    crate::metrics::CauseLabel {
+        cause: cause.to_owned(),
+    }
+}
+
+/// One partition's loop.
+async fn follow(
+    partition: u32,
+    partitions: u32,
+    stockd: Client,
+    config: Arc<SinkConfig>,
+    metrics: Arc<Metrics>,
+) -> Result<(), SinkError> {
+    let label = crate::metrics::PartitionLabel {
+        partition: partition.to_string(),
+    };
+    let mut backoff = Backoff::new(config.backoff_max);
+    let mut db: Option<tokio_postgres::Client> = None;
+    let mut after = 0u64;
+    let mut last_log = Instant::now();
+    let mut applied_since_log = 0u64;
+    let mut caught_up_once = false;
+    loop {
+        // (Re)connect and read the cursor: the database says where this partition is.
+        let client = match db.as_mut() {
+            Some(client) if !client.is_closed() => client,
+            _ => {
+                let ready = async {
+                    let client = connect(&config.dsn).await?;
+                    schema::use_schema(&client, &config.schema).await?;
+                    store::ensure_cursors(&client, partitions).await?;
+                    let after = store::cursor(&client, partition).await?;
+                    Ok::<_, tokio_postgres::Error>((client, after))
+                };
+                match ready.await {
+                    Ok((client, cursor)) => {
+                        after = cursor;
+                        metrics.cursor.get_or_create(&label).set(after as i64);
+                        tracing::info!(
+                            partition,
+                            after,
+                            "postgres: connected; resuming after the stored cursor"
+                        );
+                        db.insert(client)
+                    }
+                    Err(error) => {
+                        tracing::warn!(partition, %error, "postgres: cannot connect; retrying");
+                        metrics.retries.get_or_create(&cause("postgres")).inc();
+                        backoff.wait().await;
+                        continue;
+                    }
+                }
+            }
+        };
+
+        let wait_ms = if config.once { 0 } else { config.wait_ms };
+        let call = Call::events(Some(partition), after, Some(config.batch), Some(wait_ms));
+        let page = match stockd
+            .call(&call)
+            .await
+            .and_then(|answer| answer.decode::<RawPage>())
+        {
+            Ok(page) => page,
+            Err(error) if error.code() == Some("events_expired") => {
+                let oldest_seq = error
+                    .detail("oldest_seq")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(after + 1);
+                tracing::error!(
+                    partition,
+                    after,
+                    oldest_seq,
+                    "the feed no longer has the events after this partition's cursor: the \
+                     tables miss events {}..={}; recording the gap and going on from {oldest_seq} \
+                     (run `stockd reconcile --repair` to repair the rows)",
+                    after + 1,
+                    oldest_seq.saturating_sub(1),
+                );
+                match store::record_gap(client, partition, after, oldest_seq).await {
+                    Ok(Written::Applied) => {
+                        metrics.gaps.get_or_create(&label).inc();
+                        after = oldest_seq.saturating_sub(1);
+                    }
+                    Ok(Written::CursorMoved { found }) => moved(partition, after, found, &mut db),
+                    Err(error) => {
+                        lost(partition, &error, &mut db, &metrics);
+                        backoff.wait().await;
+                    }
+                }
+                continue;
+            }
+            Err(error) if is_permanent(&error) => return Err(SinkError::Refused(error)),
+            Err(error) => {
+                tracing::warn!(partition, %error, "stockd: cannot read the feed; retrying");
+                metrics.retries.get_or_create(&cause("stockd")).inc();
+                backoff.wait().await;
+                continue;
+            }
+        };
+
+        if page.events.is_empty() {
+            metrics.lag.get_or_create(&label).set(0.0);
+            if !caught_up_once {
+                caught_up_once = true;
+                tracing::info!(partition, after, "caught up");
+            }
+            if config.once {
+                return Ok(());
+            }
+            continue;
+        }
+        let fold =
+            Fold::page(&page.events).map_err(|source| SinkError::Fold { partition, source })?;
+        let count = page.events.len() as u64;
+        match store::apply(client, partition, after, page.next_after, &fold).await {
+            Ok(Written::Applied) => {
+                backoff.reset();
+                after = page.next_after;
+                metrics.applied.get_or_create(&label).inc_by(count);
+                metrics.transactions.inc();
+                metrics.cursor.get_or_create(&label).set(after as i64);
+                let last_at_ms = fold.events.last().map_or(0, |e| e.at_ms);
+                let lag_s = if page.events.len() < config.batch {
+                    0.0
+                } else {
+                    (now_ms() - last_at_ms).max(0) as f64 / 1000.0
+                };
+                metrics.lag.get_or_create(&label).set(lag_s);
+                applied_since_log += count;
+                if last_log.elapsed() >= config.progress_every {
+                    tracing::info!(
+                        partition,
+                        after,
+                        applied = applied_since_log,
+                        lag_s,
+                        "progress"
+                    );
+                    applied_since_log = 0;
+                    last_log = Instant::now();
+                }
+            }
+            Ok(Written::CursorMoved { found }) => moved(partition, after, found, &mut db),
+            Err(error) => {
+                lost(partition, &error, &mut db, &metrics);
+                backoff.wait().await;
+            }
+        }
+    }
+}
+
+/// Another sink moved this partition's cursor: read it again from the database.
+fn moved(partition: u32, after: u64, found: u64, db: &mut Option<tokio_postgres::Client>) {
+    tracing::warn!(
+        partition,
+        expected = after,
+        found,
+        "the stored cursor moved under this sink (is another sink running on these tables?); \
+         reading it again"
+    );
+    *db = None;
+}
+
+/// A transaction failed or its outcome is unknown: drop the connection, so that the next round
+/// reconnects and reads the cursor the database has.
+fn lost(
+    partition: u32,
+    error: &tokio_postgres::Error,
+    db: &mut Option<tokio_postgres::Client>,
+    metrics: &Metrics,
+) {
+    tracing::warn!(partition, %error, "postgres: the page was not applied; reconnecting");
+    metrics.retries.get_or_create(&cause("postgres")).inc();
+    *db = None;
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
