@@ -6,6 +6,7 @@ mod cli;
 mod logging;
 mod serve;
 mod signals;
+mod sink;
 
 use std::process::ExitCode;
 
@@ -83,6 +84,13 @@ enum Command {
         #[command(subcommand)]
         command: bench::BenchCommand,
     },
+    /// Carry the event feed into a database, exactly once (docs/sink.md).
+    Sink {
+        #[command(subcommand)]
+        command: sink::SinkCommand,
+    },
+    /// Compare stockd's pools and holds with the sink's tables; list every difference.
+    Reconcile(sink::ReconcileArgs),
 }
 
 impl Cli {
@@ -124,7 +132,11 @@ impl Command {
             | Command::Lock { client, .. }
             | Command::Batch { client, .. }
             | Command::Events { client, .. } => Some(client),
-            Command::Serve(_) | Command::Redis { .. } | Command::Bench { .. } => None,
+            Command::Serve(_)
+            | Command::Redis { .. }
+            | Command::Bench { .. }
+            | Command::Sink { .. }
+            | Command::Reconcile(_) => None,
         }
     }
 }
@@ -169,6 +181,8 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::run(args).await,
             Command::Redis { command } => serve::run_redis(command).await,
             Command::Bench { command } => bench::run(command).await,
+            Command::Sink { command } => sink::run(command).await,
+            Command::Reconcile(args) => sink::reconcile(args).await,
             Command::Pool { client, command } => {
                 cli::run(&client.json_if(cli.json), cli::Group::Pool(command)).await
             }
