@@ -1112,6 +1112,39 @@ fn pool_with_held_units_cannot_be_deleted_but_one_with_sold_units_can() {
     );
 }
 
+/// `pool_upserted` carries the change of total (`delta`) and `pool_deleted` the pool's last total
+/// and available, so that a consumer can keep a pool's numbers by adding deltas alone.
+#[test]
+fn pool_events_carry_deltas_and_a_deleted_pool_its_last_numbers() {
+    fn pool_event(done: &Done, kind: EventKind) -> (Option<i64>, Option<u64>, Option<u64>) {
+        let event = &done.events[0];
+        assert_eq!(event.kind, kind);
+        assert_eq!(event.pool, Some(pool_id("p")));
+        (event.delta, event.total, event.available)
+    }
+    let upserted = EventKind::PoolUpserted;
+    let mut state = new_state();
+    // A create moves total from nothing: the delta is the total.
+    let created = ok(run(&mut state, put_pool("p", 5), T0));
+    assert_eq!(pool_event(&created, upserted), (Some(5), Some(5), Some(5)));
+    ok(run(&mut state, with_confirm(reserve("h", &[("p", 2)])), T0));
+    let raised = ok(run(&mut state, put_pool("p", 8), T0 + 1));
+    assert_eq!(pool_event(&raised, upserted), (Some(3), Some(8), Some(6)));
+    let lowered = ok(run(&mut state, put_pool("p", 4), T0 + 2));
+    assert_eq!(pool_event(&lowered, upserted), (Some(-4), Some(4), Some(2)));
+    let same = ok(run(&mut state, put_pool("p", 4), T0 + 3));
+    assert_eq!(pool_event(&same, upserted), (Some(0), Some(4), Some(2)));
+    // Deleted with 2 units sold: its last total and available, no delta.
+    let deleted = ok(run(&mut state, delete_pool("p"), T0 + 4));
+    assert_eq!(
+        pool_event(&deleted, EventKind::PoolDeleted),
+        (None, Some(4), Some(2))
+    );
+    // Created again, it starts from nothing: the deleted pool's total is not the old one.
+    let again = ok(run(&mut state, put_pool("p", 3), T0 + 5));
+    assert_eq!(pool_event(&again, upserted), (Some(3), Some(3), Some(3)));
+}
+
 // ------------------------------------------------------------------------------------ replays
 
 #[test]

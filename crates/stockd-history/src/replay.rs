@@ -460,6 +460,16 @@ impl Runner<'_> {
                 format!("the model has total {total}, available {available}"),
             );
         }
+        // A consumer sums deltas: the change of total, from 0 on a create.
+        let delta = total as i64 - before.map_or(0, |n| n.total) as i64;
+        if event.get("delta").and_then(Value::as_i64) != Some(delta) {
+            self.fail(
+                partition,
+                position,
+                event,
+                format!("the model has delta {delta}"),
+            );
+        }
         // A PUT that leaves the pool at or below its threshold always fires.
         if self.crossed(&pool, None, available) {
             vec![pool]

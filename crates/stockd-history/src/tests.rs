@@ -171,7 +171,7 @@ fn explained() -> History {
             ),
         ],
         feed: vec![vec![
-            json!({"seq": 1, "at_ms": 1_001, "type": "pool_upserted", "pool": "p", "total": 2, "available": 2}),
+            json!({"seq": 1, "at_ms": 1_001, "type": "pool_upserted", "pool": "p", "delta": 2, "total": 2, "available": 2}),
             held(2, 1_011, "h1", "u1", 1),
             held(3, 1_021, "h2", "u2", 1),
             step(4, 1_041, "confirmed", "h1", "u1", 2_011),
@@ -378,6 +378,15 @@ fn an_acknowledged_confirm_missing_from_the_feed_is_rejected() {
 }
 
 #[test]
+fn a_pool_upserted_without_its_delta_is_rejected() {
+    let mut history = explained();
+    history.feed[0][0]["delta"] = json!(0);
+    rejected(&history, "the model has delta 2");
+    history.feed[0][0].as_object_mut().unwrap().remove("delta");
+    rejected(&history, "the model has delta 2");
+}
+
+#[test]
 fn an_event_no_request_explains_is_rejected() {
     let mut history = explained();
     // h2 released although nobody asked.
@@ -547,7 +556,7 @@ fn restock_retried() -> History {
             ),
         ],
         feed: vec![vec![
-            json!({"seq": 1, "at_ms": 1_001, "type": "pool_upserted", "pool": "p", "total": 2, "available": 2}),
+            json!({"seq": 1, "at_ms": 1_001, "type": "pool_upserted", "pool": "p", "delta": 2, "total": 2, "available": 2}),
             json!({"seq": 2, "at_ms": 1_101, "type": "restocked", "pool": "p", "total": 5, "available": 5, "delta": 3, "request_id": "r1"}),
         ]],
         feed_read_us: 3_000 * MS,

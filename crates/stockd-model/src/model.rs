@@ -513,6 +513,8 @@ impl Model {
                 });
             }
         }
+        // A create moves the total from nothing, as if from 0.
+        let total_before = self.pools.get(id).map_or(0, |p| p.total);
         let instance = match self.pools.get(id) {
             Some(existing) => existing.instance,
             None => {
@@ -531,7 +533,8 @@ impl Model {
                 low_stock_threshold: spec.low_stock_threshold,
             },
         );
-        self.emit_pool_event(now_ms, EventKind::PoolUpserted, id);
+        let event = self.emit_pool_event(now_ms, EventKind::PoolUpserted, id);
+        event.delta = Some(spec.total as i64 - total_before as i64);
         // Created or updated at or below the threshold: fires whatever it was before.
         if let Some(threshold) = spec.low_stock_threshold {
             if self.available(id) <= threshold {
@@ -614,9 +617,9 @@ impl Model {
                 held,
             });
         }
+        // The event carries the pool's last total and available, so it is written first.
+        self.emit_pool_event(now_ms, EventKind::PoolDeleted, id);
         self.pools.remove(id);
-        let event = self.emit(now_ms, EventKind::PoolDeleted);
-        event.pool = Some(id.clone());
         Ok(Reply::PoolDeleted)
     }
 

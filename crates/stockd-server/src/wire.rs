@@ -245,12 +245,18 @@ pub(crate) struct EventObject {
     #[schema(nullable = false)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub items: Option<Vec<HoldItem>>,
+    /// Pool events: the pool's available after the change; on `pool_deleted`, as it was when
+    /// the pool was deleted.
     #[schema(nullable = false)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub available: Option<u64>,
+    /// Pool events: the pool's total after the change; on `pool_deleted`, as it was when the
+    /// pool was deleted.
     #[schema(nullable = false)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub total: Option<u64>,
+    /// `restocked` and `pool_upserted`: the change of total (and of available), so that a
+    /// consumer can keep a pool's numbers by adding deltas; a create's is its total.
     #[schema(nullable = false)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delta: Option<i64>,

@@ -1015,7 +1015,7 @@ async fn events_omit_fields_that_do_not_apply() {
     assert_eq!(
         events[0],
         json!({"seq": 1, "at_ms": backend.now_ms(), "type": "pool_upserted", "pool": "p",
-               "total": 3, "available": 3})
+               "delta": 3, "total": 3, "available": 3})
     );
     let held = events[1].as_object().unwrap();
     assert!(held.contains_key("hold_id") && held.contains_key("items"));

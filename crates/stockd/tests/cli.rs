@@ -1098,7 +1098,7 @@ fn events_tail_prints_the_last_events_and_json_lines_as_received() {
     assert_eq!(lines.len(), 2, "{}", tail.describe());
     assert!(
         lines[0].starts_with("0:6 20")
-            && lines[0].contains(" UTC pool_upserted pool p-6, total 10, available 10"),
+            && lines[0].contains(" UTC pool_upserted pool p-6, delta +10, total 10, available 10"),
         "{}",
         tail.describe()
     );

@@ -2032,15 +2032,35 @@ fn event_cases() -> Vec<Case> {
             .release("{p}-h2", 200, json!({}))
             .delete_pool(a, 204, Value::Null)
             .events(json!([
-                ev("pool_upserted", json!({"pool": a, "total": 10, "available": 10})),
-                ev("restocked", json!({"pool": a, "total": 15, "available": 15})),
+                ev("pool_upserted", json!({"pool": a, "total": 10, "available": 10, "delta": 10})),
+                ev("restocked", json!({"pool": a, "total": 15, "available": 15, "delta": 5})),
                 ev("held", json!({"hold_id": "{p}-h1", "user": "u1", "items": [{"pool": a, "qty": 2}]})),
                 ev("confirmed", json!({"hold_id": "{p}-h1"})),
                 ev("refunded", json!({"hold_id": "{p}-h1"})),
                 ev("held", json!({"hold_id": "{p}-h2", "items": [{"pool": a, "qty": 1}]})),
                 ev("extended", json!({"hold_id": "{p}-h2"})),
                 ev("released", json!({"hold_id": "{p}-h2"})),
-                ev("pool_deleted", json!({"pool": a})),
+                ev("pool_deleted", json!({"pool": a, "total": 15, "available": 15})),
+            ])),
+        // A consumer keeps a pool's numbers by adding deltas, whatever order it reads the
+        // partitions in: a PUT says how it moved total (and so available), a delete what it took.
+        case("events: pool_upserted carries the change of total, pool_deleted the pool's last numbers")
+            .put_pool(a, json!({"total": 5}), 201, counts(5, 5, 0, 0))
+            .reserve(hold_req("{p}-h", &[(a, 2)], json!({"confirm": true})), 201, status("confirmed"))
+            .put_pool(a, json!({"total": 8}), 200, counts(8, 6, 0, 2))
+            .put_pool(a, json!({"total": 4}), 200, counts(4, 2, 0, 2))
+            .put_pool(a, json!({"total": 4}), 200, counts(4, 2, 0, 2))
+            .delete_pool(a, 204, Value::Null)
+            .put_pool(a, json!({"total": 3}), 201, counts(3, 3, 0, 0))
+            .events(json!([
+                ev("pool_upserted", json!({"pool": a, "delta": 5, "total": 5, "available": 5})),
+                ev("held", json!({"hold_id": "{p}-h"})),
+                ev("confirmed", json!({"hold_id": "{p}-h"})),
+                ev("pool_upserted", json!({"pool": a, "delta": 3, "total": 8, "available": 6})),
+                ev("pool_upserted", json!({"pool": a, "delta": -4, "total": 4, "available": 2})),
+                ev("pool_upserted", json!({"pool": a, "delta": 0, "total": 4, "available": 2})),
+                ev("pool_deleted", json!({"pool": a, "total": 4, "available": 2})),
+                ev("pool_upserted", json!({"pool": a, "delta": 3, "total": 3, "available": 3})),
             ])),
         case("events: confirm:true gives held then confirmed")
             .put_pool(a, json!({"total": 10}), 201, json!({}))

@@ -51,6 +51,8 @@ impl State {
                 }
                 let pool = self.data.pools.get_mut(id).expect("inserted above");
                 let before = pool.available;
+                // On a create the old total is the 0 inserted above, so the delta is the total.
+                let delta = total_as_i64(spec.total) - total_as_i64(pool.total);
                 let committed = pool.held + pool.sold;
                 assert!(spec.total >= committed, "pool total below committed units");
                 pool.total = spec.total;
@@ -63,6 +65,7 @@ impl State {
                     (pool.total, pool.available, pool.low_stock_threshold);
                 let mut event = self.event(at_ms, EventKind::PoolUpserted);
                 event.pool = Some(id.clone());
+                event.delta = Some(delta);
                 event.total = Some(total);
                 event.available = Some(available);
                 events.push(event);
@@ -121,6 +124,9 @@ impl State {
                 assert_eq!(pool.held, 0, "deleted a pool with held units");
                 let mut event = self.event(at_ms, EventKind::PoolDeleted);
                 event.pool = Some(id.clone());
+                // Its last numbers, so that a consumer summing deltas can take them out.
+                event.total = Some(pool.total);
+                event.available = Some(pool.available);
                 events.push(event);
                 // Waiters on it get their answer (pool_not_found) now rather than at timeout.
                 self.freed_pools.push(id.clone());
@@ -422,4 +428,9 @@ fn give_back_usage(pool: &mut Pool, user: Option<&UserId>, qty: u64) {
             }
         }
     }
+}
+
+/// A pool total as an i64, for the `delta` of `pool_upserted`; totals are at most `TOTAL_MAX`.
+fn total_as_i64(total: u64) -> i64 {
+    i64::try_from(total).expect("a pool total is at most TOTAL_MAX")
 }

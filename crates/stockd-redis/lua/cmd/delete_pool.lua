@@ -14,7 +14,9 @@ C.delete_pool = function(a)
     redis.call('DEL', S.key('pool', id), S.key('usage', id))
     S.pool_forget(id)
     redis.call('ZREM', S.key('pools'), id)
-    S.emit('pool_deleted', { { 'pool', id, 's' } })
+    -- Its last numbers, so that a consumer summing deltas can take them out.
+    S.emit('pool_deleted', { { 'pool', id, 's' }, { 'available', pool.available, 'n' },
+        { 'total', pool.total, 'n' } })
     -- Waiters on it get their answer (pool_not_found) now rather than at their deadline.
     S.note_freed_pool(id)
     return { kind = 'deleted' }

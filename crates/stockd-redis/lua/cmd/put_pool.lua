@@ -21,6 +21,8 @@ C.put_pool = function(a)
         redis.call('ZADD', S.key('pools'), '0', id)
     end
     local before = pool.available
+    -- On a create the old total is the 0 set above, so the delta is the total.
+    local delta = total - pool.total
     pool.total = total
     pool.available = total - pool.held - pool.sold
     pool.per_user_limit = S.num(a[3] ~= '-' and a[3])
@@ -37,7 +39,7 @@ C.put_pool = function(a)
         end
     end
     S.emit('pool_upserted', { { 'pool', id, 's' }, { 'available', pool.available, 'n' },
-        { 'total', pool.total, 'n' } })
+        { 'total', pool.total, 'n' }, { 'delta', delta, 'n' } })
     -- Created or updated at or below the threshold fires, whatever it was before.
     if pool.low_stock_threshold ~= nil and pool.available <= pool.low_stock_threshold then
         S.emit_low_stock(pool)
