@@ -4,8 +4,9 @@
 # the embedded engine, then the black-box suites again against a real Redis and a real Redis
 # Cluster, plus the Redis fleet, fault and cluster tests, the history checks (one bounded
 # history each on the embedded engine, a Redis, a Redis killed under load and a Redis Cluster,
-# with kills; docs/testing.md), the oversell lab (`stockd bench lab`, briefly, on a real Redis
-# and PostgreSQL), /metrics read by Prometheus's Python parsers, the alerting example checked by
+# with kills; docs/testing.md), the PostgreSQL sink and reconcile (a private PostgreSQL, with
+# the sink, stockd and PostgreSQL killed; on every backend), the oversell lab (`stockd bench
+# lab`, briefly, on a real Redis and PostgreSQL), /metrics read by Prometheus's Python parsers, the alerting example checked by
 # promtool (Debian's prometheus package, installed when missing), the TLS proxy example, a bounded run of every fuzz target
 # (STOCKD_FUZZ_SECONDS per target, 20 by default), and schemathesis against a live server (its OpenAPI
 # document must match every answer; it needs python3 with venv and PyPI access).
@@ -36,8 +37,9 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
 fi
 redis-server --version
 
-# PostgreSQL (Debian's postgresql), for the oversell lab (`stockd bench lab`), which runs initdb
-# in a temporary directory and its own postgres on a free loopback port (as the `postgres` user
+# PostgreSQL (Debian's postgresql), for the sink's tests (crates/stockd/tests/sink.rs) and the
+# oversell lab (`stockd bench lab`), which run initdb in a temporary directory and their own
+# postgres on a free loopback port (as the `postgres` user
 # the package creates, when this runs as root). The packaged service is not started.
 pg_initdb() {
     command -v initdb 2>/dev/null || ls -d /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -n 1
@@ -69,10 +71,10 @@ scripts/fuzz.sh "${STOCKD_FUZZ_SECONDS:-20}"
 echo "== cargo test (black-box suites against a real Redis)"
 STOCKD_TEST_BACKEND=redis cargo test -p stockd --locked \
     --test conformance --test concurrency --test crash --test garbage --test cli --test keepalive --test raw_http \
-    --test bench "$@"
+    --test bench --test sink "$@"
 echo "== cargo test (black-box suites against a real 3-primary Redis Cluster, 16 partitions)"
 STOCKD_TEST_BACKEND=redis-cluster cargo test -p stockd --locked \
-    --test conformance --test concurrency --test garbage --test fleet "$@"
+    --test conformance --test concurrency --test garbage --test fleet --test sink "$@"
 echo "== /metrics in both formats, read by the official Python client's parsers"
 scripts/metrics-formats.sh
 echo "== the Prometheus alerting example: promtool check and unit tests, metrics that exist"
