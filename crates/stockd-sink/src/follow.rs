@@ -15,6 +15,7 @@ use serde_json::Value;
 use stockd_client::{Call, Client, ClientError};
 /// A parsed `--dsn`, to check it before anything runs.
 pub use tokio_postgres::Config as PgConfig;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 
 use crate::fold::{Fold, FoldError};
@@ -52,6 +53,17 @@ pub enum SinkError {
     },
     #[error("stockd refused the sink: {0} (check --url and the token)")]
     Refused(ClientError),
+    #[error(
+        "partition {partition}: stockd_events already has events after the stored cursor \
+         ({after}): the tables were changed by hand or restored apart from their cursors; \
+         stopping rather than write an event twice ({source})"
+    )]
+    Inconsistent {
+        partition: u32,
+        after: u64,
+        #[source]
+        source: tokio_postgres::Error,
+    },
 }
 
 #[derive(Deserialize)]
@@ -305,6 +317,13 @@ async fn follow(
                 }
             }
             Ok(Written::CursorMoved { found }) => moved(partition, after, found, &mut db),
+            Err(error) if error.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                return Err(SinkError::Inconsistent {
+                    partition,
+                    after,
+                    source: error,
+                });
+            }
             Err(error) => {
                 lost(partition, &error, &mut db, &metrics);
                 backoff.wait().await;

@@ -18,7 +18,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
@@ -58,20 +58,35 @@ fn spawn_sink(url: &str, dsn: &str, extra: &[&str], log: &Path) -> Child {
         .expect("start stockd sink")
 }
 
-/// Runs the sink with `--once` until it has caught up, and insists on exit 0.
-fn sink_once(url: &str, dsn: &str, extra: &[&str]) -> Output {
-    let output = Command::new(STOCKD)
+/// Runs the sink with `--once` until it has caught up (within a minute), insists on exit 0, and
+/// returns what it printed on stderr.
+fn sink_once(url: &str, dsn: &str, extra: &[&str]) -> String {
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut child = Command::new(STOCKD)
         .args(["sink", "postgres", "--once", "--url", url, "--dsn", dsn])
         .args(extra)
         .env_remove("STOCKD_TOKEN")
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log.reopen().unwrap()))
+        .spawn()
         .expect("run stockd sink --once");
-    assert!(
-        output.status.success(),
-        "sink --once failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            kill(&mut child);
+            panic!(
+                "sink --once did not catch up within 60 s: {}",
+                std::fs::read_to_string(log.path()).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stderr = std::fs::read_to_string(log.path()).unwrap_or_default();
+    assert!(status.success(), "sink --once failed: {stderr}");
+    stderr
 }
 
 fn reconcile(url: &str, dsn: &str, extra: &[&str]) -> (i32, String) {
@@ -544,8 +559,7 @@ async fn a_sink_behind_the_feeds_window_records_the_gap_and_reconcile_repairs_it
             .await;
         assert_eq!(status, 201, "{body}");
     }
-    let output = sink_once(&url, &dsn, &[]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = sink_once(&url, &dsn, &[]);
     assert!(
         stderr.contains("no longer has the events"),
         "the sink says so: {stderr}"
