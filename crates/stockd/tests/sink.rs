@@ -374,22 +374,20 @@ async fn the_sink_applies_every_event_once_through_kills_and_reconcile_finds_not
     while started.elapsed() < Duration::from_secs(12) {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(150..700))).await;
         if !scraped && started.elapsed() > Duration::from_secs(2) {
-            // The metrics, while it runs.
-            let text = reqwest::get(format!("http://{metrics_listen}/metrics"))
-                .await
-                .and_then(|r| r.error_for_status())
-                .expect("the sink's /metrics")
-                .text()
-                .await
-                .unwrap();
-            assert!(
-                text.contains("stockd_sink_events_applied_total{partition=\"0\"}"),
-                "{text}"
-            );
-            assert!(
-                text.contains("# TYPE stockd_sink_lag_seconds gauge"),
-                "{text}"
-            );
+            // The metrics, while it runs (the sink may have been started a moment ago).
+            let url = format!("http://{metrics_listen}/metrics");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let text = loop {
+                match reqwest::get(&url).await.and_then(|r| r.error_for_status()) {
+                    Ok(answer) => break answer.text().await.unwrap(),
+                    Err(error) => {
+                        assert!(Instant::now() < deadline, "the sink's /metrics: {error}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            };
+            assert!(text.contains("stockd_sink_events_applied_total{partition=\"0\"}"), "{text}");
+            assert!(text.contains("# TYPE stockd_sink_lag_seconds gauge"), "{text}");
             scraped = true;
         }
         if !stockd_restarted && started.elapsed() > Duration::from_secs(4) {
