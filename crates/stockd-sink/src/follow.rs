@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::Value;
 use stockd_client::{Call, Client, ClientError};
+use tokio_postgres::error::SqlState;
 /// A parsed `--dsn`, to check it before anything runs.
 pub use tokio_postgres::Config as PgConfig;
-use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 
 use crate::fold::{Fold, FoldError};

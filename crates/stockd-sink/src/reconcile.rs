@@ -210,26 +210,16 @@ pub async fn run(
                 "pool": pool.pool, "total": pool.total, "available": pool.available,
                 "held": pool.held, "sold": pool.sold, "deleted": false,
             });
-            let difference = match rows.get(&pool.pool) {
-                None => Some(("pool_missing", Vec::new(), Value::Null)),
-                Some(row) => {
-                    let fields: Vec<&'static str> =
-                        ["total", "available", "held", "sold", "deleted"]
-                            .into_iter()
-                            .filter(|field| ours[*field] != row[*field])
-                            .collect();
-                    (!fields.is_empty()).then(|| ("pool_differs", fields, row.clone()))
-                }
-            };
-            if let Some((kind, fields, database)) = difference {
-                report.differences.push(Difference {
-                    kind,
-                    subject: pool.pool.clone(),
-                    fields,
-                    stockd: ours,
-                    database,
-                    repaired: repair,
-                });
+            let compared = compare(
+                &pool.pool,
+                ours,
+                rows.get(&pool.pool),
+                ("pool_missing", "pool_differs"),
+                &["total", "available", "held", "sold", "deleted"],
+                repair,
+            );
+            if let Some(difference) = compared {
+                report.differences.push(difference);
                 pool_fixes.push(pool.clone());
             }
         }
@@ -305,35 +295,23 @@ pub async fn run(
             report.holds += 1;
             seen_holds.insert(hold.hold_id.clone());
             let ours = hold_value(hold);
-            let difference = match rows.get(&hold.hold_id) {
-                None => Some(("hold_missing", Vec::new(), Value::Null)),
-                Some(row) => {
-                    let fields: Vec<&'static str> = [
-                        "status",
-                        "user",
-                        "items",
-                        "expires_at_ms",
-                        "finished_at_ms",
-                        "created_at_ms",
-                    ]
-                    .into_iter()
-                    // A row made from a status event alone (its `held` was outside the feed's
-                    // window) has no creation time to compare.
-                    .filter(|field| !(*field == "created_at_ms" && row[*field].is_null()))
-                    .filter(|field| ours[*field] != row[*field])
-                    .collect();
-                    (!fields.is_empty()).then(|| ("hold_differs", fields, row.clone()))
-                }
-            };
-            if let Some((kind, fields, database)) = difference {
-                report.differences.push(Difference {
-                    kind,
-                    subject: hold.hold_id.clone(),
-                    fields,
-                    stockd: ours,
-                    database,
-                    repaired: repair,
-                });
+            let compared = compare(
+                &hold.hold_id,
+                ours,
+                rows.get(&hold.hold_id),
+                ("hold_missing", "hold_differs"),
+                &[
+                    "status",
+                    "user",
+                    "items",
+                    "expires_at_ms",
+                    "finished_at_ms",
+                    "created_at_ms",
+                ],
+                repair,
+            );
+            if let Some(difference) = compared {
+                report.differences.push(difference);
                 hold_fixes.push(hold.clone());
             }
         }
@@ -424,6 +402,43 @@ pub async fn run(
         .await?;
     }
     Ok(report)
+}
+
+/// The difference between stockd's `ours` and the table's `row` for one pool or hold, if any:
+/// `kinds.0` when there is no row, `kinds.1` naming the `fields` that differ. A `created_at_ms`
+/// the row does not have is not compared: a row made from a status event alone (its `held` was
+/// outside the feed's window when the sink read it) has no creation time.
+fn compare(
+    subject: &str,
+    ours: Value,
+    row: Option<&Value>,
+    kinds: (&'static str, &'static str),
+    fields: &[&'static str],
+    repaired: bool,
+) -> Option<Difference> {
+    let (kind, fields, database) = match row {
+        None => (kinds.0, Vec::new(), Value::Null),
+        Some(row) => {
+            let fields: Vec<&'static str> = fields
+                .iter()
+                .copied()
+                .filter(|field| !(*field == "created_at_ms" && row[*field].is_null()))
+                .filter(|field| ours[*field] != row[*field])
+                .collect();
+            if fields.is_empty() {
+                return None;
+            }
+            (kinds.1, fields, row.clone())
+        }
+    };
+    Some(Difference {
+        kind,
+        subject: subject.to_owned(),
+        fields,
+        stockd: ours,
+        database,
+        repaired,
+    })
 }
 
 /// A hold as reconcile compares it (items in pool order: the order of a hold's lines is not

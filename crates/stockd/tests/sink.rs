@@ -386,8 +386,14 @@ async fn the_sink_applies_every_event_once_through_kills_and_reconcile_finds_not
                     }
                 }
             };
-            assert!(text.contains("stockd_sink_events_applied_total{partition=\"0\"}"), "{text}");
-            assert!(text.contains("# TYPE stockd_sink_lag_seconds gauge"), "{text}");
+            assert!(
+                text.contains("stockd_sink_events_applied_total{partition=\"0\"}"),
+                "{text}"
+            );
+            assert!(
+                text.contains("# TYPE stockd_sink_lag_seconds gauge"),
+                "{text}"
+            );
             scraped = true;
         }
         if !stockd_restarted && started.elapsed() > Duration::from_secs(4) {
