@@ -191,6 +191,11 @@ async fn follow(
     let label = crate::metrics::PartitionLabel {
         partition: partition.to_string(),
     };
+    // Every series exists from the start, at zero: a rate over a counter that appears late
+    // misses its first increase.
+    drop(metrics.applied.get_or_create(&label));
+    drop(metrics.gaps.get_or_create(&label));
+    drop(metrics.lag.get_or_create(&label));
     let mut backoff = Backoff::new(config.backoff_max);
     let mut db: Option<tokio_postgres::Client> = None;
     let mut after = 0u64;

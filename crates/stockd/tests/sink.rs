@@ -7,9 +7,10 @@
 //! - A mixed workload (reserve, confirm with and without a reserve, release, expiry, extend,
 //!   refund with and without restock, restock with request ids, total changes, delete and
 //!   re-create) runs while the sink follows the feed; meanwhile the sink is SIGKILLed at random
-//!   moments and started again, stockd is killed and restarted, and PostgreSQL crashes and
-//!   restarts. Then `stockd_events` must be exactly the feed (every partition, every seq once,
-//!   every body equal), and reconcile must find nothing.
+//!   moments and started again (a second sink runs beside it all along, as if started by
+//!   mistake), stockd is killed and restarted, and PostgreSQL crashes and restarts. Then
+//!   `stockd_events` must be exactly the feed (every partition, every seq once, every body
+//!   equal), and reconcile must find nothing.
 //! - Rows tampered with by hand are reported by reconcile, and `--repair` puts them right.
 //! - A sink that fell behind the feed's window records the gap, says so, and reconcile reports
 //!   and repairs it.
@@ -362,6 +363,9 @@ async fn the_sink_applies_every_event_once_through_kills_and_reconcile_finds_not
         &metrics_listen,
     ];
     let mut sink = spawn_sink(&url, &dsn, &sink_args, &log);
+    // A second sink on the same tables, as if started by mistake: it must not make any event
+    // land twice (each page checks the stored cursor under a row lock).
+    let mut twin = spawn_sink(&url, &dsn, &["--batch", "40", "--wait-ms", "200"], &log);
 
     let seed: u64 = rand::random::<u16>().into();
     eprintln!("workload seed {seed}");
@@ -415,6 +419,7 @@ async fn the_sink_applies_every_event_once_through_kills_and_reconcile_finds_not
     );
     quiet(&api).await;
     kill(&mut sink);
+    kill(&mut twin);
     eprintln!("{done} calls, the sink killed {kills} times, stockd and postgres restarted");
     sink_once(&url, &dsn, &[]);
 
@@ -424,6 +429,10 @@ async fn the_sink_applies_every_event_once_through_kills_and_reconcile_finds_not
     assert_eq!(code, 0, "reconcile after the kills:\n{text}");
     assert!(text.contains(" 0 differences"), "{text}");
     let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    eprintln!(
+        "pages a sink found taken by the other: {}",
+        log_text.matches("moved under this sink").count()
+    );
     assert!(
         log_text.contains("resuming after the stored cursor"),
         "the sink's log says where it resumed: {log_text}"
