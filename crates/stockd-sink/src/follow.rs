@@ -64,6 +64,17 @@ pub enum SinkError {
         #[source]
         source: tokio_postgres::Error,
     },
+    #[error(
+        "partition {partition}: the feed went back below the stored cursor ({after}): {why}. \
+         stockd's dataset has less than the sink applied (a Redis that lost data, accepted with \
+         `stockd redis accept`?); stopping rather than skip the new events under the cursor. \
+         See docs/sink.md, \"A feed that went back\""
+    )]
+    Rewound {
+        partition: u32,
+        after: u64,
+        why: String,
+    },
 }
 
 #[derive(Deserialize)]
@@ -202,6 +213,8 @@ async fn follow(
     let mut last_log = Instant::now();
     let mut applied_since_log = 0u64;
     let mut caught_up_once = false;
+    // When the feed was last seen to still have, at the cursor, the event the tables have there.
+    let mut verified_at: Option<Instant> = None;
     loop {
         // (Re)connect and read the cursor: the database says where this partition is.
         let client = match db.as_mut() {
@@ -223,6 +236,7 @@ async fn follow(
                             after,
                             "postgres: connected; resuming after the stored cursor"
                         );
+                        verified_at = None;
                         db.insert(client)
                     }
                     Err(error) => {
@@ -281,6 +295,20 @@ async fn follow(
         };
 
         if page.events.is_empty() {
+            // Nothing after the cursor: either the sink is caught up, or the feed went back
+            // below it (a Redis that lost data and was accepted by an operator starts its seqs
+            // again), and new events are hiding under the cursor. Tell the two apart now and
+            // then: after each connect, then every VERIFY_EVERY while idle.
+            if verified_at.is_none_or(|at| at.elapsed() >= VERIFY_EVERY) {
+                if let Some(why) = rewound(&stockd, client, partition, after).await {
+                    return Err(SinkError::Rewound {
+                        partition,
+                        after,
+                        why,
+                    });
+                }
+                verified_at = Some(Instant::now());
+            }
             metrics.lag.get_or_create(&label).set(0.0);
             if !caught_up_once {
                 caught_up_once = true;
@@ -334,6 +362,44 @@ async fn follow(
                 backoff.wait().await;
             }
         }
+    }
+}
+
+/// How often an idle partition checks that the feed has not gone back below its cursor.
+const VERIFY_EVERY: Duration = Duration::from_secs(10);
+
+/// `Some(why)` when the feed no longer has, at seq `after`, the event the tables applied there:
+/// the feed went back (its seqs start again below the cursor). `None` when it still has it, or
+/// when that cannot be told (the event is past the feed's window, stockd or PostgreSQL did not
+/// answer, or the tables never had it: the cursor was moved past a gap); a later check tries
+/// again.
+async fn rewound(
+    stockd: &Client,
+    client: &tokio_postgres::Client,
+    partition: u32,
+    after: u64,
+) -> Option<String> {
+    if after == 0 {
+        return None;
+    }
+    let call = Call::events(Some(partition), after - 1, Some(1), Some(0));
+    let page = stockd.call(&call).await.ok()?.decode::<RawPage>().ok()?;
+    let stored = client
+        .query_opt(
+            "SELECT body::text FROM stockd_events WHERE partition = $1 AND seq = $2",
+            &[&(partition as i32), &crate::fold::to_i64(after)],
+        )
+        .await
+        .ok()?;
+    let stored: Value = serde_json::from_str(&stored?.get::<_, String>(0)).ok()?;
+    match page.events.first() {
+        None => Some(format!(
+            "the feed ends before seq {after}, the last event applied"
+        )),
+        Some(event) if *event != stored => Some(format!(
+            "the feed's event {after} is not the one applied: feed {event}, tables {stored}"
+        )),
+        Some(_) => None,
     }
 }
 

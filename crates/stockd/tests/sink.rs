@@ -14,6 +14,8 @@
 //! - Rows tampered with by hand are reported by reconcile, and `--repair` puts them right.
 //! - A sink that fell behind the feed's window records the gap, says so, and reconcile reports
 //!   and repairs it.
+//! - A feed that went back below the sink's cursor (a Redis that lost its data, accepted by an
+//!   operator) stops the sink instead of letting it skip the new events.
 
 mod support;
 
@@ -610,4 +612,83 @@ async fn a_sink_behind_the_feeds_window_records_the_gap_and_reconcile_repairs_it
     sink_once(&url, &dsn, &[]);
     let (code, text) = reconcile(&url, &dsn, &[]);
     assert_eq!(code, 0, "after more events:\n{text}");
+}
+
+/// Exit code and stderr of `sink --once` (which must end within a minute).
+fn sink_once_status(url: &str, dsn: &str) -> (i32, String) {
+    let output = Command::new(STOCKD)
+        .args(["sink", "postgres", "--once", "--url", url, "--dsn", dsn])
+        .env_remove("STOCKD_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run stockd sink --once");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feed_that_went_back_below_the_cursor_stops_the_sink() {
+    if std::env::var("STOCKD_TEST_BACKEND").as_deref() != Ok("redis") {
+        // Needs a Redis that loses its data (no persistence) and an operator's accept.
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pg = postgres(dir.path()).await;
+    let dsn = pg.dsn();
+    let redis = std::sync::Arc::new(support::RedisBackend::start());
+    let server = Server::start_with(ServerConfig {
+        backend: redis.clone(),
+        ..ServerConfig::default()
+    })
+    .await;
+    let api = server.api();
+    let url = format!("http://127.0.0.1:{}", server.port());
+    let (status, _) = api
+        .call("PUT", "/v1/pools/rw-a", Some(json!({"total": 5})))
+        .await;
+    assert_eq!(status, 201);
+    for n in 0..3 {
+        let body = json!({"hold_id": format!("rw-{n}"), "items": [{"pool": "rw-a", "qty": 1}]});
+        assert_eq!(api.call("POST", "/v1/holds", Some(body)).await.0, 201);
+    }
+    sink_once(&url, &dsn, &[]);
+
+    // Redis loses everything; an operator accepts the empty dataset; sales go on, and the
+    // feed's seqs start again from 1, below the sink's cursor (4).
+    redis.redis.kill();
+    redis.redis.start_again();
+    let accept = Command::new(STOCKD)
+        .args(["redis", "accept", "--backend", &redis.redis.url()])
+        .output()
+        .expect("run stockd redis accept");
+    assert!(
+        accept.status.success(),
+        "{}",
+        String::from_utf8_lossy(&accept.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = api
+            .try_call("PUT", "/v1/pools/rw-b", Some(json!({"total": 5})))
+            .await;
+        if let Ok((201, _)) = answer {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "stockd did not come back: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (code, stderr) = sink_once_status(&url, &dsn);
+    assert_eq!(
+        code, 1,
+        "the sink must stop, not skip the new events: {stderr}"
+    );
+    assert!(
+        stderr.contains("the feed went back below the stored cursor"),
+        "{stderr}"
+    );
 }
