@@ -58,7 +58,7 @@ fn hold(hold_id: &str, user: &str, qty: u64, status: &str, created: u64) -> Valu
 
 fn held(seq: u64, at: u64, hold_id: &str, user: &str, qty: u64) -> Value {
     json!({"seq": seq, "at_ms": at, "type": "held", "hold_id": hold_id, "user": user,
-           "items": [{"pool": "p", "qty": qty}], "expires_at_ms": at + 1_000})
+           "items": [{"pool": "p", "qty": qty}], "created_at_ms": at, "expires_at_ms": at + 1_000})
 }
 
 fn step(seq: u64, at: u64, kind: &str, hold_id: &str, user: &str, expires: u64) -> Value {
