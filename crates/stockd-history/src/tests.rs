@@ -241,6 +241,16 @@ fn a_hold_applied_twice_is_rejected() {
 }
 
 #[test]
+fn a_held_event_created_at_another_time_is_rejected() {
+    let mut history = explained();
+    // The feed's second event is h1's held (seq 2 at 1_011): one partition creates a hold when
+    // it holds it.
+    assert_eq!(history.feed[0][1]["hold_id"], "h1");
+    history.feed[0][1]["created_at_ms"] = json!(1_009);
+    rejected(&history, "created_at_ms is not at_ms");
+}
+
+#[test]
 fn a_stale_read_is_rejected() {
     let mut history = explained();
     // Read 70 ms after the expiry was applied, yet showing the unit still held.
