@@ -149,6 +149,9 @@ pub struct Event {
     pub delta: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub low_stock_threshold: Option<u64>,
+    /// `held` only: the hold's created_at_ms (a server before this field: absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
     /// `refunded` only: whether the units went back to available (false: they left the pool).
@@ -451,7 +454,8 @@ mod tests {
                 {"seq": 1, "at_ms": 5, "type": "pool_upserted", "pool": "sku-1", "total": 10,
                  "available": 10},
                 {"seq": 2, "at_ms": 6, "type": "held", "hold_id": "o-1", "user": "u-1",
-                 "items": [{"pool": "sku-1", "qty": 2}], "expires_at_ms": 600_006}
+                 "items": [{"pool": "sku-1", "qty": 2}], "created_at_ms": 6,
+                 "expires_at_ms": 600_006}
             ],
             "next_after": 2
         }))
@@ -459,5 +463,11 @@ mod tests {
         assert_eq!(events.next_after, 2);
         assert_eq!(events.events[1].kind, EventKind::Held);
         assert_eq!(events.events[1].pool, None);
+        assert_eq!(events.events[1].created_at_ms, Some(6));
+        assert_eq!(events.events[0].created_at_ms, None);
+        assert!(serde_json::to_value(&events.events[0])
+            .unwrap()
+            .get("created_at_ms")
+            .is_none());
     }
 }

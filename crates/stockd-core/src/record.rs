@@ -122,6 +122,9 @@ pub struct Event {
     pub restock: Option<bool>,
     /// `restocked` only: the request id the restock named, if any.
     pub request_id: Option<RequestId>,
+    /// `held` only: the hold's created_at_ms. It is the event's at_ms on one partition; a hold
+    /// over several partitions (Redis Cluster) is created before it is held.
+    pub created_at_ms: Option<u64>,
 }
 
 impl Event {
@@ -141,6 +144,7 @@ impl Event {
             expires_at_ms: None,
             restock: None,
             request_id: None,
+            created_at_ms: None,
         }
     }
 }

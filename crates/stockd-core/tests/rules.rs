@@ -1382,6 +1382,31 @@ fn hold_events_carry_hold_user_and_items() {
     }
 }
 
+#[test]
+fn held_events_carry_the_holds_created_at_ms_and_no_other_does() {
+    let mut state = new_state();
+    ok(run(&mut state, put_pool("p", 5), T0));
+    let done = ok(run(&mut state, reserve("h", &[("p", 1)]), T0 + 7));
+    assert_eq!(kinds(&done), [EventKind::Held]);
+    let created_at_ms = hold_view(done.outcome()).created_at_ms;
+    assert_eq!(created_at_ms, T0 + 7);
+    assert_eq!(done.events[0].created_at_ms, Some(created_at_ms));
+    let shown = hold_view(ok(run(&mut state, get_hold("h"), T0 + 8)).outcome()).created_at_ms;
+    assert_eq!(done.events[0].created_at_ms, Some(shown));
+    let done = ok(run(&mut state, release("h"), T0 + 9));
+    assert_eq!(kinds(&done), [EventKind::Released]);
+    assert_eq!(done.events[0].created_at_ms, None);
+    // confirm: true: held then confirmed, the field on the first only.
+    let done = ok(run(
+        &mut state,
+        with_confirm(reserve("c", &[("p", 1)])),
+        T0 + 10,
+    ));
+    assert_eq!(kinds(&done), [EventKind::Held, EventKind::Confirmed]);
+    assert_eq!(done.events[0].created_at_ms, Some(T0 + 10));
+    assert_eq!(done.events[1].created_at_ms, None);
+}
+
 // ------------------------------------------------------------------------------------ windows
 
 #[test]

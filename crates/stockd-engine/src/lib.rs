@@ -88,8 +88,8 @@ pub enum EngineError {
     },
     #[error(
         "snapshot payload format {found:#x} is not a supported one ({SNAPSHOT_FORMAT:#x}, or \
-         {SNAPSHOT_FORMAT_V3:#x} or {SNAPSHOT_FORMAT_V2:#x} from earlier releases): written by \
-         another stockd version"
+         {SNAPSHOT_FORMAT_V4:#x}, {SNAPSHOT_FORMAT_V3:#x} or {SNAPSHOT_FORMAT_V2:#x} from earlier \
+         releases): written by another stockd version"
     )]
     SnapshotFormat { found: u32 },
     #[error("recovered state breaks an invariant: {0}")]
@@ -102,12 +102,16 @@ pub enum EngineError {
 /// state or of an event changes, so an older snapshot is refused clearly instead of being
 /// misread (postcard is not self-describing). Distinctive on purpose: an untagged payload
 /// starts with a small count. Format 3 added `restock` to events (refund without restock);
-/// format 4 added restock request ids to the state and `request_id` to events.
-const SNAPSHOT_FORMAT: u32 = 0x5354_4B04;
+/// format 4 added restock request ids to the state and `request_id` to events; format 5 added
+/// `created_at_ms` to events (held).
+const SNAPSHOT_FORMAT: u32 = 0x5354_4B05;
 
 /// The previous release's format, still read: a data directory it wrote must open. Its state
-/// has no restock request ids ([`stockd_core::SnapshotV3`]), its events no `request_id`
-/// ([`EventV3`]).
+/// is the current one, its events have no `created_at_ms` ([`EventV4`]).
+const SNAPSHOT_FORMAT_V4: u32 = 0x5354_4B04;
+
+/// The format before that, still read: its state has no restock request ids
+/// ([`stockd_core::SnapshotV3`]), its events no `request_id` ([`EventV3`]).
 const SNAPSHOT_FORMAT_V3: u32 = 0x5354_4B03;
 
 /// The format before that, still read: its events have no `restock` either ([`EventV2`]).
@@ -128,13 +132,33 @@ struct SnapshotOwned {
     events: Vec<stockd_core::Event>,
 }
 
-/// A snapshot of an earlier format (2 or 3), as that release wrote it: the same state shape,
-/// events of that format.
+/// A snapshot of an earlier format (2, 3 or 4), as that release wrote it: that format's state
+/// and events.
 #[derive(serde::Deserialize)]
-struct SnapshotOld<E> {
+struct SnapshotOld<S, E> {
     format: u32,
-    state: stockd_core::SnapshotV3,
+    state: S,
     events: Vec<E>,
+}
+
+/// An event as format 4 stored it: every field of [`stockd_core::Event`] up to `request_id`, in
+/// the same order (postcard is positional).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct EventV4 {
+    seq: u64,
+    at_ms: u64,
+    kind: stockd_core::EventKind,
+    pool: Option<stockd_core::PoolId>,
+    hold_id: Option<stockd_core::HoldId>,
+    user: Option<stockd_core::UserId>,
+    items: Option<std::sync::Arc<[stockd_core::HoldItem]>>,
+    available: Option<u64>,
+    total: Option<u64>,
+    delta: Option<i64>,
+    low_stock_threshold: Option<u64>,
+    expires_at_ms: Option<u64>,
+    restock: Option<bool>,
+    request_id: Option<stockd_core::RequestId>,
 }
 
 /// An event as format 3 stored it: every field of [`stockd_core::Event`] up to `restock`, in
@@ -216,6 +240,12 @@ impl From<EventV2> for stockd_core::Event {
 
 impl From<EventV3> for stockd_core::Event {
     fn from(old: EventV3) -> Self {
+        EventV4::from(old).into()
+    }
+}
+
+impl From<EventV3> for EventV4 {
+    fn from(old: EventV3) -> Self {
         let EventV3 {
             seq,
             at_ms,
@@ -231,7 +261,7 @@ impl From<EventV3> for stockd_core::Event {
             expires_at_ms,
             restock,
         } = old;
-        stockd_core::Event {
+        EventV4 {
             seq,
             at_ms,
             kind,
@@ -251,7 +281,46 @@ impl From<EventV3> for stockd_core::Event {
     }
 }
 
-/// Decodes a snapshot payload of the current format or of format 3 or 2.
+impl From<EventV4> for stockd_core::Event {
+    fn from(old: EventV4) -> Self {
+        let EventV4 {
+            seq,
+            at_ms,
+            kind,
+            pool,
+            hold_id,
+            user,
+            items,
+            available,
+            total,
+            delta,
+            low_stock_threshold,
+            expires_at_ms,
+            restock,
+            request_id,
+        } = old;
+        stockd_core::Event {
+            seq,
+            at_ms,
+            kind,
+            pool,
+            hold_id,
+            user,
+            items,
+            available,
+            total,
+            delta,
+            low_stock_threshold,
+            expires_at_ms,
+            restock,
+            request_id,
+            // The engine creates a hold when it emits its `held` event.
+            created_at_ms: (kind == stockd_core::EventKind::Held).then_some(at_ms),
+        }
+    }
+}
+
+/// Decodes a snapshot payload of the current format or of format 4, 3 or 2.
 fn decode_snapshot(bytes: &[u8]) -> Result<SnapshotOwned, EngineError> {
     // The tag is checked first: an untagged or older payload may not decode at all.
     let format = postcard::take_from_bytes::<u32>(bytes).map(|(format, _)| format);
@@ -259,7 +328,11 @@ fn decode_snapshot(bytes: &[u8]) -> Result<SnapshotOwned, EngineError> {
         what: "snapshot",
         source,
     };
-    fn upgrade<E: Into<stockd_core::Event>>(old: SnapshotOld<E>) -> SnapshotOwned {
+    fn upgrade<S, E>(old: SnapshotOld<S, E>) -> SnapshotOwned
+    where
+        S: Into<stockd_core::Snapshot>,
+        E: Into<stockd_core::Event>,
+    {
         SnapshotOwned {
             format: SNAPSHOT_FORMAT,
             state: old.state.into(),
@@ -268,13 +341,21 @@ fn decode_snapshot(bytes: &[u8]) -> Result<SnapshotOwned, EngineError> {
     }
     match format {
         Ok(SNAPSHOT_FORMAT) => postcard::from_bytes(bytes).map_err(decode_error),
+        Ok(SNAPSHOT_FORMAT_V4) => {
+            let old: SnapshotOld<stockd_core::Snapshot, EventV4> =
+                postcard::from_bytes(bytes).map_err(decode_error)?;
+            debug_assert_eq!(old.format, SNAPSHOT_FORMAT_V4);
+            Ok(upgrade(old))
+        }
         Ok(SNAPSHOT_FORMAT_V3) => {
-            let old: SnapshotOld<EventV3> = postcard::from_bytes(bytes).map_err(decode_error)?;
+            let old: SnapshotOld<stockd_core::SnapshotV3, EventV3> =
+                postcard::from_bytes(bytes).map_err(decode_error)?;
             debug_assert_eq!(old.format, SNAPSHOT_FORMAT_V3);
             Ok(upgrade(old))
         }
         Ok(SNAPSHOT_FORMAT_V2) => {
-            let old: SnapshotOld<EventV2> = postcard::from_bytes(bytes).map_err(decode_error)?;
+            let old: SnapshotOld<stockd_core::SnapshotV3, EventV2> =
+                postcard::from_bytes(bytes).map_err(decode_error)?;
             debug_assert_eq!(old.format, SNAPSHOT_FORMAT_V2);
             Ok(upgrade(old))
         }
@@ -807,6 +888,43 @@ mod tests {
         ));
         assert_eq!(effects.records.len(), 1);
         assert_eq!(rebuilt.pool(&pool).unwrap().total, 7);
+    }
+
+    /// A data directory of the release before `created_at_ms` on events holds format 4
+    /// snapshots: they still open, and their `held` events get the hold's created_at_ms, which
+    /// the engine's `held` event's at_ms is.
+    #[test]
+    fn a_format_4_snapshot_still_opens() {
+        let pool = PoolId::parse("p").unwrap();
+        let (state, events) = state_after(&[put_pool(&pool), reserve(1)]);
+        let old_events: Vec<EventV4> = events
+            .iter()
+            .map(|event| EventV4 {
+                seq: event.seq,
+                at_ms: event.at_ms,
+                kind: event.kind,
+                pool: event.pool.clone(),
+                hold_id: event.hold_id.clone(),
+                user: event.user.clone(),
+                items: event.items.clone(),
+                available: event.available,
+                total: event.total,
+                delta: event.delta,
+                low_stock_threshold: event.low_stock_threshold,
+                expires_at_ms: event.expires_at_ms,
+                restock: event.restock,
+                request_id: event.request_id.clone(),
+            })
+            .collect();
+        let payload =
+            postcard::to_allocvec(&(SNAPSHOT_FORMAT_V4, state.snapshot(), &old_events)).unwrap();
+        let recovered = from_snapshot(payload);
+        let (rebuilt, feed, _) = rebuild(&recovered, StateConfig::default(), 10).unwrap();
+        assert_eq!(rebuilt.hold_count(), 1);
+        assert!(feed.iter().eq(events.iter()));
+        assert!(feed
+            .iter()
+            .any(|e| e.kind == stockd_core::EventKind::Held && e.created_at_ms == Some(e.at_ms)));
     }
 
     /// A format 4 snapshot keeps the request ids it was written with: a retry after a restart

@@ -685,6 +685,16 @@ impl Runner<'_> {
                 format!("expires_at_ms is not at_ms + ttl_ms {ttl_ms}"),
             );
         }
+        // The checker knows holds of one partition only, created when they are held; a stockd
+        // older than the field sends no created_at_ms.
+        if u64_field(event, "created_at_ms").is_some_and(|created| created != at) {
+            self.fail(
+                partition,
+                position,
+                event,
+                "created_at_ms is not at_ms".to_string(),
+            );
+        }
 
         let s = position + 1;
         let mut crossed = Vec::new();

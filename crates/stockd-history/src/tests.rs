@@ -58,7 +58,7 @@ fn hold(hold_id: &str, user: &str, qty: u64, status: &str, created: u64) -> Valu
 
 fn held(seq: u64, at: u64, hold_id: &str, user: &str, qty: u64) -> Value {
     json!({"seq": seq, "at_ms": at, "type": "held", "hold_id": hold_id, "user": user,
-           "items": [{"pool": "p", "qty": qty}], "expires_at_ms": at + 1_000})
+           "items": [{"pool": "p", "qty": qty}], "created_at_ms": at, "expires_at_ms": at + 1_000})
 }
 
 fn step(seq: u64, at: u64, kind: &str, hold_id: &str, user: &str, expires: u64) -> Value {
@@ -238,6 +238,16 @@ fn a_hold_applied_twice_is_rejected() {
         event["seq"] = json!(seq + 1);
     }
     rejected(&history, "applied twice");
+}
+
+#[test]
+fn a_held_event_created_at_another_time_is_rejected() {
+    let mut history = explained();
+    // The feed's second event is h1's held (seq 2 at 1_011): one partition creates a hold when
+    // it holds it.
+    assert_eq!(history.feed[0][1]["hold_id"], "h1");
+    history.feed[0][1]["created_at_ms"] = json!(1_009);
+    rejected(&history, "created_at_ms is not at_ms");
 }
 
 #[test]

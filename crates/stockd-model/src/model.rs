@@ -117,6 +117,7 @@ fn blank_event(seq: u64, at_ms: u64, kind: EventKind) -> Event {
         expires_at_ms: None,
         restock: None,
         request_id: None,
+        created_at_ms: None,
     }
 }
 
@@ -347,6 +348,9 @@ impl Model {
         event.hold_id = Some(hold.hold_id.clone());
         event.user = hold.user.clone();
         event.expires_at_ms = Some(hold.expires_at_ms);
+        if kind == EventKind::Held {
+            event.created_at_ms = Some(hold.created_at_ms);
+        }
         event.items = Some(
             hold.lines
                 .iter()

@@ -74,13 +74,17 @@ function S.usage_give_back(pool_id, user, qty)
     end
 end
 
--- `extra`: more of the event's fields as JSON (`,"name":value...`), or nil.
+-- `extra`: more of the event's fields as JSON (`,"name":value...`), or nil. A `held` event also
+-- carries the hold's created_at_ms: a hold over several partitions is created at x_begin and
+-- held at x_commit, so the event's at_ms is not it there.
 function S.hold_event(kind, hold, extra)
     local user = ''
     if hold.user then user = ',"user":"' .. hold.user .. '"' end
+    local created = ''
+    if kind == 'held' then created = ',"created_at_ms":' .. S.int(hold.created_at_ms) end
     S.emit_json(kind, ',"hold_id":"' .. hold.id .. '"' .. user .. ',"items":'
         .. S.hold_items_json(hold) .. ',"expires_at_ms":' .. S.int(hold.expires_at_ms)
-        .. (extra or ''))
+        .. created .. (extra or ''))
 end
 
 function S.retention_ms(status)

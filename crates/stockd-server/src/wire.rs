@@ -263,6 +263,12 @@ pub(crate) struct EventObject {
     #[schema(nullable = false)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub low_stock_threshold: Option<u64>,
+    /// `held` only: the hold's created_at_ms, as GET /v1/holds/{id} shows it. The event's at_ms
+    /// on one partition; on a Redis Cluster a hold over several partitions is created a little
+    /// before it is held, so it can be earlier than at_ms there.
+    #[schema(nullable = false)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_at_ms: Option<u64>,
     #[schema(nullable = false)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
@@ -295,6 +301,7 @@ impl From<&Event> for EventObject {
             expires_at_ms,
             restock,
             request_id,
+            created_at_ms,
         } = event;
         EventObject {
             seq: *seq,
@@ -308,6 +315,7 @@ impl From<&Event> for EventObject {
             total: *total,
             delta: *delta,
             low_stock_threshold: *low_stock_threshold,
+            created_at_ms: *created_at_ms,
             expires_at_ms: *expires_at_ms,
             restock: *restock,
             request_id: request_id.clone(),

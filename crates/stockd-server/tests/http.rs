@@ -1022,6 +1022,12 @@ async fn events_omit_fields_that_do_not_apply() {
     assert!(
         !held.contains_key("user") && !held.contains_key("pool") && !held.contains_key("available")
     );
+    // The hold's created_at_ms, on `held` only.
+    let hold = get(&router, "/v1/holds/h").await.json();
+    assert_eq!(held["created_at_ms"], hold["created_at_ms"]);
+    for event in events.iter().filter(|e| e["type"] != "held") {
+        assert!(event.get("created_at_ms").is_none(), "{event}");
+    }
 
     let rest = get(&router, "/v1/events?after=2&limit=1").await.json();
     assert_eq!(rest["events"].as_array().unwrap().len(), 1);

@@ -188,7 +188,10 @@ impl Fold {
                     _ => ("refunded", Some(at_ms)),
                 };
                 let created_at_ms = match (event.kind, self.holds.get(&hold_id)) {
-                    (EventKind::Held, _) => Some(at_ms),
+                    // The hold's own created_at_ms: on a Redis Cluster a hold over several
+                    // partitions is created a little before its `held` event. A stockd older
+                    // than the field sends none; there the event's at_ms is it.
+                    (EventKind::Held, _) => Some(event.created_at_ms.map_or(at_ms, to_i64)),
                     (_, Some(row)) => row.created_at_ms,
                     (_, None) => None,
                 };
@@ -270,6 +273,21 @@ mod tests {
 
     fn fold(events: Value) -> Fold {
         Fold::page(events.as_array().unwrap()).unwrap()
+    }
+
+    /// A `held` event names the hold's created_at_ms, which on a Redis Cluster is a little
+    /// before the event's at_ms: the row takes the hold's.
+    #[test]
+    fn a_hold_row_takes_created_at_ms_from_its_held_event() {
+        let items = json!([{"pool": "a", "qty": 2}]);
+        let page = fold(json!([
+            {"seq": 1, "at_ms": 15, "type": "held", "hold_id": "h", "items": items, "created_at_ms": 12, "expires_at_ms": 100},
+            {"seq": 2, "at_ms": 16, "type": "released", "hold_id": "h", "items": items, "expires_at_ms": 100},
+        ]));
+        let row = &page.holds["h"];
+        assert_eq!(row.created_at_ms, Some(12));
+        assert_eq!(row.finished_at_ms, Some(16));
+        assert_eq!(row.updated_at_ms, 16);
     }
 
     #[test]

@@ -4229,3 +4229,76 @@ fn event_matching_compares_order_within_partitions() {
         json!("$contains:7")
     );
 }
+
+/// A `held` event carries the hold's created_at_ms, as GET /v1/holds/{id} shows it, also for a
+/// hold over several partitions (on a Redis Cluster created a little before it is held); no
+/// other event has the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_events_carry_the_holds_created_at_ms() {
+    let server = Server::start().await;
+    let api = server.api();
+    let partitions = api.partitions().await;
+    // Pools until two are in different partitions (or eight, with one partition).
+    let mut pools: Vec<(String, u32)> = Vec::new();
+    for n in 0..64 {
+        let pool = format!("ca-p{n}");
+        let (status, body) = api
+            .call(
+                "PUT",
+                &format!("/v1/pools/{pool}"),
+                Some(json!({"total": 10, "low_stock_threshold": 9})),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        let partition = partition_of(&body, partitions);
+        if pools.iter().all(|(_, p)| *p != partition) {
+            pools.push((pool, partition));
+        }
+        if pools.len() == 2 || (partitions == 1 && n == 1) {
+            break;
+        }
+    }
+    if partitions == 1 {
+        pools = vec![("ca-p0".into(), 0), ("ca-p1".into(), 0)];
+    }
+    assert_eq!(pools.len(), 2, "no two pools in different partitions");
+    let holds = [
+        ("ca-h1", vec![&pools[0].0], false),
+        ("ca-h2", vec![&pools[0].0, &pools[1].0], false),
+        ("ca-h3", vec![&pools[0].0, &pools[1].0], true),
+    ];
+    let mut created = std::collections::HashMap::new();
+    for (hold_id, on, confirm) in &holds {
+        let items: Vec<Value> = on.iter().map(|p| json!({"pool": p, "qty": 1})).collect();
+        let (status, body) = api
+            .call(
+                "POST",
+                "/v1/holds",
+                Some(json!({"hold_id": hold_id, "items": items, "confirm": confirm})),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        let (status, hold) = api.call("GET", &format!("/v1/holds/{hold_id}"), None).await;
+        assert_eq!(status, 200, "{hold}");
+        assert_eq!(hold["created_at_ms"], body["created_at_ms"], "{hold}");
+        created.insert(hold_id.to_string(), hold["created_at_ms"].clone());
+    }
+    let (status, body) = api.call("POST", "/v1/holds/ca-h2/release", None).await;
+    assert_eq!(status, 200, "{body}");
+    let mut held = 0;
+    for read in api.all_events().await {
+        let event = &read.event;
+        if event["type"] == "held" {
+            let hold_id = event["hold_id"].as_str().unwrap();
+            assert_eq!(event["created_at_ms"], created[hold_id], "{event}");
+            assert!(
+                event["created_at_ms"].as_u64().unwrap() <= event["at_ms"].as_u64().unwrap(),
+                "{event}"
+            );
+            held += 1;
+        } else {
+            assert!(event.get("created_at_ms").is_none(), "{event}");
+        }
+    }
+    assert_eq!(held, holds.len());
+}

@@ -182,6 +182,7 @@ impl State {
                 event.user = user.clone();
                 event.items = Some(items.clone());
                 event.expires_at_ms = Some(*expires_at_ms);
+                event.created_at_ms = Some(at_ms);
                 events.push(event);
                 self.flush_low_stock(at_ms, events);
             }

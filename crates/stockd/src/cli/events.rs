@@ -492,6 +492,9 @@ fn event_line(partition: u32, event: &Map<String, Value>, now_ms: u64) -> String
         .keys()
         .filter(|field| !ORDER.contains(&field.as_str()))
         .filter(|field| !matches!(field.as_str(), "seq" | "at_ms" | "type"))
+        // A held hold's created_at_ms is its event's time but on a Redis Cluster, for a hold
+        // over several partitions: shown only then.
+        .filter(|field| field.as_str() != "created_at_ms" || number(field) != number("at_ms"))
         .map(String::as_str);
     let fields: Vec<String> = ORDER
         .into_iter()
@@ -526,6 +529,9 @@ fn field_text(field: &str, value: &Value, now_ms: u64) -> String {
                 })
                 .collect();
             format!("items {}", items.join(", "))
+        }
+        ("created_at_ms", Value::Number(ms)) if ms.as_u64().is_some() => {
+            format!("created {}", human::utc_ms(ms.as_u64().unwrap_or(0)))
         }
         ("expires_at_ms", Value::Number(ms)) if ms.as_u64().is_some() => {
             format!("expires {}", human::when(ms.as_u64().unwrap_or(0), now_ms))
@@ -731,12 +737,21 @@ mod tests {
         let event = json!({
             "seq": 12, "at_ms": now_ms, "type": "held", "hold_id": "claim-1", "user": "ann",
             "items": [{"pool": "coupon-a", "qty": 1}, {"pool": "b", "qty": 2}],
-            "expires_at_ms": now_ms + 600_000,
+            "created_at_ms": now_ms, "expires_at_ms": now_ms + 600_000,
         });
         assert_eq!(
             event_line(0, event.as_object().expect("object"), now_ms),
             "0:12 2026-11-25 22:06:24.923 UTC held hold claim-1, user ann, \
              items coupon-a x1, b x2, expires 2026-11-25 22:16:24 UTC (in 10m)"
+        );
+        // Created before it was held (a hold over several partitions of a Redis Cluster).
+        let mut event = event;
+        event["created_at_ms"] = json!(now_ms - 4);
+        assert_eq!(
+            event_line(0, event.as_object().expect("object"), now_ms),
+            "0:12 2026-11-25 22:06:24.923 UTC held hold claim-1, user ann, \
+             items coupon-a x1, b x2, expires 2026-11-25 22:16:24 UTC (in 10m), \
+             created 2026-11-25 22:06:24.919 UTC"
         );
         let restocked = json!({
             "seq": 4, "at_ms": now_ms, "type": "restocked", "pool": "sku-2", "available": 8,
