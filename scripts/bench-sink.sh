@@ -32,7 +32,11 @@ PG_PID=$!
 SINK_PID=""
 cleanup() {
     stop_debug_stockd
-    kill -QUIT "$PG_PID" 2>/dev/null || true
+    # The postmaster itself (PG_PID may be runuser's shell, which ignores SIGQUIT): immediate
+    # shutdown, nothing to keep.
+    local postmaster
+    postmaster=$(head -n 1 "$WORK/pg/postmaster.pid" 2>/dev/null || true)
+    [ -z "$postmaster" ] || kill -QUIT "$postmaster" 2>/dev/null || true
     wait "$PG_PID" 2>/dev/null || true
     rm -rf "$WORK"
 }

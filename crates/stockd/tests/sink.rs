@@ -42,8 +42,24 @@ async fn db(pg: &Postgres) -> tokio_postgres::Client {
     pg.connect().await.expect("connect to the test postgres")
 }
 
+/// A `stockd sink postgres` child process, SIGKILLed when dropped (also when a test fails, so
+/// that no sink outlives its test).
+struct Sink(Child);
+
+impl Sink {
+    fn kill(&mut self) {
+        kill(&mut self.0);
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// `stockd sink postgres` as a child process, its output in `log`.
-fn spawn_sink(url: &str, dsn: &str, extra: &[&str], log: &Path) -> Child {
+fn spawn_sink(url: &str, dsn: &str, extra: &[&str], log: &Path) -> Sink {
     let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -58,6 +74,7 @@ fn spawn_sink(url: &str, dsn: &str, extra: &[&str], log: &Path) -> Child {
         .stdout(Stdio::from(out.try_clone().unwrap()))
         .stderr(Stdio::from(out))
         .spawn()
+        .map(Sink)
         .expect("start stockd sink")
 }
 
@@ -409,7 +426,7 @@ async fn the_sink_applies_every_event_once_through_kills_and_reconcile_finds_not
             pg.crash_and_restart().await.expect("postgres restarts");
             pg_restarted = true;
         } else {
-            kill(&mut sink);
+            sink.kill();
             kills += 1;
             sink = spawn_sink(&url, &dsn, &sink_args, &log);
         }
@@ -420,8 +437,8 @@ async fn the_sink_applies_every_event_once_through_kills_and_reconcile_finds_not
         "the workload did too little: {done} calls succeeded"
     );
     quiet(&api).await;
-    kill(&mut sink);
-    kill(&mut twin);
+    sink.kill();
+    twin.kill();
     eprintln!("{done} calls, the sink killed {kills} times, stockd and postgres restarted");
     sink_once(&url, &dsn, &[]);
 
