@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::Value;
 use stockd_client::{Call, Client, ClientError};
-use tokio_postgres::error::SqlState;
 /// A parsed `--dsn`, to check it before anything runs.
 pub use tokio_postgres::Config as PgConfig;
 use tokio_postgres::NoTls;
@@ -56,14 +55,9 @@ pub enum SinkError {
     #[error(
         "partition {partition}: stockd_events already has events after the stored cursor \
          ({after}): the tables were changed by hand or restored apart from their cursors; \
-         stopping rather than write an event twice ({source})"
+         stopping rather than write an event twice"
     )]
-    Inconsistent {
-        partition: u32,
-        after: u64,
-        #[source]
-        source: tokio_postgres::Error,
-    },
+    Inconsistent { partition: u32, after: u64 },
     #[error(
         "partition {partition}: the feed went back below the stored cursor ({after}): {why}. \
          stockd's dataset has less than the sink applied (a Redis that lost data, accepted with \
@@ -278,6 +272,9 @@ async fn follow(
                         after = oldest_seq.saturating_sub(1);
                     }
                     Ok(Written::CursorMoved { found }) => moved(partition, after, found, &mut db),
+                    Ok(Written::AlreadyThere) => {
+                        return Err(SinkError::Inconsistent { partition, after });
+                    }
                     Err(error) => {
                         lost(partition, &error, &mut db, &metrics);
                         backoff.wait().await;
@@ -350,12 +347,8 @@ async fn follow(
                 }
             }
             Ok(Written::CursorMoved { found }) => moved(partition, after, found, &mut db),
-            Err(error) if error.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
-                return Err(SinkError::Inconsistent {
-                    partition,
-                    after,
-                    source: error,
-                });
+            Ok(Written::AlreadyThere) => {
+                return Err(SinkError::Inconsistent { partition, after });
             }
             Err(error) => {
                 lost(partition, &error, &mut db, &metrics);

@@ -7,6 +7,7 @@
 //! A crash before the commit leaves nothing; after it, everything and the cursor past it.
 
 use serde_json::json;
+use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Transaction};
 
 use crate::fold::{to_i64, Fold};
@@ -18,6 +19,9 @@ pub enum Written {
     Applied,
     /// The cursor was not where this sink thought: nothing written. Reload it.
     CursorMoved { found: u64 },
+    /// The cursor was where this sink thought, but some event after it was already in
+    /// `stockd_events`: the tables were changed apart from their cursor. Nothing written.
+    AlreadyThere,
 }
 
 /// Makes sure a cursor row exists for each partition (at 0 for a new one).
@@ -76,6 +80,13 @@ async fn move_cursor(
 }
 
 /// Applies `fold`, the events of `partition` after `expected` up to `to`.
+///
+/// Every statement of the page is sent at once, with its parameter types (so that none needs a
+/// round trip of its own to be prepared): tokio-postgres pipelines the statements of futures
+/// polled together, in the order they are first polled, which `try_join!` does in the order
+/// written. A page costs about one round trip and its commit. The cursor row is locked first and checked when the answers are in: if it was
+/// not at `expected`, or a seq of the page was already there, the whole transaction is rolled
+/// back, so whatever the other statements did is gone with it.
 pub async fn apply(
     client: &mut Client,
     partition: u32,
@@ -84,125 +95,172 @@ pub async fn apply(
     fold: &Fold,
 ) -> Result<Written, tokio_postgres::Error> {
     let transaction = client.transaction().await?;
-    if let Some(found) = lock_cursor(&transaction, partition, expected).await? {
-        transaction.rollback().await?;
-        return Ok(Written::CursorMoved { found });
-    }
     let partition_sql = partition as i32;
 
     let seqs: Vec<i64> = fold.events.iter().map(|e| e.seq).collect();
     let ats: Vec<i64> = fold.events.iter().map(|e| e.at_ms).collect();
     let kinds: Vec<&str> = fold.events.iter().map(|e| e.kind.as_str()).collect();
     let bodies: Vec<&str> = fold.events.iter().map(|e| e.body.as_str()).collect();
-    // A seq already there means the cursor and the rows disagree: the unique key makes the
-    // transaction fail rather than write an event twice.
-    transaction
-        .execute(
-            "INSERT INTO stockd_events (partition, seq, at_ms, type, body)
-             SELECT $1, s, a, t, b::jsonb
-             FROM unnest($2::int8[], $3::int8[], $4::text[], $5::text[]) AS e(s, a, t, b)",
-            &[&partition_sql, &seqs, &ats, &kinds, &bodies],
-        )
-        .await?;
 
-    if !fold.holds.is_empty() {
-        let rows: Vec<_> = fold.holds.values().collect();
-        let ids: Vec<&str> = rows.iter().map(|h| h.hold_id.as_str()).collect();
-        let statuses: Vec<&str> = rows.iter().map(|h| h.status).collect();
-        let users: Vec<Option<&str>> = rows.iter().map(|h| h.user.as_deref()).collect();
-        let items: Vec<String> = rows.iter().map(|h| json!(h.items).to_string()).collect();
-        let created: Vec<Option<i64>> = rows.iter().map(|h| h.created_at_ms).collect();
-        let expires: Vec<i64> = rows.iter().map(|h| h.expires_at_ms).collect();
-        let finished: Vec<Option<i64>> = rows.iter().map(|h| h.finished_at_ms).collect();
-        let updated: Vec<i64> = rows.iter().map(|h| h.updated_at_ms).collect();
+    let holds: Vec<_> = fold.holds.values().collect();
+    let hold_ids: Vec<&str> = holds.iter().map(|h| h.hold_id.as_str()).collect();
+    let statuses: Vec<&str> = holds.iter().map(|h| h.status).collect();
+    let users: Vec<Option<&str>> = holds.iter().map(|h| h.user.as_deref()).collect();
+    let items: Vec<String> = holds.iter().map(|h| json!(h.items).to_string()).collect();
+    let created: Vec<Option<i64>> = holds.iter().map(|h| h.created_at_ms).collect();
+    let expires: Vec<i64> = holds.iter().map(|h| h.expires_at_ms).collect();
+    let finished: Vec<Option<i64>> = holds.iter().map(|h| h.finished_at_ms).collect();
+    let hold_updated: Vec<i64> = holds.iter().map(|h| h.updated_at_ms).collect();
+
+    let extensions: Vec<_> = fold.extensions.values().collect();
+    let extension_ids: Vec<&str> = extensions.iter().map(|x| x.hold_id.as_str()).collect();
+    let extension_expires: Vec<i64> = extensions.iter().map(|x| x.expires_at_ms).collect();
+    let extension_updated: Vec<i64> = extensions.iter().map(|x| x.updated_at_ms).collect();
+
+    // In pool id order (a BTreeMap), so that partitions lock pool rows in one order.
+    let names: Vec<&str> = fold.pools.keys().map(String::as_str).collect();
+    let deltas: Vec<_> = fold.pools.values().collect();
+    let total: Vec<i64> = deltas.iter().map(|d| d.total).collect();
+    let available: Vec<i64> = deltas.iter().map(|d| d.available).collect();
+    let held: Vec<i64> = deltas.iter().map(|d| d.held).collect();
+    let sold: Vec<i64> = deltas.iter().map(|d| d.sold).collect();
+    let deleted: Vec<Option<bool>> = deltas.iter().map(|d| d.deleted).collect();
+    let pool_updated: Vec<i64> = deltas.iter().map(|d| d.updated_at_ms).collect();
+    let to_sql = to_i64(to);
+
+    // Made in this order, sent in this order: the cursor's lock first.
+    let lock = async {
         transaction
-            .execute(
-                "INSERT INTO stockd_holds AS h (hold_id, status, user_id, items, created_at_ms,
-                     expires_at_ms, finished_at_ms, partition, updated_at_ms)
-                 SELECT i, s, u, it::jsonb, c, e, f, $1, up
-                 FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int8[],
-                     $7::int8[], $8::int8[], $9::int8[]) AS r(i, s, u, it, c, e, f, up)
-                 ON CONFLICT (hold_id) DO UPDATE SET
-                     status = EXCLUDED.status,
-                     user_id = EXCLUDED.user_id,
-                     items = EXCLUDED.items,
-                     created_at_ms = coalesce(EXCLUDED.created_at_ms, h.created_at_ms),
-                     expires_at_ms = EXCLUDED.expires_at_ms,
-                     finished_at_ms = EXCLUDED.finished_at_ms,
-                     partition = EXCLUDED.partition,
-                     updated_at_ms = EXCLUDED.updated_at_ms",
+            .query_typed_one(
+                "SELECT after_seq FROM stockd_sink_cursors WHERE partition = $1 FOR UPDATE",
+                &[(&partition_sql, Type::INT4)],
+            )
+            .await
+    };
+    // A seq already there is left alone here and counted: fewer rows than events means the
+    // cursor and the rows disagree, and nothing of the page is kept.
+    let events = async {
+        transaction
+            .execute_typed(
+                "INSERT INTO stockd_events (partition, seq, at_ms, type, body)
+             SELECT $1, s, a, t, b::jsonb
+             FROM unnest($2::int8[], $3::int8[], $4::text[], $5::text[]) AS e(s, a, t, b)
+             ON CONFLICT (partition, seq) DO NOTHING",
                 &[
-                    &partition_sql,
-                    &ids,
-                    &statuses,
-                    &users,
-                    &items,
-                    &created,
-                    &expires,
-                    &finished,
-                    &updated,
+                    (&partition_sql, Type::INT4),
+                    (&seqs, Type::INT8_ARRAY),
+                    (&ats, Type::INT8_ARRAY),
+                    (&kinds, Type::TEXT_ARRAY),
+                    (&bodies, Type::TEXT_ARRAY),
                 ],
             )
-            .await?;
-    }
-
-    if !fold.extensions.is_empty() {
-        let rows: Vec<_> = fold.extensions.values().collect();
-        let ids: Vec<&str> = rows.iter().map(|x| x.hold_id.as_str()).collect();
-        let expires: Vec<i64> = rows.iter().map(|x| x.expires_at_ms).collect();
-        let updated: Vec<i64> = rows.iter().map(|x| x.updated_at_ms).collect();
-        // A hold the tables never saw made (the feed's window had dropped its `held`) stays
-        // missing: reconcile reports it.
+            .await
+    };
+    let holds = async {
         transaction
-            .execute(
+            .execute_typed(
+                "INSERT INTO stockd_holds AS h (hold_id, status, user_id, items, created_at_ms,
+                 expires_at_ms, finished_at_ms, partition, updated_at_ms)
+             SELECT i, s, u, it::jsonb, c, e, f, $1, up
+             FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int8[],
+                 $7::int8[], $8::int8[], $9::int8[]) AS r(i, s, u, it, c, e, f, up)
+             ON CONFLICT (hold_id) DO UPDATE SET
+                 status = EXCLUDED.status,
+                 user_id = EXCLUDED.user_id,
+                 items = EXCLUDED.items,
+                 created_at_ms = coalesce(EXCLUDED.created_at_ms, h.created_at_ms),
+                 expires_at_ms = EXCLUDED.expires_at_ms,
+                 finished_at_ms = EXCLUDED.finished_at_ms,
+                 partition = EXCLUDED.partition,
+                 updated_at_ms = EXCLUDED.updated_at_ms",
+                &[
+                    (&partition_sql, Type::INT4),
+                    (&hold_ids, Type::TEXT_ARRAY),
+                    (&statuses, Type::TEXT_ARRAY),
+                    (&users, Type::TEXT_ARRAY),
+                    (&items, Type::TEXT_ARRAY),
+                    (&created, Type::INT8_ARRAY),
+                    (&expires, Type::INT8_ARRAY),
+                    (&finished, Type::INT8_ARRAY),
+                    (&hold_updated, Type::INT8_ARRAY),
+                ],
+            )
+            .await
+    };
+    // A hold the tables never saw made (the feed's window had dropped its `held`) stays
+    // missing: reconcile reports it.
+    let extended = async {
+        transaction
+            .execute_typed(
                 "UPDATE stockd_holds AS h SET expires_at_ms = x.e, updated_at_ms = x.up
-                 FROM unnest($1::text[], $2::int8[], $3::int8[]) AS x(i, e, up)
-                 WHERE h.hold_id = x.i",
-                &[&ids, &expires, &updated],
+             FROM unnest($1::text[], $2::int8[], $3::int8[]) AS x(i, e, up)
+             WHERE h.hold_id = x.i",
+                &[
+                    (&extension_ids, Type::TEXT_ARRAY),
+                    (&extension_expires, Type::INT8_ARRAY),
+                    (&extension_updated, Type::INT8_ARRAY),
+                ],
             )
-            .await?;
-    }
-
-    if !fold.pools.is_empty() {
-        // In pool id order (a BTreeMap), so that partitions lock pool rows in one order.
-        let names: Vec<&str> = fold.pools.keys().map(String::as_str).collect();
-        let deltas: Vec<_> = fold.pools.values().collect();
-        let total: Vec<i64> = deltas.iter().map(|d| d.total).collect();
-        let available: Vec<i64> = deltas.iter().map(|d| d.available).collect();
-        let held: Vec<i64> = deltas.iter().map(|d| d.held).collect();
-        let sold: Vec<i64> = deltas.iter().map(|d| d.sold).collect();
-        let deleted: Vec<Option<bool>> = deltas.iter().map(|d| d.deleted).collect();
-        let updated: Vec<i64> = deltas.iter().map(|d| d.updated_at_ms).collect();
+            .await
+    };
+    let pools = async {
         transaction
-            .execute(
+            .execute_typed(
                 "INSERT INTO stockd_pools AS p (pool, total, available, held, sold, deleted,
-                     updated_at_ms)
-                 SELECT n, t, a, h, s, coalesce(d, false), up
-                 FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::int8[],
-                     $6::bool[], $7::int8[]) AS x(n, t, a, h, s, d, up)
-                 ORDER BY n
-                 ON CONFLICT (pool) DO UPDATE SET
-                     total = p.total + EXCLUDED.total,
-                     available = p.available + EXCLUDED.available,
-                     held = p.held + EXCLUDED.held,
-                     sold = p.sold + EXCLUDED.sold,
-                     updated_at_ms = greatest(p.updated_at_ms, EXCLUDED.updated_at_ms)",
-                &[&names, &total, &available, &held, &sold, &deleted, &updated],
+                 updated_at_ms)
+             SELECT n, t, a, h, s, coalesce(d, false), up
+             FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::int8[],
+                 $6::bool[], $7::int8[]) AS x(n, t, a, h, s, d, up)
+             ORDER BY n
+             ON CONFLICT (pool) DO UPDATE SET
+                 total = p.total + EXCLUDED.total,
+                 available = p.available + EXCLUDED.available,
+                 held = p.held + EXCLUDED.held,
+                 sold = p.sold + EXCLUDED.sold,
+                 updated_at_ms = greatest(p.updated_at_ms, EXCLUDED.updated_at_ms)",
+                &[
+                    (&names, Type::TEXT_ARRAY),
+                    (&total, Type::INT8_ARRAY),
+                    (&available, Type::INT8_ARRAY),
+                    (&held, Type::INT8_ARRAY),
+                    (&sold, Type::INT8_ARRAY),
+                    (&deleted, Type::BOOL_ARRAY),
+                    (&pool_updated, Type::INT8_ARRAY),
+                ],
             )
-            .await?;
-        // `deleted` is set by the pool's own events only, which are in one partition in order:
-        // the last one of the page says.
+            .await
+    };
+    // `deleted` is set by the pool's own events only, which are in one partition in order:
+    // the last one of the page says.
+    let flags = async {
         transaction
-            .execute(
+            .execute_typed(
                 "UPDATE stockd_pools AS p SET deleted = x.d
-                 FROM unnest($1::text[], $2::bool[]) AS x(n, d)
-                 WHERE p.pool = x.n AND x.d IS NOT NULL",
-                &[&names, &deleted],
+             FROM unnest($1::text[], $2::bool[]) AS x(n, d)
+             WHERE p.pool = x.n AND x.d IS NOT NULL",
+                &[(&names, Type::TEXT_ARRAY), (&deleted, Type::BOOL_ARRAY)],
             )
-            .await?;
-    }
+            .await
+    };
+    let cursor = async {
+        transaction.execute_typed(
+            "UPDATE stockd_sink_cursors SET after_seq = $2, updated_at = now() WHERE partition = $1",
+            &[(&partition_sql, Type::INT4), (&to_sql, Type::INT8)],
+        )
+        .await
+    };
+    let (row, inserted, ..) =
+        tokio::try_join!(lock, events, holds, extended, pools, flags, cursor)?;
 
-    move_cursor(&transaction, partition, to).await?;
+    let found = row.get::<_, i64>(0).max(0) as u64;
+    if found != expected {
+        transaction.rollback().await?;
+        return Ok(Written::CursorMoved { found });
+    }
+    if inserted != fold.events.len() as u64 {
+        transaction.rollback().await?;
+        return Ok(Written::AlreadyThere);
+    }
     transaction.commit().await?;
     Ok(Written::Applied)
 }
