@@ -209,6 +209,8 @@ async fn follow(
     let mut caught_up_once = false;
     // When the feed was last seen to still have, at the cursor, the event the tables have there.
     let mut verified_at: Option<Instant> = None;
+    // The page after the cursor, read while the previous one was being written.
+    let mut prefetched: Option<(u64, RawPage)> = None;
     loop {
         // (Re)connect and read the cursor: the database says where this partition is.
         let client = match db.as_mut() {
@@ -245,11 +247,14 @@ async fn follow(
 
         let wait_ms = if config.once { 0 } else { config.wait_ms };
         let call = Call::events(Some(partition), after, Some(config.batch), Some(wait_ms));
-        let page = match stockd
-            .call(&call)
-            .await
-            .and_then(|answer| answer.decode::<RawPage>())
-        {
+        let read = match prefetched.take() {
+            Some((read_after, page)) if read_after == after => Ok(page),
+            _ => stockd
+                .call(&call)
+                .await
+                .and_then(|answer| answer.decode::<RawPage>()),
+        };
+        let page = match read {
             Ok(page) => page,
             Err(error) if error.code() == Some("events_expired") => {
                 let oldest_seq = error
@@ -319,10 +324,30 @@ async fn follow(
         let fold =
             Fold::page(&page.events).map_err(|source| SinkError::Fold { partition, source })?;
         let count = page.events.len() as u64;
-        match store::apply(client, partition, after, page.next_after, &fold).await {
+        // Behind (a full page): read the next page while this one commits.
+        let full = page.events.len() >= config.batch;
+        let next = Call::events(
+            Some(partition),
+            page.next_after,
+            Some(config.batch),
+            Some(0),
+        );
+        let (written, next) = tokio::join!(
+            store::apply(client, partition, after, page.next_after, &fold),
+            async {
+                if full {
+                    let answer = stockd.call(&next).await.ok()?;
+                    answer.decode::<RawPage>().ok()
+                } else {
+                    None
+                }
+            }
+        );
+        match written {
             Ok(Written::Applied) => {
                 backoff.reset();
                 after = page.next_after;
+                prefetched = next.map(|next| (after, next));
                 metrics.applied.get_or_create(&label).inc_by(count);
                 metrics.transactions.inc();
                 metrics.cursor.get_or_create(&label).set(after as i64);
