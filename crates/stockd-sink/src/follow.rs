@@ -276,13 +276,8 @@ async fn follow(
                         metrics.gaps.get_or_create(&label).inc();
                         after = oldest_seq.saturating_sub(1);
                     }
-                    Ok(Written::CursorMoved { found }) => moved(partition, after, found, &mut db),
-                    Ok(Written::AlreadyThere) => {
-                        return Err(SinkError::Inconsistent { partition, after });
-                    }
-                    Err(error) => {
-                        lost(partition, &error, &mut db, &metrics);
-                        backoff.wait().await;
+                    other => {
+                        unapplied(other, partition, after, &mut db, &metrics, &mut backoff).await?
                     }
                 }
                 continue;
@@ -371,14 +366,7 @@ async fn follow(
                     last_log = Instant::now();
                 }
             }
-            Ok(Written::CursorMoved { found }) => moved(partition, after, found, &mut db),
-            Ok(Written::AlreadyThere) => {
-                return Err(SinkError::Inconsistent { partition, after });
-            }
-            Err(error) => {
-                lost(partition, &error, &mut db, &metrics);
-                backoff.wait().await;
-            }
+            other => unapplied(other, partition, after, &mut db, &metrics, &mut backoff).await?,
         }
     }
 }
@@ -421,29 +409,40 @@ async fn rewound(
     }
 }
 
-/// Another sink moved this partition's cursor: read it again from the database.
-fn moved(partition: u32, after: u64, found: u64, db: &mut Option<tokio_postgres::Client>) {
-    tracing::warn!(
-        partition,
-        expected = after,
-        found,
-        "the stored cursor moved under this sink (is another sink running on these tables?); \
-         reading it again"
-    );
-    *db = None;
-}
-
-/// A transaction failed or its outcome is unknown: drop the connection, so that the next round
-/// reconnects and reads the cursor the database has.
-fn lost(
+/// What follows a transaction that did not apply its page (or gap):
+/// - another sink moved the cursor: read it again from the database;
+/// - the tables already had an event the cursor says is not applied: stop, with the reason;
+/// - it failed, or its outcome is unknown: drop the connection, so that the next round
+///   reconnects and reads the cursor the database has, after a pause.
+async fn unapplied(
+    outcome: Result<Written, tokio_postgres::Error>,
     partition: u32,
-    error: &tokio_postgres::Error,
+    after: u64,
     db: &mut Option<tokio_postgres::Client>,
     metrics: &Metrics,
-) {
-    tracing::warn!(partition, %error, "postgres: the page was not applied; reconnecting");
-    metrics.retries.get_or_create(&cause("postgres")).inc();
-    *db = None;
+    backoff: &mut Backoff,
+) -> Result<(), SinkError> {
+    match outcome {
+        Ok(Written::Applied) => {}
+        Ok(Written::CursorMoved { found }) => {
+            tracing::warn!(
+                partition,
+                expected = after,
+                found,
+                "the stored cursor moved under this sink (is another sink running on these \
+                 tables?); reading it again"
+            );
+            *db = None;
+        }
+        Ok(Written::AlreadyThere) => return Err(SinkError::Inconsistent { partition, after }),
+        Err(error) => {
+            tracing::warn!(partition, %error, "postgres: the page was not applied; reconnecting");
+            metrics.retries.get_or_create(&cause("postgres")).inc();
+            *db = None;
+            backoff.wait().await;
+        }
+    }
+    Ok(())
 }
 
 fn now_ms() -> i64 {
