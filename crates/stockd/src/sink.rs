@@ -56,7 +56,13 @@ impl Endpoints {
 fn tokio_postgres_config(dsn: &str) -> Result<(), String> {
     dsn.parse::<stockd_sink::follow::PgConfig>()
         .map(|_| ())
-        .map_err(|error| format!("--dsn is not a PostgreSQL connection string: {error}"))
+        // The value is not repeated: it may hold a password.
+        .map_err(|error| {
+            format!(
+                "--dsn is not a PostgreSQL connection string ({error}): write \
+                 postgres://USER:PASSWORD@HOST:PORT/DB or host=HOST port=PORT user=USER dbname=DB"
+            )
+        })
 }
 
 #[derive(Debug, clap::Args)]

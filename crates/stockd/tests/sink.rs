@@ -709,3 +709,56 @@ async fn a_feed_that_went_back_below_the_cursor_stops_the_sink() {
         "{stderr}"
     );
 }
+
+/// Settings out of range are usage errors (exit 2) before anything is contacted: nothing listens
+/// at this URL or this DSN.
+#[test]
+fn settings_out_of_range_are_refused_before_anything_runs() {
+    let url = "http://127.0.0.1:9";
+    let dsn = "host=127.0.0.1 port=9 user=postgres dbname=postgres";
+    for (extra, says) in [
+        (&["--batch", "0"][..], "--batch"),
+        (&["--batch", "1001"][..], "--batch"),
+        (&["--wait-ms", "30001"][..], "--wait-ms"),
+        (&["--schema", "Shop"][..], "--schema"),
+        (&["--schema", &"s".repeat(64)][..], "--schema"),
+        (&["--dsn", "port=notanumber"][..], "--dsn"),
+    ] {
+        let mut command = Command::new(STOCKD);
+        command.args(["sink", "postgres", "--url", url]);
+        if !extra.contains(&"--dsn") {
+            command.args(["--dsn", dsn]);
+        }
+        let output = command
+            .args(extra)
+            .env_remove("STOCKD_TOKEN")
+            .env_remove("STOCKD_SINK_DSN")
+            .output()
+            .expect("run stockd sink");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(says), "{extra:?} names {says}: {stderr}");
+        assert!(
+            !stderr.contains("cannot be used multiple times"),
+            "{stderr}"
+        );
+    }
+    // The edges themselves are taken: 1 and 1000 events a page, 30 s polls, 63-byte schemas
+    // (checked by parsing alone: `--help` after them stops before anything runs).
+    // A value past the edge fails even before `--help`, so the 0s below mean "taken".
+    for (extra, code) in [
+        (&["--batch", "1001"][..], 2),
+        (&["--batch", "1"][..], 0),
+        (&["--batch", "1000"][..], 0),
+        (&["--wait-ms", "30000"][..], 0),
+    ] {
+        let output = Command::new(STOCKD)
+            .args(["sink", "postgres", "--url", url, "--dsn", dsn])
+            .args(extra)
+            .arg("--help")
+            .output()
+            .expect("run stockd sink");
+        assert_eq!(output.status.code(), Some(code), "{extra:?}");
+    }
+    assert!(stockd_sink::schema::check_name(&"s".repeat(63)).is_ok());
+}
