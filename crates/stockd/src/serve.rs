@@ -18,6 +18,26 @@ use stockd_server::{ConnectionLimits, Role, ServerConfig, BODY_TIMEOUT_DEFAULT};
 
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:7070";
 pub const DATA_DIR_DEFAULT: &str = "./stockd-data";
+
+/// The listening socket. Its accept queue is as deep as the kernel allows
+/// (`net.core.somaxconn`, 4096 on current Linux): a sale opens a thousand connections in the same
+/// millisecond, and with std's and tokio's default of 1,024 (or Redis's 511) the SYNs past a full
+/// queue are dropped, and those clients retry only after the kernel's one-second SYN timeout,
+/// which was the whole tail of a 1,000-connection race.
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    const BACKLOG: u32 = 65_535;
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // What std's TcpListener::bind does too: a restarted server can bind while old
+    // connections linger in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
 /// Request bodies above this are refused with 413.
 pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
 
@@ -394,7 +414,7 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let listener = match tokio::net::TcpListener::bind(settings.listen).await {
+    let listener = match listen(settings.listen) {
         Ok(listener) => listener,
         Err(error) => {
             eprintln!("error: cannot listen on {}: {error}", settings.listen);

@@ -299,6 +299,72 @@ async fn past_max_connections_new_clients_wait_until_one_closes() {
     assert_eq!(status_of(&String::from_utf8_lossy(&buf[..n])), Some(200));
 }
 
+/// A sale's crowd connects in the same instant. While the server accepts nothing (its one slot
+/// is taken), 2,000 connections still complete their handshakes: they wait in the listen queue
+/// instead of having their SYNs dropped and retried a second later, which is what a queue of
+/// the usual 1,024 did to the second thousand (and the whole tail of a 1,000-connection race).
+#[tokio::test]
+async fn a_crowd_connecting_at_once_waits_in_the_listen_queue_not_dropped() {
+    let somaxconn: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(4096);
+    // The kernel caps any listen queue at somaxconn; leave room for the harness's connections.
+    let crowd = 2_000.min(somaxconn.saturating_sub(16));
+    assert!(
+        crowd > 1_100,
+        "net.core.somaxconn is {somaxconn}: too small for this test to tell a deep listen queue \
+         from the default of 1,024; raise it (sysctl net.core.somaxconn=4096)"
+    );
+    let server = server_with(&[
+        "--max-connections",
+        "1",
+        "--header-timeout-ms",
+        "60000",
+        "--idle-timeout-ms",
+        "60000",
+    ])
+    .await;
+    // The one slot is taken: by the harness's kept-alive readiness check, or else by this
+    // client in the middle of a head. Either way the server accepts nothing more.
+    let mut holder = connect(&server).await;
+    holder
+        .write_all(b"GET /healthz HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let port = server.port();
+    let started = Instant::now();
+    let connects: Vec<_> = (0..crowd)
+        .map(|_| {
+            tokio::spawn(async move {
+                // A dropped SYN is retried after a second: under that, no SYN was dropped.
+                tokio::time::timeout(
+                    Duration::from_millis(900),
+                    TcpStream::connect(("127.0.0.1", port)),
+                )
+                .await
+            })
+        })
+        .collect();
+    let mut streams = Vec::with_capacity(crowd);
+    let mut late = 0;
+    for connect in connects {
+        match connect.await.unwrap() {
+            Ok(stream) => streams.push(stream.expect("connect")),
+            Err(_) => late += 1,
+        }
+    }
+    assert_eq!(
+        late,
+        0,
+        "{late} of {crowd} connections were not established within 900 ms ({:?} in all): \
+         their SYNs were dropped by a full listen queue",
+        started.elapsed()
+    );
+    drop(holder);
+}
+
 /// 2,000 slow or idle connections (silent, half a head, half a body, idle after one request)
 /// do not stop a normal client: every one of its holds is answered, and the pool adds up.
 #[tokio::test]
