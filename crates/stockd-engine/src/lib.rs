@@ -61,6 +61,10 @@ pub struct EngineConfig {
     pub queue_depth_max: usize,
     /// Commands the writer takes into one batch at most.
     pub batch_commands_max: usize,
+    /// Longest the writer waits, after a group commit answered many requests, for their
+    /// clients' next requests to arrive so that one fsync covers them again (0: never waits).
+    /// The wait is also never longer than the last fsync took; see `writer::Gather`.
+    pub group_commit_wait_max: std::time::Duration,
 }
 
 impl EngineConfig {
@@ -73,6 +77,7 @@ impl EngineConfig {
             segment_bytes_max: 64 * 1024 * 1024,
             queue_depth_max: 65_536,
             batch_commands_max: 8_192,
+            group_commit_wait_max: std::time::Duration::from_micros(500),
         }
     }
 }

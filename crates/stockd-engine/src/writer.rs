@@ -69,6 +69,8 @@ pub enum LogJob {
     },
 }
 
+/// The slices a group commit's gathering wait is cut into (see [`Writer::gather_more`]).
+const GATHER_SLICES: u32 = 4;
 /// How often the writer checks whether parked clients went away.
 const WAITER_SWEEP_INTERVAL: Duration = Duration::from_millis(100);
 /// Longest the writer sleeps with nothing to do; time-based work is scheduled exactly, this is
@@ -94,6 +96,42 @@ pub struct Writer {
     /// writer then has the log drop what the snapshot covers.
     snapshot_done_lsn: Arc<AtomicU64>,
     snapshots: SnapshotRunner,
+    gather: Gather,
+}
+
+/// Group commit's gathering. The clients a group commit answered send their next requests a
+/// round trip later, within a fraction of an fsync. A writer that took the first of them alone
+/// would start an fsync for it and leave the rest queued behind that fsync: the group splits in
+/// two (or three), each client waits for a whole extra fsync, and closed-loop throughput halves.
+/// So after a group of several requests, the writer waits, briefly, until as many requests are
+/// queued as the last group had (the same idea as PostgreSQL's `commit_delay` with
+/// `commit_siblings`, sized by what the last commit saw instead of fixed settings).
+///
+/// The wait never exceeds the last fsync's duration (waiting longer than an fsync costs more
+/// than a second fsync would) nor `group_commit_wait_max`; after a group of one request (a
+/// single client, or an idle server) there is no wait at all.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Gather {
+    /// Requests the last group commit answered.
+    last_group: usize,
+    /// How long the last group's append and fsync took.
+    last_sync: Duration,
+}
+
+impl Gather {
+    /// How long to wait for more requests when `queued` are in the batch, or `None` to go on.
+    pub(crate) fn window(&self, queued: usize, wait_max: Duration) -> Option<Duration> {
+        if self.last_group < 2 || queued >= self.last_group {
+            return None;
+        }
+        let window = wait_max.min(self.last_sync);
+        (!window.is_zero()).then_some(window)
+    }
+
+    /// Requests the writer waits for before it stops gathering.
+    pub(crate) fn target(&self) -> usize {
+        self.last_group
+    }
 }
 
 /// Where snapshot builds run.
@@ -171,6 +209,7 @@ impl Writer {
             snapshot_in_flight: Arc::new(AtomicBool::new(false)),
             snapshot_done_lsn: Arc::new(AtomicU64::new(0)),
             snapshots: SnapshotRunner::Thread(None),
+            gather: Gather::default(),
         }
     }
 
@@ -208,6 +247,7 @@ impl Writer {
             };
             if let Some(request) = first {
                 self.fill_batch(&mut batch, request, || requests.try_recv().ok());
+                self.gather_more(&mut batch, &requests);
             }
             let shutdown = self.apply_batch(&mut batch, &mut effects);
             if let Some(done) = shutdown {
@@ -243,6 +283,38 @@ impl Writer {
                 }
                 None => break,
             }
+        }
+    }
+
+    /// Waits briefly for the rest of the last group's clients (see [`Gather`]). It sleeps in
+    /// short slices and drains the queue after each, rather than blocking on the queue, which
+    /// would wake the writer once per arriving request: on a busy machine a thread wake costs
+    /// more than deciding a request.
+    fn gather_more(&self, batch: &mut Vec<Request>, requests: &Receiver<Request>) {
+        let Some(window) = self
+            .gather
+            .window(batch.len(), self.config.group_commit_wait_max)
+        else {
+            return;
+        };
+        if batch.iter().any(|r| matches!(r, Request::Shutdown { .. })) {
+            return;
+        }
+        let deadline = Instant::now() + window;
+        let slice = window / GATHER_SLICES;
+        let mut commands: usize = batch.iter().map(request_len).sum();
+        loop {
+            while let Ok(request) = requests.try_recv() {
+                commands += request_len(&request);
+                batch.push(request);
+            }
+            let enough =
+                batch.len() >= self.gather.target() || commands >= self.config.batch_commands_max;
+            let now = Instant::now();
+            if enough || now >= deadline {
+                return;
+            }
+            std::thread::sleep(slice.min(deadline - now));
         }
     }
 
@@ -367,11 +439,20 @@ impl Writer {
     /// The logging half of a batch: the log stage appends and fsyncs its records and only then
     /// releases its answers; then a snapshot starts if one is due.
     pub(crate) fn log_batch(&mut self, job: LogJob) {
-        let records = match &job {
-            LogJob::Batch { records, .. } => *records,
-            _ => 0,
+        let (records, answers) = match &job {
+            LogJob::Batch {
+                records,
+                completions,
+                ..
+            } => (*records, completions.len()),
+            _ => (0, 0),
         };
+        let started = Instant::now();
         self.log.process(job);
+        self.gather = Gather {
+            last_group: answers,
+            last_sync: started.elapsed(),
+        };
         self.records_since_snapshot += records;
         if self.records_since_snapshot >= self.config.snapshot_every_records {
             self.start_snapshot();
@@ -716,6 +797,30 @@ mod tests {
             decoded.extend(part);
         }
         assert_eq!(decoded, records);
+    }
+
+    #[test]
+    fn gathering_waits_only_after_a_group_and_never_past_the_last_fsync() {
+        let wait_max = Duration::from_micros(500);
+        let after = |last_group, last_sync_us| Gather {
+            last_group,
+            last_sync: Duration::from_micros(last_sync_us),
+        };
+        // Idle, or one client: no wait at all.
+        assert_eq!(Gather::default().window(1, wait_max), None);
+        assert_eq!(after(1, 400).window(1, wait_max), None);
+        // After a group of 20, with 5 queued: wait, as long as the last fsync took.
+        assert_eq!(
+            after(20, 300).window(5, wait_max),
+            Some(Duration::from_micros(300))
+        );
+        // A slow fsync: the setting bounds the wait.
+        assert_eq!(after(20, 9_000).window(5, wait_max), Some(wait_max));
+        // As many queued as the last group had: go.
+        assert_eq!(after(20, 300).window(20, wait_max), None);
+        // Waiting turned off.
+        assert_eq!(after(20, 300).window(5, Duration::ZERO), None);
+        assert_eq!(after(20, 300).target(), 20);
     }
 
     #[test]
