@@ -554,6 +554,18 @@ impl Fs for SimFs {
         Ok(disk.inodes[&inode].current.clone())
     }
 
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        let inode = {
+            let mut disk = self.disk();
+            disk.call(CallKind::Metadata)?;
+            if disk.lookup(path).is_ok() {
+                return Err(io::Error::from(io::ErrorKind::AlreadyExists));
+            }
+            disk.create(path)?
+        };
+        Ok(self.file(inode, false))
+    }
+
     fn create_new_append(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
         let inode = {
             let mut disk = self.disk();
@@ -681,6 +693,15 @@ impl FsFile for SimFile {
         inode.current[self.position..end].copy_from_slice(&bytes[..written]);
         self.position = end;
         fault
+    }
+
+    fn write_all_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        assert!(
+            !self.append,
+            "positional write on a file opened for appending"
+        );
+        self.position = offset as usize;
+        self.write_all(bytes)
     }
 
     fn set_len(&mut self, len_bytes: u64) -> io::Result<()> {

@@ -9,13 +9,16 @@
 
 use std::fmt::Debug;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Seek, SeekFrom, Write};
 use std::path::Path;
 
 /// A file opened for writing. Files opened in append mode write at their end; the others write
 /// from offset 0 onwards.
 pub trait FsFile: Send + Debug {
     fn write_all(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// Writes `bytes` at `offset`, extending the file (with zeros up to `offset`) if it is
+    /// shorter. Files opened in append mode must not use it.
+    fn write_all_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()>;
     fn set_len(&mut self, len_bytes: u64) -> io::Result<()>;
     /// `fdatasync`: the file's bytes and length survive a crash once this returns `Ok`.
     fn sync_data(&mut self) -> io::Result<()>;
@@ -38,6 +41,8 @@ pub trait Fs: Send + Sync + Debug + 'static {
     /// fsync of a directory: creations, renames and deletions in it survive a crash.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Creates a file that must not exist yet, for writing at chosen offsets.
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn FsFile>>;
     /// Creates a file that must not exist yet, for appending.
     fn create_new_append(&self, path: &Path) -> io::Result<Box<dyn FsFile>>;
     /// Opens an existing file for appending.
@@ -56,6 +61,10 @@ pub struct RealFs;
 
 impl FsFile for File {
     fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        Write::write_all(self, bytes)
+    }
+    fn write_all_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        self.seek(SeekFrom::Start(offset))?;
         Write::write_all(self, bytes)
     }
     fn set_len(&mut self, len_bytes: u64) -> io::Result<()> {
@@ -104,6 +113,11 @@ impl Fs for RealFs {
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         fs::read(path)
+    }
+
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        let file = OpenOptions::new().write(true).create_new(true).open(path)?;
+        Ok(Box::new(file))
     }
 
     fn create_new_append(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
