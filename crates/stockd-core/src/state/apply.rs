@@ -174,8 +174,7 @@ impl State {
                 // A hold confirmed on creation is confirmed by the very next record of the
                 // same command; it never needs an expiry slot.
                 if !*confirm {
-                    self.expiry_queue
-                        .push(Reverse((*expires_at_ms, hold_id.clone())));
+                    self.expiry_queue.push(*expires_at_ms, hold_id.clone());
                 }
                 let mut event = self.event(at_ms, EventKind::Held);
                 event.hold_id = Some(hold_id.clone());
@@ -204,10 +203,10 @@ impl State {
                     pool.held -= line.qty;
                     pool.sold += line.qty;
                 }
-                self.purge_queue.push(Reverse((
+                self.purge_queue.push(
                     at_ms.saturating_add(self.config.confirmed_retention_ms),
                     hold_id.clone(),
-                )));
+                );
                 self.push_hold_event(at_ms, EventKind::Confirmed, hold_id, events);
             }
             Change::Released { hold_id } | Change::Expired { hold_id } => {
@@ -242,10 +241,10 @@ impl State {
                     self.freed_pools.push(line.pool.clone());
                     self.pending_low_stock.push((line.pool.clone(), before));
                 }
-                self.purge_queue.push(Reverse((
+                self.purge_queue.push(
                     finished_at_ms.saturating_add(self.config.hold_retention_ms),
                     hold_id.clone(),
-                )));
+                );
                 self.push_hold_event(at_ms, kind, hold_id, events);
                 self.flush_low_stock(at_ms, events);
             }
@@ -283,10 +282,10 @@ impl State {
                     self.freed_pools.push(line.pool.clone());
                     self.pending_low_stock.push((line.pool.clone(), before));
                 }
-                self.purge_queue.push(Reverse((
+                self.purge_queue.push(
                     at_ms.saturating_add(self.config.hold_retention_ms),
                     hold_id.clone(),
-                )));
+                );
                 self.push_hold_event(at_ms, EventKind::Refunded, hold_id, events);
                 if let Some(event) = events.last_mut() {
                     event.restock = Some(restock);
@@ -304,8 +303,7 @@ impl State {
                     .expect("extended hold exists");
                 assert_eq!(hold.status, HoldStatus::Held, "extended a hold not held");
                 hold.expires_at_ms = *expires_at_ms;
-                self.expiry_queue
-                    .push(Reverse((*expires_at_ms, hold_id.clone())));
+                self.expiry_queue.push(*expires_at_ms, hold_id.clone());
                 let mut event = self.event(at_ms, EventKind::Extended);
                 event.hold_id = Some(hold_id.clone());
                 event.expires_at_ms = Some(*expires_at_ms);

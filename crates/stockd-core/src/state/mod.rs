@@ -19,11 +19,15 @@ mod apply;
 mod cmd;
 mod hold_index;
 mod invariants;
+mod sharded;
 mod tick;
+mod time_queue;
 mod waiters;
 
 use cmd::reads::HoldFilter;
 use hold_index::HoldIndex;
+use sharded::ShardedMap;
+use time_queue::TimeQueue;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -144,10 +148,10 @@ struct Lock {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
     pools: BTreeMap<PoolId, Pool>,
-    /// Boxed so that a table slot is 24 bytes: growing a table of millions of holds then moves
-    /// a quarter of the bytes (a shorter pause for the requests queued behind it), and empty
-    /// slots cost less memory.
-    holds: HashMap<HoldId, Box<Hold>>,
+    /// Sharded, so that growing the table of millions of holds happens a shard at a time
+    /// (`sharded.rs`), and boxed so that a slot is 24 bytes: each growth moves a quarter of the
+    /// bytes, and empty slots cost less memory.
+    holds: ShardedMap<HoldId, Box<Hold>>,
     locks: HashMap<LockName, Lock>,
     next_seq: u64,
     next_generation: u64,
@@ -160,7 +164,7 @@ impl Default for Snapshot {
     fn default() -> Self {
         Snapshot {
             pools: BTreeMap::new(),
-            holds: HashMap::new(),
+            holds: ShardedMap::new(),
             locks: HashMap::new(),
             next_seq: 1,
             next_generation: 1,
@@ -176,7 +180,7 @@ impl Default for Snapshot {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SnapshotV3 {
     pools: BTreeMap<PoolId, Pool>,
-    holds: HashMap<HoldId, Box<Hold>>,
+    holds: ShardedMap<HoldId, Box<Hold>>,
     locks: HashMap<LockName, Lock>,
     next_seq: u64,
     next_generation: u64,
@@ -237,8 +241,8 @@ pub struct State {
     data: Snapshot,
     // Indexes below are derived from `data` and rebuilt on load; entries may be stale and are
     // checked against `data` when popped, which keeps extend/confirm O(log n) without removal.
-    expiry_queue: BinaryHeap<Reverse<(u64, HoldId)>>,
-    purge_queue: BinaryHeap<Reverse<(u64, HoldId)>>,
+    expiry_queue: TimeQueue<HoldId>,
+    purge_queue: TimeQueue<HoldId>,
     /// Restock request ids by the time they are forgotten (restock time + hold retention).
     request_purge_queue: BinaryHeap<Reverse<(u64, RequestId)>>,
     lock_expiry_queue: BinaryHeap<Reverse<(u64, LockName)>>,
@@ -276,8 +280,8 @@ impl State {
         let mut state = State {
             config,
             data,
-            expiry_queue: BinaryHeap::new(),
-            purge_queue: BinaryHeap::new(),
+            expiry_queue: TimeQueue::new(),
+            purge_queue: TimeQueue::new(),
             request_purge_queue: BinaryHeap::new(),
             lock_expiry_queue: BinaryHeap::new(),
             hold_index: HoldIndex::default(),
@@ -297,15 +301,11 @@ impl State {
                 .hold_index
                 .insert(hold_id, hold.user.as_ref(), &hold.items);
             match hold.finished_at_ms {
-                None => state
-                    .expiry_queue
-                    .push(Reverse((hold.expires_at_ms, hold_id.clone()))),
+                None => state.expiry_queue.push(hold.expires_at_ms, hold_id.clone()),
                 Some(finished_at_ms) => {
                     let purge_at_ms =
                         finished_at_ms.saturating_add(state.retention_ms(hold.status));
-                    state
-                        .purge_queue
-                        .push(Reverse((purge_at_ms, hold_id.clone())));
+                    state.purge_queue.push(purge_at_ms, hold_id.clone());
                 }
             }
         }

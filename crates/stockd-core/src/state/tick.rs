@@ -22,11 +22,11 @@ impl State {
         // still due, so the caller's next tick comes at once. Commands meanwhile see any such
         // hold as expired anyway (lazy expiry).
         let mut expired = 0;
-        while let Some(Reverse((expires_at_ms, _))) = self.expiry_queue.peek() {
-            if *expires_at_ms > now_ms || expired == EXPIRIES_PER_TICK_MAX {
+        while let Some(expires_at_ms) = self.expiry_queue.peek_ms() {
+            if expires_at_ms > now_ms || expired == EXPIRIES_PER_TICK_MAX {
                 break;
             }
-            let Reverse((queued_ms, hold_id)) = self.expiry_queue.pop().expect("peeked");
+            let (queued_ms, hold_id) = self.expiry_queue.pop().expect("peeked");
             // Skip stale entries (the hold was extended or its id reused): the current deadline
             // has an entry of its own, so holds expire in deadline order, as after a restart.
             let current = self
@@ -94,11 +94,11 @@ impl State {
 
     fn purge_retained(&mut self, now_ms: u64, purges_max: usize) {
         let mut purged = 0;
-        while let Some(Reverse((purge_at_ms, _))) = self.purge_queue.peek() {
-            if *purge_at_ms > now_ms || purged == purges_max {
+        while let Some(purge_at_ms) = self.purge_queue.peek_ms() {
+            if purge_at_ms > now_ms || purged == purges_max {
                 break;
             }
-            let Reverse((_, hold_id)) = self.purge_queue.pop().expect("peeked");
+            let (_, hold_id) = self.purge_queue.pop().expect("peeked");
             let purge = self.data.holds.get(&hold_id).is_some_and(|hold| {
                 hold.finished_at_ms
                     .is_some_and(|at| at.saturating_add(self.retention_ms(hold.status)) <= now_ms)
@@ -146,10 +146,10 @@ impl State {
     /// The earliest time at which [`State::tick`] has something to do, if any.
     pub fn next_deadline_ms(&self) -> Option<u64> {
         [
-            self.expiry_queue.peek().map(|Reverse((t, _))| *t),
+            self.expiry_queue.peek_ms(),
             self.lock_expiry_queue.peek().map(|Reverse((t, _))| *t),
             self.waiter_deadlines.peek().map(|Reverse((t, _))| *t),
-            self.purge_queue.peek().map(|Reverse((t, _))| *t),
+            self.purge_queue.peek_ms(),
             self.request_purge_queue.peek().map(|Reverse((t, _))| *t),
         ]
         .into_iter()
