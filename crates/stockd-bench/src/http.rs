@@ -66,7 +66,11 @@ impl Request {
     }
 
     /// A request whose body is `body` as JSON.
-    pub fn serialize(method: Method, path: impl Into<String>, body: &impl serde::Serialize) -> Request {
+    pub fn serialize(
+        method: Method,
+        path: impl Into<String>,
+        body: &impl serde::Serialize,
+    ) -> Request {
         Request {
             method,
             path: path.into(),

@@ -305,10 +305,48 @@ pub struct Sent {
     pub units: Vec<(usize, u64)>,
 }
 
+/// A list that grows by chunks of fixed size: appending never moves what is already there. The
+/// ledger of a run that creates millions of holds was a doubling vector, and the append that
+/// doubled one of a million entries held the ledger's lock for a few hundred milliseconds,
+/// which every worker then measured as the server's latency.
+#[derive(Clone)]
+struct Chunked<T> {
+    chunks: Vec<Vec<T>>,
+}
+
+impl<T> Default for Chunked<T> {
+    fn default() -> Self {
+        Chunked { chunks: Vec::new() }
+    }
+}
+
+impl<T> Chunked<T> {
+    const CHUNK: usize = 1 << 14;
+
+    fn push(&mut self, item: T) {
+        match self.chunks.last_mut() {
+            Some(chunk) if chunk.len() < Self::CHUNK => chunk.push(item),
+            _ => {
+                let mut chunk = Vec::with_capacity(Self::CHUNK);
+                chunk.push(item);
+                self.chunks.push(chunk);
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.chunks.iter().map(Vec::len).sum()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &T> {
+        self.chunks.iter().flatten()
+    }
+}
+
 /// What came of the holds the run sent: created (201), refused, or unknown.
 #[derive(Default)]
 struct Ledger {
-    created: Vec<Sent>,
+    created: Chunked<Sent>,
     unknown: Vec<Sent>,
     /// Per-op refusals and other answers, for the record.
     other: u64,
@@ -655,10 +693,7 @@ impl Workload for Run {
                         .collect(),
                 };
                 let request = Request::serialize(Method::POST, "/v1/batch", &body);
-                Some((
-                    request,
-                    Tag::Holds(sents),
-                ))
+                Some((request, Tag::Holds(sents)))
             }
         }
     }
