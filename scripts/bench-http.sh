@@ -13,7 +13,8 @@
 #      `stockd bench` to set up and read back, so both go through wrk for this ratio);
 #   5. redis-benchmark -c 50 running EVALSHA of a Lua check-and-deduct on one key, without
 #      persistence and with AOF appendfsync always (as durable as stockd), and with -P 16
-#      (pipelined: what the batch endpoint is compared with);
+#      (pipelined: what the batch endpoint is compared with), and with -c 1000 (the tail the
+#      team race's 1,000 connections is compared with);
 #   6. `stockd bench lab --only pg-update,stockd-embedded`: PostgreSQL's conditional UPDATE
 #      (`UPDATE ... SET available = available - 1 WHERE ... AND available >= 1`, autocommit,
 #      fsync and synchronous_commit on) and stockd embedded under the same load: 50 buyers, one
@@ -112,6 +113,12 @@ PIDS+=($!)
 for _ in $(seq 1 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
 read -r REDIS_RPS REDIS_P50 <<< "$(evalsha "$PORT" $((DURATION * 140000)))"
 read -r PIPE_RPS _ <<< "$(evalsha "$PORT" $((DURATION * 600000)) -P 16)"
+# The same script at 1,000 connections: the tail the team race (1,000 connections) is held to.
+redis-cli -p "$PORT" set stock 1000000000000 >/dev/null
+SHA=$(redis-cli -p "$PORT" script load "$LUA")
+read -r C1000_RPS C1000_P99 C1000_MAX <<< "$(redis-benchmark -p "$PORT" -c 1000 -n $((DURATION * 100000)) \
+    --csv EVALSHA "$SHA" 1 stock 1 | tail -1 \
+    | python3 -c 'import csv,sys; r=list(csv.reader(sys.stdin))[-1]; print(r[1], r[6], r[7])')"
 kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
 PORT=$(free_port)
 mkdir -p "$WORK/redis-aof"
@@ -139,10 +146,12 @@ echo
 echo "== HTTP benchmark: ${DURATION}s per run, $(nproc) cores, stockd at $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 python3 - "$OUT" "$(rps_of "$WORK/stockd-wrk.txt")" "$(p99_of "$WORK/stockd-wrk.txt")" \
     "$(rps_of "$WORK/axum.txt")" "$(p99_of "$WORK/axum.txt")" \
-    "$REDIS_RPS" "$REDIS_P50" "$AOF_RPS" "$AOF_P50" "$PIPE_RPS" "$SOLD" "$LAB_STATUS" <<'PY' || VERDICT=$?
+    "$REDIS_RPS" "$REDIS_P50" "$AOF_RPS" "$AOF_P50" "$PIPE_RPS" "$SOLD" "$LAB_STATUS" \
+    "$C1000_RPS" "$C1000_P99" "$C1000_MAX" <<'PY' || VERDICT=$?
 import json, os, sys
 out = sys.argv[1]
 wrk_rps, wrk_p99, axum_rps, axum_p99, redis_rps, redis_p50, aof_rps, aof_p50, pipe_rps, sold, lab_status = sys.argv[2:13]
+c1000_rps, c1000_p99, c1000_max = sys.argv[13:16]
 f = lambda x: float(x) if x else 0.0
 rep = {name: json.load(open(os.path.join(out, f"{name}.json"))) for name in ("flash", "team", "batch")}
 lab = json.load(open(os.path.join(out, "lab.json")))
@@ -160,6 +169,7 @@ row("run", "req/s", "latency")
 fl, tm, bt = rep["flash"], rep["team"], rep["batch"]
 row("stockd bench flash (50 conns)", f"{fl['throughput_per_s']:,.0f}", f"p99 {fl['latency']['p99_ms']:.2f} ms")
 row("stockd bench team (20 x 1,000 buyers, 1,000 conns)", f"{tm['throughput_per_s']:,.0f}", f"p99 {tm['latency']['p99_ms']:.2f} ms")
+print(f"{'  team: max':<52} {'':>12} {tm['latency']['max_ms']:>11.2f} ms")
 row("stockd bench batch (1,000 ops/request, 4 conns)", f"{bt['throughput_per_s']:,.0f}", f"p99 {bt['latency']['p99_ms']:.2f} ms")
 print(f"{'  batch: holds per second':<52} {bt['holds_per_s']:>12,.0f}")
 row("wrk -> stockd, same flash requests (50 conns)", f"{f(wrk_rps):,.0f}", f"p99 {wrk_p99}")
@@ -167,6 +177,8 @@ row("wrk -> bare axum JSON handler (50 conns)", f"{f(axum_rps):,.0f}", f"p99 {ax
 row("redis-benchmark EVALSHA, no persistence (-c 50)", f"{f(redis_rps):,.0f}", f"p50 {redis_p50} ms")
 row("redis-benchmark EVALSHA, appendfsync always", f"{f(aof_rps):,.0f}", f"p50 {aof_p50} ms")
 row("redis-benchmark EVALSHA, no persistence, -P 16", f"{f(pipe_rps):,.0f}", "")
+row("redis-benchmark EVALSHA, no persistence, -c 1000", f"{f(c1000_rps):,.0f}", f"p99 {c1000_p99} ms")
+print(f"{'  redis -c 1000: max':<52} {'':>12} {f(c1000_max):>11.2f} ms")
 lab_row("lab: stockd embedded (50 buyers)", "stockd-embedded")
 lab_row("lab: PostgreSQL conditional UPDATE (50 buyers)", "pg-update")
 print()
@@ -177,6 +189,7 @@ ratio("stockd bench flash / redis EVALSHA (appendfsync always)", fl["throughput_
 ratio("wrk: stockd / bare axum", f(wrk_rps), f(axum_rps))
 ratio("stockd bench flash / wrk -> stockd (load generator cost)", fl["throughput_per_s"], f(wrk_rps))
 ratio("batch holds per s / redis EVALSHA -P 16", bt["holds_per_s"], f(pipe_rps))
+ratio("team p99 / redis -c 1000 p99 (lower is better)", tm["latency"]["p99_ms"], f(c1000_p99))
 ratio("pg conditional UPDATE / stockd embedded (lab, same load)", lab_rate("pg-update"), lab_rate("stockd-embedded"))
 print()
 for name, r in rep.items():
