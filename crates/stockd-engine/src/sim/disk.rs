@@ -490,6 +490,19 @@ impl SimFs {
         Some(disk.inodes[&inode].current.len() as u64)
     }
 
+    /// A file that must not exist yet, opened for appending or for positional writes.
+    fn create_new_file(&self, path: &Path, append: bool) -> io::Result<Box<dyn FsFile>> {
+        let inode = {
+            let mut disk = self.disk();
+            disk.call(CallKind::Metadata)?;
+            if disk.lookup(path).is_ok() {
+                return Err(io::Error::from(io::ErrorKind::AlreadyExists));
+            }
+            disk.create(path)?
+        };
+        Ok(self.file(inode, append))
+    }
+
     fn file(&self, inode: u64, append: bool) -> Box<dyn FsFile> {
         Box::new(SimFile {
             disk: self.disk.clone(),
@@ -555,27 +568,11 @@ impl Fs for SimFs {
     }
 
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
-        let inode = {
-            let mut disk = self.disk();
-            disk.call(CallKind::Metadata)?;
-            if disk.lookup(path).is_ok() {
-                return Err(io::Error::from(io::ErrorKind::AlreadyExists));
-            }
-            disk.create(path)?
-        };
-        Ok(self.file(inode, false))
+        self.create_new_file(path, false)
     }
 
     fn create_new_append(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
-        let inode = {
-            let mut disk = self.disk();
-            disk.call(CallKind::Metadata)?;
-            if disk.lookup(path).is_ok() {
-                return Err(io::Error::from(io::ErrorKind::AlreadyExists));
-            }
-            disk.create(path)?
-        };
-        Ok(self.file(inode, true))
+        self.create_new_file(path, true)
     }
 
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
