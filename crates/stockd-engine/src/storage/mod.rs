@@ -1197,6 +1197,37 @@ mod tests {
     }
 
     #[test]
+    fn writes_that_cross_the_preformatted_end_extend_it_by_another_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut storage, _) = Storage::open(StorageConfig::new(dir.path())).unwrap();
+        // 100 KiB records, synced one, three or five at a time: some writes end inside the
+        // zeros, some cross their end, some start past where a whole chunk of them ended.
+        let big = |lsn: u64| vec![lsn as u8 | 1; 100 << 10];
+        let mut lsn = 0;
+        for group in [1, 3, 5, 1, 5, 3, 5, 5, 1, 3] {
+            for _ in 0..group {
+                lsn += 1;
+                assert_eq!(storage.append(&big(lsn)).unwrap(), lsn);
+            }
+            storage.sync().unwrap();
+            let records_end = storage.segment_written_bytes;
+            let file = fs::read(last_segment_path(dir.path())).unwrap();
+            assert!(
+                (file.len() as u64) > records_end
+                    && (file.len() as u64) <= records_end + PREFORMAT_BYTES,
+                "{} bytes of file for {records_end} of records",
+                file.len()
+            );
+            assert!(file[records_end as usize..].iter().all(|&byte| byte == 0));
+        }
+        drop(storage);
+        let (_storage, recovered) = Storage::open(StorageConfig::new(dir.path())).unwrap();
+        let expected: Vec<(u64, Vec<u8>)> = (1..=lsn).map(|lsn| (lsn, big(lsn))).collect();
+        assert_eq!(recovered.records, expected);
+        assert_eq!(recovered.truncated_tail_bytes, 0);
+    }
+
+    #[test]
     fn a_segment_that_is_not_the_last_and_ends_early_in_zeros_refuses_to_open() {
         let dir = tempfile::tempdir().unwrap();
         let (mut storage, _) = Storage::open(small_segments(dir.path())).unwrap();
