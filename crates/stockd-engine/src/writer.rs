@@ -97,6 +97,10 @@ pub struct Writer {
     snapshot_done_lsn: Arc<AtomicU64>,
     snapshots: SnapshotRunner,
     gather: Gather,
+    /// Where a batch's records are encoded before they are copied into their frame; kept with
+    /// its capacity, since growing a fresh one to a large batch's size every time has the
+    /// kernel zero new pages for it each time.
+    encoding: Vec<u8>,
 }
 
 /// Group commit's gathering. The clients a group commit answered send their next requests a
@@ -210,6 +214,7 @@ impl Writer {
             snapshot_done_lsn: Arc::new(AtomicU64::new(0)),
             snapshots: SnapshotRunner::Thread(None),
             gather: Gather::default(),
+            encoding: Vec::new(),
         }
     }
 
@@ -418,7 +423,7 @@ impl Writer {
         if records == 0 && completions.is_empty() {
             return (None, shutdown);
         }
-        let payloads = encode_frames(&effects.records);
+        let payloads = encode_frames(&effects.records, &mut self.encoding);
         let first_lsn = self.next_lsn;
         self.next_lsn += payloads.len() as u64;
         self.shared.feed.append(effects.events.drain(..));
@@ -607,19 +612,23 @@ impl Writer {
 /// produce a frame the log refuses.
 const FRAME_BYTES_TARGET: usize = 4 << 20;
 
+/// The most bytes postcard's varint of a `usize` takes.
+const COUNT_BYTES_MAX: usize = 10;
+
 /// Encodes a batch's records as one or more log frames, each a postcard `Vec<Record>`.
 ///
 /// A frame may end after any record except a `Held` with `confirm`: the `Confirmed` that
 /// follows it is the same command, and a crash between two frames must never leave half of one
 /// command on disk (a hold reserved "with confirm" but only held). Every other record is a
 /// consistent state change on its own, and none of the batch was acknowledged before all its
-/// frames are synced.
-fn encode_frames(records: &[stockd_core::Record]) -> Vec<Vec<u8>> {
+/// frames are synced. `body` is scratch space, empty on return.
+fn encode_frames(records: &[stockd_core::Record], body: &mut Vec<u8>) -> Vec<Vec<u8>> {
     let mut frames = Vec::new();
-    let mut body = Vec::new();
+    body.clear();
     let mut count = 0usize;
     for (index, record) in records.iter().enumerate() {
-        body = postcard::to_extend(record, body).expect("serialising to memory cannot fail");
+        *body = postcard::to_extend(record, std::mem::take(body))
+            .expect("serialising to memory cannot fail");
         count += 1;
         let splittable = !matches!(
             record.change,
@@ -628,9 +637,9 @@ fn encode_frames(records: &[stockd_core::Record]) -> Vec<Vec<u8>> {
         let last = index + 1 == records.len();
         if last || (splittable && body.len() >= FRAME_BYTES_TARGET) {
             // postcard encodes a Vec as its length (varint) followed by the elements.
-            let mut frame =
-                postcard::to_allocvec(&count).expect("serialising to memory cannot fail");
-            frame.extend_from_slice(&body);
+            let mut frame = Vec::with_capacity(COUNT_BYTES_MAX + body.len());
+            frame = postcard::to_extend(&count, frame).expect("serialising to memory cannot fail");
+            frame.extend_from_slice(body);
             frames.push(frame);
             body.clear();
             count = 0;
@@ -783,7 +792,7 @@ mod tests {
     fn big_batches_split_into_frames_between_commands() {
         // ~300 bytes per claim: 40,000 claims is about three frames' worth.
         let records: Vec<Record> = (0..40_000).flat_map(claim).collect();
-        let frames = encode_frames(&records);
+        let frames = encode_frames(&records, &mut Vec::new());
         assert!(frames.len() >= 2, "{} frames", frames.len());
         let mut decoded = Vec::new();
         for frame in &frames {
@@ -826,12 +835,12 @@ mod tests {
     #[test]
     fn a_small_batch_is_one_frame_and_an_empty_one_none() {
         let records: Vec<Record> = (0..3).flat_map(claim).collect();
-        let frames = encode_frames(&records);
+        let frames = encode_frames(&records, &mut Vec::new());
         assert_eq!(frames.len(), 1);
         assert_eq!(
             postcard::from_bytes::<Vec<Record>>(&frames[0]).unwrap(),
             records
         );
-        assert!(encode_frames(&[]).is_empty());
+        assert!(encode_frames(&[], &mut Vec::new()).is_empty());
     }
 }
