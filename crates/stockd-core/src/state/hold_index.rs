@@ -18,21 +18,24 @@ use hashbrown::HashMap;
 use crate::command::HoldItem;
 use crate::ids::{HoldId, PoolId, UserId};
 
-const HEAD_BYTES: usize = 16;
-
-/// An id with its first bytes inline (zero-padded: no id byte is zero, so a shorter id that is a
-/// prefix of a longer one still sorts first). Ordered as the id is.
+/// An id with its first 16 bytes inline as one big-endian integer (zero-padded: no id byte is
+/// zero, so a shorter id that is a prefix of a longer one still sorts first), so that comparing
+/// heads is one integer comparison rather than a call to `memcmp`. Ordered as the id is.
+///
+/// Not wider: the index holds three keys per hold, and every byte a hold keeps is a byte the
+/// kernel zeroes for the growing state (32 bytes inline cost 160 bytes per hold,
+/// `benches/hold_memory.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Key<T> {
-    head: [u8; HEAD_BYTES],
+    head: u128,
     id: T,
 }
 
-fn head(text: &str) -> [u8; HEAD_BYTES] {
-    let mut head = [0; HEAD_BYTES];
-    let len = text.len().min(HEAD_BYTES);
+fn head(text: &str) -> u128 {
+    let mut head = [0; 16];
+    let len = text.len().min(16);
     head[..len].copy_from_slice(&text.as_bytes()[..len]);
-    head
+    u128::from_be_bytes(head)
 }
 
 impl Key<HoldId> {
@@ -169,5 +172,35 @@ impl HoldIndex {
         let by_pool = self.by_pool.values().map(BTreeSet::len).sum();
         let empty = self.by_pool.values().any(BTreeSet::is_empty);
         (by_pool, self.by_user.len(), empty)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Ids from a small alphabet, with lengths on both sides of the head's 16 bytes, so that
+    /// shared prefixes longer than the head and ids that are prefixes of others are common.
+    fn id() -> impl Strategy<Value = HoldId> {
+        "[0a][0a.:_-]{0,24}".prop_map(|text| HoldId::parse(&text).unwrap())
+    }
+
+    proptest! {
+        #[test]
+        fn keys_are_ordered_as_their_ids(a in id(), b in id()) {
+            prop_assert_eq!(Key::<HoldId>::new(&a).cmp(&Key::<HoldId>::new(&b)), a.cmp(&b));
+        }
+
+        #[test]
+        fn a_walk_yields_ids_in_order(ids in prop::collection::btree_set(id(), 0..60)) {
+            let mut index = HoldIndex::default();
+            for id in ids.iter().rev() {
+                index.insert(id, None, &[]);
+            }
+            let walked: Vec<&HoldId> = index.walk(None, None, None).collect();
+            prop_assert_eq!(walked, ids.iter().collect::<Vec<_>>());
+        }
     }
 }
