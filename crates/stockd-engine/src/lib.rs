@@ -434,7 +434,10 @@ impl Engine {
     /// Opens the data directory, recovers snapshot + log, and starts the engine threads.
     pub fn open(config: EngineConfig, clock: Arc<dyn Clock>) -> Result<Engine, EngineError> {
         let queue_depth_max = config.queue_depth_max;
-        let writer = recover(config, clock, Arc::new(RealFs))?;
+        let mut writer = recover(config, clock, Arc::new(RealFs))?;
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            writer.release_through(writer::Release::spawn(&runtime));
+        }
         let shared = writer.shared().clone();
         let (request_tx, request_rx) = mpsc::sync_channel(queue_depth_max);
         let threads = vec![std::thread::Builder::new()

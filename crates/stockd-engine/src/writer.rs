@@ -222,6 +222,12 @@ impl Writer {
         &self.shared
     }
 
+    /// Has the log stage send its answers through `release` (a task on the async runtime)
+    /// rather than from the writer thread.
+    pub fn release_through(&mut self, release: Release) {
+        self.log.release = Some(release);
+    }
+
     /// Time never goes backwards inside the engine, even if the wall clock does.
     fn now_ms(&mut self) -> u64 {
         self.last_now_ms = self.last_now_ms.max(self.clock.now_ms());
@@ -682,16 +688,62 @@ fn request_len(request: &Request) -> usize {
 pub struct Log {
     storage: Storage,
     shared: Arc<Shared>,
+    release: Option<Release>,
+}
+
+/// The answers of one group commit, in log order.
+type Answers = Vec<(Reply, Result<Vec<Outcome>, BackendError>)>;
+
+/// Hands each group commit's answers to a task on the async runtime, which sends them.
+///
+/// Every answer sent from the writer thread is a wake-up from outside the runtime: a task
+/// pushed on the runtime's shared queue, often a parked worker woken with a syscall, once per
+/// request. Sent from a task on the runtime, the wake-ups are local: the answered tasks join
+/// that worker's own run queue, in log order, and the writer wakes the runtime once per group
+/// commit. Under a crowd it is also fairness: a worker takes a task from the shared queue only
+/// once in a while when its own queue is busy, so answers woken from outside waited behind
+/// newly arrived requests.
+pub struct Release {
+    groups: tokio::sync::mpsc::UnboundedSender<Answers>,
+}
+
+impl Release {
+    /// Spawns the releasing task on `runtime`; it ends when the log is dropped.
+    pub fn spawn(runtime: &tokio::runtime::Handle) -> Release {
+        let (groups, mut received) = tokio::sync::mpsc::unbounded_channel::<Answers>();
+        runtime.spawn(async move {
+            while let Some(answers) = received.recv().await {
+                for (reply, answer) in answers {
+                    let _ = reply.send(answer);
+                }
+            }
+        });
+        Release { groups }
+    }
+
+    /// Sends the answers through the task; gives them back if the task is gone (its runtime
+    /// shutting down).
+    fn send(&self, answers: Answers) -> Result<(), Answers> {
+        self.groups.send(answers).map_err(|unsent| unsent.0)
+    }
 }
 
 impl Log {
     pub fn new(storage: Storage, shared: Arc<Shared>) -> Self {
-        Log { storage, shared }
+        Log {
+            storage,
+            shared,
+            release: None,
+        }
     }
 
     /// Processes one job; returns true once a shutdown job was handled.
     pub fn process(&mut self, job: LogJob) -> bool {
-        let Log { storage, shared } = self;
+        let Log {
+            storage,
+            shared,
+            release,
+        } = self;
         match job {
             LogJob::Batch {
                 payloads,
@@ -731,14 +783,24 @@ impl Log {
                     shared.stats.wal_records.fetch_add(records, Relaxed);
                     shared.feed.mark_durable(last_seq);
                 }
-                for Completion { reply, outcomes } in completions {
-                    let answer = if failed {
-                        Err(BackendError::Unavailable(
-                            "the write-ahead log failed; the change is not acknowledged".into(),
-                        ))
-                    } else {
-                        Ok(outcomes)
-                    };
+                let answers: Answers = completions
+                    .into_iter()
+                    .map(|Completion { reply, outcomes }| {
+                        let answer = if failed {
+                            Err(BackendError::Unavailable(
+                                "the write-ahead log failed; the change is not acknowledged".into(),
+                            ))
+                        } else {
+                            Ok(outcomes)
+                        };
+                        (reply, answer)
+                    })
+                    .collect();
+                let unsent = match release {
+                    Some(release) if !answers.is_empty() => release.send(answers).err(),
+                    _ => Some(answers),
+                };
+                for (reply, answer) in unsent.into_iter().flatten() {
                     let _ = reply.send(answer);
                 }
                 false
@@ -842,5 +904,61 @@ mod tests {
             records
         );
         assert!(encode_frames(&[], &mut Vec::new()).is_empty());
+    }
+
+    type Answer = oneshot::Receiver<Result<Vec<Outcome>, BackendError>>;
+
+    fn answers(count: u64) -> (Answers, Vec<Answer>) {
+        (0..count)
+            .map(|n| {
+                let (reply, answer) = oneshot::channel();
+                let outcome = Err(BackendError::Unavailable(n.to_string()));
+                ((reply, outcome), answer)
+            })
+            .unzip()
+    }
+
+    fn label(answer: Result<Vec<Outcome>, BackendError>) -> String {
+        match answer {
+            Err(BackendError::Unavailable(why)) => why,
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_release_task_answers_each_group_in_order() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let release = Release::spawn(runtime.handle());
+        let (first, first_answers) = answers(300);
+        let (second, second_answers) = answers(2);
+        release.send(first).unwrap();
+        release.send(second).unwrap();
+        runtime.block_on(async {
+            for (n, answer) in first_answers.into_iter().enumerate() {
+                assert_eq!(label(answer.await.unwrap()), n.to_string());
+            }
+            for (n, answer) in second_answers.into_iter().enumerate() {
+                assert_eq!(label(answer.await.unwrap()), n.to_string());
+            }
+        });
+    }
+
+    #[test]
+    fn answers_come_back_unsent_once_the_runtime_is_gone() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let release = Release::spawn(runtime.handle());
+        drop(runtime);
+        let (group, mut receivers) = answers(3);
+        let unsent = release.send(group).unwrap_err();
+        assert_eq!(unsent.len(), 3);
+        for (reply, answer) in unsent {
+            let _ = reply.send(answer);
+        }
+        assert_eq!(label(receivers.remove(0).try_recv().unwrap()), "0");
     }
 }
