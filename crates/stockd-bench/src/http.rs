@@ -158,6 +158,15 @@ impl Connection {
         })
     }
 
+    /// Opens the connection now if it is not open, so that the first request's latency does
+    /// not include the connect and the handshake. On an error, the next request tries again.
+    pub async fn open(&mut self) -> Result<(), String> {
+        if self.open.is_none() {
+            self.open = Some(self.connect().await?);
+        }
+        Ok(())
+    }
+
     /// Sends `request` and reads the whole answer. An error means the outcome is unknown (the
     /// request may or may not have reached the server); the next call reconnects.
     pub async fn send(&mut self, request: &Request) -> Result<Answer, String> {

@@ -164,6 +164,12 @@ impl Recorded {
 /// The result of a load run.
 pub struct LoadResult {
     pub recorded: Recorded,
+    /// How long each connection took to open (connect and handshake), all at once before the
+    /// first request; kept apart from the requests' latency, as redis-benchmark does.
+    pub connect_us: Histogram<u64>,
+    /// Connections that could not be opened before the start (each retries on its first
+    /// request, which then counts the connect).
+    pub connect_failures: u64,
     /// The measured window: from the end of the warm-up to the last measured answer.
     pub window: Duration,
     /// Requests sent in all, warm-up included.
@@ -210,6 +216,32 @@ pub async fn run<W: Workload>(
     if endpoints.is_empty() {
         return Err("no server to send the load to: give --url".into());
     }
+    // Every connection opens before the clock starts, all at once, as a crowd arrives; how long
+    // that took is reported on its own line.
+    let opening: Vec<_> = (0..config.connections)
+        .map(|worker| {
+            let connection = Connection::new(&endpoints[worker % endpoints.len()]);
+            tokio::spawn(async move {
+                let mut connection = connection?;
+                let began = Instant::now();
+                let opened = connection.open().await.map(|()| began.elapsed());
+                Ok::<_, String>((connection, opened))
+            })
+        })
+        .collect();
+    let mut connections = Vec::with_capacity(config.connections);
+    let mut connect_us = histogram();
+    let mut connect_failures = 0;
+    for task in opening {
+        let (connection, opened) = task
+            .await
+            .map_err(|error| format!("opening a connection failed: {error}"))??;
+        match opened {
+            Ok(took) => connect_us.saturating_record(took.as_micros().max(1) as u64),
+            Err(_) => connect_failures += 1,
+        }
+        connections.push(connection);
+    }
     let live = Arc::new(Live::default());
     let start = Instant::now();
     let measure_from = start + config.warmup;
@@ -218,8 +250,7 @@ pub async fn run<W: Workload>(
         .progress
         .then(|| spawn_progress(Arc::clone(&live), start));
     let mut workers = Vec::with_capacity(config.connections);
-    for worker in 0..config.connections {
-        let mut connection = Connection::new(&endpoints[worker % endpoints.len()])?;
+    for (worker, mut connection) in connections.into_iter().enumerate() {
         let workload = Arc::clone(&workload);
         let live = Arc::clone(&live);
         let config = config.clone();
@@ -309,6 +340,8 @@ pub async fn run<W: Workload>(
     };
     Ok(LoadResult {
         recorded,
+        connect_us,
+        connect_failures,
         window,
         sent: live.sent.load(Ordering::Relaxed),
         elapsed: start.elapsed(),

@@ -49,6 +49,9 @@ pub struct Report {
     /// Holds the server created per second, over the whole run (a batch request carries many).
     pub holds_per_s: f64,
     pub latency: Latency,
+    /// Opening the connections, all at once before the first request (not in `latency`).
+    pub connect: Latency,
+    pub connect_failures: u64,
     /// By status, and error code for errors: `"201"`, `"409 insufficient_stock"`, `"unknown"`.
     pub outcomes: BTreeMap<String, u64>,
     pub unknown_samples: Vec<String>,
@@ -58,6 +61,29 @@ pub struct Report {
 
 fn ms(micros: u64) -> f64 {
     micros as f64 / 1000.0
+}
+
+impl Latency {
+    fn of(histogram: &hdrhistogram::Histogram<u64>) -> Latency {
+        let quantile = |q: f64| {
+            if histogram.is_empty() {
+                0.0
+            } else {
+                ms(histogram.value_at_quantile(q))
+            }
+        };
+        Latency {
+            p50_ms: quantile(0.50),
+            p90_ms: quantile(0.90),
+            p99_ms: quantile(0.99),
+            p999_ms: quantile(0.999),
+            max_ms: if histogram.is_empty() {
+                0.0
+            } else {
+                ms(histogram.max())
+            },
+        }
+    }
 }
 
 impl Report {
@@ -76,14 +102,6 @@ impl Report {
     ) -> Report {
         // Holds are counted over the whole run, warm-up included.
         let elapsed = load.elapsed.as_secs_f64();
-        let histogram = &load.recorded.latency_us;
-        let quantile = |q: f64| {
-            if histogram.is_empty() {
-                0.0
-            } else {
-                ms(histogram.value_at_quantile(q))
-            }
-        };
         let window = load.window.as_secs_f64();
         Report {
             run_id: run_id.to_string(),
@@ -104,17 +122,9 @@ impl Report {
             } else {
                 0.0
             },
-            latency: Latency {
-                p50_ms: quantile(0.50),
-                p90_ms: quantile(0.90),
-                p99_ms: quantile(0.99),
-                p999_ms: quantile(0.999),
-                max_ms: if histogram.is_empty() {
-                    0.0
-                } else {
-                    ms(histogram.max())
-                },
-            },
+            latency: Latency::of(&load.recorded.latency_us),
+            connect: Latency::of(&load.connect_us),
+            connect_failures: load.connect_failures,
             outcomes: load.recorded.outcomes.clone(),
             unknown_samples: load.recorded.unknown_samples.clone(),
             verdict,
@@ -175,6 +185,19 @@ impl Report {
             out,
             "  latency ms    p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
             l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms
+        );
+        let c = &self.connect;
+        let _ = writeln!(
+            out,
+            "  connect ms    p50 {:.2}  p99 {:.2}  max {:.2}  (all {} at once, before the first request{})",
+            c.p50_ms,
+            c.p99_ms,
+            c.max_ms,
+            self.connections,
+            match self.connect_failures {
+                0 => String::new(),
+                n => format!("; {n} failed and retried on their first request"),
+            }
         );
         let _ = writeln!(out);
         let _ = writeln!(out, "  outcomes");
