@@ -54,6 +54,12 @@ fn assert_clean(output: &Output, report: &Value) {
         report["latency"]["p99_ms"].as_f64().unwrap() > 0.0,
         "{report:#}"
     );
+    // Every connection opened before the first request, and its connect was timed.
+    assert_eq!(report["connect_failures"], 0, "{report:#}");
+    assert!(
+        report["connect"]["max_ms"].as_f64().unwrap() > 0.0,
+        "{report:#}"
+    );
     // Not a terminal: no progress line, nothing at all on stderr.
     assert!(
         output.stderr.is_empty(),
