@@ -988,6 +988,69 @@ async fn a_batch_op_that_repeats_a_field_is_refused_like_its_single_endpoint() {
     assert_eq!(backend.execute_calls().len(), calls_before, "no op may run");
 }
 
+/// A bad op in the middle of a full batch is refused alone, its message naming its index and
+/// the field at fault in the single endpoint's words, while the ops around it run, in order; an
+/// op whose `op` is not its first field is read all the same.
+#[tokio::test]
+async fn a_bad_op_in_a_large_batch_is_named_by_index_and_field() {
+    let (backend, router) = open_server();
+    make_pool(&router, "p", json!({"total": 10_000})).await;
+    let mut ops: Vec<String> = (0..1000)
+        .map(|i| {
+            format!(
+                r#"{{"op": "reserve", "hold_id": "h-{i}", "items": [{{"pool": "p", "qty": 1}}], "confirm": true}}"#
+            )
+        })
+        .collect();
+    ops[517] =
+        r#"{"op": "reserve", "hold_id": "h-517", "items": [{"pool": "p", "qty": "1"}]}"#.into();
+    ops[600] =
+        r#"{"op": "reserve", "hold_id": "h-600", "items": [{"pool": "p", "qty": 1}], "ttl": 5}"#
+            .into();
+    ops[700] =
+        r#"{"hold_id": "h-700", "items": [{"pool": "p", "qty": 1}], "op": "reserve"}"#.into();
+    ops[999] = r#"{"op": "confirm", "hold_id": "h 1"}"#.into();
+    let calls_before = backend.execute_calls().len();
+    let body = format!(r#"{{"ops": [{}]}}"#, ops.join(",\n"));
+    let answer = send(&router, Method::POST, "/v1/batch", None, body).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
+    let results = answer.json()["results"].as_array().unwrap().clone();
+    assert_eq!(results.len(), 1000);
+    let refused = [
+        (
+            517,
+            "ops[517]: items[0].qty: must be an integer from 1 to 1000000000, got the string \"1\"",
+        ),
+        (
+            600,
+            "ops[600]: unknown field \"ttl\": the fields are hold_id, user, items, ttl_ms, \
+             confirm, wait_ms",
+        ),
+        (
+            999,
+            "ops[999]: hold_id: \"h 1\": may only contain ASCII letters, digits, '.', '_', ':' \
+             and '-'",
+        ),
+    ];
+    for (index, message) in refused {
+        let result = &results[index];
+        assert_eq!(result["status"], 422, "{result}");
+        assert_eq!(result["body"]["error"], "invalid_request", "{result}");
+        assert_eq!(result["body"]["message"], message, "{result}");
+    }
+    for (index, result) in results.iter().enumerate() {
+        if refused.iter().any(|(at, _)| *at == index) {
+            continue;
+        }
+        assert_eq!(result["status"], 201, "ops[{index}]: {result}");
+        assert_eq!(result["body"]["hold_id"], format!("h-{index}"), "{result}");
+    }
+    assert_eq!(results[700]["body"]["status"], "held");
+    assert_eq!(results[701]["body"]["status"], "confirmed");
+    // The ops that decoded went to the backend together.
+    assert_eq!(backend.execute_calls()[calls_before..], [997]);
+}
+
 #[tokio::test]
 async fn events_omit_fields_that_do_not_apply() {
     let (backend, router) = open_server();
