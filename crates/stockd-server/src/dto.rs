@@ -9,9 +9,12 @@
 
 use std::borrow::Cow;
 
+use serde::de::value::MapAccessDeserializer;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use stockd_core::limits::{HOLD_LIST_LIMIT_DEFAULT, HOLD_TTL_MS_DEFAULT, POOL_LIST_LIMIT_DEFAULT};
+use stockd_core::limits::{
+    BATCH_OPS_MAX, HOLD_LIST_LIMIT_DEFAULT, HOLD_TTL_MS_DEFAULT, POOL_LIST_LIMIT_DEFAULT,
+};
 use stockd_core::{Command, HoldId, OwnerId, PoolId, PoolSpec, RequestId, ReserveRequest, UserId};
 use utoipa::{IntoParams, ToSchema};
 
@@ -406,9 +409,23 @@ impl<'de> Deserialize<'de> for Fields<'de> {
 
 /// Decodes one batch op as its single endpoint decodes its request: `op` is read (once, a
 /// string, a known op), and the other fields, in the order written, go through the endpoint's
-/// own body type and decoder ([`parse`]): the same bytes are refused the same way, with the
-/// same message, a repeated field included, wherever they arrive.
+/// own body type ([`HoldBody`], ...): the same bytes are refused the same way, with the same
+/// message, a repeated field included, wherever they arrive.
+///
+/// An op whose first field is `op` is read in one pass ([`QuickOp`]); any other op, and every
+/// op that pass refuses, is read again by [`decode_op_fully`], which names the field at fault.
 pub(crate) fn decode_op(op: &RawValue) -> Result<Command, ApiError> {
+    match serde_json::from_str::<QuickOp>(op.get()) {
+        Ok(QuickOp(command)) => Ok(command),
+        Err(_) => decode_op_fully(op),
+    }
+}
+
+/// [`decode_op`]'s full reading: the op's fields are split from `op` and go through the
+/// endpoint's decoder ([`parse`]), whose refusals name the field, what was sent and what is
+/// allowed. It tracks the path of every value it reads, so it is kept for the ops the one-pass
+/// reading did not take.
+fn decode_op_fully(op: &RawValue) -> Result<Command, ApiError> {
     let Fields(fields) = match serde_json::from_str(op.get()) {
         Ok(fields) => fields,
         // Not an object, or not JSON: the single endpoint's reading of a body says which, in
@@ -474,4 +491,353 @@ pub(crate) fn decode_op(op: &RawValue) -> Result<Command, ApiError> {
             )))
         }
     })
+}
+
+/// Text read from JSON, borrowed from the input where it has no escapes (most keys, every
+/// identifier), so that reading it allocates nothing. Accepts exactly what a `String` accepts.
+struct Text<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for TextVisitor {
+            type Value = Text<'de>;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                text: &'de str,
+            ) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(text)))
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(text.to_owned())))
+            }
+        }
+
+        deserializer.deserialize_str(TextVisitor)
+    }
+}
+
+/// One batch op read in one pass, straight from the text: its first field is `op`, a string
+/// naming a known op, and the fields after it are read by the endpoint's own body type, as
+/// [`parse`] reads them but without tracking each value's path. It takes an op only where
+/// [`decode_op_fully`] takes it, with the same command: the same fields in the same order go
+/// through the same type, a second `op` is an unknown field of that type, and what is not an
+/// object is not a map. Whatever it refuses, it refuses without a word: the full reading says
+/// why.
+struct QuickOp(Command);
+
+impl<'de> Deserialize<'de> for QuickOp {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct QuickOpVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for QuickOpVisitor {
+            type Value = QuickOp;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("a batch op with op first")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<QuickOp, A::Error> {
+                use serde::de::Error;
+                match map.next_key::<Text>()? {
+                    Some(Text(key)) if key == "op" => {}
+                    _ => return Err(A::Error::custom("not read in one pass")),
+                }
+                let Text(name) = map.next_value()?;
+                let fields = MapAccessDeserializer::new(map);
+                Ok(QuickOp(match name.as_ref() {
+                    "reserve" => HoldBody::deserialize(fields)?.into_command(),
+                    "confirm" => Command::Confirm {
+                        hold_id: HoldRefOp::deserialize(fields)?.hold_id,
+                    },
+                    "release" => Command::Release {
+                        hold_id: HoldRefOp::deserialize(fields)?.hold_id,
+                    },
+                    "refund" => {
+                        let RefundOp { hold_id, restock } = RefundOp::deserialize(fields)?;
+                        RefundBody { restock }.into_command(hold_id)
+                    }
+                    "extend" => {
+                        let ExtendOp { hold_id, ttl_ms } = ExtendOp::deserialize(fields)?;
+                        Command::Extend { hold_id, ttl_ms }
+                    }
+                    _ => return Err(A::Error::custom("not read in one pass")),
+                }))
+            }
+        }
+
+        deserializer.deserialize_map(QuickOpVisitor)
+    }
+}
+
+/// A batch's ops, as [`decode_batch`] read them.
+pub(crate) enum BatchOps {
+    /// Every op decoded, in order: the body was read in one pass.
+    Decoded(Vec<Command>),
+    /// The ops as the body's own reading ([`BatchBody`]) left them, each to be decoded on its
+    /// own by [`decode_op`]: some op did not decode in one pass, and may be refused.
+    Raw(Vec<Box<RawValue>>),
+}
+
+impl BatchOps {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            BatchOps::Decoded(commands) => commands.len(),
+            BatchOps::Raw(ops) => ops.len(),
+        }
+    }
+}
+
+/// Reads a `POST /v1/batch` body. A body of good ops (the usual case) is read in one pass, each
+/// op by [`QuickOp`] on the way: nothing is copied and no path is tracked. Anything else (a bad
+/// op, too many ops, a body that is not `{"ops": [...]}`) is read again as [`BatchBody`] by the
+/// endpoint decoder ([`parse`]), which refuses a bad body in its words, or leaves the ops raw for
+/// the batch to decode (and refuse) one by one.
+pub(crate) fn decode_batch(body: &[u8]) -> Result<BatchOps, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let quick = QuickBatch::deserialize(&mut deserializer).and_then(|batch| {
+        deserializer.end()?;
+        Ok(batch)
+    });
+    match quick {
+        Ok(QuickBatch(commands)) => Ok(BatchOps::Decoded(commands)),
+        Err(_) => Ok(BatchOps::Raw(parse::<BatchBody>(body)?.ops)),
+    }
+}
+
+/// A batch body read in one pass: `{"ops": [...]}` and nothing else, at most [`BATCH_OPS_MAX`]
+/// ops, each a [`QuickOp`]. Takes a body only where [`BatchBody`] takes it and every op then
+/// decodes.
+struct QuickBatch(Vec<Command>);
+
+impl<'de> Deserialize<'de> for QuickBatch {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct QuickBatchVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for QuickBatchVisitor {
+            type Value = QuickBatch;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("a batch body")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<QuickBatch, A::Error> {
+                use serde::de::Error;
+                match map.next_key::<Text>()? {
+                    Some(Text(key)) if key == "ops" => {}
+                    _ => return Err(A::Error::custom("not read in one pass")),
+                }
+                let commands = map.next_value::<QuickOps>()?.0;
+                // A second `ops`, or any other field, is for the full reading to refuse.
+                if map.next_key::<Text>()?.is_some() {
+                    return Err(A::Error::custom("not read in one pass"));
+                }
+                Ok(QuickBatch(commands))
+            }
+        }
+
+        deserializer.deserialize_map(QuickBatchVisitor)
+    }
+}
+
+/// The `ops` list of a [`QuickBatch`].
+struct QuickOps(Vec<Command>);
+
+impl<'de> Deserialize<'de> for QuickOps {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct QuickOpsVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for QuickOpsVisitor {
+            type Value = QuickOps;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("a list of batch ops")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<QuickOps, A::Error> {
+                let mut commands = Vec::new();
+                while let Some(QuickOp(command)) = seq.next_element()? {
+                    // Too many ops: the full reading counts them and says so.
+                    if commands.len() == BATCH_OPS_MAX {
+                        return Err(serde::de::Error::custom("not read in one pass"));
+                    }
+                    commands.push(command);
+                }
+                Ok(QuickOps(commands))
+            }
+        }
+
+        deserializer.deserialize_seq(QuickOpsVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ops of every kind and of many shapes, good and bad: `op` first, later or twice, escaped
+    /// keys and values, unknown and repeated fields, wrong types, nulls, what is not an object.
+    const OPS: &[&str] = &[
+        r#"{"op": "reserve", "hold_id": "h-1", "items": [{"pool": "p", "qty": 2}]}"#,
+        r#"{"op":"reserve","hold_id":"h-1","user":"u","items":[{"pool":"p","qty":1},{"pool":"q","qty":3}],"ttl_ms":5000,"confirm":true,"wait_ms":10}"#,
+        r#"{"op": "reserve", "hold_id": "h-1", "user": null, "items": [{"qty": 1, "pool": "p"}], "ttl_ms": null, "confirm": null, "wait_ms": null}"#,
+        r#"{"op": "reserve", "hold_id": "h-1", "items": []}"#,
+        r#"{"op": "reserve", "hold_id": "h-1"}"#,
+        r#"{"op": "reserve", "hold_id": "h 1", "items": [{"pool": "p", "qty": 1}]}"#,
+        r#"{"op": "reserve", "hold_id": "h-1", "items": [{"pool": "p", "qty": "1"}]}"#,
+        r#"{"op": "reserve", "hold_id": "h-1", "items": [{"pool": "p", "qty": 1e400}]}"#,
+        r#"{"op": "reserve", "hold_id": "h-1", "items": [[ "p", 1 ]]}"#,
+        r#"{"op": "reserve", "hold_id": "h-1", "items": [{"pool": "p", "qty": 1}], "ttl": 5}"#,
+        r#"{"op": "reserve", "hold_id": "h-1", "hold_id": "h-2", "items": [{"pool": "p", "qty": 1}]}"#,
+        r#"{"op": "reserve", "hold_id": "h-1", "items": [{"pool": "p", "qty": 1, "qty": 2}]}"#,
+        r#"{"op": "reserve", "items": [{"pool": "p", "qty": 1}], "hold_id": "h-1", "op": "reserve"}"#,
+        r#"{"hold_id": "h-1", "op": "reserve", "items": [{"pool": "p", "qty": 1}]}"#,
+        r#"{"o\u0070": "re\u0073erve", "hold\u005fid": "h\u002d1", "items": [{"pool": "\u0070", "qty": 1}]}"#,
+        r#"{"op": "reserve", "hold_id": "h-1", "items": [{"pool": "p", "qty": 1}], "user": "\ud800"}"#,
+        r#"{"op": "reserve", "hold_id": "h-1", "items": [{"pool": "p", "qty": 1}], "confirm": 1}"#,
+        r#"{"op": "confirm", "hold_id": "h-1"}"#,
+        r#"{"op": "confirm", "hold_id": "h-1", "op": "confirm"}"#,
+        r#"{"op": "confirm", "op": "release", "hold_id": "h-1"}"#,
+        r#"{"op": "confirm"}"#,
+        r#"{"op": "confirm", "hold_id": 7}"#,
+        r#"{"op": "confirm", "hold_id": null}"#,
+        r#"{"op": "release", "hold_id": "h-1"}"#,
+        r#"{"op": "release", "hold_id": "h-1", "restock": true}"#,
+        r#"{"op": "refund", "hold_id": "h-1"}"#,
+        r#"{"op": "refund", "hold_id": "h-1", "restock": false}"#,
+        r#"{"op": "refund", "hold_id": "h-1", "restock": null}"#,
+        r#"{"op": "extend", "hold_id": "h-1", "ttl_ms": 60000}"#,
+        r#"{"op": "extend", "hold_id": "h-1"}"#,
+        r#"{"op": "extend", "hold_id": "h-1", "ttl_ms": -1}"#,
+        r#"{"op": "nope", "hold_id": "h-1"}"#,
+        r#"{"op": 1, "hold_id": "h-1"}"#,
+        r#"{"op": null, "hold_id": "h-1"}"#,
+        r#"{"op": ["confirm"], "hold_id": "h-1"}"#,
+        r#"{"hold_id": "h-1"}"#,
+        r#"{}"#,
+        r#"["confirm", "h-1"]"#,
+        r#""confirm""#,
+        r#"null"#,
+        r#"7"#,
+    ];
+
+    /// Variants of `text`: every byte deleted, doubled, or replaced by bytes that change JSON's
+    /// structure, so that the one-pass reading meets its edges.
+    fn variants(text: &str) -> Vec<String> {
+        let bytes = text.as_bytes();
+        let mut out = vec![text.to_string()];
+        for at in 0..bytes.len() {
+            let mut edits: Vec<Vec<u8>> = Vec::new();
+            let mut deleted = bytes.to_vec();
+            deleted.remove(at);
+            edits.push(deleted);
+            let mut doubled = bytes.to_vec();
+            doubled.insert(at, bytes[at]);
+            edits.push(doubled);
+            for byte in [b'"', b',', b'}', b']', b'1', b'\\', b' ', b'n', b'x'] {
+                let mut replaced = bytes.to_vec();
+                replaced[at] = byte;
+                edits.push(replaced);
+            }
+            out.extend(
+                edits
+                    .into_iter()
+                    .filter_map(|edit| String::from_utf8(edit).ok()),
+            );
+        }
+        out
+    }
+
+    /// The one-pass reading of an op takes it only where the full reading takes it, with the
+    /// same command: so `decode_op` answers exactly what the full reading answers.
+    #[test]
+    fn an_op_read_in_one_pass_is_read_as_the_full_reading_reads_it() {
+        let mut quick = 0;
+        for text in OPS.iter().flat_map(|op| variants(op)) {
+            let Ok(raw) = serde_json::from_str::<&RawValue>(&text) else {
+                continue;
+            };
+            let full = decode_op_fully(raw);
+            assert_eq!(decode_op(raw), full, "{text}");
+            if let Ok(QuickOp(command)) = serde_json::from_str::<QuickOp>(&text) {
+                quick += 1;
+                assert_eq!(Ok(command), full, "{text}");
+            }
+        }
+        assert!(quick > 100, "the one-pass reading took only {quick} ops");
+    }
+
+    /// A batch body read in one pass gives the commands the full reading gives its ops, and one
+    /// that is not (a bad op, a body of another shape) is left to the full reading.
+    #[test]
+    fn a_batch_read_in_one_pass_is_read_as_the_full_reading_reads_it() {
+        let good = r#"{"op": "confirm", "hold_id": "h-1"}"#;
+        let mut decoded = 0;
+        let mut bodies = Vec::new();
+        for text in OPS.iter().flat_map(|op| variants(op)) {
+            bodies.push(format!(r#"{{"ops": [{good}, {text}]}}"#));
+        }
+        bodies.extend(variants(&format!(r#"{{"ops": [{good}, {good}]}}"#)));
+        bodies.extend(
+            [
+                r#"{"ops": []}"#,
+                r#"{"ops": [], "ops": []}"#,
+                r#"{"ops": [], "x": 1}"#,
+                r#"{"x": 1, "ops": []}"#,
+                r#"{"o\u0070s": [{"op": "confirm", "hold_id": "h-1"}]} "#,
+                r#"[[{"op": "confirm", "hold_id": "h-1"}]]"#,
+                r#"{"ops": null}"#,
+                r#"{"ops": [{"op": "confirm", "hold_id": "h-1"}]} x"#,
+            ]
+            .map(String::from),
+        );
+        for body in &bodies {
+            let full = parse::<BatchBody>(body.as_bytes());
+            match decode_batch(body.as_bytes()) {
+                Ok(BatchOps::Decoded(commands)) => {
+                    decoded += 1;
+                    let ops = full.unwrap_or_else(|error| panic!("{body}: {error:?}")).ops;
+                    let fully: Vec<_> = ops.iter().map(|op| decode_op_fully(op)).collect();
+                    let commands: Vec<_> = commands.into_iter().map(Ok).collect();
+                    assert_eq!(commands, fully, "{body}");
+                }
+                // Left to the full reading, which answers for it.
+                Ok(BatchOps::Raw(_)) | Err(_) => {}
+            }
+        }
+        assert!(decoded > 100, "only {decoded} bodies were read in one pass");
+    }
+
+    /// At most `BATCH_OPS_MAX` ops are read in one pass; more are left for the batch to count.
+    #[test]
+    fn a_batch_of_too_many_ops_is_left_to_the_full_reading() {
+        let body = |ops: usize| {
+            let op = r#"{"op": "confirm", "hold_id": "h-1"}"#;
+            format!(r#"{{"ops": [{}]}}"#, vec![op; ops].join(","))
+        };
+        assert!(matches!(
+            decode_batch(body(BATCH_OPS_MAX).as_bytes()),
+            Ok(BatchOps::Decoded(commands)) if commands.len() == BATCH_OPS_MAX
+        ));
+        assert!(matches!(
+            decode_batch(body(BATCH_OPS_MAX + 1).as_bytes()),
+            Ok(BatchOps::Raw(ops)) if ops.len() == BATCH_OPS_MAX + 1
+        ));
+    }
 }

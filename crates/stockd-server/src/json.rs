@@ -248,18 +248,16 @@ impl<S: BodyLimit + Send + Sync, T: Wire> FromRequest<S> for JsonBody<T> {
     }
 }
 
-/// A JSON request body of type `T` and the bytes it was read from: the batch checks its whole
-/// body ([`syntax::check`]) when it refuses an op, since an op's bytes can hide what is not JSON
-/// from the body's own reading.
-pub(crate) struct JsonWithBytes<T>(pub T, pub Bytes);
+/// The whole request body, not yet read: the batch reads its own (`dto::decode_batch`), in one
+/// pass when its ops are good, and checks it whole ([`syntax::check`]) when it refuses an op,
+/// since an op's bytes can hide what is not JSON from the body's own reading.
+pub(crate) struct BodyBytes(pub Bytes);
 
-impl<S: BodyLimit + Send + Sync, T: Wire> FromRequest<S> for JsonWithBytes<T> {
+impl<S: BodyLimit + Send + Sync> FromRequest<S> for BodyBytes {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = read_body(request, state).await?;
-        let value = parse(&bytes)?;
-        Ok(JsonWithBytes(value, bytes))
+        read_body(request, state).await.map(BodyBytes)
     }
 }
 

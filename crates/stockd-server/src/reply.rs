@@ -20,7 +20,17 @@ const BODY_CAPACITY_BYTES: usize = 256;
 
 /// A response with `body` serialised as JSON.
 pub(crate) fn json<T: Serialize + ?Sized>(status: StatusCode, body: &T) -> Response {
-    let mut buffer = Vec::with_capacity(BODY_CAPACITY_BYTES);
+    json_with_capacity(status, body, BODY_CAPACITY_BYTES)
+}
+
+/// [`json`] for a body expected to take about `capacity_bytes` (a batch's answer), written into
+/// a buffer of that size at once rather than one grown (and copied) step by step.
+pub(crate) fn json_with_capacity<T: Serialize + ?Sized>(
+    status: StatusCode,
+    body: &T,
+    capacity_bytes: usize,
+) -> Response {
+    let mut buffer = Vec::with_capacity(capacity_bytes);
     match serde_json::to_writer(&mut buffer, body) {
         Ok(()) => {
             let mut response = Response::new(Body::from(buffer));

@@ -4,19 +4,23 @@
 //! run; the valid ops go to the backend in ONE `execute` call, which applies them in order. Each
 //! result is exactly what the single endpoint would answer. This handler must never reorder ops
 //! or decide an outcome itself.
+//!
+//! A body of good ops, the usual case, is read in one pass and its answer written into one
+//! buffer sized for it; only a body with a bad op is read again, op by op, with the field paths
+//! its refusals name (`dto::decode_batch`).
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::ser::SerializeMap;
+use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use stockd_core::limits::BATCH_OPS_MAX;
 use stockd_core::{Outcome, Reply};
 
 use super::{paths, App};
-use crate::dto::{decode_op, BatchBody};
+use crate::dto::{decode_batch, decode_op, BatchBody, BatchOps};
 use crate::error::ApiError;
-use crate::json::{JsonWithBytes, NoQuery};
+use crate::json::{BodyBytes, NoQuery};
 use crate::reply::{self, ReplyBody};
 use crate::syntax;
 use crate::wire::{BatchResponse, ErrorBody};
@@ -37,54 +41,68 @@ use crate::wire::{BatchResponse, ErrorBody};
 pub(crate) async fn batch(
     State(app): State<App>,
     _: NoQuery,
-    JsonWithBytes(body, bytes): JsonWithBytes<BatchBody>,
+    BodyBytes(body): BodyBytes,
 ) -> Response {
-    match run(&app, body.ops, &bytes).await {
-        Ok(results) => reply::json(StatusCode::OK, &Results(&results)),
+    match run(&app, &body).await {
+        Ok(results) => {
+            let capacity = results.len().saturating_mul(RESULT_CAPACITY_BYTES);
+            reply::json_with_capacity(StatusCode::OK, &results, capacity)
+        }
         Err(error) => error.into_response(),
     }
 }
 
-/// The result of one op.
-enum OpResult {
-    Reply(Reply),
-    Error(ApiError),
+/// Room for one result in the answer's buffer: a hold object with one item and ids of some
+/// twenty bytes takes about 250, so that a batch's answer is written without growing its buffer.
+const RESULT_CAPACITY_BYTES: usize = 320;
+
+/// The results of a batch: the backend's outcomes of the ops that decoded, in order, and the
+/// refusals of the ops that did not, each with its op's index, in order.
+struct Results {
+    outcomes: Vec<Outcome>,
+    refusals: Vec<(usize, ApiError)>,
 }
 
-async fn run(
-    app: &App,
-    ops: Vec<Box<serde_json::value::RawValue>>,
-    body: &[u8],
-) -> Result<Vec<OpResult>, ApiError> {
-    if ops.is_empty() || ops.len() > BATCH_OPS_MAX {
+impl Results {
+    fn len(&self) -> usize {
+        self.outcomes.len() + self.refusals.len()
+    }
+}
+
+async fn run(app: &App, body: &[u8]) -> Result<Results, ApiError> {
+    let ops = decode_batch(body)?;
+    if ops.len() == 0 || ops.len() > BATCH_OPS_MAX {
         return Err(ApiError::invalid(format!(
             "ops must have from 1 to {BATCH_OPS_MAX} entries, got {}",
             ops.len()
         )));
     }
-    // `None` marks an op that parsed and went to the backend; its outcome fills the slot later.
-    let mut parse_errors: Vec<Option<ApiError>> = Vec::with_capacity(ops.len());
-    let mut commands = Vec::with_capacity(ops.len());
-    for (index, op) in ops.into_iter().enumerate() {
-        // Decoded as its single endpoint's request is: an op written as an array is refused,
-        // not read positionally, and a refusal is worded as the endpoint's is.
-        match decode_op(&op) {
-            Ok(command) => {
-                commands.push(command);
-                parse_errors.push(None);
+    let (commands, refusals) = match ops {
+        BatchOps::Decoded(commands) => (commands, Vec::new()),
+        BatchOps::Raw(ops) => {
+            let mut commands = Vec::with_capacity(ops.len());
+            let mut refusals = Vec::new();
+            for (index, op) in ops.iter().enumerate() {
+                // Decoded as its single endpoint's request is: an op written as an array is
+                // refused, not read positionally, and a refusal is worded as the endpoint's is.
+                match decode_op(op) {
+                    Ok(command) => commands.push(command),
+                    Err(error) => refusals.push((index, in_op(index, error))),
+                }
             }
-            Err(error) => parse_errors.push(Some(in_op(index, error))),
+            // The body's own reading skips over the ops' text, where bytes that are not JSON
+            // can hide (a lone surrogate in a string, nesting too deep): when an op is refused,
+            // the whole body is checked, and if it is not JSON it is refused whole, 400, as a
+            // single endpoint refuses the same bytes. An op that decodes was read whole, so a
+            // batch of good ops needs no check.
+            if !refusals.is_empty() {
+                if let Err(not_json) = syntax::check(body) {
+                    return Err(ApiError::InvalidJson(not_json.to_string()));
+                }
+            }
+            (commands, refusals)
         }
-    }
-    // The body's own reading skips over the ops' text, where bytes that are not JSON can hide
-    // (a lone surrogate in a string, nesting too deep): when an op is refused, the whole body is
-    // checked, and if it is not JSON it is refused whole, 400, as a single endpoint refuses the
-    // same bytes. An op that decodes was read whole, so a batch of good ops needs no check.
-    if parse_errors.iter().any(Option::is_some) {
-        if let Err(not_json) = syntax::check(body) {
-            return Err(ApiError::InvalidJson(not_json.to_string()));
-        }
-    }
+    };
     let sent = commands.len();
     let outcomes: Vec<Outcome> = if sent == 0 {
         Vec::new()
@@ -96,24 +114,16 @@ async fn run(
             "backend answered with the wrong number of outcomes".into(),
         ));
     }
-    let mut outcomes = outcomes.into_iter();
-    Ok(parse_errors
-        .into_iter()
-        .map(|parse_error| match parse_error {
-            Some(error) => OpResult::Error(error),
-            None => match outcomes.next() {
-                Some(Ok(reply)) => OpResult::Reply(reply),
-                Some(Err(error)) => OpResult::Error(ApiError::Core(error)),
-                // Counted above: every parsed op has an outcome.
-                None => OpResult::Error(ApiError::BackendUnavailable(
-                    "backend answered with the wrong number of outcomes".into(),
-                )),
-            },
-        })
-        .collect())
+    Ok(Results { outcomes, refusals })
 }
 
-impl Serialize for OpResult {
+/// The result of one op.
+enum OpResult<'a> {
+    Reply(&'a Reply),
+    Error(&'a ApiError),
+}
+
+impl Serialize for OpResult<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(Some(2))?;
         match self {
@@ -130,13 +140,38 @@ impl Serialize for OpResult {
     }
 }
 
-struct Results<'a>(&'a [OpResult]);
-
-impl Serialize for Results<'_> {
+impl Serialize for Results {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(Some(1))?;
-        map.serialize_entry("results", self.0)?;
+        map.serialize_entry("results", &InOrder(self))?;
         map.end()
+    }
+}
+
+/// One result per op, in the ops' order: each refused op's refusal at its index, and the
+/// outcomes, in order, in the other places.
+struct InOrder<'a>(&'a Results);
+
+impl Serialize for InOrder<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        let mut refusals = self.0.refusals.iter().peekable();
+        let mut outcomes = self.0.outcomes.iter();
+        for index in 0..self.0.len() {
+            if let Some((_, refusal)) = refusals.next_if(|(at, _)| *at == index) {
+                seq.serialize_element(&OpResult::Error(refusal))?;
+                continue;
+            }
+            match outcomes.next() {
+                Some(Ok(reply)) => seq.serialize_element(&OpResult::Reply(reply))?,
+                Some(Err(error)) => {
+                    seq.serialize_element(&OpResult::Error(&ApiError::Core(error.clone())))?
+                }
+                // Counted by `run`: every op that was not refused has an outcome.
+                None => break,
+            }
+        }
+        seq.end()
     }
 }
 
