@@ -604,14 +604,16 @@ impl BatchOps {
 /// endpoint decoder ([`parse`]), which refuses a bad body in its words, or leaves the ops raw for
 /// the batch to decode (and refuse) one by one.
 pub(crate) fn decode_batch(body: &[u8]) -> Result<BatchOps, ApiError> {
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
-    let quick = QuickBatch::deserialize(&mut deserializer).and_then(|batch| {
-        deserializer.end()?;
-        Ok(batch)
+    // Checked as UTF-8 once, here, rather than string by string by serde_json.
+    let quick = std::str::from_utf8(body).ok().and_then(|text| {
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let batch = QuickBatch::deserialize(&mut deserializer).ok()?;
+        deserializer.end().ok()?;
+        Some(batch)
     });
     match quick {
-        Ok(QuickBatch(commands)) => Ok(BatchOps::Decoded(commands)),
-        Err(_) => Ok(BatchOps::Raw(parse::<BatchBody>(body)?.ops)),
+        Some(QuickBatch(commands)) => Ok(BatchOps::Decoded(commands)),
+        None => Ok(BatchOps::Raw(parse::<BatchBody>(body)?.ops)),
     }
 }
 
