@@ -10,6 +10,7 @@
 use std::borrow::Cow;
 
 use serde::de::value::MapAccessDeserializer;
+use serde::de::DeserializeSeed;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use stockd_core::limits::{
@@ -604,88 +605,100 @@ impl BatchOps {
 /// endpoint decoder ([`parse`]), which refuses a bad body in its words, or leaves the ops raw for
 /// the batch to decode (and refuse) one by one.
 pub(crate) fn decode_batch(body: &[u8]) -> Result<BatchOps, ApiError> {
+    // The commands' list is allocated once, for as many ops as the body can hold (no op takes
+    // fewer than `{"op":"confirm","hold_id":"a"}`'s 30 bytes): grown by doubling, it would
+    // touch twice the memory and copy itself ten times for a full batch.
+    let capacity = (body.len() / 30 + 1).min(BATCH_OPS_MAX);
     // Checked as UTF-8 once, here, rather than string by string by serde_json.
     let quick = std::str::from_utf8(body).ok().and_then(|text| {
         let mut deserializer = serde_json::Deserializer::from_str(text);
-        let batch = QuickBatch::deserialize(&mut deserializer).ok()?;
+        let commands = QuickBatch { capacity }
+            .deserialize(&mut deserializer)
+            .ok()?;
         deserializer.end().ok()?;
-        Some(batch)
+        Some(commands)
     });
     match quick {
-        Some(QuickBatch(commands)) => Ok(BatchOps::Decoded(commands)),
+        Some(commands) => Ok(BatchOps::Decoded(commands)),
         None => Ok(BatchOps::Raw(parse::<BatchBody>(body)?.ops)),
     }
 }
 
 /// A batch body read in one pass: `{"ops": [...]}` and nothing else, at most [`BATCH_OPS_MAX`]
-/// ops, each a [`QuickOp`]. Takes a body only where [`BatchBody`] takes it and every op then
-/// decodes.
-struct QuickBatch(Vec<Command>);
+/// ops, each a [`QuickOp`], into a list of `capacity` commands. Takes a body only where
+/// [`BatchBody`] takes it and every op then decodes.
+struct QuickBatch {
+    capacity: usize,
+}
 
-impl<'de> Deserialize<'de> for QuickBatch {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct QuickBatchVisitor;
+impl<'de> DeserializeSeed<'de> for QuickBatch {
+    type Value = Vec<Command>;
 
-        impl<'de> serde::de::Visitor<'de> for QuickBatchVisitor {
-            type Value = QuickBatch;
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
 
-            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
-                formatter.write_str("a batch body")
-            }
+impl<'de> serde::de::Visitor<'de> for QuickBatch {
+    type Value = Vec<Command>;
 
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<QuickBatch, A::Error> {
-                use serde::de::Error;
-                match map.next_key::<Text>()? {
-                    Some(Text(key)) if key == "ops" => {}
-                    _ => return Err(A::Error::custom("not read in one pass")),
-                }
-                let commands = map.next_value::<QuickOps>()?.0;
-                // A second `ops`, or any other field, is for the full reading to refuse.
-                if map.next_key::<Text>()?.is_some() {
-                    return Err(A::Error::custom("not read in one pass"));
-                }
-                Ok(QuickBatch(commands))
-            }
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a batch body")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Vec<Command>, A::Error> {
+        use serde::de::Error;
+        match map.next_key::<Text>()? {
+            Some(Text(key)) if key == "ops" => {}
+            _ => return Err(A::Error::custom("not read in one pass")),
         }
-
-        deserializer.deserialize_map(QuickBatchVisitor)
+        let commands = map.next_value_seed(QuickOps {
+            capacity: self.capacity,
+        })?;
+        // A second `ops`, or any other field, is for the full reading to refuse.
+        if map.next_key::<Text>()?.is_some() {
+            return Err(A::Error::custom("not read in one pass"));
+        }
+        Ok(commands)
     }
 }
 
 /// The `ops` list of a [`QuickBatch`].
-struct QuickOps(Vec<Command>);
+struct QuickOps {
+    capacity: usize,
+}
 
-impl<'de> Deserialize<'de> for QuickOps {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct QuickOpsVisitor;
+impl<'de> DeserializeSeed<'de> for QuickOps {
+    type Value = Vec<Command>;
 
-        impl<'de> serde::de::Visitor<'de> for QuickOpsVisitor {
-            type Value = QuickOps;
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
 
-            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
-                formatter.write_str("a list of batch ops")
+impl<'de> serde::de::Visitor<'de> for QuickOps {
+    type Value = Vec<Command>;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a list of batch ops")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Command>, A::Error> {
+        let mut commands = Vec::with_capacity(self.capacity);
+        while let Some(QuickOp(command)) = seq.next_element()? {
+            // Too many ops: the full reading counts them and says so.
+            if commands.len() == BATCH_OPS_MAX {
+                return Err(serde::de::Error::custom("not read in one pass"));
             }
-
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<QuickOps, A::Error> {
-                let mut commands = Vec::new();
-                while let Some(QuickOp(command)) = seq.next_element()? {
-                    // Too many ops: the full reading counts them and says so.
-                    if commands.len() == BATCH_OPS_MAX {
-                        return Err(serde::de::Error::custom("not read in one pass"));
-                    }
-                    commands.push(command);
-                }
-                Ok(QuickOps(commands))
-            }
+            commands.push(command);
         }
-
-        deserializer.deserialize_seq(QuickOpsVisitor)
+        Ok(commands)
     }
 }
 
