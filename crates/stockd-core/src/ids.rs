@@ -4,8 +4,10 @@
 
 use std::borrow::Borrow;
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
+use serde::de::Visitor;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::limits::ID_LEN_MAX;
@@ -87,13 +89,39 @@ macro_rules! identifier {
         }
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-                // The field's name is the caller's to add: it knows the path.
-                Self::parse(&text)
-                    .map_err(|e| serde::de::Error::custom(format_args!("{:?}: {}", text, e)))
+                deserializer.deserialize_str(IdVisitor(PhantomData))
+            }
+        }
+        impl IdText for $name {
+            fn parse_text(text: &str) -> Result<Self, IdError> {
+                Self::parse(text)
             }
         }
     };
+}
+
+/// What [`IdVisitor`] needs from an identifier type.
+trait IdText: Sized {
+    fn parse_text(text: &str) -> Result<Self, IdError>;
+}
+
+/// Reads an identifier straight from the text the deserializer lends (borrowed from the body
+/// or in its scratch buffer), so the id's one allocation is its `Arc`. Serde's `Cow<str>`
+/// would always copy the text into a `String` first.
+struct IdVisitor<T>(PhantomData<T>);
+
+impl<T: IdText> Visitor<'_> for IdVisitor<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Serde's own words for a string, as the messages were before this visitor.
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<T, E> {
+        // The field's name is the caller's to add: it knows the path.
+        T::parse_text(text).map_err(|e| E::custom(format_args!("{:?}: {}", text, e)))
+    }
 }
 
 identifier!(
@@ -139,5 +167,36 @@ mod tests {
         assert_eq!(PoolId::parse("aé"), Err(IdError::BadByte));
         assert!(PoolId::parse("Sku-1.2_x:y").is_ok());
         assert!(PoolId::parse("9").is_ok());
+    }
+
+    #[test]
+    fn deserialized_from_borrowed_escaped_and_owned_text() {
+        let borrowed: HoldId = serde_json::from_str(r#""order-1""#).unwrap();
+        assert_eq!(borrowed.as_str(), "order-1");
+        // An escape makes serde_json unescape into its scratch buffer: a transient str.
+        let escaped: HoldId = serde_json::from_str(r#""order-\u0032""#).unwrap();
+        assert_eq!(escaped.as_str(), "order-2");
+        let owned: HoldId = serde_json::from_value(serde_json::json!("order-3")).unwrap();
+        assert_eq!(owned.as_str(), "order-3");
+        let logged = postcard::to_allocvec(&owned).unwrap();
+        assert_eq!(postcard::from_bytes::<HoldId>(&logged).unwrap(), owned);
+    }
+
+    #[test]
+    fn deserializing_refusals_keep_their_words() {
+        let bad = serde_json::from_str::<PoolId>(r#""a b""#).unwrap_err();
+        assert!(
+            bad.to_string().starts_with(
+                "\"a b\": may only contain ASCII letters, digits, '.', '_', ':' and '-'"
+            ),
+            "{bad}"
+        );
+        let not_text = serde_json::from_str::<PoolId>("5").unwrap_err();
+        assert!(
+            not_text
+                .to_string()
+                .starts_with("invalid type: integer `5`, expected a string"),
+            "{not_text}"
+        );
     }
 }
