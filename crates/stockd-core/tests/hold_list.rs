@@ -285,6 +285,80 @@ fn holds_forgotten_after_retention_leave_every_index() {
     );
 }
 
+/// Replay meets a reused id while the first hold of that id is still in the table (live, it
+/// had been forgotten): the new hold replaces it in the table and in every index.
+#[test]
+fn a_log_replayed_over_a_reused_id_lists_the_new_hold_only() {
+    let mut live = State::new(StateConfig::default());
+    let after_retention = T0 + HOLD_RETENTION_MS_DEFAULT;
+    let steps = [
+        (put_pool("p1", 100), T0),
+        (put_pool("p2", 100), T0),
+        (reserve_as("h1", Some("u1"), &[("p1", 1)]), T0),
+        (reserve_as("h4", Some("u1"), &[("p2", 1)]), T0),
+        (release("h4"), T0),
+        (reserve_as("h4", Some("u2"), &[("p1", 2)]), after_retention),
+    ];
+    let mut log = Vec::new();
+    for (command, at_ms) in steps {
+        log.extend(run(&mut live, command, at_ms).records);
+    }
+    let mut replayed = State::new(StateConfig::default());
+    let mut events = Vec::new();
+    for record in &log {
+        replayed.apply_record(record, &mut events);
+    }
+    replayed
+        .check_invariants()
+        .expect("the index follows the replaced hold");
+    let queries: [Query; 5] = [
+        (None, None, None, None, 100),
+        (Some("p1"), None, None, None, 100),
+        (Some("p2"), None, None, None, 100),
+        (None, Some("u1"), None, None, 100),
+        (None, Some("u2"), None, None, 100),
+    ];
+    for (pool, user, status, after, limit) in queries {
+        assert_eq!(
+            list(&mut live, pool, user, status, after, limit, after_retention),
+            list(
+                &mut replayed,
+                pool,
+                user,
+                status,
+                after,
+                limit,
+                after_retention
+            ),
+            "{pool:?} {user:?}"
+        );
+    }
+    assert_eq!(
+        ids(&list(
+            &mut replayed,
+            Some("p2"),
+            None,
+            None,
+            None,
+            100,
+            after_retention
+        )),
+        Vec::<&str>::new()
+    );
+    assert_eq!(
+        ids(&list(
+            &mut replayed,
+            None,
+            Some("u2"),
+            None,
+            None,
+            100,
+            after_retention
+        )),
+        ["h4"]
+    );
+}
+
 #[test]
 fn an_index_rebuilt_from_a_snapshot_answers_the_same() {
     let mut state = four_holds();

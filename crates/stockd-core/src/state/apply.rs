@@ -156,9 +156,6 @@ impl State {
                     }
                     self.note_available_later(&item.pool, before);
                 }
-                // A finished hold with this id may still be here in recovery: live, it had
-                // been forgotten (past retention) before the id was used again.
-                self.remove_hold(hold_id);
                 let hold = Box::new(Hold {
                     user: user.clone(),
                     items: items.clone(),
@@ -169,8 +166,15 @@ impl State {
                     expires_at_ms: *expires_at_ms,
                     finished_at_ms: None,
                 });
+                // A finished hold with this id may still be here in recovery: live, it had
+                // been forgotten (past retention) before the id was used again. It leaves the
+                // index as it leaves the table (`State::remove_hold`'s rule), before the new
+                // one enters, since both have the same id.
+                if let Some(old) = self.data.holds.insert(hold_id.clone(), hold) {
+                    self.hold_index
+                        .remove(hold_id, old.user.as_ref(), &old.items);
+                }
                 self.hold_index.insert(hold_id, user.as_ref(), items);
-                self.data.holds.insert(hold_id.clone(), hold);
                 // A hold confirmed on creation is confirmed by the very next record of the
                 // same command; it never needs an expiry slot.
                 if !*confirm {
@@ -203,11 +207,20 @@ impl State {
                     pool.held -= line.qty;
                     pool.sold += line.qty;
                 }
+                // Taken from the hold found above rather than looked up again: this is the
+                // reserve's hot path (`push_hold_event` does the same for the other kinds).
+                let (user, items, expires_at_ms) =
+                    (hold.user.clone(), hold.items.clone(), hold.expires_at_ms);
                 self.purge_queue.push(
                     at_ms.saturating_add(self.config.confirmed_retention_ms),
                     hold_id.clone(),
                 );
-                self.push_hold_event(at_ms, EventKind::Confirmed, hold_id, events);
+                let mut event = self.event(at_ms, EventKind::Confirmed);
+                event.hold_id = Some(hold_id.clone());
+                event.user = user;
+                event.items = Some(items);
+                event.expires_at_ms = Some(expires_at_ms);
+                events.push(event);
             }
             Change::Released { hold_id } | Change::Expired { hold_id } => {
                 let (status, kind) = match &record.change {

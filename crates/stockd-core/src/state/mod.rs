@@ -248,7 +248,7 @@ pub struct State {
     lock_expiry_queue: BinaryHeap<Reverse<(u64, LockName)>>,
     /// Hold ids in order: every hold in `data.holds`, and per pool of its items and per user,
     /// for `list_holds` to page through without a scan. Exact, unlike the queues: kept in step
-    /// with `data.holds` where a hold is inserted and removed (`index_hold`, `remove_hold`).
+    /// with `data.holds` where a hold is inserted and removed (`apply_record`, `remove_hold`).
     hold_index: HoldIndex,
     // Waiters live only in memory: a waiting client is a live connection, gone on restart.
     waiters: HashMap<WaiterId, Waiter>,
@@ -450,7 +450,9 @@ impl State {
         }
     }
 
-    /// Forgets a hold: the only way a hold leaves `data.holds`, so that the index follows.
+    /// Forgets a hold, and the index follows. With the replacement of a finished hold by a
+    /// new one of the same id (`apply_record`, `Held`, in recovery), which does the same, the
+    /// only ways a hold leaves `data.holds`.
     fn remove_hold(&mut self, hold_id: &HoldId) {
         if let Some(hold) = self.data.holds.remove(hold_id) {
             self.hold_index

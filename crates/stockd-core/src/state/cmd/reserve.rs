@@ -44,17 +44,20 @@ impl State {
         now_ms: u64,
         effects: &mut Effects,
     ) -> Outcome {
-        self.forget_if_past_retention(&request.hold_id, now_ms);
+        // A new id (the common case) costs this one lookup.
         if self.data.holds.contains_key(&request.hold_id) {
-            self.expire_if_due(&request.hold_id, now_ms, effects);
-            let hold = &self.data.holds[&request.hold_id];
-            return if hold_matches(hold, request) {
-                self.hold_reply(&request.hold_id, false)
-            } else {
-                Err(Error::HoldIdConflict {
-                    hold_id: request.hold_id.clone(),
-                })
-            };
+            self.forget_if_past_retention(&request.hold_id, now_ms);
+            if self.data.holds.contains_key(&request.hold_id) {
+                self.expire_if_due(&request.hold_id, now_ms, effects);
+                let hold = &self.data.holds[&request.hold_id];
+                return if hold_matches(hold, request) {
+                    self.hold_reply(&request.hold_id, false)
+                } else {
+                    Err(Error::HoldIdConflict {
+                        hold_id: request.hold_id.clone(),
+                    })
+                };
+            }
         }
         self.check_reserve(request, now_ms)?;
         let items = request
