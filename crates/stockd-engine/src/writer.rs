@@ -361,6 +361,10 @@ impl Writer {
     /// state changes in memory only; the records and answers come back as the log job (none
     /// when the batch changed nothing and answers nobody), which [`Writer::log_batch`] makes
     /// durable before anyone hears of it. Returns the shutdown signal too.
+    ///
+    /// Never inlined (one call per batch): `scripts/bench-instructions.sh` counts the
+    /// instructions spent in it.
+    #[inline(never)]
     pub(crate) fn decide_batch(
         &mut self,
         batch: &mut Vec<Request>,

@@ -1,0 +1,93 @@
+//! The reserve+confirm path, for counting instructions: `HOLDS` (default 200,000) confirmed
+//! holds on one pool, in batches of 1,000, either through the pure state machine (`core`) or
+//! through the embedded engine with its write-ahead log (`engine`: the writer decides, encodes
+//! and hands the feed its events; one submitter). `scripts/bench-instructions.sh` runs it under
+//! callgrind and counts what `State::execute` and `Writer::decide_batch` cost per hold: a figure
+//! this shared machine's noise cannot move, unlike the throughput benches.
+//!
+//! Run: `cargo run --release -p stockd-engine --example hold_path -- core|engine [HOLDS]`.
+
+// The allocator the stockd binary uses, so the figures match production.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::sync::Arc;
+
+use stockd_core::{
+    Command, Effects, HoldId, HoldItem, PoolId, PoolSpec, ReserveRequest, State, StateConfig,
+};
+use stockd_engine::{Engine, EngineConfig, SystemClock};
+
+const BATCH: u64 = 1_000;
+
+fn put_pool() -> Command {
+    Command::PutPool {
+        pool: PoolId::parse("hot").expect("valid id"),
+        spec: PoolSpec {
+            total: stockd_core::limits::TOTAL_MAX,
+            ..PoolSpec::default()
+        },
+        if_absent: false,
+    }
+}
+
+fn claim(n: u64) -> Command {
+    Command::Reserve(ReserveRequest {
+        hold_id: HoldId::parse(&format!("order-{n}")).expect("valid id"),
+        user: None,
+        items: vec![HoldItem {
+            pool: PoolId::parse("hot").expect("valid id"),
+            qty: 1,
+        }],
+        ttl_ms: 600_000,
+        confirm: true,
+        wait_ms: 0,
+    })
+}
+
+fn batches(holds: u64) -> impl Iterator<Item = Vec<Command>> {
+    (0..holds.div_ceil(BATCH)).map(|b| (b * BATCH..(b + 1) * BATCH).map(claim).collect())
+}
+
+fn core(holds: u64) {
+    let mut state = State::new(StateConfig::default());
+    let mut effects = Effects::default();
+    state.execute(put_pool(), 1, &mut effects);
+    for batch in batches(holds) {
+        for command in batch {
+            state.execute(command, 1_000, &mut effects);
+        }
+        effects.clear();
+    }
+    assert_eq!(state.hold_count() as u64, holds.div_ceil(BATCH) * BATCH);
+}
+
+fn engine(holds: u64) {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let mut config = EngineConfig::new(dir.path());
+    config.snapshot_every_records = u64::MAX;
+    let engine = Engine::open(config, Arc::new(SystemClock)).expect("engine");
+    runtime.block_on(async {
+        engine.execute(vec![put_pool()]).await.expect("pool");
+        for batch in batches(holds) {
+            let outcomes = engine.execute(batch).await.expect("batch");
+            assert!(outcomes.iter().all(Result::is_ok));
+        }
+        engine.shutdown().await;
+    });
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mode = args.next().unwrap_or_else(|| "core".to_string());
+    let holds: u64 = match args.next() {
+        Some(arg) => arg.parse().expect("HOLDS must be a number"),
+        None => 200_000,
+    };
+    match mode.as_str() {
+        "core" => core(holds),
+        "engine" => engine(holds),
+        other => panic!("mode must be core or engine, not {other:?}"),
+    }
+}
