@@ -575,7 +575,7 @@ impl Writer {
         // Stopping anyway: encoding the live state here costs no request a pause.
         let lsn = self.next_lsn - 1;
         let retained = self.shared.feed.retained();
-        let payload = encode_snapshot(&self.state, retained.iter().map(|event| &**event));
+        let payload = encode_snapshot(&self.state, retained.iter());
         let fs = self.log.storage.fs().clone();
         match Storage::write_snapshot(&*fs, &self.config.data_dir, lsn, &payload) {
             Ok(()) => {

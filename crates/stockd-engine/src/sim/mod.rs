@@ -900,11 +900,7 @@ impl Sim {
         self.feed_seen_seq = self.events.len() as u64;
 
         let feed = &self.writer.as_ref().expect("running").shared().feed;
-        let retained: Vec<Event> = feed
-            .retained()
-            .iter()
-            .map(|event| (**event).clone())
-            .collect();
+        let retained: Vec<Event> = feed.retained().iter().cloned().collect();
         let window = self.events.len().min(self.config.event_retention_max);
         let expected = &self.events[self.events.len() - window..];
         if retained != expected {
