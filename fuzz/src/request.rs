@@ -18,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 
 use axum::body::Body;
 use axum::http::{header, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
-use axum::Router;
+use stockd_server::Api;
 use http_body_util::BodyExt;
 use serde_json::Value;
 use stockd_server::{Role, ServerConfig};
@@ -35,7 +35,7 @@ const TICK_MS_MAX: u64 = 40 * 86_400_000;
 struct Harness {
     runtime: tokio::runtime::Runtime,
     backend: Arc<FuzzBackend>,
-    router: Router,
+    router: Api,
 }
 
 /// Built once per process: the router serialises its OpenAPI document when built, which would

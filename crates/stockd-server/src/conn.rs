@@ -7,7 +7,7 @@
 //! - **head** (the first byte of a request has arrived, its head is not complete): closed after
 //!   `header_timeout`, counted from that first byte;
 //! - **busy** (a request is with the router): no deadline here; the body must arrive within
-//!   `body_timeout` (408, enforced where bodies are read, `json::buffer_body`), and handlers end
+//!   `body_timeout` (408, enforced where bodies are read, `json::Api`), and handlers end
 //!   by themselves (long polls are bounded by their `wait_ms`).
 //!
 //! In any phase, a write that cannot make progress (the client does not read its answers) for
@@ -30,10 +30,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::json::Api;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -152,11 +152,11 @@ impl Phase {
     }
 }
 
-/// Accepts connections on `listener` and serves `router` on each until `shutdown` completes;
+/// Accepts connections on `listener` and serves `api` on each until `shutdown` completes;
 /// then stops accepting and waits for the open connections to finish their requests.
 pub(crate) async fn serve(
     listener: TcpListener,
-    router: Router,
+    api: Api,
     limits: ConnectionLimits,
     metrics: ConnectionMetrics,
     shutdown: impl Future<Output = ()> + Send,
@@ -199,7 +199,7 @@ pub(crate) async fn serve(
             replaced_sent: 0,
         });
         let service = Tracked {
-            router: router.clone(),
+            api: api.clone(),
             phase: Arc::clone(&phase),
         };
         let connection = Box::pin(graceful.watch(http.serve_connection(io, service)));
@@ -371,10 +371,10 @@ impl AsyncWrite for Watched {
     }
 }
 
-/// The router, marking the connection busy from a request's head until its answer is ready.
+/// The API, marking the connection busy from a request's head until its answer is ready.
 #[derive(Clone)]
 struct Tracked {
-    router: Router,
+    api: Api,
     phase: Arc<Phase>,
 }
 
@@ -385,9 +385,9 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
 
     fn call(&self, request: hyper::Request<Incoming>) -> TrackedFuture {
         self.phase.phase.store(BUSY, Ordering::Relaxed);
-        let mut router = self.router.clone();
+        let mut api = self.api.clone();
         TrackedFuture {
-            inner: router.call(request.map(Body::new)),
+            inner: api.call(request.map(Body::new)),
             busy: Busy(Arc::clone(&self.phase)),
         }
     }
@@ -404,7 +404,7 @@ impl Drop for Busy {
 }
 
 struct TrackedFuture {
-    inner: <Router as Service<Request>>::Future,
+    inner: <Api as Service<Request>>::Future,
     #[allow(dead_code)] // held for its Drop
     busy: Busy,
 }

@@ -35,6 +35,7 @@ use stockd_core::Backend;
 
 pub use auth::Role;
 pub use conn::ConnectionLimits;
+pub use json::Api;
 
 /// Largest request body accepted by default (1 MiB); larger bodies get 413 `payload_too_large`.
 pub const BODY_LIMIT_BYTES_DEFAULT: usize = 1 << 20;
@@ -83,9 +84,9 @@ impl fmt::Debug for ServerConfig {
     }
 }
 
-/// The whole HTTP API over `backend`, as a router to call in process (tests). [`serve`] is how
+/// The whole HTTP API over `backend`, as a service to call in process (tests). [`serve`] is how
 /// it is served on a socket.
-pub fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> axum::Router {
+pub fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> Api {
     routes::router(backend, config).0
 }
 

@@ -522,7 +522,7 @@ fn reaches_backend(route: RouteId) -> bool {
 
 /// The errors the HTTP edge can give any operation of `route` called with `method`.
 fn edge_errors(route: RouteId, method: &Method) -> Vec<&'static str> {
-    // Every request's body is read in full first (json::buffer_body), on every route: a body
+    // Every request's body is read in full first (json::Api), on every route: a body
     // that cannot be read is 400, one over the limit 413, one that is too slow 408. Every route
     // checks its query string (unknown parameters are refused) and, with a body, the body: 422.
     let mut codes = vec![

@@ -204,7 +204,7 @@ fn without_known_fields(message: &str) -> &str {
     message
 }
 
-async fn fresh_server() -> axum::Router {
+async fn fresh_server() -> stockd_server::Api {
     let (_, router) = open_server();
     let answer = send(
         &router,

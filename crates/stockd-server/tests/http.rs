@@ -9,12 +9,12 @@ use stockd_core::BackendStats;
 use stockd_server::ServerConfig;
 use support::*;
 
-async fn make_pool(router: &axum::Router, pool: &str, body: Value) {
+async fn make_pool(router: &stockd_server::Api, pool: &str, body: Value) {
     let answer = put(router, &format!("/v1/pools/{pool}"), body).await;
     assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.text());
 }
 
-async fn reserve(router: &axum::Router, body: Value) -> Answer {
+async fn reserve(router: &stockd_server::Api, body: Value) -> Answer {
     post(router, "/v1/holds", body).await
 }
 

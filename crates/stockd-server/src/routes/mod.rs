@@ -18,8 +18,8 @@ pub(crate) mod pools;
 
 use std::sync::Arc;
 
+use crate::json::Api;
 use axum::body::Bytes;
-use axum::extract::DefaultBodyLimit;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter};
@@ -237,7 +237,7 @@ impl AppState {
     }
 }
 
-pub(crate) fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> (Router, Arc<Metrics>) {
+pub(crate) fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> (Api, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new(Arc::clone(&backend)));
     let auth = Arc::new(Auth::new(&config.tokens));
     let openapi_json = match serde_json::to_vec(&openapi::document()) {
@@ -258,16 +258,12 @@ pub(crate) fn router(backend: Arc<dyn Backend>, config: ServerConfig) -> (Router
         // Must come after every route: it replaces the default fallback of the routes present.
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(app)
-        .layer(DefaultBodyLimit::max(config.body_limit_bytes))
-        .layer(EdgeLayer::new(auth, Arc::clone(&metrics)))
-        .layer(axum::middleware::from_fn_with_state(
-            crate::json::BodyRules {
-                limit_bytes: config.body_limit_bytes,
-                timeout: config.body_timeout,
-            },
-            crate::json::buffer_body,
-        ));
-    (router, metrics)
+        .layer(EdgeLayer::new(auth, Arc::clone(&metrics)));
+    let rules = crate::json::BodyRules {
+        limit_bytes: config.body_limit_bytes,
+        timeout: config.body_timeout,
+    };
+    (Api::new(router, rules), metrics)
 }
 
 /// A 404 that says what was asked for and, when it is close to a route, which one.

@@ -13,12 +13,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, Method, Request, StatusCode};
-use axum::Router;
 use serde_json::Value;
 use stockd_core::{
     Backend, BackendError, BackendFuture, BackendStats, Command, Effects, Error, Event, EventPage,
     Outcome, State, StateConfig, Step,
 };
+use stockd_server::Api;
 use stockd_server::{Role, ServerConfig};
 use tower::ServiceExt;
 
@@ -200,14 +200,14 @@ impl Backend for TestBackend {
 }
 
 /// A router without auth over a fresh backend.
-pub fn open_server() -> (Arc<TestBackend>, Router) {
+pub fn open_server() -> (Arc<TestBackend>, Api) {
     let backend = TestBackend::new();
     let router = stockd_server::router(backend.clone(), ServerConfig::default());
     (backend, router)
 }
 
 /// A router with an admin and a client token.
-pub fn secured_server() -> (Arc<TestBackend>, Router) {
+pub fn secured_server() -> (Arc<TestBackend>, Api) {
     let backend = TestBackend::new();
     let config = ServerConfig {
         tokens: vec![
@@ -258,7 +258,7 @@ impl Answer {
 
 /// Sends one request; `body` is raw bytes so tests can send anything.
 pub async fn send(
-    router: &Router,
+    router: &Api,
     method: Method,
     uri: &str,
     token: Option<&str>,
@@ -291,18 +291,18 @@ pub async fn send(
     }
 }
 
-pub async fn get(router: &Router, uri: &str) -> Answer {
+pub async fn get(router: &Api, uri: &str) -> Answer {
     send(router, Method::GET, uri, None, Vec::new()).await
 }
 
-pub async fn post(router: &Router, uri: &str, body: Value) -> Answer {
+pub async fn post(router: &Api, uri: &str, body: Value) -> Answer {
     send(router, Method::POST, uri, None, body.to_string()).await
 }
 
-pub async fn put(router: &Router, uri: &str, body: Value) -> Answer {
+pub async fn put(router: &Api, uri: &str, body: Value) -> Answer {
     send(router, Method::PUT, uri, None, body.to_string()).await
 }
 
-pub async fn delete(router: &Router, uri: &str) -> Answer {
+pub async fn delete(router: &Api, uri: &str) -> Answer {
     send(router, Method::DELETE, uri, None, Vec::new()).await
 }
