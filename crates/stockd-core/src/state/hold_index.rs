@@ -10,7 +10,8 @@
 //! cache miss each). Users share one ordered set keyed by (user, hold) rather than a set each:
 //! a set per user would cost a tree node per buyer.
 
-use std::collections::BTreeSet;
+mod ordered_set;
+
 use std::ops::Bound;
 
 use hashbrown::HashMap;
@@ -18,19 +19,15 @@ use hashbrown::HashMap;
 use crate::command::HoldItem;
 use crate::ids::{HoldId, PoolId, UserId};
 
-/// An id with its first 16 bytes inline as one big-endian integer (zero-padded: no id byte is
-/// zero, so a shorter id that is a prefix of a longer one still sorts first), so that comparing
-/// heads is one integer comparison rather than a call to `memcmp`. Ordered as the id is.
-///
-/// Not wider: the index holds three keys per hold, and every byte a hold keeps is a byte the
-/// kernel zeroes for the growing state (32 bytes inline cost 160 bytes per hold,
-/// `benches/hold_memory.rs`).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Key<T> {
-    head: u128,
-    id: T,
-}
+use ordered_set::{Headed, OrderedSet};
 
+/// An id's first 16 bytes as one big-endian integer (zero-padded: no id byte is zero, so a
+/// shorter id that is a prefix of a longer one still sorts first): where two ids' heads differ,
+/// they order as their ids do, and comparing them is one integer comparison rather than a call
+/// to `memcmp` on the ids' heap bytes.
+///
+/// Not wider: every byte a hold keeps is a byte the kernel zeroes for the growing state (32
+/// bytes inline cost 160 bytes per hold with three keys per hold, `benches/hold_memory.rs`).
 fn head(text: &str) -> u128 {
     let mut head = [0; 16];
     let len = text.len().min(16);
@@ -38,21 +35,16 @@ fn head(text: &str) -> u128 {
     u128::from_be_bytes(head)
 }
 
-impl Key<HoldId> {
-    fn new(id: &HoldId) -> Self {
-        Key {
-            head: head(id.as_str()),
-            id: id.clone(),
-        }
+impl Headed for HoldId {
+    fn head(&self) -> u128 {
+        head(self.as_str())
     }
 }
 
-impl Key<UserId> {
-    fn new(id: &UserId) -> Self {
-        Key {
-            head: head(id.as_str()),
-            id: id.clone(),
-        }
+/// By user, then hold: headed by the user, so that a buyer's holds (few) share a head.
+impl Headed for (UserId, HoldId) {
+    fn head(&self) -> u128 {
+        head(self.0.as_str())
     }
 }
 
@@ -63,46 +55,44 @@ fn least_hold_id() -> HoldId {
 
 #[derive(Debug, Default)]
 pub(super) struct HoldIndex {
-    all: BTreeSet<Key<HoldId>>,
-    by_pool: HashMap<PoolId, BTreeSet<Key<HoldId>>>,
-    by_user: BTreeSet<(Key<UserId>, Key<HoldId>)>,
+    all: OrderedSet<HoldId>,
+    by_pool: HashMap<PoolId, OrderedSet<HoldId>>,
+    by_user: OrderedSet<(UserId, HoldId)>,
 }
 
 impl HoldIndex {
     pub(super) fn insert(&mut self, hold_id: &HoldId, user: Option<&UserId>, items: &[HoldItem]) {
-        let key = Key::<HoldId>::new(hold_id);
         for item in items {
             match self.by_pool.get_mut(&item.pool) {
                 Some(set) => {
-                    set.insert(key.clone());
+                    set.insert(hold_id.clone());
                 }
                 None => {
-                    self.by_pool
-                        .insert(item.pool.clone(), BTreeSet::from([key.clone()]));
+                    let mut set = OrderedSet::default();
+                    set.insert(hold_id.clone());
+                    self.by_pool.insert(item.pool.clone(), set);
                 }
             }
         }
         if let Some(user) = user {
-            self.by_user.insert((Key::<UserId>::new(user), key.clone()));
+            self.by_user.insert((user.clone(), hold_id.clone()));
         }
-        self.all.insert(key);
+        self.all.insert(hold_id.clone());
     }
 
     pub(super) fn remove(&mut self, hold_id: &HoldId, user: Option<&UserId>, items: &[HoldItem]) {
-        let key = Key::<HoldId>::new(hold_id);
         for item in items {
             if let Some(set) = self.by_pool.get_mut(&item.pool) {
-                set.remove(&key);
+                set.remove(hold_id);
                 if set.is_empty() {
                     self.by_pool.remove(&item.pool);
                 }
             }
         }
         if let Some(user) = user {
-            self.by_user
-                .remove(&(Key::<UserId>::new(user), key.clone()));
+            self.by_user.remove(&(user.clone(), hold_id.clone()));
         }
-        self.all.remove(&key);
+        self.all.remove(hold_id);
     }
 
     /// Hold ids after `after` in order: the user's when `user` is given (a buyer has few holds),
@@ -113,21 +103,21 @@ impl HoldIndex {
         user: Option<&UserId>,
         after: Option<&HoldId>,
     ) -> Box<dyn Iterator<Item = &'a HoldId> + 'a> {
-        let lower = |after: Option<&HoldId>| match after {
-            Some(after) => Bound::Excluded(Key::<HoldId>::new(after)),
-            None => Bound::Unbounded,
-        };
         if let Some(user) = user {
-            let user_key = Key::<UserId>::new(user);
+            let user = user.clone();
             let start = match after {
-                Some(after) => Bound::Excluded((user_key.clone(), Key::<HoldId>::new(after))),
-                None => Bound::Included((user_key.clone(), Key::<HoldId>::new(&least_hold_id()))),
+                Some(after) => (user.clone(), after.clone()),
+                None => (user.clone(), least_hold_id()),
+            };
+            let from = match after {
+                Some(_) => Bound::Excluded(&start),
+                None => Bound::Included(&start),
             };
             return Box::new(
                 self.by_user
-                    .range((start, Bound::Unbounded))
-                    .take_while(move |(owner, _)| *owner == user_key)
-                    .map(|(_, key)| &key.id),
+                    .range(from)
+                    .take_while(move |(owner, _)| *owner == user)
+                    .map(|(_, hold_id)| hold_id),
             );
         }
         let set = match pool {
@@ -137,10 +127,7 @@ impl HoldIndex {
             },
             None => &self.all,
         };
-        Box::new(
-            set.range((lower(after), Bound::Unbounded))
-                .map(|key| &key.id),
-        )
+        Box::new(set.range(after.map_or(Bound::Unbounded, Bound::Excluded)))
     }
 
     pub(super) fn len(&self) -> usize {
@@ -154,23 +141,19 @@ impl HoldIndex {
         user: Option<&UserId>,
         items: &[HoldItem],
     ) -> bool {
-        let key = Key::<HoldId>::new(hold_id);
-        self.all.contains(&key)
+        self.all.contains(hold_id)
             && items.iter().all(|item| {
                 self.by_pool
                     .get(&item.pool)
-                    .is_some_and(|set| set.contains(&key))
+                    .is_some_and(|set| set.contains(hold_id))
             })
-            && user.is_none_or(|user| {
-                self.by_user
-                    .contains(&(Key::<UserId>::new(user), key.clone()))
-            })
+            && user.is_none_or(|user| self.by_user.contains(&(user.clone(), hold_id.clone())))
     }
 
     /// Entries by pool and by user, and whether some pool's set is empty.
     pub(super) fn entries(&self) -> (usize, usize, bool) {
-        let by_pool = self.by_pool.values().map(BTreeSet::len).sum();
-        let empty = self.by_pool.values().any(BTreeSet::is_empty);
+        let by_pool = self.by_pool.values().map(OrderedSet::len).sum();
+        let empty = self.by_pool.values().any(OrderedSet::is_empty);
         (by_pool, self.by_user.len(), empty)
     }
 }
@@ -189,8 +172,11 @@ mod tests {
 
     proptest! {
         #[test]
-        fn keys_are_ordered_as_their_ids(a in id(), b in id()) {
-            prop_assert_eq!(Key::<HoldId>::new(&a).cmp(&Key::<HoldId>::new(&b)), a.cmp(&b));
+        fn heads_are_ordered_as_their_ids_where_they_differ(a in id(), b in id()) {
+            let heads = a.head().cmp(&b.head());
+            prop_assert!(heads.is_eq() || heads == a.cmp(&b));
+            let users = (UserId::parse(a.as_str()).unwrap(), b.clone());
+            prop_assert_eq!(users.head(), a.head());
         }
 
         #[test]

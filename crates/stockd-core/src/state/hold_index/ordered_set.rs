@@ -1,0 +1,531 @@
+//! `OrderedSet`: the ordered set the hold index keeps its ids in, made for cheap inserts and
+//! little memory rather than generality.
+//!
+//! Elements live in blocks of at most `CAP` sorted elements, stored as two arrays: the heads
+//! (`Headed::head`, one integer per element) and the elements. A search in a block is a binary
+//! search on the heads, which are contiguous and compared as integers; the elements themselves
+//! (behind a pointer, a cache miss each) are compared only among equal heads. The blocks are
+//! found through a `BTreeMap` keyed by each block's start, so that tree has one entry per block,
+//! not per element.
+//!
+//! A block's start is a lower bound of its elements, above every element of the blocks before
+//! it; it need not be an element. The first block's start is `Start::LEAST`, below everything,
+//! so every element has a block: the last block whose start is not above it. Removing an
+//! element leaves the start as it is (it may keep an id that is gone alive until the block
+//! goes), so a removal moves no key in the tree unless it empties the first block.
+//!
+//! A full block splits in two halves, except that an element past the last element of the last
+//! block starts a new block: ascending inserts (sequential ids) leave full blocks behind, and
+//! other orders blocks at least half full. A block emptied goes; one that falls under a quarter
+//! full takes the next block in when the two fit in half a block. Blocks made by a split or a
+//! new last block are allocated at full capacity once; a set's first block grows from small,
+//! so that a set of a few elements (a pool with few holds) stays small.
+
+use std::collections::btree_map;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Bound;
+
+/// What the set needs of its elements: ordered, cheap to clone (ids are `Arc`s), and a head that
+/// orders as the element does wherever two heads differ: `a.head() < b.head()` implies `a < b`.
+pub(super) trait Headed: Ord + Clone {
+    fn head(&self) -> u128;
+}
+
+/// Elements per block in production: a split or a block allocated at once is 64 × (16-byte head
+/// + element), and a search is six integer comparisons.
+pub(super) const BLOCK: usize = 64;
+
+/// A block's start in the tree of blocks: a head and an element, or the least start (head 0,
+/// no element) of the first block. A struct rather than an enum so that comparing two starts is
+/// an integer comparison first, with no variant to tell apart: the tree's searches are most of
+/// an insert's cost.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Start<T> {
+    head: u128,
+    item: Option<T>,
+}
+
+impl<T: Headed> Start<T> {
+    /// The first block's start, below every element (`None` sorts before any `Some`).
+    const LEAST: Self = Start {
+        head: 0,
+        item: None,
+    };
+
+    /// A probe: `item` placed among the starts.
+    fn at(item: T) -> Self {
+        Start {
+            head: item.head(),
+            item: Some(item),
+        }
+    }
+
+    fn item(&self) -> &T {
+        self.item.as_ref().expect("a probe is an element")
+    }
+
+    fn into_item(self) -> T {
+        self.item.expect("a probe is an element")
+    }
+}
+
+/// At most `CAP` elements in order, heads and elements at the same positions.
+struct Block<T> {
+    heads: Vec<u128>,
+    items: Vec<T>,
+}
+
+impl<T: Headed> Block<T> {
+    fn with_capacity(capacity: usize) -> Self {
+        Block {
+            heads: Vec::with_capacity(capacity),
+            items: Vec::with_capacity(capacity),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.heads.len()
+    }
+
+    /// Where `item` (of head `head`) is, or where it would go.
+    fn search(&self, head: u128, item: &T) -> Result<usize, usize> {
+        let low = self.heads.partition_point(|&h| h < head);
+        if self.heads.get(low) != Some(&head) {
+            return Err(low);
+        }
+        let ties = self.heads[low..].partition_point(|&h| h == head);
+        match self.items[low..low + ties].binary_search(item) {
+            Ok(i) => Ok(low + i),
+            Err(i) => Err(low + i),
+        }
+    }
+
+    /// Inserts at `pos`, growing (a set's first block starts small) but never past `cap`.
+    fn insert(&mut self, pos: usize, head: u128, item: T, cap: usize) {
+        let len = self.len();
+        if len == self.heads.capacity() {
+            let more = len.max(4).min(cap - len);
+            self.heads.reserve_exact(more);
+            self.items.reserve_exact(more);
+        }
+        self.heads.insert(pos, head);
+        self.items.insert(pos, item);
+    }
+
+    fn remove(&mut self, pos: usize) {
+        self.heads.remove(pos);
+        self.items.remove(pos);
+    }
+
+    /// The elements from `at` on, as a block of capacity `cap`.
+    fn split_off(&mut self, at: usize, cap: usize) -> Self {
+        let mut right = Block::with_capacity(cap);
+        right.heads.extend(self.heads.drain(at..));
+        right.items.extend(self.items.drain(at..));
+        right
+    }
+
+    fn append(&mut self, other: Block<T>) {
+        self.heads.reserve_exact(other.len());
+        self.items.reserve_exact(other.len());
+        self.heads.extend(other.heads);
+        self.items.extend(other.items);
+    }
+
+    fn start(&self) -> Start<T> {
+        Start {
+            head: self.heads[0],
+            item: Some(self.items[0].clone()),
+        }
+    }
+}
+
+/// An ordered set of `T`, in blocks of at most `CAP` elements (see the module doc).
+pub(super) struct OrderedSet<T, const CAP: usize = BLOCK> {
+    blocks: BTreeMap<Start<T>, Block<T>>,
+    len: usize,
+}
+
+impl<T, const CAP: usize> Default for OrderedSet<T, CAP> {
+    fn default() -> Self {
+        OrderedSet {
+            blocks: BTreeMap::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T: Headed + fmt::Debug, const CAP: usize> fmt::Debug for OrderedSet<T, CAP> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.range(Bound::Unbounded)).finish()
+    }
+}
+
+impl<T: Headed, const CAP: usize> OrderedSet<T, CAP> {
+    const MERGE_BELOW: usize = CAP / 4;
+
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Adds `item`; false if it was there already.
+    pub(super) fn insert(&mut self, item: T) -> bool {
+        let probe = Start::at(item);
+        let Some((_, block)) = self.blocks.range_mut(..=&probe).next_back() else {
+            // The first element: a block that grows as it fills.
+            let mut block = Block::with_capacity(0);
+            block.insert(0, probe.head, probe.into_item(), CAP);
+            self.blocks.insert(Start::LEAST, block);
+            self.len = 1;
+            return true;
+        };
+        let Err(pos) = block.search(probe.head, probe.item()) else {
+            return false;
+        };
+        self.len += 1;
+        if block.len() < CAP {
+            block.insert(pos, probe.head, probe.into_item(), CAP);
+            return true;
+        }
+        self.insert_into_full(pos, probe);
+        true
+    }
+
+    /// Inserts `probe`'s element at `pos` of the full block it belongs to, splitting the block.
+    /// In its last quarter, the block splits at `pos` and the element starts the second part;
+    /// in its first quarter, the block splits at `pos` and the element ends the first part;
+    /// elsewhere it splits in halves. So a run of inserts that ascend (or descend) through a
+    /// region, as sequential ids do, leaves full blocks behind it, not half-full ones, and any
+    /// split leaves a block at least half full.
+    #[cold]
+    fn insert_into_full(&mut self, pos: usize, probe: Start<T>) {
+        let (_, block) = self
+            .blocks
+            .range_mut(..=&probe)
+            .next_back()
+            .expect("the block found before");
+        let head = probe.head;
+        let item = probe.into_item();
+        let right = if pos >= CAP - CAP / 4 {
+            let mut right = block.split_off(pos, CAP);
+            right.insert(0, head, item, CAP);
+            right
+        } else if pos <= CAP / 4 {
+            let right = block.split_off(pos, CAP);
+            block.insert(pos, head, item, CAP);
+            right
+        } else {
+            let half = CAP / 2;
+            let mut right = block.split_off(half, CAP);
+            if pos <= half {
+                block.insert(pos, head, item, CAP);
+            } else {
+                right.insert(pos - half, head, item, CAP);
+            }
+            right
+        };
+        self.blocks.insert(right.start(), right);
+    }
+
+    /// Takes `item` out; false if it was not there.
+    pub(super) fn remove(&mut self, item: &T) -> bool {
+        let probe = Start::at(item.clone());
+        let Some((start, block)) = self.blocks.range_mut(..=&probe).next_back() else {
+            return false;
+        };
+        let Ok(pos) = block.search(probe.head, item) else {
+            return false;
+        };
+        block.remove(pos);
+        self.len -= 1;
+        if block.len() >= Self::MERGE_BELOW.max(1) {
+            return true;
+        }
+        let start = start.clone();
+        self.shrunk(start);
+        true
+    }
+
+    /// The block at `start` has lost an element and is under a quarter full: an empty block
+    /// goes (the next one becoming the first if it was), a small one takes the next one in if
+    /// both fit in half a block.
+    #[cold]
+    fn shrunk(&mut self, start: Start<T>) {
+        let len = self.blocks[&start].len();
+        if len == 0 {
+            self.blocks.remove(&start);
+            if start == Start::LEAST {
+                if let Some((_, first)) = self.blocks.pop_first() {
+                    self.blocks.insert(Start::LEAST, first);
+                }
+            }
+            return;
+        }
+        let next = self
+            .blocks
+            .range((Bound::Excluded(&start), Bound::Unbounded))
+            .next()
+            .filter(|(_, next)| len + next.len() <= CAP / 2)
+            .map(|(next_start, _)| next_start.clone());
+        if let Some(next_start) = next {
+            let next = self.blocks.remove(&next_start).expect("the next block");
+            self.blocks
+                .get_mut(&start)
+                .expect("the shrunk block")
+                .append(next);
+        }
+    }
+
+    pub(super) fn contains(&self, item: &T) -> bool {
+        let probe = Start::at(item.clone());
+        self.blocks
+            .range(..=&probe)
+            .next_back()
+            .is_some_and(|(_, block)| block.search(probe.head, item).is_ok())
+    }
+
+    /// The elements in order from `from` on: all of them, or from `item` on, or after it.
+    pub(super) fn range<'a>(&'a self, from: Bound<&T>) -> impl Iterator<Item = &'a T> + 'a {
+        let (first, rest): (&'a [T], btree_map::Range<'a, Start<T>, Block<T>>) = match from {
+            Bound::Unbounded => (&[], self.blocks.range(..)),
+            Bound::Included(item) | Bound::Excluded(item) => {
+                let probe = Start::at(item.clone());
+                match self.blocks.range(..=&probe).next_back() {
+                    None => (&[], self.blocks.range(..)),
+                    Some((start, block)) => {
+                        let pos = match block.search(probe.head, item) {
+                            Ok(pos) if matches!(from, Bound::Excluded(_)) => pos + 1,
+                            Ok(pos) | Err(pos) => pos,
+                        };
+                        (
+                            &block.items[pos..],
+                            self.blocks
+                                .range((Bound::Excluded(start), Bound::Unbounded)),
+                        )
+                    }
+                }
+            }
+        };
+        first
+            .iter()
+            .chain(rest.flat_map(|(_, block)| block.items.iter()))
+    }
+
+    /// The structure is sound: blocks non-empty and at most `CAP` long, their elements in
+    /// order, each block's start at or below its first element and above the elements before,
+    /// the first block's start `Least`, and `len` their count.
+    #[cfg(test)]
+    fn check(&self) -> Result<(), String> {
+        let mut count = 0;
+        let mut previous: Option<&T> = None;
+        for (n, (start, block)) in self.blocks.iter().enumerate() {
+            if (n == 0) != (*start == Start::LEAST) {
+                return Err(format!("block {n} has the wrong start"));
+            }
+            if block.len() == 0 || block.len() > CAP || block.heads.capacity() > CAP {
+                return Err(format!("block {n} has {} elements", block.len()));
+            }
+            if block.items.len() != block.len() {
+                return Err(format!("block {n}: heads and elements differ in number"));
+            }
+            if let Some(previous) = previous {
+                if *start <= Start::at(previous.clone()) {
+                    return Err(format!("block {n} starts at or before the one before ends"));
+                }
+            }
+            if *start > block.start() {
+                return Err(format!("block {n} starts after its first element"));
+            }
+            for (i, (head, item)) in block.heads.iter().zip(&block.items).enumerate() {
+                if *head != item.head() {
+                    return Err(format!("block {n}: a stale head"));
+                }
+                if i > 0 && block.items[i - 1] >= *item {
+                    return Err(format!("block {n} is out of order"));
+                }
+            }
+            previous = block.items.last();
+            count += block.len();
+        }
+        if count != self.len {
+            return Err(format!("len {} but {count} elements", self.len));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Ids as strings, headed as the hold index heads its ids.
+    #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+    struct Id(String);
+
+    impl Headed for Id {
+        fn head(&self) -> u128 {
+            super::super::head(&self.0)
+        }
+    }
+
+    /// Ids from a small alphabet, with lengths on both sides of a head's 16 bytes: many share
+    /// their head, many are prefixes of others.
+    fn id() -> impl Strategy<Value = Id> {
+        "[0a][0a.]{0,20}".prop_map(Id)
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(Id),
+        Remove(Id),
+        /// Removes `n` ids in order from one the set has (chosen by index): empties blocks.
+        RemoveSpan(prop::sample::Index, u8),
+        /// Inserts `n` ids from `Id` up (or down), one after another: sequential ids.
+        Run(Id, u8, bool),
+        Contains(Id),
+        From(Id, bool),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => id().prop_map(Op::Insert),
+            2 => id().prop_map(Op::Remove),
+            2 => (any::<prop::sample::Index>(), 1..40u8).prop_map(|(at, n)| Op::RemoveSpan(at, n)),
+            1 => (id(), 1..40u8, any::<bool>()).prop_map(|(id, n, up)| Op::Run(id, n, up)),
+            1 => id().prop_map(Op::Contains),
+            1 => (id(), any::<bool>()).prop_map(|(id, excluded)| Op::From(id, excluded)),
+        ]
+    }
+
+    /// The `n`th id of a run from `base`: a counter after it, zero-padded so the run ascends.
+    fn nth(base: &Id, n: u8) -> Id {
+        Id(format!("{}{n:03}", base.0))
+    }
+
+    fn bound(id: &Id, excluded: bool) -> Bound<&Id> {
+        if excluded {
+            Bound::Excluded(id)
+        } else {
+            Bound::Included(id)
+        }
+    }
+
+    /// Runs `ops` on a set of capacity `CAP` and on `BTreeSet`, comparing every answer, the
+    /// structure and the whole iteration after each step.
+    fn against_the_model<const CAP: usize>(ops: &[Op]) -> Result<(), TestCaseError> {
+        let mut set = OrderedSet::<Id, CAP>::default();
+        let mut model = BTreeSet::new();
+        for op in ops {
+            match op {
+                Op::Insert(id) => prop_assert_eq!(set.insert(id.clone()), model.insert(id.clone())),
+                Op::Remove(id) => prop_assert_eq!(set.remove(id), model.remove(id)),
+                Op::Run(base, n, up) => {
+                    for i in 0..*n {
+                        let id = nth(base, if *up { i } else { n - i });
+                        prop_assert_eq!(set.insert(id.clone()), model.insert(id));
+                    }
+                }
+                Op::RemoveSpan(at, n) => {
+                    if !model.is_empty() {
+                        let from = at.index(model.len());
+                        let span: Vec<Id> = model
+                            .iter()
+                            .skip(from)
+                            .take(usize::from(*n))
+                            .cloned()
+                            .collect();
+                        for id in &span {
+                            prop_assert!(set.remove(id));
+                            prop_assert!(model.remove(id));
+                        }
+                    }
+                }
+                Op::Contains(id) => prop_assert_eq!(set.contains(id), model.contains(id)),
+                Op::From(id, excluded) => {
+                    let from = bound(id, *excluded);
+                    prop_assert!(set.range(from).eq(model.range((from, Bound::Unbounded))));
+                }
+            }
+            if let Err(broken) = set.check() {
+                return Err(TestCaseError::fail(broken));
+            }
+            prop_assert_eq!(set.len(), model.len());
+            prop_assert_eq!(set.is_empty(), model.is_empty());
+            prop_assert!(set.range(Bound::Unbounded).eq(model.iter()));
+        }
+        // Emptied in order, then again: the first block goes and comes back.
+        let ids: Vec<Id> = model.iter().cloned().collect();
+        for id in &ids {
+            prop_assert!(set.remove(id));
+            if let Err(broken) = set.check() {
+                return Err(TestCaseError::fail(broken));
+            }
+        }
+        prop_assert!(set.is_empty());
+        prop_assert_eq!(set.blocks.len(), 0);
+        for id in ids.iter().rev() {
+            prop_assert!(set.insert(id.clone()));
+        }
+        prop_assert!(set.range(Bound::Unbounded).eq(ids.iter()));
+        if let Err(broken) = set.check() {
+            return Err(TestCaseError::fail(broken));
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(100))]
+
+        #[test]
+        fn a_set_of_tiny_blocks_answers_as_a_btree_set(ops in prop::collection::vec(op(), 0..400)) {
+            against_the_model::<4>(&ops)?;
+        }
+
+        #[test]
+        fn a_set_of_small_blocks_answers_as_a_btree_set(ops in prop::collection::vec(op(), 0..400)) {
+            against_the_model::<8>(&ops)?;
+        }
+
+        #[test]
+        fn a_set_of_production_blocks_answers_as_a_btree_set(
+            ops in prop::collection::vec(op(), 0..600)
+        ) {
+            against_the_model::<BLOCK>(&ops)?;
+        }
+    }
+
+    /// Many sequential ids, then every other one removed, then all: splits at the end, in the
+    /// middle, merges and empty blocks at production capacity.
+    #[test]
+    fn sequential_ids_fill_their_blocks() {
+        let mut set = OrderedSet::<Id, BLOCK>::default();
+        let ids: Vec<Id> = (0..10_000).map(|n| Id(format!("order-{n:08}"))).collect();
+        for id in &ids {
+            assert!(set.insert(id.clone()));
+        }
+        set.check().unwrap();
+        assert_eq!(set.blocks.len(), 10_000usize.div_ceil(BLOCK));
+        assert!(set.range(Bound::Unbounded).eq(ids.iter()));
+        for id in ids.iter().step_by(2) {
+            assert!(set.remove(id));
+        }
+        set.check().unwrap();
+        assert!(set
+            .range(Bound::Unbounded)
+            .eq(ids.iter().skip(1).step_by(2)));
+        for id in ids.iter().skip(1).step_by(2) {
+            assert!(set.remove(id));
+        }
+        set.check().unwrap();
+        assert!(set.is_empty());
+    }
+}
