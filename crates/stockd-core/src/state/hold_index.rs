@@ -5,10 +5,13 @@
 //! rebuilt on load, never stored. It must never decide what a page shows (filters and
 //! retention are the reads'); it only yields ids in order from a cursor.
 //!
-//! Inserting is on the reserve's hot path, so keys carry the first 16 bytes of their id inline:
-//! comparisons while descending the tree compare those and seldom reach the id's heap bytes (a
-//! cache miss each). Users share one ordered set keyed by (user, hold) rather than a set each:
-//! a set per user would cost a tree node per buyer.
+//! Inserting is on the reserve's hot path, and the index holds three entries per hold, so the
+//! sets are `OrderedSet`s (`hold_index/ordered_set.rs`) rather than std `BTreeSet`s: sorted
+//! blocks of up to 64 ids, each id with its first 16 bytes inline as an integer (its head),
+//! searched by comparing heads and seldom the ids' heap bytes (a cache miss each), under a tree
+//! with one entry per block, which an insert next to the previous one (sequential ids) does
+//! not search at all. Users share one set keyed by (user, hold), headed by the user, rather
+//! than a set each: a set per user would cost a block per buyer.
 
 mod ordered_set;
 
