@@ -8,9 +8,9 @@
 //! Inserting is on the reserve's hot path, and the index holds three entries per hold, so the
 //! sets are `OrderedSet`s (`hold_index/ordered_set.rs`) rather than std `BTreeSet`s: sorted
 //! blocks of up to 64 ids, each id with its first 16 bytes inline as an integer (its head),
-//! searched by comparing heads and seldom the ids' heap bytes (a cache miss each), under a tree
-//! with one entry per block, which an insert next to the previous one (sequential ids) does
-//! not search at all. Users share one set keyed by (user, hold), headed by the user, rather
+//! searched by comparing heads and seldom the ids' heap bytes (a cache miss each), under an
+//! index with one entry per block, which an insert next to the previous one (sequential ids)
+//! does not search at all. Users share one set keyed by (user, hold), headed by the user, rather
 //! than a set each: a set per user would cost a block per buyer.
 
 mod ordered_set;

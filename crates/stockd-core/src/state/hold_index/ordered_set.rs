@@ -5,21 +5,21 @@
 //! (`Headed::head`, one integer per element) and the elements. A search in a block is a binary
 //! search on the heads, which are contiguous and compared as integers; the elements themselves
 //! (behind a pointer, a cache miss each) are compared only among equal heads. The blocks sit in
-//! a vector of slots, found through a `BTreeMap` from each block's start to its slot, so that
-//! tree has one entry per block, not per element.
+//! a vector of slots, found through `Starts`: each block's start and slot, in order, in chunks
+//! of at most `STARTS_PER_CHUNK`, searched the same way (heads first), so finding an element's
+//! block is two binary searches. A std `BTreeMap` of the starts was tried first: its
+//! `range(..=probe).next_back()` (a linear scan of each node, four or five nodes deep, and its
+//! range machinery) cost some 800 instructions at 5,000 blocks, more than the rest of an insert.
 //!
 //! A block's start is a lower bound of its elements, above every element of the blocks before
 //! it; it need not be an element. The first block's start is `Start::LEAST`, below everything,
 //! so every element has a block: the last block whose start is not above it. Removing an
 //! element leaves the start as it is (it may keep an id that is gone alive until the block
-//! goes), so a removal moves no key in the tree unless it empties the first block.
+//! goes), so a removal moves no start unless it empties a block.
 //!
-//! The tree's search (a linear scan of each node's keys, four or five nodes deep for 200,000
-//! elements) would cost more than the rest of an insert, so the set keeps a finger on the block
-//! the last insert went to, and each block the range of elements it certainly owns (its start
-//! and the start the next block had): an insert next to the last one, as sequential ids make,
-//! finds its block with two comparisons and no search of the tree. Other inserts search the
-//! tree as before, after those two comparisons.
+//! The set keeps a finger on the block the last insert went to, and each block the range of
+//! elements it certainly owns (its start and the start the next block had): an insert next to
+//! the last one, as sequential ids make, finds its block with two comparisons and no search.
 //!
 //! A full block splits at the insert in its last or first quarter (the element starting the
 //! second part or ending the first) and in halves elsewhere: a run of inserts ascending (or
@@ -27,10 +27,10 @@
 //! behind it, and any split leaves a block at least half full. A block emptied goes; one that
 //! falls under a quarter full takes the next block in when the two fit in half a block. Blocks
 //! made by a split are allocated at full capacity once; a set's first block grows from small,
-//! so that a set of a few elements (a pool with few holds) stays small.
+//! so that a set of a few elements (a pool with few holds) stays small. A chunk of starts
+//! splits in halves when full and goes when empty; the vector of chunks' firsts moves when a
+//! chunk comes or goes (one per ~64 block splits; a million elements make some 200 chunks).
 
-use std::collections::btree_map;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Bound;
 
@@ -168,22 +168,187 @@ impl<T: Headed> Block<T> {
     }
 }
 
+/// Block starts per chunk of the index of starts in production. A chunk that fills splits in
+/// halves.
+pub(super) const STARTS_PER_CHUNK: usize = 128;
+
+/// The blocks' starts in order, each with its block's slot: a sorted vector of chunks of at
+/// most `CHUNK` starts (128 in production), with each chunk's first start (and its head) in
+/// vectors of their own.
+/// Finding the block of an element is two binary searches, on heads first.
+struct Starts<T, const CHUNK: usize> {
+    first_heads: Vec<u128>,
+    firsts: Vec<Start<T>>,
+    chunks: Vec<Chunk<T>>,
+}
+
+/// Starts in order, their heads apart (searched first, as a block's), and their blocks' slots.
+struct Chunk<T> {
+    heads: Vec<u128>,
+    starts: Vec<Start<T>>,
+    slots: Vec<usize>,
+}
+
+/// How many of `starts` (in order, with their `heads`) are not above `probe`: a binary search
+/// on the heads, then on the starts of the probe's head if several have it.
+fn count_at_most<T: Headed>(heads: &[u128], starts: &[Start<T>], probe: &Start<T>) -> usize {
+    let below = heads.partition_point(|&head| head < probe.head);
+    if heads.get(below) != Some(&probe.head) {
+        return below;
+    }
+    let ties = heads[below..].partition_point(|&head| head == probe.head);
+    below + starts[below..below + ties].partition_point(|start| start <= probe)
+}
+
+impl<T: Headed, const CHUNK: usize> Starts<T, CHUNK> {
+    fn new() -> Self {
+        Starts {
+            first_heads: Vec::new(),
+            firsts: Vec::new(),
+            chunks: Vec::new(),
+        }
+    }
+
+    /// Where the last start not above `probe` is: (chunk, index in the chunk).
+    fn find(&self, probe: &Start<T>) -> Option<(usize, usize)> {
+        let chunk = count_at_most(&self.first_heads, &self.firsts, probe).checked_sub(1)?;
+        let part = &self.chunks[chunk];
+        Some((chunk, count_at_most(&part.heads, &part.starts, probe) - 1))
+    }
+
+    /// The slot of the last block whose start is not above `probe`.
+    fn slot_of(&self, probe: &Start<T>) -> Option<usize> {
+        self.find(probe)
+            .map(|(chunk, at)| self.chunks[chunk].slots[at])
+    }
+
+    fn at(&self, (chunk, at): (usize, usize)) -> (&Start<T>, usize) {
+        let chunk = &self.chunks[chunk];
+        (&chunk.starts[at], chunk.slots[at])
+    }
+
+    /// The position after `(chunk, at)`, if any.
+    fn after(&self, (chunk, at): (usize, usize)) -> Option<(usize, usize)> {
+        if at + 1 < self.chunks[chunk].starts.len() {
+            Some((chunk, at + 1))
+        } else if chunk + 1 < self.chunks.len() {
+            Some((chunk + 1, 0))
+        } else {
+            None
+        }
+    }
+
+    /// Adds `start` (not there yet, above the first start unless there is none).
+    fn insert(&mut self, start: Start<T>, slot: usize) {
+        let Some((mut chunk, at)) = self.find(&start) else {
+            assert!(self.chunks.is_empty(), "a start below the least");
+            self.first_heads.push(start.head);
+            self.firsts.push(start.clone());
+            self.chunks.push(Chunk {
+                heads: vec![start.head],
+                starts: vec![start],
+                slots: vec![slot],
+            });
+            return;
+        };
+        let mut at = at + 1;
+        if self.chunks[chunk].starts.len() == CHUNK {
+            let half = CHUNK / 2;
+            let left = &mut self.chunks[chunk];
+            let right = Chunk {
+                heads: left.heads.split_off(half),
+                starts: left.starts.split_off(half),
+                slots: left.slots.split_off(half),
+            };
+            self.first_heads.insert(chunk + 1, right.heads[0]);
+            self.firsts.insert(chunk + 1, right.starts[0].clone());
+            self.chunks.insert(chunk + 1, right);
+            if at > half {
+                chunk += 1;
+                at -= half;
+            }
+        }
+        let part = &mut self.chunks[chunk];
+        part.heads.insert(at, start.head);
+        part.starts.insert(at, start);
+        part.slots.insert(at, slot);
+    }
+
+    /// Takes out the start at `(chunk, at)`.
+    fn remove_at(&mut self, (chunk, at): (usize, usize)) {
+        let part = &mut self.chunks[chunk];
+        part.heads.remove(at);
+        part.starts.remove(at);
+        part.slots.remove(at);
+        if part.starts.is_empty() {
+            self.chunks.remove(chunk);
+            self.first_heads.remove(chunk);
+            self.firsts.remove(chunk);
+        } else if at == 0 {
+            self.first_heads[chunk] = part.heads[0];
+            self.firsts[chunk] = part.starts[0].clone();
+        }
+    }
+
+    /// Makes the first start `LEAST` (its block has become the first).
+    fn lower_first(&mut self) {
+        if let Some(chunk) = self.chunks.first_mut() {
+            chunk.heads[0] = 0;
+            chunk.starts[0] = Start::LEAST;
+            self.first_heads[0] = 0;
+            self.firsts[0] = Start::LEAST;
+        }
+    }
+
+    /// The slots from position `from` on, in order.
+    fn slots_from(&self, from: Option<(usize, usize)>) -> impl Iterator<Item = usize> + '_ {
+        let (chunk, at) = from.unwrap_or((self.chunks.len(), 0));
+        let first = self.chunks.get(chunk).map_or(&[][..], |c| &c.slots[at..]);
+        first
+            .iter()
+            .chain(
+                self.chunks
+                    .get(chunk + 1..)
+                    .unwrap_or(&[])
+                    .iter()
+                    .flat_map(|c| c.slots.iter()),
+            )
+            .copied()
+    }
+
+    #[cfg(test)]
+    fn iter(&self) -> impl Iterator<Item = (&Start<T>, usize)> + '_ {
+        self.chunks
+            .iter()
+            .flat_map(|c| c.starts.iter().zip(c.slots.iter().copied()))
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.chunks.iter().map(|c| c.starts.len()).sum()
+    }
+
+    fn first_position(&self) -> Option<(usize, usize)> {
+        (!self.chunks.is_empty()).then_some((0, 0))
+    }
+}
+
 /// An ordered set of `T`, in blocks of at most `CAP` elements (see the module doc).
-pub(super) struct OrderedSet<T, const CAP: usize = BLOCK> {
+pub(super) struct OrderedSet<T, const CAP: usize = BLOCK, const CHUNK: usize = STARTS_PER_CHUNK> {
     /// Each block's start, to the block's slot in `slots`.
-    starts: BTreeMap<Start<T>, usize>,
+    starts: Starts<T, CHUNK>,
     /// The blocks; those of slots in `vacant` are empty and in no use.
     slots: Vec<Block<T>>,
     vacant: Vec<usize>,
-    /// The block the last insert went to: the next insert looks there first.
+    /// The block the last insert went to: every search looks there first.
     finger: Option<usize>,
     len: usize,
 }
 
-impl<T, const CAP: usize> Default for OrderedSet<T, CAP> {
+impl<T: Headed, const CAP: usize, const CHUNK: usize> Default for OrderedSet<T, CAP, CHUNK> {
     fn default() -> Self {
         OrderedSet {
-            starts: BTreeMap::new(),
+            starts: Starts::new(),
             slots: Vec::new(),
             vacant: Vec::new(),
             finger: None,
@@ -192,13 +357,15 @@ impl<T, const CAP: usize> Default for OrderedSet<T, CAP> {
     }
 }
 
-impl<T: Headed + fmt::Debug, const CAP: usize> fmt::Debug for OrderedSet<T, CAP> {
+impl<T: Headed + fmt::Debug, const CAP: usize, const CHUNK: usize> fmt::Debug
+    for OrderedSet<T, CAP, CHUNK>
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_set().entries(self.range(Bound::Unbounded)).finish()
     }
 }
 
-impl<T: Headed, const CAP: usize> OrderedSet<T, CAP> {
+impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> {
     const MERGE_BELOW: usize = CAP / 4;
 
     pub(super) fn len(&self) -> usize {
@@ -210,17 +377,14 @@ impl<T: Headed, const CAP: usize> OrderedSet<T, CAP> {
     }
 
     /// The slot of the block `probe` belongs to: the finger's block if it owns the probe (two
-    /// comparisons), else the last block whose start is not above it (a search of the tree).
+    /// comparisons), else the last block whose start is not above it (two binary searches).
     fn locate(&self, probe: &Start<T>) -> Option<usize> {
         if let Some(slot) = self.finger {
             if self.slots[slot].owns(probe) {
                 return Some(slot);
             }
         }
-        self.starts
-            .range(..=probe)
-            .next_back()
-            .map(|(_, &slot)| slot)
+        self.starts.slot_of(probe)
     }
 
     fn occupy(&mut self, block: Block<T>) -> usize {
@@ -335,28 +499,31 @@ impl<T: Headed, const CAP: usize> OrderedSet<T, CAP> {
     /// fit in half a block.
     #[cold]
     fn shrunk(&mut self, slot: usize) {
-        let start = self.slots[slot].start.clone();
         let len = self.slots[slot].len();
+        let at = self
+            .starts
+            .find(&self.slots[slot].start)
+            .expect("a block in use has a start");
         if len == 0 {
-            self.starts.remove(&start);
+            self.starts.remove_at(at);
             self.vacate(slot);
-            if start == Start::LEAST {
-                if let Some((_, first)) = self.starts.pop_first() {
+            if at == (0, 0) {
+                self.starts.lower_first();
+                if let Some(first) = self.starts.first_position() {
+                    let (_, first) = self.starts.at(first);
                     self.slots[first].start = Start::LEAST;
-                    self.starts.insert(Start::LEAST, first);
                 }
             }
             return;
         }
         let next = self
             .starts
-            .range((Bound::Excluded(&start), Bound::Unbounded))
-            .next()
-            .filter(|(_, &next)| len + self.slots[next].len() <= CAP / 2)
-            .map(|(next_start, &next)| (next_start.clone(), next));
-        if let Some((next_start, next)) = next {
-            self.starts.remove(&next_start);
-            let next = self.vacate(next);
+            .after(at)
+            .filter(|&next| len + self.slots[self.starts.at(next).1].len() <= CAP / 2);
+        if let Some(next) = next {
+            let (_, next_slot) = self.starts.at(next);
+            self.starts.remove_at(next);
+            let next = self.vacate(next_slot);
             self.slots[slot].append(next);
         }
     }
@@ -369,30 +536,28 @@ impl<T: Headed, const CAP: usize> OrderedSet<T, CAP> {
 
     /// The elements in order from `from` on: all of them, or from `item` on, or after it.
     pub(super) fn range<'a>(&'a self, from: Bound<&T>) -> impl Iterator<Item = &'a T> + 'a {
-        let (first, rest): (&'a [T], btree_map::Range<'a, Start<T>, usize>) = match from {
-            Bound::Unbounded => (&[], self.starts.range(..)),
+        let (first, rest): (&'a [T], _) = match from {
+            Bound::Unbounded => (&[], self.starts.first_position()),
             Bound::Included(item) | Bound::Excluded(item) => {
                 let probe = Start::at(item.clone());
-                match self.locate(&probe) {
-                    None => (&[], self.starts.range(..)),
-                    Some(slot) => {
-                        let block = &self.slots[slot];
+                match self.starts.find(&probe) {
+                    None => (&[], self.starts.first_position()),
+                    Some(at) => {
+                        let block = &self.slots[self.starts.at(at).1];
                         let pos = match block.search(probe.head, item) {
                             Ok(pos) if matches!(from, Bound::Excluded(_)) => pos + 1,
                             Ok(pos) | Err(pos) => pos,
                         };
-                        (
-                            &block.items[pos..],
-                            self.starts
-                                .range((Bound::Excluded(&block.start), Bound::Unbounded)),
-                        )
+                        (&block.items[pos..], self.starts.after(at))
                     }
                 }
             }
         };
-        first
-            .iter()
-            .chain(rest.flat_map(move |(_, &slot)| self.slots[slot].items.iter()))
+        first.iter().chain(
+            self.starts
+                .slots_from(rest)
+                .flat_map(move |slot| self.slots[slot].items.iter()),
+        )
     }
 
     /// The structure is sound: blocks non-empty and at most `CAP` long, their elements in
@@ -404,7 +569,7 @@ impl<T: Headed, const CAP: usize> OrderedSet<T, CAP> {
         let mut count = 0;
         let mut previous: Option<&Block<T>> = None;
         let mut used = vec![false; self.slots.len()];
-        for (n, (start, &slot)) in self.starts.iter().enumerate() {
+        for (n, (start, slot)) in self.starts.iter().enumerate() {
             let block = &self.slots[slot];
             used[slot] = true;
             if (n == 0) != (*start == Start::LEAST) || block.start != *start {
@@ -444,6 +609,20 @@ impl<T: Headed, const CAP: usize> OrderedSet<T, CAP> {
         }
         if self.finger.is_some_and(|slot| !used[slot]) {
             return Err("the finger is on a vacant slot".to_string());
+        }
+        let chunks = &self.starts.chunks;
+        if self.starts.firsts.len() != chunks.len()
+            || chunks
+                .iter()
+                .zip(&self.starts.firsts)
+                .any(|(chunk, first)| {
+                    chunk.starts.is_empty()
+                        || chunk.starts.len() > CHUNK
+                        || chunk.starts.len() != chunk.slots.len()
+                        || chunk.starts[0] != *first
+                })
+        {
+            return Err("a chunk of starts is empty, too long, or has the wrong first".to_string());
         }
         let vacant = self.vacant.len();
         if vacant + self.starts.len() != self.slots.len()
@@ -518,10 +697,12 @@ mod tests {
         }
     }
 
-    /// Runs `ops` on a set of capacity `CAP` and on `BTreeSet`, comparing every answer, the
-    /// structure and the whole iteration after each step.
-    fn against_the_model<const CAP: usize>(ops: &[Op]) -> Result<(), TestCaseError> {
-        let mut set = OrderedSet::<Id, CAP>::default();
+    /// Runs `ops` on a set of blocks of `CAP` and chunks of `CHUNK` starts and on `BTreeSet`,
+    /// comparing every answer, the structure and the whole iteration after each step.
+    fn against_the_model<const CAP: usize, const CHUNK: usize>(
+        ops: &[Op],
+    ) -> Result<(), TestCaseError> {
+        let mut set = OrderedSet::<Id, CAP, CHUNK>::default();
         let mut model = BTreeSet::new();
         for op in ops {
             match op {
@@ -585,20 +766,24 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(100))]
 
         #[test]
-        fn a_set_of_tiny_blocks_answers_as_a_btree_set(ops in prop::collection::vec(op(), 0..400)) {
-            against_the_model::<4>(&ops)?;
+        fn a_set_of_tiny_blocks_answers_as_a_btree_set(
+            ops in prop::collection::vec(op(), 0..400)
+        ) {
+            against_the_model::<4, 2>(&ops)?;
         }
 
         #[test]
-        fn a_set_of_small_blocks_answers_as_a_btree_set(ops in prop::collection::vec(op(), 0..400)) {
-            against_the_model::<8>(&ops)?;
+        fn a_set_of_small_blocks_answers_as_a_btree_set(
+            ops in prop::collection::vec(op(), 0..400)
+        ) {
+            against_the_model::<8, 4>(&ops)?;
         }
 
         #[test]
         fn a_set_of_production_blocks_answers_as_a_btree_set(
             ops in prop::collection::vec(op(), 0..600)
         ) {
-            against_the_model::<BLOCK>(&ops)?;
+            against_the_model::<BLOCK, STARTS_PER_CHUNK>(&ops)?;
         }
     }
 
