@@ -242,8 +242,11 @@ impl<T: Headed, const CHUNK: usize> Starts<T, CHUNK> {
     fn insert(&mut self, start: Start<T>, slot: usize) {
         let Some((mut chunk, at)) = self.find(&start) else {
             assert!(self.chunks.is_empty(), "a start below the least");
+            self.first_heads.reserve_exact(1);
             self.first_heads.push(start.head);
+            self.firsts.reserve_exact(1);
             self.firsts.push(start.clone());
+            self.chunks.reserve_exact(1);
             self.chunks.push(Chunk {
                 heads: vec![start.head],
                 starts: vec![start],
@@ -394,6 +397,11 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
                 slot
             }
             None => {
+                // One slot for a set's first block, not the four a push would allocate: most
+                // pools' sets may hold a few holds.
+                if self.slots.is_empty() {
+                    self.slots.reserve_exact(1);
+                }
                 self.slots.push(block);
                 self.slots.len() - 1
             }
