@@ -18,9 +18,9 @@ use std::sync::{Arc, OnceLock};
 
 use axum::body::Body;
 use axum::http::{header, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
-use stockd_server::Api;
 use http_body_util::BodyExt;
 use serde_json::Value;
+use stockd_server::Api;
 use stockd_server::{Role, ServerConfig};
 use tower::ServiceExt;
 
