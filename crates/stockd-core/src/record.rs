@@ -128,7 +128,8 @@ pub struct Event {
 }
 
 impl Event {
-    pub(crate) fn new(seq: u64, at_ms: u64, kind: EventKind) -> Self {
+    /// An event of `kind` with none of the optional fields set: the core sets those that apply.
+    pub fn new(seq: u64, at_ms: u64, kind: EventKind) -> Self {
         Event {
             seq,
             at_ms,

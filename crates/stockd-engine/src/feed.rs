@@ -223,23 +223,7 @@ mod tests {
     use super::*;
 
     fn event(seq: u64) -> Event {
-        Event {
-            seq,
-            at_ms: seq,
-            kind: EventKind::Restocked,
-            pool: None,
-            hold_id: None,
-            user: None,
-            items: None,
-            available: None,
-            total: None,
-            delta: None,
-            low_stock_threshold: None,
-            expires_at_ms: None,
-            restock: None,
-            request_id: None,
-            created_at_ms: None,
-        }
+        Event::new(seq, seq, EventKind::Restocked)
     }
 
     fn seqs<'a>(events: impl Iterator<Item = &'a Event>) -> Vec<u64> {

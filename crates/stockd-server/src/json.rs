@@ -45,15 +45,18 @@ pub(crate) async fn read_body<S: BodyLimit + Send + Sync>(
     let limit_bytes = state.body_limit_bytes();
     axum::body::to_bytes(request.into_body(), limit_bytes)
         .await
-        .map_err(|error| {
-            let too_large = std::error::Error::source(&error)
-                .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
-            if too_large {
-                ApiError::PayloadTooLarge { limit_bytes }
-            } else {
-                ApiError::InvalidJson(format!("could not read the body: {error}"))
-            }
-        })
+        .map_err(|error| unread_body(&error, limit_bytes))
+}
+
+/// Why a body could not be read: over the limit (413), or the connection failed it (400).
+fn unread_body(error: &axum::Error, limit_bytes: usize) -> ApiError {
+    let too_large = std::error::Error::source(error)
+        .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+    if too_large {
+        ApiError::PayloadTooLarge { limit_bytes }
+    } else {
+        ApiError::InvalidJson(format!("could not read the body: {error}"))
+    }
 }
 
 /// What [`Api`] enforces: the body limit and how long the whole body may take to arrive.
@@ -108,17 +111,7 @@ impl Service<Request> for Api {
                     let request = Request::from_parts(parts, axum::body::Body::from(bytes));
                     return router.call(request).await;
                 }
-                Ok(Err(error)) => {
-                    let too_large = std::error::Error::source(&error)
-                        .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
-                    if too_large {
-                        ApiError::PayloadTooLarge {
-                            limit_bytes: rules.limit_bytes,
-                        }
-                    } else {
-                        ApiError::InvalidJson(format!("could not read the body: {error}"))
-                    }
-                }
+                Ok(Err(error)) => unread_body(&error, rules.limit_bytes),
                 Err(_) => ApiError::RequestTimeout {
                     timeout_ms: u64::try_from(rules.timeout.as_millis()).unwrap_or(u64::MAX),
                 },
