@@ -1,17 +1,21 @@
 //! One HTTP/1.1 keep-alive connection to a stockd server, as a load generator needs it: one
 //! request at a time, the whole answer read, and a new connection when the old one fails.
 //!
-//! Built on hyper's client connection directly (no pool): a load generator must control exactly
-//! how many connections it opens, and reuse each for every request of its worker.
+//! Written on the bare socket, with `httparse` (the parser hyper itself uses) reading each
+//! answer's head. The generator shares the machine with the server it measures, and hyper's
+//! client connection cost about 14,000 instructions per request, as much as the server's own
+//! HTTP stack (`docs/benchmarks.md`, "Fourth steps"): CPU taken from the server. A load
+//! generator needs only a sliver of HTTP/1.1, the way wrk and redis-benchmark do it: requests it
+//! writes itself, one at a time, and answers framed by `Content-Length`, which is how stockd
+//! frames every answer. Anything else (a chunked or close-delimited body, an interim answer,
+//! bytes nobody asked for) is an error that drops the connection.
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
-use std::pin::Pin;
+use std::borrow::Cow;
+use std::io::ErrorKind;
 
-use hyper::client::conn::http1::{handshake, Connection as Driver, SendRequest};
-use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST};
-use hyper::{Method, Request as HttpRequest};
-use hyper_util::rt::TokioIo;
+use bytes::{Bytes, BytesMut};
+use http::Method;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Where the server is: `host:port` and the bearer token to send.
@@ -66,18 +70,6 @@ impl Request {
     }
 
     /// A request whose body is `body` as JSON.
-    pub fn serialize(
-        method: Method,
-        path: impl Into<String>,
-        body: &impl serde::Serialize,
-    ) -> Request {
-        Request {
-            method,
-            path: path.into(),
-            body: Bytes::from(serde_json::to_vec(body).expect("serialising to memory cannot fail")),
-        }
-    }
-
     pub fn json(method: Method, path: impl Into<String>, body: &serde_json::Value) -> Request {
         Request {
             method,
@@ -100,46 +92,64 @@ impl Answer {
     }
 
     /// The `error` code of an error body, if it has one.
-    pub fn error_code(&self) -> Option<String> {
+    pub fn error_code(&self) -> Option<Cow<'_, str>> {
+        /// Only the code: a refusal's other fields are skipped, not built into a tree.
+        #[derive(serde::Deserialize)]
+        struct ErrorBody<'a> {
+            #[serde(borrow)]
+            error: Cow<'a, str>,
+        }
         if self.status < 400 {
             return None;
         }
-        self.json()?.get("error")?.as_str().map(str::to_string)
+        serde_json::from_slice::<ErrorBody>(&self.body)
+            .ok()
+            .map(|body| body.error)
     }
 }
 
+/// The most an answer's head may take: far more than stockd's (about 150 bytes).
+const HEAD_BYTES_MAX: usize = 64 << 10;
+/// The most header lines an answer's head may have.
+const HEADERS_MAX: usize = 32;
+/// The largest answer body taken: a page of holds or a batch's results is far smaller.
+const BODY_BYTES_MAX: usize = 256 << 20;
+/// What each read asks the socket for, at least.
+const READ_CHUNK: usize = 16 << 10;
+
 /// A keep-alive connection that reconnects on the next request after a failure.
-///
-/// The connection's I/O is driven by the task that sends on it, not by a task of its own: a
-/// request then costs no wake-up of another task on the way out and none on the way back,
-/// which on a machine the generator shares with the server is CPU the server gets.
 pub struct Connection {
     endpoint: Endpoint,
-    authorization: Option<HeaderValue>,
-    host: HeaderValue,
+    /// The header lines every request carries (`host`, and `authorization` with a token).
+    fixed_headers: Vec<u8>,
+    /// The request being sent, encoded; kept with its capacity.
+    out: Vec<u8>,
     open: Option<Open>,
 }
 
 struct Open {
-    sender: SendRequest<Full<Bytes>>,
-    driver: Pin<Box<Driver<TokioIo<TcpStream>, Full<Bytes>>>>,
+    stream: TcpStream,
+    /// Bytes read and not yet part of an answer: only ever the start of the next answer.
+    input: BytesMut,
 }
 
 impl Connection {
     pub fn new(endpoint: &Endpoint) -> Result<Connection, String> {
-        let authorization = match &endpoint.token {
-            Some(token) => Some(
-                HeaderValue::from_str(&format!("Bearer {token}"))
-                    .map_err(|_| "the token has characters a header cannot carry".to_string())?,
-            ),
-            None => None,
-        };
-        let host = HeaderValue::from_str(&endpoint.authority)
-            .map_err(|_| format!("bad host {:?}", endpoint.authority))?;
+        let mut fixed_headers = Vec::new();
+        header_line(&mut fixed_headers, "host", &endpoint.authority)
+            .map_err(|()| format!("bad host {:?}", endpoint.authority))?;
+        if let Some(token) = &endpoint.token {
+            header_line(
+                &mut fixed_headers,
+                "authorization",
+                &format!("Bearer {token}"),
+            )
+            .map_err(|()| "the token has characters a header cannot carry".to_string())?;
+        }
         Ok(Connection {
             endpoint: endpoint.clone(),
-            authorization,
-            host,
+            fixed_headers,
+            out: Vec::new(),
             open: None,
         })
     }
@@ -149,17 +159,14 @@ impl Connection {
             .await
             .map_err(|error| format!("connect {}: {error}", self.endpoint.authority))?;
         let _ = stream.set_nodelay(true);
-        let (sender, driver) = handshake(TokioIo::new(stream))
-            .await
-            .map_err(|error| format!("handshake: {error}"))?;
         Ok(Open {
-            sender,
-            driver: Box::pin(driver),
+            stream,
+            input: BytesMut::with_capacity(READ_CHUNK),
         })
     }
 
     /// Opens the connection now if it is not open, so that the first request's latency does
-    /// not include the connect and the handshake. On an error, the next request tries again.
+    /// not include the connect. On an error, the next request tries again.
     pub async fn open(&mut self) -> Result<(), String> {
         if self.open.is_none() {
             self.open = Some(self.connect().await?);
@@ -170,68 +177,472 @@ impl Connection {
     /// Sends `request` and reads the whole answer. An error means the outcome is unknown (the
     /// request may or may not have reached the server); the next call reconnects.
     pub async fn send(&mut self, request: &Request) -> Result<Answer, String> {
-        if let Some(open) = &mut self.open {
-            // Nobody drove the connection since the last answer: a close that arrived
-            // meanwhile (an idle timeout) is noticed here, before a request is sent into it.
-            let ended = tokio::select! {
-                biased;
-                _ = open.driver.as_mut() => true,
-                () = std::future::ready(()) => open.sender.is_closed(),
-            };
-            if ended {
-                self.open = None;
-            }
+        if self.open.as_ref().is_some_and(Open::ended) {
+            self.open = None;
         }
         let open = match &mut self.open {
             Some(open) => open,
             None => self.open.insert(self.connect().await?),
         };
-        let mut builder = HttpRequest::builder()
-            .method(request.method.clone())
-            .uri(&request.path)
-            .header(HOST, self.host.clone());
-        if let Some(authorization) = &self.authorization {
-            builder = builder.header(AUTHORIZATION, authorization.clone());
+        encode(request, &self.fixed_headers, &mut self.out);
+        let exchanged = exchange(open, &self.out, request.method == Method::HEAD).await;
+        match exchanged {
+            Ok((answer, keep_alive)) => {
+                if !keep_alive {
+                    self.open = None;
+                }
+                Ok(answer)
+            }
+            Err(error) => {
+                self.open = None;
+                Err(error)
+            }
         }
-        if !request.body.is_empty() {
-            builder = builder.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+}
+
+impl Open {
+    /// Whether the server closed the connection, or sent what nobody asked for (a 408 before
+    /// closing an idle connection), since the last answer. Such a connection is replaced before
+    /// a request goes into it: sent into a closing connection, the request's outcome would be
+    /// unknown for nothing. One non-blocking read, which finds nothing on a healthy connection.
+    fn ended(&self) -> bool {
+        if !self.input.is_empty() {
+            return true;
         }
-        let http = builder
-            .body(Full::new(request.body.clone()))
-            .map_err(|error| format!("request: {error}"))?;
-        let Open { sender, driver } = open;
-        let exchange = async {
-            sender
-                .ready()
-                .await
-                .map_err(|error| format!("connection: {error}"))?;
-            let response = sender
-                .send_request(http)
-                .await
-                .map_err(|error| error.to_string())?;
-            let status = response.status().as_u16();
-            let body = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|error| error.to_string())?
-                .to_bytes();
-            Ok::<_, String>(Answer { status, body })
+        let mut byte = [0u8; 1];
+        match self.stream.try_read(&mut byte) {
+            Err(error) => error.kind() != ErrorKind::WouldBlock,
+            Ok(_) => true,
+        }
+    }
+}
+
+/// Appends `name: value\r\n`; refuses a value a header line cannot carry.
+fn header_line(out: &mut Vec<u8>, name: &str, value: &str) -> Result<(), ()> {
+    if value
+        .bytes()
+        .any(|byte| (byte < 0x20 && byte != b'\t') || byte == 0x7f)
+    {
+        return Err(());
+    }
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    Ok(())
+}
+
+/// A request's bytes: its line, the fixed headers, its body's framing, its body.
+fn encode(request: &Request, fixed_headers: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(request.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(request.path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    out.extend_from_slice(fixed_headers);
+    if !request.body.is_empty() {
+        out.extend_from_slice(b"content-type: application/json\r\n");
+    }
+    if !request.body.is_empty() || !matches!(request.method, Method::GET | Method::HEAD) {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(request.body.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(&request.body);
+}
+
+/// Writes the request, reads its answer; returns it, and whether the connection stays open.
+async fn exchange(
+    open: &mut Open,
+    request: &[u8],
+    head_only: bool,
+) -> Result<(Answer, bool), String> {
+    open.stream
+        .write_all(request)
+        .await
+        .map_err(|error| format!("sending the request: {error}"))?;
+    let head = loop {
+        if let Some(head) = Head::parse(&open.input, head_only)? {
+            break head;
+        }
+        read_more(open, 0).await?;
+    };
+    let total = head.len + head.body_len;
+    while open.input.len() < total {
+        read_more(open, total - open.input.len()).await?;
+    }
+    let body = open.input.split_to(total).freeze().slice(head.len..);
+    Ok((
+        Answer {
+            status: head.status,
+            body,
+        },
+        head.keep_alive,
+    ))
+}
+
+/// Reads what the socket has (at least `want` bytes of room); the server closing the connection
+/// before the answer is complete is an error.
+async fn read_more(open: &mut Open, want: usize) -> Result<(), String> {
+    open.input.reserve(want.max(READ_CHUNK));
+    match open.stream.read_buf(&mut open.input).await {
+        Ok(0) => Err("the server closed the connection".to_string()),
+        Ok(_) => Ok(()),
+        Err(error) => Err(format!("reading the answer: {error}")),
+    }
+}
+
+/// An answer's head, as far as framing it goes.
+#[derive(Debug, PartialEq)]
+struct Head {
+    status: u16,
+    /// Bytes of the status line and headers, the blank line included.
+    len: usize,
+    body_len: usize,
+    keep_alive: bool,
+}
+
+impl Head {
+    /// The head at the start of `input`, `None` if it is not all there yet. `head_only`: the
+    /// answer to a HEAD request, which has no body whatever its `Content-Length` says.
+    fn parse(input: &[u8], head_only: bool) -> Result<Option<Head>, String> {
+        let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+        let mut response = httparse::Response::new(&mut headers);
+        let len = match response.parse(input) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) if input.len() > HEAD_BYTES_MAX => {
+                return Err(format!(
+                    "an answer's head longer than {HEAD_BYTES_MAX} bytes"
+                ))
+            }
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(error) => return Err(format!("a malformed answer: {error}")),
         };
-        // The exchange and the connection's I/O, polled together in this task. The driver
-        // finishes only when the connection does (closed, or failed), which ends the exchange
-        // too.
-        let result = tokio::select! {
-            biased;
-            result = exchange => result,
-            ended = driver.as_mut() => Err(match ended {
-                Ok(()) => "the server closed the connection".to_string(),
-                Err(error) => error.to_string(),
-            }),
-        };
-        if result.is_err() {
-            self.open = None;
+        let status = response.code.unwrap_or_default();
+        if (100..200).contains(&status) {
+            return Err(format!(
+                "an interim answer ({status}), which the load generator never asks for"
+            ));
         }
-        result
+        let mut keep_alive = response.version == Some(1);
+        let mut content_length = None;
+        for header in response.headers.iter() {
+            let name = header.name.as_bytes();
+            if name.eq_ignore_ascii_case(b"content-length") {
+                let parsed = std::str::from_utf8(header.value)
+                    .ok()
+                    .and_then(|value| value.trim().parse::<usize>().ok())
+                    .ok_or_else(|| {
+                        format!(
+                            "an answer with Content-Length {:?}",
+                            String::from_utf8_lossy(header.value)
+                        )
+                    })?;
+                if content_length.is_some_and(|seen| seen != parsed) {
+                    return Err("an answer with two different Content-Lengths".to_string());
+                }
+                content_length = Some(parsed);
+            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+                return Err(format!(
+                    "an answer with Transfer-Encoding {:?}: the load generator reads answers \
+                     framed by Content-Length, as stockd sends them",
+                    String::from_utf8_lossy(header.value)
+                ));
+            } else if name.eq_ignore_ascii_case(b"connection") {
+                for option in header.value.split(|&byte| byte == b',') {
+                    let option = option.trim_ascii();
+                    if option.eq_ignore_ascii_case(b"close") {
+                        keep_alive = false;
+                    } else if option.eq_ignore_ascii_case(b"keep-alive") {
+                        keep_alive = true;
+                    }
+                }
+            }
+        }
+        let body_len = if head_only || status == 204 || status == 304 {
+            0
+        } else {
+            content_length.ok_or_else(|| {
+                format!("an answer ({status}) with no Content-Length, which stockd always sends")
+            })?
+        };
+        if body_len > BODY_BYTES_MAX {
+            return Err(format!(
+                "an answer of {body_len} bytes, more than the {BODY_BYTES_MAX} taken"
+            ));
+        }
+        Ok(Some(Head {
+            status,
+            len,
+            body_len,
+            keep_alive,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::*;
+
+    fn head(text: &str) -> Result<Option<Head>, String> {
+        Head::parse(text.as_bytes(), false)
+    }
+
+    #[test]
+    fn a_head_is_framed_by_its_content_length() {
+        let text = "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: 12\r\n\r\n{\"a\":";
+        assert_eq!(
+            head(text).unwrap(),
+            Some(Head {
+                status: 201,
+                len: text.len() - 5,
+                body_len: 12,
+                keep_alive: true,
+            })
+        );
+        // Not all there yet.
+        assert_eq!(head("HTTP/1.1 201 Created\r\ncontent-le").unwrap(), None);
+        // Closing, in any case and among other options; HTTP/1.0 closes unless asked not to.
+        let closing = "HTTP/1.1 200 OK\r\nConnection: Upgrade, CLOSE\r\nContent-Length: 0\r\n\r\n";
+        assert!(!head(closing).unwrap().unwrap().keep_alive);
+        assert!(
+            !head("HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n")
+                .unwrap()
+                .unwrap()
+                .keep_alive
+        );
+        let kept = "HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 0\r\n\r\n";
+        assert!(head(kept).unwrap().unwrap().keep_alive);
+    }
+
+    #[test]
+    fn answers_without_a_body_have_none_whatever_they_say() {
+        let no_content = "HTTP/1.1 204 No Content\r\n\r\n";
+        assert_eq!(head(no_content).unwrap().unwrap().body_len, 0);
+        let to_head = "HTTP/1.1 200 OK\r\ncontent-length: 99\r\n\r\n";
+        assert_eq!(
+            Head::parse(to_head.as_bytes(), true)
+                .unwrap()
+                .unwrap()
+                .body_len,
+            0
+        );
+    }
+
+    #[test]
+    fn framings_the_generator_does_not_read_are_errors() {
+        for (text, expected) in [
+            ("HTTP/1.1 200 OK\r\n\r\n", "no Content-Length"),
+            (
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+                "Transfer-Encoding",
+            ),
+            (
+                "HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
+                "two different",
+            ),
+            (
+                "HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+                "Content-Length \"-1\"",
+            ),
+            ("HTTP/1.1 100 Continue\r\n\r\n", "interim"),
+            (
+                "HTTP/1.1 200 OK\r\ncontent-length: 999999999999\r\n\r\n",
+                "more than",
+            ),
+            ("SMTP ready\r\n\r\n", "malformed"),
+        ] {
+            let error = head(text).unwrap_err();
+            assert!(error.contains(expected), "{text:?}: {error}");
+        }
+        let endless = format!("HTTP/1.1 200 OK\r\nx: {}", "y".repeat(HEAD_BYTES_MAX));
+        assert!(head(&endless).unwrap_err().contains("longer than"));
+    }
+
+    #[test]
+    fn a_request_is_its_line_the_fixed_headers_and_its_body_framed() {
+        let endpoint = Endpoint::parse("http://127.0.0.1:9", Some("s3cret".into())).unwrap();
+        let connection = Connection::new(&endpoint).unwrap();
+        let mut out = Vec::new();
+        let post = Request {
+            method: Method::POST,
+            path: "/v1/holds".into(),
+            body: Bytes::from_static(b"{\"x\":1}"),
+        };
+        encode(&post, &connection.fixed_headers, &mut out);
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            "POST /v1/holds HTTP/1.1\r\nhost: 127.0.0.1:9\r\nauthorization: Bearer s3cret\r\n\
+             content-type: application/json\r\ncontent-length: 7\r\n\r\n{\"x\":1}"
+        );
+        // A GET has no body framing; an empty POST says its length is 0.
+        encode(&Request::get("/healthz"), b"", &mut out);
+        assert_eq!(out, b"GET /healthz HTTP/1.1\r\n\r\n");
+        let confirm = Request {
+            method: Method::POST,
+            path: "/v1/holds/h/confirm".into(),
+            body: Bytes::new(),
+        };
+        encode(&confirm, b"", &mut out);
+        assert_eq!(
+            out,
+            b"POST /v1/holds/h/confirm HTTP/1.1\r\ncontent-length: 0\r\n\r\n"
+        );
+        // A token that would end the header line is refused.
+        let bad = Endpoint::parse("http://127.0.0.1:9", Some("a\r\nx: y".into())).unwrap();
+        assert!(Connection::new(&bad).is_err());
+    }
+
+    /// A server that answers each request on a connection with the next of `answers` (written
+    /// in pieces, to make the client read several times), then does what `after` says.
+    #[derive(Clone, Copy)]
+    enum After {
+        /// Keep the connection open for the next request.
+        Stay,
+        /// Close it right after the answer.
+        Close,
+        /// Send an unasked 408 and close, as a server timing out an idle connection does.
+        TimeOut,
+    }
+
+    async fn server(answers: Vec<(&'static str, After)>) -> (Endpoint, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint =
+            Endpoint::parse(&format!("http://{}", listener.local_addr().unwrap()), None).unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            let mut answers = answers.into_iter();
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                counter.fetch_add(1, Ordering::SeqCst);
+                loop {
+                    if !read_request(&mut stream).await {
+                        break;
+                    }
+                    let Some((answer, after)) = answers.next() else {
+                        return;
+                    };
+                    let (first, rest) = answer.split_at(answer.len() / 2);
+                    stream.write_all(first.as_bytes()).await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    stream.write_all(rest.as_bytes()).await.unwrap();
+                    match after {
+                        After::Stay => {}
+                        After::Close => break,
+                        After::TimeOut => {
+                            stream
+                                .write_all(
+                                    b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\n\r\n",
+                                )
+                                .await
+                                .unwrap();
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        (endpoint, accepted)
+    }
+
+    /// Reads one request (head, and a body by its Content-Length); false at the end of input.
+    async fn read_request(stream: &mut TcpStream) -> bool {
+        let mut input = Vec::new();
+        loop {
+            let mut headers = [httparse::EMPTY_HEADER; 16];
+            let mut request = httparse::Request::new(&mut headers);
+            if let Ok(httparse::Status::Complete(len)) = request.parse(&input) {
+                let body_len: usize = request
+                    .headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                    .map_or(0, |h| {
+                        std::str::from_utf8(h.value).unwrap().parse().unwrap()
+                    });
+                if input.len() >= len + body_len {
+                    return true;
+                }
+            }
+            let mut buffer = [0u8; 4096];
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => input.extend_from_slice(&buffer[..n]),
+            }
+        }
+    }
+
+    fn post() -> Request {
+        Request {
+            method: Method::POST,
+            path: "/v1/holds".into(),
+            body: Bytes::from_static(b"{}"),
+        }
+    }
+
+    const CREATED: &str = "HTTP/1.1 201 Created\r\ncontent-length: 11\r\n\r\n{\"id\":\"a\"}\n";
+
+    #[tokio::test]
+    async fn answers_come_whole_over_one_kept_connection() {
+        let (endpoint, accepted) =
+            server(vec![(CREATED, After::Stay), (CREATED, After::Stay)]).await;
+        let mut connection = Connection::new(&endpoint).unwrap();
+        for _ in 0..2 {
+            let answer = connection.send(&post()).await.unwrap();
+            assert_eq!(answer.status, 201);
+            assert_eq!(&answer.body[..], b"{\"id\":\"a\"}\n");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_ended_is_replaced_before_the_next_request() {
+        let closing = "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok";
+        let (endpoint, accepted) = server(vec![
+            (closing, After::Close),
+            (CREATED, After::Close),
+            (CREATED, After::TimeOut),
+            (CREATED, After::Stay),
+        ])
+        .await;
+        let mut connection = Connection::new(&endpoint).unwrap();
+        // Said so in the answer.
+        assert_eq!(connection.send(&post()).await.unwrap().status, 200);
+        // Closed without a word, then timed out with an unasked 408: each is noticed before
+        // the next request goes out, which then gets its answer on a new connection.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert_eq!(connection.send(&post()).await.unwrap().status, 201);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn an_answer_cut_short_or_unreadable_is_an_unknown_outcome() {
+        let cut = "HTTP/1.1 201 Created\r\ncontent-length: 50\r\n\r\n{\"id\":";
+        let chunked = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n";
+        let (endpoint, accepted) = server(vec![
+            (cut, After::Close),
+            (chunked, After::Stay),
+            (CREATED, After::Stay),
+        ])
+        .await;
+        let mut connection = Connection::new(&endpoint).unwrap();
+        let error = connection.send(&post()).await.unwrap_err();
+        assert!(error.contains("closed the connection"), "{error}");
+        let error = connection.send(&post()).await.unwrap_err();
+        assert!(error.contains("Transfer-Encoding"), "{error}");
+        // Each failure dropped its connection; the next request opens a fresh one.
+        assert_eq!(connection.send(&post()).await.unwrap().status, 201);
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
     }
 }

@@ -1,7 +1,8 @@
 //! `stockd bench`: a load generator for a running stockd, whatever its backend, that ends every
 //! run with a correctness verdict read back from the server.
 //!
-//! - [`http`]: one keep-alive HTTP/1.1 connection per worker (hyper's client connection).
+//! - [`http`]: one keep-alive HTTP/1.1 connection per worker, on the bare socket, answers read
+//!   with `httparse`.
 //! - [`load`]: the driver, closed or open loop (wrk2-style schedule, latency from the intended
 //!   send time), HDR histograms per run and per second, the progress line.
 //! - [`scenario`]: flash, team, cart, lifecycle and batch: set-up, requests, verdict.

@@ -114,19 +114,34 @@ impl Recorded {
             .unwrap_or(u64::MAX)
             .max(1);
         let _ = self.latency_us.record(micros.min(self.latency_us.high()));
+        let mut status = itoa::Buffer::new();
+        let labelled: String;
         let (label, error) = match outcome {
-            Ok(answer) => match answer.error_code() {
-                Some(code) => (format!("{} {code}", answer.status), answer.status >= 500),
-                None => (answer.status.to_string(), answer.status >= 500),
-            },
+            Ok(answer) => {
+                let status_text = status.format(answer.status);
+                let label = match answer.error_code() {
+                    Some(code) => {
+                        labelled = format!("{status_text} {code}");
+                        labelled.as_str()
+                    }
+                    None => status_text,
+                };
+                (label, answer.status >= 500)
+            }
             Err(why) => {
                 if self.unknown_samples.len() < 5 {
                     self.unknown_samples.push(why.clone());
                 }
-                ("unknown".to_string(), true)
+                ("unknown", true)
             }
         };
-        *self.outcomes.entry(label).or_insert(0) += 1;
+        // Looked up before it is inserted: a label is a new `String` only the first time.
+        match self.outcomes.get_mut(label) {
+            Some(count) => *count += 1,
+            None => {
+                self.outcomes.insert(label.to_string(), 1);
+            }
+        }
         if self.timeline.len() <= second {
             self.timeline.resize_with(second + 1, Second::new);
         }
