@@ -10,7 +10,8 @@
 # and the baselines, each under the load generator it is measured with elsewhere:
 #   4. the same flash requests from wrk (50 connections), and a bare axum JSON handler (no state,
 #      no log) under the same wrk load: the HTTP ceiling (the bare handler has no pools for
-#      `stockd bench` to set up and read back, so both go through wrk for this ratio);
+#      `stockd bench` to set up and read back, so both go through wrk for this ratio); and the
+#      bare handler at 1,000 connections, the HTTP stack's own tail;
 #   5. redis-benchmark -c 50 running EVALSHA of a Lua check-and-deduct on one key, without
 #      persistence and with AOF appendfsync always (as durable as stockd), and with -P 16
 #      (pipelined: what the batch endpoint is compared with), and with -c 1000 (the tail the
@@ -47,6 +48,7 @@ trap cleanup EXIT
 
 rps_of() { awk '/^Requests\/sec:/ {print $2}' "$1"; }
 p99_of() { awk '$1=="99%" {print $2}' "$1"; }
+max_of() { awk '$1=="Latency" && NF>=5 {print $4}' "$1"; }
 BENCH=(target/release/stockd bench run --quiet)
 
 # Each stockd measurement gets a fresh server and data directory, so that none runs on the
@@ -95,6 +97,10 @@ for _ in $(seq 1 100); do
 done
 wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s scripts/wrk/reserve_confirm.lua \
     "http://127.0.0.1:$PORT" > "$WORK/axum.txt"
+# The bare handler at 1,000 connections: the tail of the HTTP stack alone, doing nothing, as
+# the ceiling of the team race's (which is held to redis-benchmark -c 1000 below).
+wrk -t"$THREADS" -c1000 -d"${DURATION}s" --latency -s scripts/wrk/reserve_confirm.lua \
+    "http://127.0.0.1:$PORT" > "$WORK/axum-c1000.txt"
 kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
 
 # 5. redis-benchmark: EVALSHA check-and-deduct, no persistence (plain and pipelined), then AOF
@@ -147,12 +153,20 @@ echo "== HTTP benchmark: ${DURATION}s per run, $(nproc) cores, stockd at $(git r
 python3 - "$OUT" "$(rps_of "$WORK/stockd-wrk.txt")" "$(p99_of "$WORK/stockd-wrk.txt")" \
     "$(rps_of "$WORK/axum.txt")" "$(p99_of "$WORK/axum.txt")" \
     "$REDIS_RPS" "$REDIS_P50" "$AOF_RPS" "$AOF_P50" "$PIPE_RPS" "$SOLD" "$LAB_STATUS" \
-    "$C1000_RPS" "$C1000_P99" "$C1000_MAX" <<'PY' || VERDICT=$?
+    "$C1000_RPS" "$C1000_P99" "$C1000_MAX" "$(rps_of "$WORK/axum-c1000.txt")" \
+    "$(p99_of "$WORK/axum-c1000.txt")" "$(max_of "$WORK/axum-c1000.txt")" <<'PY' || VERDICT=$?
 import json, os, sys
 out = sys.argv[1]
 wrk_rps, wrk_p99, axum_rps, axum_p99, redis_rps, redis_p50, aof_rps, aof_p50, pipe_rps, sold, lab_status = sys.argv[2:13]
 c1000_rps, c1000_p99, c1000_max = sys.argv[13:16]
+axum1000_rps, axum1000_p99, axum1000_max = sys.argv[16:19]
 f = lambda x: float(x) if x else 0.0
+def ms(wrk_time):
+    """wrk's 950.00us, 70.94ms or 1.20s, in milliseconds."""
+    for unit, scale in (("us", 0.001), ("ms", 1.0), ("s", 1000.0)):
+        if wrk_time.endswith(unit):
+            return float(wrk_time[: -len(unit)]) * scale
+    return 0.0
 rep = {name: json.load(open(os.path.join(out, f"{name}.json"))) for name in ("flash", "team", "batch")}
 lab = json.load(open(os.path.join(out, "lab.json")))
 lab_rows = {row["variant"]: row for row in lab["rows"]}
@@ -174,6 +188,8 @@ row("stockd bench batch (1,000 ops/request, 4 conns)", f"{bt['throughput_per_s']
 print(f"{'  batch: holds per second':<52} {bt['holds_per_s']:>12,.0f}")
 row("wrk -> stockd, same flash requests (50 conns)", f"{f(wrk_rps):,.0f}", f"p99 {wrk_p99}")
 row("wrk -> bare axum JSON handler (50 conns)", f"{f(axum_rps):,.0f}", f"p99 {axum_p99}")
+row("wrk -> bare axum JSON handler (1,000 conns)", f"{f(axum1000_rps):,.0f}", f"p99 {axum1000_p99}")
+print(f"{'  bare axum -c 1000: max':<52} {'':>12} {ms(axum1000_max):>11.2f} ms")
 row("redis-benchmark EVALSHA, no persistence (-c 50)", f"{f(redis_rps):,.0f}", f"p50 {redis_p50} ms")
 row("redis-benchmark EVALSHA, appendfsync always", f"{f(aof_rps):,.0f}", f"p50 {aof_p50} ms")
 row("redis-benchmark EVALSHA, no persistence, -P 16", f"{f(pipe_rps):,.0f}", "")
@@ -190,6 +206,7 @@ ratio("wrk: stockd / bare axum", f(wrk_rps), f(axum_rps))
 ratio("stockd bench flash / wrk -> stockd (load generator cost)", fl["throughput_per_s"], f(wrk_rps))
 ratio("batch holds per s / redis EVALSHA -P 16", bt["holds_per_s"], f(pipe_rps))
 ratio("team p99 / redis -c 1000 p99 (lower is better)", tm["latency"]["p99_ms"], f(c1000_p99))
+ratio("bare axum -c 1000 p99 / redis -c 1000 p99 (the HTTP stack's floor)", ms(axum1000_p99), f(c1000_p99))
 ratio("pg conditional UPDATE / stockd embedded (lab, same load)", lab_rate("pg-update"), lab_rate("stockd-embedded"))
 print()
 for name, r in rep.items():
