@@ -381,6 +381,8 @@ struct Shared {
     durable_lsn: AtomicU64,
     /// Cleared when the writer thread ends, however it ends, so `/readyz` tells the truth.
     writer_alive: AtomicBool,
+    /// Requests queued, counted, so that a gathering writer is woken when its group is in.
+    arrivals: writer::Arrivals,
 }
 
 impl Shared {
@@ -466,6 +468,7 @@ impl Engine {
             let _ = reply.send(Err(BackendError::Unavailable(why.into())));
             return answer;
         }
+        self.shared.arrivals.arrived();
         answer
     }
 
@@ -606,6 +609,7 @@ fn recover(
         failure: Mutex::new(None),
         durable_lsn: AtomicU64::new(0),
         writer_alive: AtomicBool::new(true),
+        arrivals: writer::Arrivals::default(),
     });
     let (state, events, replayed) = rebuild(&recovered, config.state, config.event_retention_max)?;
     shared.feed.append(events);
