@@ -469,6 +469,26 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_may_have_as_many_headers_as_the_limit_and_no_more() {
+        let with = |headers: usize| {
+            let lines: String = (1..headers).map(|n| format!("x-{n}: y\r\n")).collect();
+            format!("HTTP/1.1 200 OK\r\n{lines}content-length: 0\r\n\r\n")
+        };
+        assert_eq!(head(&with(HEADERS_MAX)).unwrap().unwrap().body_len, 0);
+        let error = head(&with(HEADERS_MAX + 1)).unwrap_err();
+        assert!(error.contains("malformed"), "{error}");
+        // The largest body taken, and one byte more.
+        let sized = |len: usize| format!("HTTP/1.1 200 OK\r\ncontent-length: {len}\r\n\r\n");
+        assert_eq!(
+            head(&sized(BODY_BYTES_MAX)).unwrap().unwrap().body_len,
+            BODY_BYTES_MAX
+        );
+        assert!(head(&sized(BODY_BYTES_MAX + 1))
+            .unwrap_err()
+            .contains("more than"));
+    }
+
+    #[test]
     fn a_request_is_its_line_the_fixed_headers_and_its_body_framed() {
         let endpoint = Endpoint::parse("http://127.0.0.1:9", Some("s3cret".into())).unwrap();
         let connection = Connection::new(&endpoint).unwrap();
