@@ -10,10 +10,14 @@
 # Usage: scripts/bench-instructions.sh [HOLDS] [HOLD_PATH_BINARY...]
 #   defaults: 200,000 holds, the release build of the example (built if missing). Give copies
 #   of earlier builds to compare them; the first is the baseline of the ratios.
+#   HOLD_PREFIX=... sets the ids' prefix (default `order-`, then the hold's number): stockd
+#   bench's ids (HOLD_PREFIX=bench-0123456789ab-) share 19 bytes, more than the hold index's
+#   16-byte heads.
 # Installs valgrind from Debian's packages when missing. docs/benchmarks.md has the figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HOLDS="${1:-200000}"
+HOLD_PREFIX="${HOLD_PREFIX:-order-}"
 shift $(($# < 1 ? $# : 1))
 # shellcheck source=scripts/bench-lib.sh
 source scripts/bench-lib.sh
@@ -28,11 +32,11 @@ trap 'rm -rf "$WORK"' EXIT
 
 count() { # binary mode function -> instructions per hold
     valgrind --tool=callgrind --toggle-collect="$3" --callgrind-out-file="$WORK/out" \
-        "$1" "$2" "$HOLDS" 2>"$WORK/log" >/dev/null || { cat "$WORK/log" >&2; return 1; }
+        "$1" "$2" "$HOLDS" "$HOLD_PREFIX" 2>"$WORK/log" >/dev/null || { cat "$WORK/log" >&2; return 1; }
     awk -v n="$HOLDS" '/Collected :/ {gsub(",", "", $NF); printf "%.0f", $NF / n}' "$WORK/log"
 }
 
-printf '%-44s %14s %14s\n' "build ($HOLDS holds)" "core / hold" "writer / hold"
+printf '%-44s %14s %14s\n' "build ($HOLDS holds, ids $HOLD_PREFIX<n>)" "core / hold" "writer / hold"
 base_core="" base_writer=""
 for binary in "${BINARIES[@]}"; do
     core=$(count "$binary" core 'stockd_core::state::State::execute')

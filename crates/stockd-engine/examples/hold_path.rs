@@ -5,7 +5,11 @@
 //! callgrind and counts what `State::execute` and `Writer::decide_batch` cost per hold: a figure
 //! this shared machine's noise cannot move, unlike the throughput benches.
 //!
-//! Run: `cargo run --release -p stockd-engine --example hold_path -- core|engine [HOLDS]`.
+//! Ids are `PREFIX` and the hold's number, unpadded: `order-` by default; give the prefix stockd
+//! bench uses (`bench-` and 12 hex digits and `-`) to count ids that share more than the hold
+//! index's 16-byte heads, as shops' order numbers often do.
+//!
+//! Run: `cargo run --release -p stockd-engine --example hold_path -- core|engine [HOLDS [PREFIX]]`.
 
 // The allocator the stockd binary uses, so the figures match production.
 #[global_allocator]
@@ -31,9 +35,9 @@ fn put_pool() -> Command {
     }
 }
 
-fn claim(n: u64) -> Command {
+fn claim(prefix: &str, n: u64) -> Command {
     Command::Reserve(ReserveRequest {
-        hold_id: HoldId::parse(&format!("order-{n}")).expect("valid id"),
+        hold_id: HoldId::parse(&format!("{prefix}{n}")).expect("valid id"),
         user: None,
         items: vec![HoldItem {
             pool: PoolId::parse("hot").expect("valid id"),
@@ -45,15 +49,19 @@ fn claim(n: u64) -> Command {
     })
 }
 
-fn batches(holds: u64) -> impl Iterator<Item = Vec<Command>> {
-    (0..holds.div_ceil(BATCH)).map(|b| (b * BATCH..(b + 1) * BATCH).map(claim).collect())
+fn batches(holds: u64, prefix: &str) -> impl Iterator<Item = Vec<Command>> + '_ {
+    (0..holds.div_ceil(BATCH)).map(move |b| {
+        (b * BATCH..(b + 1) * BATCH)
+            .map(|n| claim(prefix, n))
+            .collect()
+    })
 }
 
-fn core(holds: u64) {
+fn core(holds: u64, prefix: &str) {
     let mut state = State::new(StateConfig::default());
     let mut effects = Effects::default();
     state.execute(put_pool(), 1, &mut effects);
-    for batch in batches(holds) {
+    for batch in batches(holds, prefix) {
         for command in batch {
             state.execute(command, 1_000, &mut effects);
         }
@@ -62,7 +70,7 @@ fn core(holds: u64) {
     assert_eq!(state.hold_count() as u64, holds.div_ceil(BATCH) * BATCH);
 }
 
-fn engine(holds: u64) {
+fn engine(holds: u64, prefix: &str) {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let dir = tempfile::tempdir().expect("temporary directory");
     let mut config = EngineConfig::new(dir.path());
@@ -70,7 +78,7 @@ fn engine(holds: u64) {
     let engine = Engine::open(config, Arc::new(SystemClock)).expect("engine");
     runtime.block_on(async {
         engine.execute(vec![put_pool()]).await.expect("pool");
-        for batch in batches(holds) {
+        for batch in batches(holds, prefix) {
             let outcomes = engine.execute(batch).await.expect("batch");
             assert!(outcomes.iter().all(Result::is_ok));
         }
@@ -85,9 +93,10 @@ fn main() {
         Some(arg) => arg.parse().expect("HOLDS must be a number"),
         None => 200_000,
     };
+    let prefix = args.next().unwrap_or_else(|| "order-".to_string());
     match mode.as_str() {
-        "core" => core(holds),
-        "engine" => engine(holds),
+        "core" => core(holds, &prefix),
+        "engine" => engine(holds, &prefix),
         other => panic!("mode must be core or engine, not {other:?}"),
     }
 }

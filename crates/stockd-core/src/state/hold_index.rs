@@ -7,11 +7,12 @@
 //!
 //! Inserting is on the reserve's hot path, and the index holds three entries per hold, so the
 //! sets are `OrderedSet`s (`hold_index/ordered_set.rs`) rather than std `BTreeSet`s: sorted
-//! blocks of up to 64 ids, each id with its first 16 bytes inline as an integer (its head),
-//! searched by comparing heads and seldom the ids' heap bytes (a cache miss each), under an
-//! index with one entry per block, which an insert next to the previous one (sequential ids)
-//! does not search at all. Users share one set keyed by (user, hold), headed by the user, rather
-//! than a set each: a set per user would cost a block per buyer.
+//! blocks of up to 64 ids, each id with 16 bytes inline as an integer (its head: the bytes after
+//! the prefix all the block's ids share), searched by comparing heads and seldom the ids' heap
+//! bytes (a cache miss each), under an index with one entry per block, which an insert next to
+//! the previous one (sequential ids) does not search at all. Users share one set keyed by
+//! (user, hold), the user first, rather than a set each: a set per user would cost a block per
+//! buyer.
 
 mod ordered_set;
 
@@ -22,32 +23,24 @@ use hashbrown::HashMap;
 use crate::command::HoldItem;
 use crate::ids::{HoldId, PoolId, UserId};
 
-use ordered_set::{Headed, OrderedSet};
-
-/// An id's first 16 bytes as one big-endian integer (zero-padded: no id byte is zero, so a
-/// shorter id that is a prefix of a longer one still sorts first): where two ids' heads differ,
-/// they order as their ids do, and comparing them is one integer comparison rather than a call
-/// to `memcmp` on the ids' heap bytes.
-///
-/// Not wider: every byte a hold keeps is a byte the kernel zeroes for the growing state (32
-/// bytes inline cost 160 bytes per hold with three keys per hold, `benches/hold_memory.rs`).
-fn head(text: &str) -> u128 {
-    let mut head = [0; 16];
-    let len = text.len().min(16);
-    head[..len].copy_from_slice(&text.as_bytes()[..len]);
-    u128::from_be_bytes(head)
-}
+use ordered_set::{Headed, Key, OrderedSet};
 
 impl Headed for HoldId {
-    fn head(&self) -> u128 {
-        head(self.as_str())
+    fn key(&self) -> Key<'_> {
+        Key {
+            first: self.as_str().as_bytes(),
+            second: None,
+        }
     }
 }
 
-/// By user, then hold: headed by the user, so that a buyer's holds (few) share a head.
+/// By user, then hold: the user's bytes, a zero byte (no id has one), then the hold's.
 impl Headed for (UserId, HoldId) {
-    fn head(&self) -> u128 {
-        head(self.0.as_str())
+    fn key(&self) -> Key<'_> {
+        Key {
+            first: self.0.as_str().as_bytes(),
+            second: Some(self.1.as_str().as_bytes()),
+        }
     }
 }
 
@@ -163,6 +156,8 @@ impl HoldIndex {
 
 #[cfg(test)]
 mod tests {
+    use std::fmt;
+
     use proptest::prelude::*;
 
     use super::*;
@@ -173,13 +168,59 @@ mod tests {
         "[0a][0a.:_-]{0,24}".prop_map(|text| HoldId::parse(&text).unwrap())
     }
 
+    /// A key's bytes, written out.
+    fn bytes(key: Key<'_>) -> Vec<u8> {
+        let mut bytes = key.first.to_vec();
+        if let Some(second) = key.second {
+            bytes.push(0);
+            bytes.extend_from_slice(second);
+        }
+        bytes
+    }
+
+    /// What the ordered set relies on: keys order as their elements, `shared` counts the bytes
+    /// two keys share at their start (at most its limit), and a head after `skip` shared bytes
+    /// is the 16 bytes from there, ordered as the elements wherever two heads differ.
+    fn keys_order_and_head_as<T: Headed + fmt::Debug>(
+        a: &T,
+        b: &T,
+        skip: usize,
+    ) -> Result<(), TestCaseError> {
+        let (key_a, key_b) = (bytes(a.key()), bytes(b.key()));
+        prop_assert_eq!(key_a.cmp(&key_b), a.cmp(b), "{:?} {:?}", a, b);
+        prop_assert_eq!(a.key().len(), key_a.len());
+        let shared = key_a.iter().zip(&key_b).take_while(|(x, y)| x == y).count();
+        prop_assert_eq!(a.key().shared(b.key(), usize::MAX), shared);
+        prop_assert_eq!(a.key().shared(b.key(), skip), shared.min(skip));
+        let skip = skip.min(shared);
+        let mut head = [0; 16];
+        for (to, from) in head.iter_mut().zip(key_a.iter().skip(skip)) {
+            *to = *from;
+        }
+        prop_assert_eq!(a.key().head_at(skip), u128::from_be_bytes(head));
+        let heads = a.key().head_at(skip).cmp(&b.key().head_at(skip));
+        prop_assert!(
+            heads.is_eq() || heads == a.cmp(b),
+            "{:?} {:?} {}",
+            a,
+            b,
+            skip
+        );
+        Ok(())
+    }
+
     proptest! {
         #[test]
-        fn heads_are_ordered_as_their_ids_where_they_differ(a in id(), b in id()) {
-            let heads = a.head().cmp(&b.head());
-            prop_assert!(heads.is_eq() || heads == a.cmp(&b));
-            let users = (UserId::parse(a.as_str()).unwrap(), b.clone());
-            prop_assert_eq!(users.head(), a.head());
+        fn keys_order_and_head_as_their_ids(
+            a in id(), b in id(), c in id(), d in id(), skip in 0..30usize,
+        ) {
+            keys_order_and_head_as(&a, &b, skip)?;
+            let user = |id: &HoldId| UserId::parse(id.as_str()).unwrap();
+            keys_order_and_head_as(&(user(&a), b.clone()), &(user(&c), d.clone()), skip)?;
+            // The same user, or one a prefix of the other's: the zero byte between the parts.
+            keys_order_and_head_as(&(user(&a), b.clone()), &(user(&a), d), skip)?;
+            let longer = user(&HoldId::parse(&format!("{a}{c}")).unwrap());
+            keys_order_and_head_as(&(user(&a), b), &(longer, c), skip)?;
         }
 
         #[test]

@@ -2,11 +2,12 @@
 //! little memory rather than generality.
 //!
 //! Elements live in blocks of at most `CAP` sorted elements, stored as two arrays: the heads
-//! (`Headed::head`, one integer per element) and the elements. A search in a block is a binary
-//! search on the heads, which are contiguous and compared as integers; the elements themselves
-//! (behind a pointer, a cache miss each) are compared only among equal heads. The blocks sit in
-//! a vector of slots, found through `Starts`: each block's start and slot, in order, in chunks
-//! of at most `STARTS_PER_CHUNK`, searched the same way (heads first), so finding an element's
+//! (16 bytes of each element's key, after the words the block's keys all share, as one integer)
+//! and the elements. A search in a block is a binary search on the heads, which are contiguous
+//! and compared as integers; the elements themselves (behind a pointer, a cache miss each) are
+//! compared only among equal heads. The blocks sit in a vector of slots, found through
+//! `Starts`: each block's start and slot, in order, in chunks of at most `STARTS_PER_CHUNK`,
+//! searched the same way (heads of the keys' first 16 bytes first), so finding an element's
 //! block is two binary searches. A std `BTreeMap` of the starts was tried first: its
 //! `range(..=probe).next_back()` (a linear scan of each node, four or five nodes deep, and its
 //! range machinery) cost some 800 instructions at 5,000 blocks, more than the rest of an insert.
@@ -34,10 +35,125 @@
 use std::fmt;
 use std::ops::Bound;
 
-/// What the set needs of its elements: ordered, cheap to clone (ids are `Arc`s), and a head that
-/// orders as the element does wherever two heads differ: `a.head() < b.head()` implies `a < b`.
+/// What the set needs of its elements: cheap to clone (ids are `Arc`s), and ordered as their keys
+/// are, byte by byte.
 pub(super) trait Headed: Ord + Clone {
-    fn head(&self) -> u128;
+    fn key(&self) -> Key<'_>;
+}
+
+/// An element's key: the bytes `first`, or `first`, a zero byte and `second`. No part holds a zero
+/// byte, so a key that is a prefix of another sorts first, and `(user, hold)` pairs order as
+/// their keys: the user first, a shorter user before a longer one it starts.
+#[derive(Clone, Copy)]
+pub(super) struct Key<'a> {
+    pub(super) first: &'a [u8],
+    pub(super) second: Option<&'a [u8]>,
+}
+
+impl Key<'_> {
+    #[inline]
+    pub(super) fn len(self) -> usize {
+        self.first.len() + self.second.map_or(0, |second| 1 + second.len())
+    }
+
+    /// The 16 bytes of the key from byte `skip` on, as one big-endian integer, zeros past its end.
+    /// Among keys that share their first `skip` bytes, where two heads differ they order as
+    /// their keys do; comparing them is one integer comparison, not a `memcmp` of heap bytes.
+    #[inline(always)]
+    pub(super) fn head_at(self, skip: usize) -> u128 {
+        let from_first = self.first.get(skip..).unwrap_or(&[]);
+        let mut head = load_be(from_first);
+        if let Some(second) = self.second {
+            // The zero byte between the parts is already in `head`; `second` starts after it.
+            let at = (self.first.len() + 1).saturating_sub(skip);
+            if at < 16 {
+                let from_second = second
+                    .get((skip.saturating_sub(self.first.len() + 1))..)
+                    .unwrap_or(&[]);
+                head |= load_be(from_second) >> (8 * at);
+            }
+        }
+        head
+    }
+
+    /// How many bytes, at most `limit`, this key and `other` share at their start.
+    #[inline]
+    pub(super) fn shared(self, other: Key<'_>, limit: usize) -> usize {
+        let firsts = common_prefix(self.first, other.first, limit);
+        if firsts < self.first.len() || firsts < other.first.len() || firsts == limit {
+            return firsts;
+        }
+        // Equal first parts, and room for more: the zero byte, then the second parts.
+        match (self.second, other.second) {
+            (Some(mine), Some(theirs)) => {
+                let after = firsts + 1;
+                after + common_prefix(mine, theirs, limit - after)
+            }
+            _ => firsts,
+        }
+    }
+}
+
+/// The first 16 bytes of `bytes` (zeros past its end) as a big-endian integer. Written out in
+/// word loads rather than a copy of a variable length, which calls `memcpy`: this is on every
+/// search of a block.
+#[inline(always)]
+fn load_be(bytes: &[u8]) -> u128 {
+    let n = bytes.len();
+    if n >= 16 {
+        let mut word = [0; 16];
+        word.copy_from_slice(&bytes[..16]);
+        return u128::from_be_bytes(word);
+    }
+    let word = |at: usize| -> u64 {
+        let mut word = [0; 8];
+        word.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_be_bytes(word)
+    };
+    if n >= 8 {
+        // The last 8 bytes, shifted up over the ones the first 8 already hold.
+        let low = match n {
+            8 => 0,
+            _ => u128::from(word(n - 8) << (8 * (16 - n))),
+        };
+        return (u128::from(word(0)) << 64) | low;
+    }
+    let mut high = 0u64;
+    for (i, &byte) in bytes.iter().enumerate() {
+        high |= u64::from(byte) << (8 * (7 - i));
+    }
+    u128::from(high) << 64
+}
+
+/// How many bytes, at most `limit`, `a` and `b` share at their start: eight at a time, inline
+/// (ids are short, and a call to `memcmp` costs more than comparing them).
+#[inline]
+fn common_prefix(a: &[u8], b: &[u8], limit: usize) -> usize {
+    let n = a.len().min(b.len()).min(limit);
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut at = 0;
+    while at + 8 <= n {
+        let word = |bytes: &[u8]| {
+            let mut word = [0; 8];
+            word.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_le_bytes(word)
+        };
+        let differ = word(a) ^ word(b);
+        if differ != 0 {
+            return at + (differ.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    at + a[at..]
+        .iter()
+        .zip(&b[at..])
+        .position(|(x, y)| x != y)
+        .unwrap_or(n - at)
+}
+
+/// `bytes` rounded down to whole 16-byte words.
+fn words(bytes: usize) -> usize {
+    bytes / 16 * 16
 }
 
 /// Elements per block in production: a split or a block allocated at once is 64 × (16-byte head
@@ -64,7 +180,7 @@ impl<T: Headed> Start<T> {
     /// A probe: `item` placed among the starts.
     fn at(item: T) -> Self {
         Start {
-            head: item.head(),
+            head: item.key().head_at(0),
             item: Some(item),
         }
     }
@@ -80,6 +196,16 @@ impl<T: Headed> Start<T> {
 
 /// At most `CAP` elements in order, heads and elements at the same positions.
 ///
+/// The heads are taken after the 16-byte words every element's key shares at its start (`skip`
+/// bytes, a multiple of 16): ids of one block often share more than a head's 16 bytes (a shop's
+/// order numbers, `bench-` and a run's 12 hex digits), and heads of those bytes alone would all
+/// tie, leaving every search to compare the ids' heap bytes. Whole words, so that a probe's
+/// first head (which its start has already) tells whether it shares a 16-byte prefix, and ids
+/// that differ within their first 16 bytes are searched as if there were no prefix at all.
+/// An element that does not share the prefix goes first or last, and the block takes its heads
+/// again after a shorter one (`narrow`): rare. A block split off, or taken in, takes them after
+/// its own (`tighten`).
+///
 /// A block also knows its bounds: `start`, its key in the tree of starts, and `end`, the start
 /// the next block had when last known (`None`: there was none). An element at or above `start`
 /// and below `end` belongs to this block. `end` is never above the next block's start: only a
@@ -89,8 +215,20 @@ impl<T: Headed> Start<T> {
 struct Block<T> {
     heads: Vec<u128>,
     items: Vec<T>,
+    /// How many bytes (a multiple of 16) every element's key shares at its start and has.
+    skip: usize,
+    /// The first 16 of them, when there are (every element's head at 0).
+    prefix: u128,
     start: Start<T>,
     end: Option<Start<T>>,
+}
+
+/// Where an element is in a block, or would go, and its head there.
+struct Place {
+    at: Result<usize, usize>,
+    /// Its head after the block's `skip` bytes, or `None` if its key does not start with them
+    /// (it goes first or last).
+    head: Option<u128>,
 }
 
 impl<T: Headed> Block<T> {
@@ -98,6 +236,8 @@ impl<T: Headed> Block<T> {
         Block {
             heads: Vec::with_capacity(capacity),
             items: Vec::with_capacity(capacity),
+            skip: 0,
+            prefix: 0,
             start: Start::LEAST,
             end: None,
         }
@@ -112,29 +252,100 @@ impl<T: Headed> Block<T> {
         self.heads.len()
     }
 
-    /// Where `item` (of head `head`) is, or where it would go.
-    fn search(&self, head: u128, item: &T) -> Result<usize, usize> {
+    /// Where `item` (of head `head0` at byte 0) is, or where it would go.
+    fn search(&self, head0: u128, item: &T) -> Place {
+        let head = match self.skip {
+            0 => head0,
+            skip => {
+                let key = item.key();
+                let shares = head0 == self.prefix
+                    && (skip == 16 || key.shared(self.items[0].key(), skip) == skip);
+                if !shares {
+                    // Outside the prefix every element shares: before them all, or after.
+                    let at = if *item < self.items[0] { 0 } else { self.len() };
+                    return Place {
+                        at: Err(at),
+                        head: None,
+                    };
+                }
+                key.head_at(skip)
+            }
+        };
         let low = self.heads.partition_point(|&h| h < head);
-        if self.heads.get(low) != Some(&head) {
-            return Err(low);
-        }
-        let ties = self.heads[low..].partition_point(|&h| h == head);
-        match self.items[low..low + ties].binary_search(item) {
-            Ok(i) => Ok(low + i),
-            Err(i) => Err(low + i),
+        let at = if self.heads.get(low) != Some(&head) {
+            Err(low)
+        } else {
+            let ties = self.heads[low..].partition_point(|&h| h == head);
+            match self.items[low..low + ties].binary_search(item) {
+                Ok(i) => Ok(low + i),
+                Err(i) => Err(low + i),
+            }
+        };
+        Place {
+            at,
+            head: Some(head),
         }
     }
 
-    /// Inserts at `pos`, growing (a set's first block starts small) but never past `cap`.
-    fn insert(&mut self, pos: usize, head: u128, item: T, cap: usize) {
+    /// Inserts `item` (of head `head0` at byte 0) at `pos`, with its `head` from `search`
+    /// (`None`: it does not share the block's prefix), growing (a set's first block starts
+    /// small) but never past `cap`.
+    fn insert(&mut self, pos: usize, head0: u128, head: Option<u128>, item: T, cap: usize) {
         let len = self.len();
         if len == self.heads.capacity() {
             let more = len.max(4).min(cap - len);
             self.heads.reserve_exact(more);
             self.items.reserve_exact(more);
         }
+        let head = match head {
+            Some(head) => head,
+            None => {
+                self.narrow(head0, &item);
+                item.key().head_at(self.skip)
+            }
+        };
         self.heads.insert(pos, head);
         self.items.insert(pos, item);
+    }
+
+    /// Makes room for `item` (of head `head0`), which does not share the block's prefix: the
+    /// heads are taken again after the whole words it shares with the elements (all of its key
+    /// that fills words, if the block is empty).
+    #[cold]
+    fn narrow(&mut self, head0: u128, item: &T) {
+        let key = item.key();
+        let shared = match self.items.first() {
+            Some(first) => key.shared(first.key(), self.skip),
+            None => key.len(),
+        };
+        self.reprefix(words(shared), head0);
+    }
+
+    /// Takes the heads after the whole prefix the elements share, if it has grown (elements
+    /// gone to another block).
+    fn tighten(&mut self) {
+        if let Some((skip, prefix)) = self.prefix_of_all() {
+            if skip != self.skip {
+                self.reprefix(skip, prefix);
+            }
+        }
+    }
+
+    /// The whole words all the elements' keys share at their start (all of the key that fills
+    /// words if there is one element), and the first of them; `None` for an empty block. The
+    /// elements are in order, so what the first and the last share, all share.
+    fn prefix_of_all(&self) -> Option<(usize, u128)> {
+        let (first, last) = (self.items.first()?, self.items.last()?);
+        let shared = first.key().shared(last.key(), usize::MAX);
+        Some((words(shared), first.key().head_at(0)))
+    }
+
+    fn reprefix(&mut self, skip: usize, prefix: u128) {
+        self.skip = skip;
+        self.prefix = prefix;
+        for (head, item) in self.heads.iter_mut().zip(&self.items) {
+            *head = item.key().head_at(skip);
+        }
     }
 
     fn remove(&mut self, pos: usize) {
@@ -142,9 +353,11 @@ impl<T: Headed> Block<T> {
         self.items.remove(pos);
     }
 
-    /// The elements from `at` on, as a block of capacity `cap`.
+    /// The elements from `at` on, as a block of capacity `cap` (heads after the same prefix).
     fn split_off(&mut self, at: usize, cap: usize) -> Self {
         let mut right = Block::with_capacity(cap);
+        right.skip = self.skip;
+        right.prefix = self.prefix;
         right.heads.extend(self.heads.drain(at..));
         right.items.extend(self.items.drain(at..));
         right
@@ -157,14 +370,15 @@ impl<T: Headed> Block<T> {
         self.heads.extend(next.heads);
         self.items.extend(next.items);
         self.end = next.end;
+        // The two blocks' heads were taken after prefixes of their own.
+        if let Some((skip, prefix)) = self.prefix_of_all() {
+            self.reprefix(skip, prefix);
+        }
     }
 
     /// A start for this block: its first element.
     fn first(&self) -> Start<T> {
-        Start {
-            head: self.heads[0],
-            item: Some(self.items[0].clone()),
-        }
+        Start::at(self.items[0].clone())
     }
 }
 
@@ -423,7 +637,7 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
         let Some(slot) = self.locate(&probe) else {
             // The first element: a block that grows as it fills.
             let mut block = Block::with_capacity(0);
-            block.insert(0, probe.head, probe.into_item(), CAP);
+            block.insert(0, probe.head, None, probe.into_item(), CAP);
             let slot = self.occupy(block);
             self.starts.insert(Start::LEAST, slot);
             self.finger = Some(slot);
@@ -432,15 +646,15 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
         };
         self.finger = Some(slot);
         let block = &mut self.slots[slot];
-        let Err(pos) = block.search(probe.head, probe.item()) else {
+        let Place { at: Err(pos), head } = block.search(probe.head, probe.item()) else {
             return false;
         };
         self.len += 1;
         if block.len() < CAP {
-            block.insert(pos, probe.head, probe.into_item(), CAP);
+            block.insert(pos, probe.head, head, probe.into_item(), CAP);
             return true;
         }
-        self.insert_into_full(slot, pos, probe);
+        self.insert_into_full(slot, pos, head, probe);
         true
     }
 
@@ -450,29 +664,32 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
     /// elsewhere it splits in halves. So a run of inserts that ascend (or descend) through a
     /// region, as sequential ids do, leaves full blocks behind it, not half-full ones, and any
     /// split leaves a block at least half full. The finger follows the element.
+    /// Both parts then take their heads after their own prefixes.
     #[cold]
-    fn insert_into_full(&mut self, slot: usize, pos: usize, probe: Start<T>) {
+    fn insert_into_full(&mut self, slot: usize, pos: usize, head: Option<u128>, probe: Start<T>) {
         let block = &mut self.slots[slot];
-        let head = probe.head;
+        let head0 = probe.head;
         let item = probe.into_item();
         let (mut right, into_right) = if pos >= CAP - CAP / 4 {
             let mut right = block.split_off(pos, CAP);
-            right.insert(0, head, item, CAP);
+            right.insert(0, head0, head, item, CAP);
             (right, true)
         } else if pos <= CAP / 4 {
             let right = block.split_off(pos, CAP);
-            block.insert(pos, head, item, CAP);
+            block.insert(pos, head0, head, item, CAP);
             (right, false)
         } else {
             let half = CAP / 2;
             let mut right = block.split_off(half, CAP);
             if pos <= half {
-                block.insert(pos, head, item, CAP);
+                block.insert(pos, head0, head, item, CAP);
             } else {
-                right.insert(pos - half, head, item, CAP);
+                right.insert(pos - half, head0, head, item, CAP);
             }
             (right, pos > half)
         };
+        block.tighten();
+        right.tighten();
         let start = right.first();
         right.start = start.clone();
         right.end = block.end.replace(start.clone());
@@ -490,7 +707,7 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
             return false;
         };
         let block = &mut self.slots[slot];
-        let Ok(pos) = block.search(probe.head, item) else {
+        let Ok(pos) = block.search(probe.head, item).at else {
             return false;
         };
         block.remove(pos);
@@ -539,7 +756,7 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
     pub(super) fn contains(&self, item: &T) -> bool {
         let probe = Start::at(item.clone());
         self.locate(&probe)
-            .is_some_and(|slot| self.slots[slot].search(probe.head, item).is_ok())
+            .is_some_and(|slot| self.slots[slot].search(probe.head, item).at.is_ok())
     }
 
     /// The elements in order from `from` on: all of them, or from `item` on, or after it.
@@ -552,7 +769,7 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
                     None => (&[], self.starts.first_position()),
                     Some(at) => {
                         let block = &self.slots[self.starts.at(at).1];
-                        let pos = match block.search(probe.head, item) {
+                        let pos = match block.search(probe.head, item).at {
                             Ok(pos) if matches!(from, Bound::Excluded(_)) => pos + 1,
                             Ok(pos) | Err(pos) => pos,
                         };
@@ -601,8 +818,17 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
             if *start > block.first() {
                 return Err(format!("block {n} starts after its first element"));
             }
+            let first = block.items[0].key();
+            if !block.skip.is_multiple_of(16)
+                || (block.skip > 0 && first.head_at(0) != block.prefix)
+            {
+                return Err(format!("block {n}: a prefix of {} bytes", block.skip));
+            }
             for (i, (head, item)) in block.heads.iter().zip(&block.items).enumerate() {
-                if *head != item.head() {
+                if item.key().shared(first, block.skip) != block.skip {
+                    return Err(format!("block {n}: an element outside the block's prefix"));
+                }
+                if *head != item.key().head_at(block.skip) {
                     return Err(format!("block {n}: a stale head"));
                 }
                 if i > 0 && block.items[i - 1] >= *item {
@@ -658,8 +884,11 @@ mod tests {
     struct Id(String);
 
     impl Headed for Id {
-        fn head(&self) -> u128 {
-            super::super::head(&self.0)
+        fn key(&self) -> Key<'_> {
+            Key {
+                first: self.0.as_bytes(),
+                second: None,
+            }
         }
     }
 
@@ -667,6 +896,12 @@ mod tests {
     /// their head, many are prefixes of others.
     fn id() -> impl Strategy<Value = Id> {
         "[0a][0a.]{0,20}".prop_map(Id)
+    }
+
+    /// Longer ids, as bases of runs: their blocks share prefixes of one, two or three whole
+    /// 16-byte words, and the ids above put elements outside them.
+    fn long_id() -> impl Strategy<Value = Id> {
+        "[0a][0a.]{0,44}".prop_map(Id)
     }
 
     #[derive(Debug, Clone)]
@@ -687,6 +922,7 @@ mod tests {
             2 => id().prop_map(Op::Remove),
             2 => (any::<prop::sample::Index>(), 1..40u8).prop_map(|(at, n)| Op::RemoveSpan(at, n)),
             1 => (id(), 1..40u8, any::<bool>()).prop_map(|(id, n, up)| Op::Run(id, n, up)),
+            1 => (long_id(), 1..40u8, any::<bool>()).prop_map(|(id, n, up)| Op::Run(id, n, up)),
             1 => id().prop_map(Op::Contains),
             1 => (id(), any::<bool>()).prop_map(|(id, excluded)| Op::From(id, excluded)),
         ]
@@ -793,6 +1029,52 @@ mod tests {
         ) {
             against_the_model::<BLOCK, STARTS_PER_CHUNK>(&ops)?;
         }
+    }
+
+    /// Ids that share one or two words, unpadded (so inserts land all over the blocks), with
+    /// short ids among them that leave every prefix: the blocks take their heads after the
+    /// words they share, and lose them to an id outside.
+    #[test]
+    fn blocks_head_after_the_words_their_ids_share() {
+        let mut set = OrderedSet::<Id, BLOCK>::default();
+        let mut model = BTreeSet::new();
+        let prefixes = [
+            "bench-0123456789ab-",
+            "order-2026-11-27-shop-0042-checkout-",
+        ];
+        for n in 0..6_000 {
+            for prefix in prefixes {
+                let id = Id(format!("{prefix}{n}"));
+                assert!(set.insert(id.clone()));
+                model.insert(id);
+            }
+            if n % 97 == 0 {
+                // Sorts among the first prefix's ids, sharing none of their words.
+                let id = Id(format!("bench-{n}"));
+                assert!(set.insert(id.clone()));
+                model.insert(id);
+            }
+        }
+        set.check().unwrap();
+        assert!(set.range(Bound::Unbounded).eq(model.iter()));
+        let skips: BTreeSet<usize> = set.slots.iter().map(|block| block.skip).collect();
+        assert_eq!(skips, BTreeSet::from([0, 16, 32]));
+        for id in &model {
+            assert!(set.contains(id));
+            assert!(
+                !set.contains(&Id(format!("{}0", id.0)))
+                    || model.contains(&Id(format!("{}0", id.0)))
+            );
+        }
+        for id in model.iter().step_by(3) {
+            assert!(set.remove(id));
+        }
+        set.check().unwrap();
+        assert!(set.range(Bound::Unbounded).eq(model
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 3 != 0)
+            .map(|(_, id)| id)));
     }
 
     /// Many sequential ids, then every other one removed, then all: splits at the end, in the
