@@ -243,8 +243,9 @@ pub struct SnapshotJob {
 }
 
 impl SnapshotJob {
-    /// Builds and writes the snapshot, then tells the writer (`done_lsn`) so that the log drops
-    /// what it covers. A failed snapshot loses nothing: the log still has every record.
+    /// Builds and writes the snapshot, deletes the files it makes obsolete, then tells the writer
+    /// (`done_lsn`) so that the log forgets them. A failed snapshot loses nothing: the log still
+    /// has every record.
     pub fn run(self) {
         // Clears the in-flight flag however the build ends, a panic included.
         let _in_flight = FlagGuard(self.in_flight);
@@ -263,6 +264,11 @@ impl SnapshotJob {
                 stats.snapshots.fetch_add(1, Relaxed);
                 stats.snapshot_build_ms_last.store(build_ms, Relaxed);
                 tracing::info!(lsn = self.up_to_lsn, build_ms, "snapshot written");
+                // Here rather than on the writer, which must not stop for file deletions.
+                let removed = Storage::remove_obsolete_files(&*self.fs, &self.dir, self.up_to_lsn);
+                if let Err(error) = removed {
+                    tracing::warn!(%error, "cannot remove obsolete log segments and snapshots");
+                }
                 self.done_lsn.store(self.up_to_lsn, Relaxed);
             }
             Err(error) => tracing::warn!(%error, "snapshot failed; will retry later"),

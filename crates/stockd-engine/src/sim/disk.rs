@@ -324,7 +324,10 @@ impl Disk {
         let bit = 1u8 << self.rng.below(8);
         let inode = self.inodes.get_mut(&inode).expect("listed inode");
         inode.durable[offset] ^= bit;
-        inode.current[offset] ^= bit;
+        // The file may have been cut short since its last sync (a deletion under way).
+        if let Some(byte) = inode.current.get_mut(offset) {
+            *byte ^= bit;
+        }
         self.counts.bit_flips += 1;
         Some(Flip {
             path,
@@ -623,7 +626,10 @@ impl Fs for SimFs {
                 "renames across directories are not simulated",
             ));
         }
-        disk.change(&from_dir, DirChange::Rename(from_name, to_name))
+        disk.change(&from_dir, DirChange::Rename(from_name, to_name))?;
+        // The engine took that name away itself, as a removal would.
+        disk.removed.insert(from.to_path_buf());
+        Ok(())
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
@@ -707,6 +713,13 @@ impl FsFile for SimFile {
         let inode = disk.inodes.get_mut(&self.inode).expect("open file");
         inode.current.resize(len_bytes as usize, 0);
         Ok(())
+    }
+
+    fn len_bytes(&mut self) -> io::Result<u64> {
+        let mut disk = self.disk();
+        disk.call(CallKind::Metadata)?;
+        let inode = disk.inodes.get_mut(&self.inode).expect("open file");
+        Ok(inode.current.len() as u64)
     }
 
     fn sync_data(&mut self) -> io::Result<()> {

@@ -20,6 +20,8 @@ pub trait FsFile: Send + Debug {
     /// shorter. Files opened in append mode must not use it.
     fn write_all_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()>;
     fn set_len(&mut self, len_bytes: u64) -> io::Result<()>;
+    /// The file's length in bytes.
+    fn len_bytes(&mut self) -> io::Result<u64>;
     /// `fdatasync`: the file's bytes and length survive a crash once this returns `Ok`.
     fn sync_data(&mut self) -> io::Result<()>;
     /// `fsync`: as `sync_data`, plus the rest of the file's metadata.
@@ -69,6 +71,9 @@ impl FsFile for File {
     }
     fn set_len(&mut self, len_bytes: u64) -> io::Result<()> {
         File::set_len(self, len_bytes)
+    }
+    fn len_bytes(&mut self) -> io::Result<u64> {
+        Ok(self.metadata()?.len())
     }
     fn sync_data(&mut self) -> io::Result<()> {
         File::sync_data(self)

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use super::wal::{parse_lsn_name, read_u64};
-use super::{sync_directory, Fs, StorageError, SNAPSHOT_PAYLOAD_BYTES_MAX};
+use super::{sync_directory, Fs, FsFile, StorageError, SNAPSHOT_PAYLOAD_BYTES_MAX};
 
 const SNAPSHOT_MAGIC: [u8; 8] = *b"STKDSNP\0";
 const SNAPSHOT_VERSION: u32 = 1;
@@ -23,6 +23,13 @@ const SNAPSHOT_SUFFIX: &str = ".snap";
 /// A snapshot is written under this suffix and renamed only once complete and synced, so a file
 /// with the final name is never half written. Leftovers are deleted by `Storage::open`.
 pub(super) const TEMP_SUFFIX: &str = ".tmp";
+/// A snapshot reaches the disk in pieces of this size, each synced before the next is written.
+/// The log's fsyncs share the disk with it and queue behind whatever it has in flight: written
+/// whole and synced once, a snapshot of a million holds (about 100 MB) held every fsync of the
+/// log behind a flush of 100 ms or more, and the answers waiting on them. Here a 1 MiB sync
+/// takes about 1 ms, 64 MiB at once 52 ms. Redis syncs its RDB files the same way
+/// (`rdb-save-incremental-fsync`, every 32 MB).
+const SYNC_EVERY_BYTES: usize = 1 << 20;
 
 pub(super) fn snapshot_file_name(lsn: u64) -> String {
     format!("{SNAPSHOT_PREFIX}{lsn:020}{SNAPSHOT_SUFFIX}")
@@ -86,10 +93,23 @@ pub(super) fn write(
 fn write_temp(fs: &dyn Fs, temp_path: &Path, lsn: u64, payload: &[u8]) -> std::io::Result<()> {
     let mut file = fs.create_truncate(temp_path)?;
     file.write_all(&encode_header(lsn, payload))?;
-    file.write_all(payload)?;
+    write_in_synced_pieces(&mut *file, payload, SYNC_EVERY_BYTES)?;
     // Full fsync before the rename: the rename must never become durable ahead of the content,
     // or a crash could leave a complete-looking name over missing data.
     file.sync_all()
+}
+
+/// Writes `bytes` in pieces of `piece` bytes, each synced (`fdatasync`) before the next.
+fn write_in_synced_pieces(
+    file: &mut dyn FsFile,
+    bytes: &[u8],
+    piece: usize,
+) -> std::io::Result<()> {
+    for piece in bytes.chunks(piece) {
+        file.write_all(piece)?;
+        file.sync_data()?;
+    }
+    Ok(())
 }
 
 /// Reads the snapshot at `path` (whose file name says `lsn`) and verifies it. `Ok(Err(reason))`
@@ -186,6 +206,56 @@ mod tests {
         }
         fs::write(&path, &original[..original.len() - 1]).unwrap();
         assert!(read_verified(&RealFs, &path, 9).unwrap().is_err());
+    }
+
+    /// What a file was asked to do, in order.
+    #[derive(Debug, Default)]
+    struct Recorded(Vec<String>);
+
+    impl FsFile for Recorded {
+        fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+            self.0.push(format!("write {}", bytes.len()));
+            Ok(())
+        }
+        fn write_all_at(&mut self, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
+            self.0.push(format!("write {} at {offset}", bytes.len()));
+            Ok(())
+        }
+        fn set_len(&mut self, len_bytes: u64) -> std::io::Result<()> {
+            self.0.push(format!("set_len {len_bytes}"));
+            Ok(())
+        }
+        fn len_bytes(&mut self) -> std::io::Result<u64> {
+            Ok(0)
+        }
+        fn sync_data(&mut self) -> std::io::Result<()> {
+            self.0.push("sync_data".to_string());
+            Ok(())
+        }
+        fn sync_all(&mut self) -> std::io::Result<()> {
+            self.0.push("sync_all".to_string());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_snapshot_reaches_the_disk_in_synced_pieces() {
+        let mut file = Recorded::default();
+        write_in_synced_pieces(&mut file, &[7; 25], 10).unwrap();
+        assert_eq!(
+            file.0,
+            [
+                "write 10",
+                "sync_data",
+                "write 10",
+                "sync_data",
+                "write 5",
+                "sync_data"
+            ]
+        );
+        let mut file = Recorded::default();
+        write_in_synced_pieces(&mut file, &[], 10).unwrap();
+        assert!(file.0.is_empty());
     }
 
     #[test]
