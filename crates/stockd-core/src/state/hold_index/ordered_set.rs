@@ -1059,6 +1059,13 @@ mod tests {
         assert!(set.range(Bound::Unbounded).eq(model.iter()));
         let skips: BTreeSet<usize> = set.slots.iter().map(|block| block.skip).collect();
         assert_eq!(skips, BTreeSet::from([0, 16, 32]));
+        // Ids that differ within their first 16 bytes are searched by heads from the start.
+        let mut short = OrderedSet::<Id, BLOCK>::default();
+        for n in 0..5_000 {
+            short.insert(Id(format!("order-{n}")));
+        }
+        short.check().unwrap();
+        assert!(short.slots.iter().all(|block| block.skip == 0));
         for id in &model {
             assert!(set.contains(id));
             assert!(
