@@ -1091,6 +1091,31 @@ mod tests {
         assert_eq!(recovered.snapshot.as_deref(), Some(&b"state at 300"[..]));
     }
 
+    /// A file goes whatever its length, at and around a step's edge, and one already gone is
+    /// no error.
+    #[test]
+    fn a_file_removed_gradually_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        for len in [
+            0,
+            1,
+            REMOVE_STEP_BYTES,
+            REMOVE_STEP_BYTES + 1,
+            3 * REMOVE_STEP_BYTES - 1,
+        ] {
+            let path = dir.path().join(format!("snapshot-{len}.snap"));
+            // Sparse: the length is what matters, not the bytes.
+            fs::File::create(&path).unwrap().set_len(len).unwrap();
+            remove_gradually(&RealFs, &path).unwrap();
+            assert_eq!(
+                file_names(dir.path(), ""),
+                Vec::<String>::new(),
+                "length {len}"
+            );
+        }
+        remove_gradually(&RealFs, &dir.path().join("never-there")).unwrap();
+    }
+
     /// A deletion cut short by a crash leaves a renamed, shortened file: `open` deletes it and
     /// reads the log as before.
     #[test]

@@ -254,6 +254,9 @@ mod tests {
             ]
         );
         let mut file = Recorded::default();
+        write_in_synced_pieces(&mut file, &[7; 20], 10).unwrap();
+        assert_eq!(file.0, ["write 10", "sync_data", "write 10", "sync_data"]);
+        let mut file = Recorded::default();
         write_in_synced_pieces(&mut file, &[], 10).unwrap();
         assert!(file.0.is_empty());
     }
