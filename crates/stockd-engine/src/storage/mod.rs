@@ -330,8 +330,7 @@ impl Storage {
         }
         let listing = list_directory(&*self.fs, &self.dir)?;
         let covered_lsn = covered_lsn(&listing, snapshot_lsn)?;
-        // Segment i holds lsns first_lsns[i] ..= first_lsns[i + 1] - 1.
-        while self.segment_first_lsns.len() > 1 && self.segment_first_lsns[1] - 1 <= covered_lsn {
+        for _ in 0..obsolete_segments(&self.segment_first_lsns, covered_lsn) {
             let path = segment_path(&self.dir, self.segment_first_lsns[0]);
             remove_file_if_present(&*self.fs, &path)?;
             tracing::debug!(path = %path.display(), "removed obsolete segment");
@@ -363,12 +362,10 @@ impl Storage {
         let listing = list_directory(fs, dir)?;
         let covered_lsn = covered_lsn(&listing, snapshot_lsn)?;
         let firsts = &listing.segment_first_lsns;
-        // As in `remove_obsolete`: all but the last segment, while the next starts at or before
-        // covered_lsn + 1. The segment being appended to is the last one, or was when listed.
-        let segments = firsts
-            .windows(2)
-            .take_while(|pair| pair[1] - 1 <= covered_lsn)
-            .map(|pair| segment_path(dir, pair[0]));
+        // The segment being appended to is the last one, or was when listed: never obsolete.
+        let segments = firsts[..obsolete_segments(firsts, covered_lsn)]
+            .iter()
+            .map(|&first_lsn| segment_path(dir, first_lsn));
         for path in segments.chain(obsolete_snapshots(dir, &listing, covered_lsn)) {
             remove_gradually(fs, &path)?;
             tracing::debug!(path = %path.display(), "removed obsolete file");
@@ -501,6 +498,16 @@ fn covered_lsn(listing: &Listing, snapshot_lsn: u64) -> Result<u64, StorageError
         return Err(StorageError::SnapshotMissing { lsn: snapshot_lsn });
     }
     Ok(lsns[lsns.len().saturating_sub(SNAPSHOTS_RETAINED)])
+}
+
+/// How many of the segments (by first lsn, ascending) hold only records up to `covered_lsn`:
+/// segment i holds lsns `first_lsns[i] ..= first_lsns[i + 1] - 1`, so the last one, whose end
+/// is not known, never counts.
+fn obsolete_segments(first_lsns: &[u64], covered_lsn: u64) -> usize {
+    first_lsns
+        .windows(2)
+        .take_while(|pair| pair[1] - 1 <= covered_lsn)
+        .count()
 }
 
 /// The snapshots older than the oldest retained one, covering `covered_lsn`.
