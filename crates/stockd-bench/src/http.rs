@@ -17,6 +17,7 @@ use bytes::{Bytes, BytesMut};
 use http::Method;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 /// Where the server is: `host:port` and the bearer token to send.
 #[derive(Clone, Debug)]
@@ -125,6 +126,9 @@ pub struct Connection {
     /// The request being sent, encoded; kept with its capacity.
     out: Vec<u8>,
     open: Option<Open>,
+    /// When the last request's final byte went into the socket; `None` until one has, and
+    /// from the start of each `send` until its request is written.
+    written_at: Option<Instant>,
 }
 
 struct Open {
@@ -151,6 +155,7 @@ impl Connection {
             fixed_headers,
             out: Vec::new(),
             open: None,
+            written_at: None,
         })
     }
 
@@ -177,6 +182,7 @@ impl Connection {
     /// Sends `request` and reads the whole answer. An error means the outcome is unknown (the
     /// request may or may not have reached the server); the next call reconnects.
     pub async fn send(&mut self, request: &Request) -> Result<Answer, String> {
+        self.written_at = None;
         if self.open.as_ref().is_some_and(Open::ended) {
             self.open = None;
         }
@@ -185,7 +191,13 @@ impl Connection {
             None => self.open.insert(self.connect().await?),
         };
         encode(request, &self.fixed_headers, &mut self.out);
-        let exchanged = exchange(open, &self.out, request.method == Method::HEAD).await;
+        let exchanged = exchange(
+            open,
+            &self.out,
+            request.method == Method::HEAD,
+            &mut self.written_at,
+        )
+        .await;
         match exchanged {
             Ok((answer, keep_alive)) => {
                 if !keep_alive {
@@ -198,6 +210,13 @@ impl Connection {
                 Err(error)
             }
         }
+    }
+
+    /// When the last `send`'s request had been written whole into the socket: on loopback, the
+    /// moment it had reached the server's receive buffer at the latest. `None` when it was not
+    /// all written (the send failed first).
+    pub fn written_at(&self) -> Option<Instant> {
+        self.written_at
     }
 }
 
@@ -253,16 +272,19 @@ fn encode(request: &Request, fixed_headers: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&request.body);
 }
 
-/// Writes the request, reads its answer; returns it, and whether the connection stays open.
+/// Writes the request (noting when it was all written in `written_at`), reads its answer;
+/// returns it, and whether the connection stays open.
 async fn exchange(
     open: &mut Open,
     request: &[u8],
     head_only: bool,
+    written_at: &mut Option<Instant>,
 ) -> Result<(Answer, bool), String> {
     open.stream
         .write_all(request)
         .await
         .map_err(|error| format!("sending the request: {error}"))?;
+    *written_at = Some(Instant::now());
     let head = loop {
         if let Some(head) = Head::parse(&open.input, head_only)? {
             break head;

@@ -6,6 +6,7 @@
 //! - [`load`]: the driver, closed or open loop (wrk2-style schedule, latency from the intended
 //!   send time), HDR histograms per run and per second, the progress line.
 //! - [`scenario`]: flash, team, cart, lifecycle and batch: set-up, requests, verdict.
+//! - [`race`]: the team race's order: whether the buyers who came first won.
 //! - [`report`]: the table, the JSON document and the SVG plot.
 //! - [`lab`]: `stockd bench lab`, the oversell experiment: naive Redis, locks, Lua, PostgreSQL
 //!   and stockd side by side, on servers it starts itself.
@@ -15,6 +16,7 @@
 pub mod http;
 pub mod lab;
 pub mod load;
+pub mod race;
 pub mod report;
 pub mod scenario;
 
@@ -87,7 +89,14 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
         )
         .await?,
     );
+    let groups_before = writer_groups(&mut admin).await;
     let load = load::run(&endpoints, Arc::clone(&run), &config.load).await?;
+    let groups = match (groups_before, writer_groups(&mut admin).await) {
+        (Some(before), Some(after)) => Some(after.saturating_sub(before)),
+        _ => None,
+    };
+    let race_order =
+        run.race_order(groups.and_then(|groups| race::group_commit(load.window, groups)));
     let verdict = run.verdict(&mut admin).await?;
     let (holds, _units) = run.created();
     Ok(Report::new(
@@ -101,5 +110,20 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
         &load,
         holds,
         verdict,
+        race_order,
     ))
+}
+
+/// How many groups of requests the server's writer has decided (`stockd_engine_batches_total`),
+/// or `None` when it has no writer of its own (a Redis backend) or `/metrics` does not answer.
+/// With a fleet, this is the first server's.
+async fn writer_groups(admin: &mut scenario::Admin) -> Option<u64> {
+    let answer = admin.send(&http::Request::get("/metrics")).await.ok()?;
+    if answer.status != 200 {
+        return None;
+    }
+    race::counter(
+        std::str::from_utf8(&answer.body).ok()?,
+        "stockd_engine_batches_total",
+    )
 }

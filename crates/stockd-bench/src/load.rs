@@ -30,8 +30,24 @@ pub trait Workload: Send + Sync + 'static {
     fn next(&self, worker: usize, rng: &mut StdRng) -> Option<(Request, Self::Tag)>;
 
     /// The answer to a request `next` gave; `Err` when its outcome is unknown (the connection
-    /// failed after sending, or before an answer came).
-    fn answered(&self, worker: usize, tag: Self::Tag, answer: &Result<Answer, String>);
+    /// failed after sending, or before an answer came). `timing` says when the request went.
+    fn answered(
+        &self,
+        worker: usize,
+        tag: Self::Tag,
+        answer: &Result<Answer, String>,
+        timing: Timing,
+    );
+}
+
+/// When a request went to the server, as the client saw it. On loopback a request reaches the
+/// server's socket between the two instants: not before `began`, not after `written`.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// Just before its first byte was written.
+    pub began: Instant,
+    /// Just after its last byte was; `None` when it was never all written.
+    pub written: Option<Instant>,
 }
 
 /// Closed or open loop.
@@ -305,8 +321,13 @@ pub async fn run<W: Workload>(
                     break;
                 };
                 live.sent.fetch_add(1, Ordering::Relaxed);
+                let began = Instant::now();
                 let outcome = connection.send(&request).await;
                 let done = Instant::now();
+                let timing = Timing {
+                    began,
+                    written: connection.written_at(),
+                };
                 match &outcome {
                     Ok(answer) if answer.status >= 500 => {
                         live.errors.fetch_add(1, Ordering::Relaxed);
@@ -325,7 +346,7 @@ pub async fn run<W: Workload>(
                     recorded.record(second, done - intended, &outcome);
                     last_answer = last_answer.max(done);
                 }
-                workload.answered(worker, tag, &outcome);
+                workload.answered(worker, tag, &outcome, timing);
                 if outcome.is_err() {
                     // A server that is down would otherwise be hammered with connects.
                     tokio::time::sleep(Duration::from_millis(10)).await;

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::load::{LoadResult, Pace};
+use crate::race::RaceOrder;
 use crate::scenario::{Scenario, Verdict};
 
 #[derive(Clone, Debug, Serialize)]
@@ -56,6 +57,9 @@ pub struct Report {
     pub outcomes: BTreeMap<String, u64>,
     pub unknown_samples: Vec<String>,
     pub verdict: Verdict,
+    /// The team race only: whether the buyers who came first won.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub race_order: Option<RaceOrder>,
     pub timeline: Vec<SecondReport>,
 }
 
@@ -99,6 +103,7 @@ impl Report {
         load: &LoadResult,
         holds_created: u64,
         verdict: Verdict,
+        race_order: Option<RaceOrder>,
     ) -> Report {
         // Holds are counted over the whole run, warm-up included.
         let elapsed = load.elapsed.as_secs_f64();
@@ -128,6 +133,7 @@ impl Report {
             outcomes: load.recorded.outcomes.clone(),
             unknown_samples: load.recorded.unknown_samples.clone(),
             verdict,
+            race_order,
             timeline: load
                 .recorded
                 .timeline
@@ -206,6 +212,35 @@ impl Report {
         }
         for sample in &self.unknown_samples {
             let _ = writeln!(out, "    (unknown: {sample})");
+        }
+        if let Some(order) = &self.race_order {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "  race order    {} of {} losers lost to a winner of their team who surely came later",
+                order.overtaken, order.losers
+            );
+            if order.overtaken > 0 {
+                let _ = writeln!(
+                    out,
+                    "                by p50 {:.2}  p99 {:.2}  max {:.2} ms",
+                    order.overtaken_by_p50_ms, order.overtaken_by_p99_ms, order.overtaken_by_max_ms
+                );
+            }
+            match (order.group_commit_ms, order.beyond_one_commit) {
+                (Some(commit), Some(beyond)) => {
+                    let _ = writeln!(
+                        out,
+                        "                {beyond} by more than one group of the server's writer ({commit:.2} ms on average over the load)"
+                    );
+                }
+                _ => {
+                    let _ = writeln!(
+                        out,
+                        "                (no group to compare with: the server has no writer of its own)"
+                    );
+                }
+            }
         }
         let _ = writeln!(out);
         let _ = writeln!(

@@ -18,7 +18,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::http::{Answer, Connection, Endpoint, Request};
-use crate::load::Workload;
+use crate::load::{Timing, Workload};
+use crate::race::{race_order, Entrant, RaceOrder};
 
 /// Which scenario, with its knobs.
 #[derive(Clone, Debug, Serialize)]
@@ -420,6 +421,8 @@ pub struct Run {
     released: AtomicU64,
     /// Team: tickets handed out (team, buyer).
     tickets: AtomicU64,
+    /// Team: every buyer whose outcome is known, and when its request went.
+    entrants: Mutex<Vec<Entrant>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -457,6 +460,7 @@ impl Run {
             confirmed: Mutex::new(Vec::new()),
             released: AtomicU64::new(0),
             tickets: AtomicU64::new(0),
+            entrants: Mutex::new(Vec::new()),
         })
     }
 
@@ -513,6 +517,17 @@ impl Run {
             Ok(_) => ledger.other += 1,
             Err(_) => ledger.unknown.push(sent),
         }
+    }
+
+    /// The team race's order (`None` for other scenarios), given the server's mean time per
+    /// group commit during the load when it is known.
+    pub fn race_order(&self, group_commit: Option<Duration>) -> Option<RaceOrder> {
+        matches!(self.scenario, Scenario::Team { .. }).then(|| {
+            race_order(
+                &self.entrants.lock().unwrap_or_else(|e| e.into_inner()),
+                group_commit,
+            )
+        })
     }
 
     /// Holds and units created by the run (for `batch`: holds per second).
@@ -749,9 +764,27 @@ impl Workload for Run {
         }
     }
 
-    fn answered(&self, worker: usize, tag: Tag, answer: &Result<Answer, String>) {
+    fn answered(&self, worker: usize, tag: Tag, answer: &Result<Answer, String>, timing: Timing) {
         match tag {
             Tag::Hold(sent) => {
+                if let (Scenario::Team { .. }, Ok(answer), Some(written)) =
+                    (&self.scenario, answer, timing.written)
+                {
+                    let won = answer.status == 201;
+                    let lost = answer.status == 409
+                        && answer.error_code().as_deref() == Some("insufficient_stock");
+                    if won || lost {
+                        self.entrants
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(Entrant {
+                                team: sent.units[0].0,
+                                began: timing.began,
+                                written,
+                                won,
+                            });
+                    }
+                }
                 let created = matches!(answer, Ok(answer) if answer.status == 201);
                 if !created && matches!(self.scenario, Scenario::Lifecycle { .. }) {
                     let mut pending = self.pending[worker]

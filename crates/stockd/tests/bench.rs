@@ -116,11 +116,29 @@ async fn every_scenario_passes_its_verdict_on_a_real_server() {
             "team" => {
                 assert_eq!(outcomes["201"], 20, "{report:#}");
                 assert_eq!(outcomes["409 insufficient_stock"], 780, "{report:#}");
+                // The race's order is judged over every loser, against the embedded writer's
+                // groups; how many were overtaken depends on scheduling, not asserted here
+                // (crates/stockd-bench/src/race.rs tests the arithmetic).
+                let order = &report["race_order"];
+                assert_eq!(order["losers"], 780, "{report:#}");
+                let overtaken = order["overtaken"].as_u64().unwrap();
+                assert!(overtaken <= 780, "{report:#}");
+                assert!(
+                    order["group_commit_ms"].as_f64().unwrap() > 0.0,
+                    "{report:#}"
+                );
+                assert!(
+                    order["beyond_one_commit"].as_u64().unwrap() <= overtaken,
+                    "{report:#}"
+                );
             }
             "lifecycle" => {
                 assert!(outcomes["200"].as_u64().unwrap_or(0) > 0, "{report:#}");
             }
             _ => {}
+        }
+        if scenario != "team" {
+            assert!(report.get("race_order").is_none(), "{report:#}");
         }
     }
 }

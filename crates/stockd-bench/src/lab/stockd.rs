@@ -12,7 +12,7 @@ use rand::SeedableRng;
 use super::driver::{Buyer, Take};
 use super::{LabConfig, Variant, VariantRun};
 use crate::http::{Connection, Endpoint, Request};
-use crate::load::Workload;
+use crate::load::{Timing, Workload};
 use crate::scenario::{Admin, Run, Scenario};
 
 struct HttpBuyer {
@@ -28,7 +28,12 @@ impl Buyer for HttpBuyer {
             .run
             .next(self.worker, &mut self.rng)
             .ok_or("the flash workload ran dry")?;
+        let began = tokio::time::Instant::now();
         let answer = self.connection.send(&request).await;
+        let timing = Timing {
+            began,
+            written: self.connection.written_at(),
+        };
         let take = match &answer {
             Ok(answer) if answer.status == 201 => Ok(Take::Sold),
             Ok(answer)
@@ -45,7 +50,7 @@ impl Buyer for HttpBuyer {
             Err(why) => Err(why.clone()),
         };
         // The ledger the verdict checks: created, refused, or unknown (then asked afterwards).
-        self.run.answered(self.worker, tag, &answer);
+        self.run.answered(self.worker, tag, &answer, timing);
         take
     }
 }
