@@ -5,7 +5,7 @@
 #   1. flash: POST /v1/holds confirm=true on one hot pool (stock that never runs out, no per-user
 #      limit), 50 connections, closed loop;
 #   2. team: 20 five-slot team pools, 1,000 buyers racing for each, 1,000 connections: exactly 5
-#      winners per team, and the latency of the race;
+#      winners per team, the latency of the race, and its order (losers a later winner overtook);
 #   3. batch: the batch endpoint with 1,000 reserve+confirm ops per request, 4 connections;
 # and the baselines, each under the load generator it is measured with elsewhere:
 #   4. the same flash requests from wrk (50 connections), and a bare axum JSON handler (no state,
@@ -184,6 +184,9 @@ fl, tm, bt = rep["flash"], rep["team"], rep["batch"]
 row("stockd bench flash (50 conns)", f"{fl['throughput_per_s']:,.0f}", f"p99 {fl['latency']['p99_ms']:.2f} ms")
 row("stockd bench team (20 x 1,000 buyers, 1,000 conns)", f"{tm['throughput_per_s']:,.0f}", f"p99 {tm['latency']['p99_ms']:.2f} ms")
 print(f"{'  team: max':<52} {'':>12} {tm['latency']['max_ms']:>11.2f} ms")
+ro = tm["race_order"]
+print(f"{'  team: losers a later winner overtook':<52} {ro['overtaken']:>12,} {'max ' + format(ro['overtaken_by_max_ms'], '.2f') + ' ms':>14}")
+print(f"{'  team: ... by more than one writer group':<52} {ro['beyond_one_commit']:>12,} {'group ' + format(ro['group_commit_ms'], '.2f') + ' ms':>14}")
 row("stockd bench batch (1,000 ops/request, 4 conns)", f"{bt['throughput_per_s']:,.0f}", f"p99 {bt['latency']['p99_ms']:.2f} ms")
 print(f"{'  batch: holds per second':<52} {bt['holds_per_s']:>12,.0f}")
 row("wrk -> stockd, same flash requests (50 conns)", f"{f(wrk_rps):,.0f}", f"p99 {wrk_p99}")
