@@ -141,6 +141,23 @@ impl Command {
     }
 }
 
+/// Runs the tasks that I/O woke in the order they were woken.
+///
+/// tokio's multi-threaded scheduler puts the task woken last into a LIFO slot that runs before
+/// everything already queued. When a crowd's requests arrive together, the I/O driver wakes
+/// their connections in arrival order, and the LIFO slot then lets the latest of them reach the
+/// writer first: a buyer who came later wins the race. `stockd bench`'s team race measured it
+/// (`race_order`, docs/benchmarks.md, "Sixth steps"): losers overtaken by a later winner in 8
+/// of 15 races with the slot, by up to 97 ms, and in 2 of 15 without it, by at most 5 ms. The
+/// switch is one of tokio's unstable settings, so the workspace builds with
+/// `--cfg tokio_unstable` (`.cargo/config.toml`); a test fails the build that lacks it.
+fn keep_arrival_order(runtime: &mut tokio::runtime::Builder) {
+    #[cfg(tokio_unstable)]
+    runtime.disable_lifo_slot();
+    #[cfg(not(tokio_unstable))]
+    let _ = runtime;
+}
+
 fn main() -> ExitCode {
     let cli = Cli::read_from(std::env::args_os()).unwrap_or_else(|error| error.exit());
     if cli.json && !cli.command.is_client() {
@@ -169,6 +186,7 @@ fn main() -> ExitCode {
     if let Some(threads) = worker_threads {
         runtime.worker_threads(threads);
     }
+    keep_arrival_order(&mut runtime);
     let runtime = match runtime.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -205,6 +223,48 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The workspace's `.cargo/config.toml` passes `--cfg tokio_unstable`; a build without it
+    /// (say, with `RUSTFLAGS` set, which replaces the config's flags) would quietly let later
+    /// arrivals overtake earlier ones again.
+    #[test]
+    fn built_with_tokio_unstable() {
+        assert!(
+            cfg!(tokio_unstable),
+            "build with --cfg tokio_unstable (.cargo/config.toml; add it to RUSTFLAGS when you set them)"
+        );
+    }
+
+    /// Three tasks woken one after another on a worker run in that order. With tokio's LIFO slot
+    /// the last one would run first.
+    #[test]
+    fn tasks_run_in_the_order_they_were_woken() {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(1);
+        keep_arrival_order(&mut builder);
+        let runtime = builder.build().unwrap();
+        let order = runtime.block_on(async {
+            // Spawned from a task on the worker, so that the three are scheduled locally, as
+            // the I/O driver schedules the connections it wakes.
+            tokio::spawn(async {
+                let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+                let tasks: Vec<_> = (0..3)
+                    .map(|n| {
+                        let order = order.clone();
+                        tokio::spawn(async move { order.lock().unwrap().push(n) })
+                    })
+                    .collect();
+                for task in tasks {
+                    task.await.unwrap();
+                }
+                let order = order.lock().unwrap().clone();
+                order
+            })
+            .await
+            .unwrap()
+        });
+        assert_eq!(order, [0, 1, 2]);
+    }
 
     /// Every argument of every command, and every command, says what it is for in --help.
     #[test]
