@@ -29,20 +29,33 @@ pub struct EventPage {
     pub next_after: u64,
 }
 
-/// Counters and gauges a backend exposes for `/metrics`. Names are Prometheus-ready
-/// (snake_case, unit last); the server adds the `stockd_` prefix and renders them.
+/// Counters, gauges and histograms a backend exposes for `/metrics`. Names are Prometheus-ready
+/// (snake_case, unit last); the server adds the `stockd_` prefix and renders them. A backend
+/// lists only what it measures: what it does not have is absent, never a zero.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct BackendStats {
     /// Hold transitions by outcome (`held`, `confirmed`, `released`, `expired`, `refunded`).
     pub hold_transitions: Vec<(&'static str, u64)>,
-    /// How late expiries ran after their deadline: cumulative counts per upper bound (ms).
-    pub expiry_lag_ms_buckets: Vec<(f64, u64)>,
-    pub expiry_lag_ms_sum: f64,
-    pub expiry_lag_count: u64,
+    /// Distributions (`expiry_lag_ms`, ...).
+    pub histograms: Vec<HistogramStats>,
     /// Point-in-time values (`pools`, `holds`, `waiters`, ...).
     pub gauges: Vec<(&'static str, f64)>,
     /// Monotonic counters (`wal_syncs_total`, ...).
     pub counters: Vec<(&'static str, u64)>,
+}
+
+/// One histogram, read at one moment, in the unit its name ends with.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HistogramStats {
+    /// Prometheus-ready name, unit last (`expiry_lag_ms`).
+    pub name: &'static str,
+    /// Cumulative counts per upper bound, bounds ascending: observations `<=` each bound. The
+    /// `+Inf` bucket, which is `count`, may be left out.
+    pub buckets: Vec<(f64, u64)>,
+    /// The sum of the observations.
+    pub sum: f64,
+    /// How many observations there were.
+    pub count: u64,
 }
 
 pub trait Backend: Send + Sync + 'static {

@@ -19,7 +19,7 @@ pub mod record;
 pub mod state;
 pub mod view;
 
-pub use backend::{Backend, BackendError, BackendFuture, BackendStats, EventPage};
+pub use backend::{Backend, BackendError, BackendFuture, BackendStats, EventPage, HistogramStats};
 pub use command::{Command, HoldItem, LockRequest, Outcome, PoolSpec, Reply, ReserveRequest};
 pub use error::Error;
 pub use ids::{HoldId, IdError, LockName, OwnerId, PoolId, RequestId, UserId};

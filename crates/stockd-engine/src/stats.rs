@@ -1,25 +1,85 @@
 //! Counters the engine keeps for `/metrics`: hold transitions by outcome, expiry lag, and the
 //! write-ahead log's work. Plain atomics, written by the engine threads and read at scrape time;
-//! nothing here may block the writer.
+//! nothing here may block the writer or the log stage.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use stockd_core::{BackendStats, Event, EventKind};
+use stockd_core::{BackendStats, Event, EventKind, HistogramStats};
 
 /// Upper bounds (ms) of the expiry-lag histogram buckets.
-pub const EXPIRY_LAG_BUCKETS_MS: [f64; 10] = [
-    1.0, 5.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0,
-];
+pub const EXPIRY_LAG_BUCKETS_MS: [u64; 10] = [1, 5, 10, 50, 100, 250, 500, 1000, 2500, 5000];
 
-#[derive(Default)]
+/// A Prometheus histogram of plain atomics, recorded in an integer unit (ms, ns): observing is
+/// three relaxed additions, with no lock and no allocation, so the writer and the log stage
+/// never wait for a scrape.
+///
+/// Its count is the sum of its buckets, not a counter of its own: a reading is always
+/// consistent (cumulative buckets never exceed `+Inf`, which is the count), whatever is being
+/// observed meanwhile. Only the sum can be one observation ahead or behind.
+pub struct Histogram<const N: usize> {
+    /// Ascending; an observation goes in the first bucket whose bound it does not exceed
+    /// (Prometheus's `le`).
+    upper_bounds: [u64; N],
+    /// Observations per bucket (not cumulative).
+    counts: [AtomicU64; N],
+    /// Observations above the last bound: only in `+Inf`.
+    above: AtomicU64,
+    sum: AtomicU64,
+}
+
+impl<const N: usize> Histogram<N> {
+    pub fn new(upper_bounds: [u64; N]) -> Self {
+        assert!(
+            upper_bounds.windows(2).all(|pair| pair[0] < pair[1]),
+            "histogram bounds must ascend"
+        );
+        Histogram {
+            upper_bounds,
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
+            above: AtomicU64::new(0),
+            sum: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, value: u64) {
+        self.sum.fetch_add(value, Relaxed);
+        let bucket = self.upper_bounds.partition_point(|&bound| bound < value);
+        self.counts
+            .get(bucket)
+            .unwrap_or(&self.above)
+            .fetch_add(1, Relaxed);
+    }
+
+    /// The histogram now, named `name`, its bounds and sum divided by `recorded_per_shown`
+    /// into the unit the name ends with (1e9 ns per second). Divided, not multiplied by the
+    /// inverse, so that a bound of 1,000,000 ns shows as exactly `0.001`.
+    pub fn read(&self, name: &'static str, recorded_per_shown: f64) -> HistogramStats {
+        let mut cumulative = 0;
+        let buckets = self
+            .upper_bounds
+            .iter()
+            .zip(&self.counts)
+            .map(|(&bound, count)| {
+                cumulative += count.load(Relaxed);
+                (bound as f64 / recorded_per_shown, cumulative)
+            })
+            .collect();
+        HistogramStats {
+            name,
+            buckets,
+            sum: self.sum.load(Relaxed) as f64 / recorded_per_shown,
+            count: cumulative + self.above.load(Relaxed),
+        }
+    }
+}
+
 pub struct Stats {
     pub held: AtomicU64,
     pub confirmed: AtomicU64,
     pub released: AtomicU64,
     pub expired: AtomicU64,
     pub refunded: AtomicU64,
-    expiry_lag_buckets: [AtomicU64; EXPIRY_LAG_BUCKETS_MS.len()],
-    expiry_lag_sum_ms: AtomicU64,
+    expiry_lag_ms: Histogram<{ EXPIRY_LAG_BUCKETS_MS.len() }>,
     pub wal_syncs: AtomicU64,
     pub wal_records: AtomicU64,
     pub wal_bytes: AtomicU64,
@@ -36,6 +96,31 @@ pub struct Stats {
     pub recovered_records: AtomicU64,
 }
 
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            held: AtomicU64::new(0),
+            confirmed: AtomicU64::new(0),
+            released: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
+            refunded: AtomicU64::new(0),
+            expiry_lag_ms: Histogram::new(EXPIRY_LAG_BUCKETS_MS),
+            wal_syncs: AtomicU64::new(0),
+            wal_records: AtomicU64::new(0),
+            wal_bytes: AtomicU64::new(0),
+            snapshots: AtomicU64::new(0),
+            snapshot_build_ms_last: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            commands: AtomicU64::new(0),
+            pools: AtomicU64::new(0),
+            holds: AtomicU64::new(0),
+            waiters: AtomicU64::new(0),
+            events_retained: AtomicU64::new(0),
+            recovered_records: AtomicU64::new(0),
+        }
+    }
+}
+
 impl Stats {
     /// Counts what the events of one batch say happened.
     pub fn observe_events(&self, events: &[Event]) {
@@ -49,14 +134,7 @@ impl Stats {
                     let lag_ms = event
                         .expires_at_ms
                         .map_or(0, |deadline| event.at_ms.saturating_sub(deadline));
-                    self.expiry_lag_sum_ms.fetch_add(lag_ms, Relaxed);
-                    let bucket = EXPIRY_LAG_BUCKETS_MS
-                        .iter()
-                        .position(|&bound| lag_ms as f64 <= bound)
-                        .unwrap_or(EXPIRY_LAG_BUCKETS_MS.len());
-                    if let Some(b) = self.expiry_lag_buckets.get(bucket) {
-                        b.fetch_add(1, Relaxed);
-                    }
+                    self.expiry_lag_ms.observe(lag_ms);
                     &self.expired
                 }
                 _ => continue,
@@ -66,27 +144,15 @@ impl Stats {
     }
 
     pub fn to_backend_stats(&self) -> BackendStats {
-        let expired = self.expired.load(Relaxed);
-        let mut cumulative = 0;
-        let expiry_lag_ms_buckets = EXPIRY_LAG_BUCKETS_MS
-            .iter()
-            .zip(&self.expiry_lag_buckets)
-            .map(|(&bound, count)| {
-                cumulative += count.load(Relaxed);
-                (bound, cumulative)
-            })
-            .collect();
         BackendStats {
             hold_transitions: vec![
                 ("held", self.held.load(Relaxed)),
                 ("confirmed", self.confirmed.load(Relaxed)),
                 ("released", self.released.load(Relaxed)),
-                ("expired", expired),
+                ("expired", self.expired.load(Relaxed)),
                 ("refunded", self.refunded.load(Relaxed)),
             ],
-            expiry_lag_ms_buckets,
-            expiry_lag_ms_sum: self.expiry_lag_sum_ms.load(Relaxed) as f64,
-            expiry_lag_count: expired,
+            histograms: vec![self.expiry_lag_ms.read("expiry_lag_ms", 1.0)],
             gauges: vec![
                 ("pools", self.pools.load(Relaxed) as f64),
                 ("holds", self.holds.load(Relaxed) as f64),
@@ -106,5 +172,53 @@ impl Stats {
                 ("engine_commands_total", self.commands.load(Relaxed)),
             ],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn histogram(stats: &BackendStats, name: &str) -> HistogramStats {
+        stats
+            .histograms
+            .iter()
+            .find(|histogram| histogram.name == name)
+            .unwrap_or_else(|| panic!("no histogram {name}"))
+            .clone()
+    }
+
+    /// The cumulative count at each bound, after observing `values` alone.
+    fn cumulative_after<const N: usize>(bounds: [u64; N], values: &[u64]) -> (Vec<u64>, u64) {
+        let histogram = Histogram::new(bounds);
+        for &value in values {
+            histogram.observe(value);
+        }
+        let read = histogram.read("h", 1.0);
+        let counts = read.buckets.iter().map(|&(_, count)| count).collect();
+        (counts, read.count)
+    }
+
+    #[test]
+    fn an_expiry_lag_lands_in_the_first_bucket_whose_bound_it_does_not_exceed() {
+        let (cumulative, count) = cumulative_after(EXPIRY_LAG_BUCKETS_MS, &[0, 1, 2, 5000, 5001]);
+        assert_eq!(cumulative, [2, 3, 3, 3, 3, 3, 3, 3, 3, 4]);
+        assert_eq!(count, 5);
+    }
+
+    #[test]
+    fn each_expiry_is_observed_with_its_lag() {
+        let stats = Stats::default();
+        let expired = |at_ms, expires_at_ms| Event {
+            expires_at_ms,
+            ..Event::new(1, at_ms, EventKind::Expired)
+        };
+        stats.observe_events(&[expired(1_010, Some(1_000)), expired(1_000, None)]);
+        let read = stats.to_backend_stats();
+        let lag = histogram(&read, "expiry_lag_ms");
+        assert_eq!(lag.count, 2);
+        assert_eq!(lag.sum, 10.0);
+        assert_eq!(&lag.buckets[..3], [(1.0, 1), (5.0, 1), (10.0, 2)]);
+        assert!(read.hold_transitions.contains(&("expired", 2)));
     }
 }

@@ -1,6 +1,6 @@
 //! Prometheus metrics: HTTP requests by route, method and status; latency per route; and, at
-//! scrape time, the backend's own [`BackendStats`] (hold transitions, expiry lag, gauges,
-//! counters).
+//! scrape time, the backend's own [`BackendStats`] (hold transitions, histograms such as expiry
+//! lag, gauges, counters).
 //!
 //! The request path only touches pre-resolved handles: a counter cell per (route, method,
 //! status) resolved once and cached, and a histogram per route created up front, so a request
@@ -23,7 +23,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use stockd_core::{Backend, BackendStats};
+use stockd_core::{Backend, BackendStats, HistogramStats};
 
 use crate::conn::Closed;
 use crate::exposition::{to_classic, Format};
@@ -358,22 +358,24 @@ fn encode_backend_stats(
             ConstCounter::new(*count).encode(metric.encode_family(&labels)?)?;
         }
     }
-    {
-        let buckets = expiry_lag_buckets(stats);
+    let mut name = String::with_capacity(64);
+    for histogram in &stats.histograms {
+        if !set_metric_name(&mut name, histogram.name) {
+            continue;
+        }
         let mut metric = encoder.encode_descriptor(
-            "stockd_expiry_lag_ms",
-            "How late hold expiries ran after their deadline, in milliseconds.",
+            &name,
+            backend_help(histogram.name),
             None,
             MetricType::Histogram,
         )?;
         metric.encode_histogram::<NoLabelSet>(
-            stats.expiry_lag_ms_sum,
-            stats.expiry_lag_count,
-            &buckets,
+            histogram.sum,
+            histogram.count,
+            &per_bucket_counts(histogram),
             None,
         )?;
     }
-    let mut name = String::with_capacity(64);
     for (gauge, value) in &stats.gauges {
         if !set_metric_name(&mut name, gauge) {
             continue;
@@ -395,9 +397,10 @@ fn encode_backend_stats(
     Ok(())
 }
 
-/// What a backend's gauge or counter measures, for its `# HELP` line.
+/// What a backend's histogram, gauge or counter measures, for its `# HELP` line.
 fn backend_help(name: &str) -> &'static str {
     match name {
+        "expiry_lag_ms" => "How late hold expiries ran after their deadline, in milliseconds.",
         "pools" => "Pools that exist now.",
         "holds" => "Holds retained now, open and finished.",
         "waiters" => "Reserves waiting for released stock now.",
@@ -433,10 +436,10 @@ fn set_metric_name(name: &mut String, base: &str) -> bool {
 
 /// The backend reports cumulative counts per upper bound; the encoder wants per-bucket counts
 /// ending with a `+Inf` bucket (upper bound `f64::MAX`), which is added when missing.
-fn expiry_lag_buckets(stats: &BackendStats) -> Vec<(f64, u64)> {
-    let mut buckets = Vec::with_capacity(stats.expiry_lag_ms_buckets.len() + 1);
+fn per_bucket_counts(histogram: &HistogramStats) -> Vec<(f64, u64)> {
+    let mut buckets = Vec::with_capacity(histogram.buckets.len() + 1);
     let mut previous = 0u64;
-    for &(upper_bound, cumulative) in &stats.expiry_lag_ms_buckets {
+    for &(upper_bound, cumulative) in &histogram.buckets {
         let upper_bound = if upper_bound.is_infinite() {
             f64::MAX
         } else {
@@ -449,7 +452,7 @@ fn expiry_lag_buckets(stats: &BackendStats) -> Vec<(f64, u64)> {
         .last()
         .is_none_or(|&(upper_bound, _)| upper_bound != f64::MAX)
     {
-        buckets.push((f64::MAX, stats.expiry_lag_count.saturating_sub(previous)));
+        buckets.push((f64::MAX, histogram.count.saturating_sub(previous)));
     }
     buckets
 }
@@ -460,21 +463,88 @@ mod tests {
 
     #[test]
     fn cumulative_buckets_become_per_bucket_with_inf() {
-        let stats = BackendStats {
-            expiry_lag_ms_buckets: vec![(10.0, 2), (100.0, 5)],
-            expiry_lag_count: 6,
-            ..BackendStats::default()
+        let histogram = HistogramStats {
+            name: "expiry_lag_ms",
+            buckets: vec![(10.0, 2), (100.0, 5)],
+            sum: 0.0,
+            count: 6,
         };
         assert_eq!(
-            expiry_lag_buckets(&stats),
+            per_bucket_counts(&histogram),
             vec![(10.0, 2), (100.0, 3), (f64::MAX, 1)]
         );
-        let stats = BackendStats {
-            expiry_lag_ms_buckets: vec![(10.0, 2), (f64::INFINITY, 4)],
-            expiry_lag_count: 4,
-            ..BackendStats::default()
+        let histogram = HistogramStats {
+            name: "expiry_lag_ms",
+            buckets: vec![(10.0, 2), (f64::INFINITY, 4)],
+            sum: 0.0,
+            count: 4,
         };
-        assert_eq!(expiry_lag_buckets(&stats), vec![(10.0, 2), (f64::MAX, 2)]);
+        assert_eq!(
+            per_bucket_counts(&histogram),
+            vec![(10.0, 2), (f64::MAX, 2)]
+        );
+    }
+
+    /// The exposition of `stats` alone, in OpenMetrics and in the classic text.
+    fn exposition(stats: BackendStats) -> (String, String) {
+        #[derive(Debug)]
+        struct Fixed(BackendStats);
+        impl Collector for Fixed {
+            fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+                encode_backend_stats(&self.0, &mut encoder)
+            }
+        }
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Fixed(stats)));
+        let mut openmetrics = String::new();
+        prometheus_client::encoding::text::encode(&mut openmetrics, &registry).unwrap();
+        let classic = to_classic(&openmetrics);
+        (openmetrics, classic)
+    }
+
+    #[test]
+    fn a_backend_histogram_is_exposed_cumulative_up_to_inf_with_its_sum_and_count() {
+        let (openmetrics, classic) = exposition(BackendStats {
+            histograms: vec![
+                HistogramStats {
+                    name: "expiry_lag_ms",
+                    buckets: vec![(1.0, 2), (5.0, 3), (10.0, 3)],
+                    sum: 12.0,
+                    count: 4,
+                },
+                HistogramStats {
+                    name: "bad name",
+                    ..HistogramStats::default()
+                },
+            ],
+            ..BackendStats::default()
+        });
+        let histogram = "\
+# HELP stockd_expiry_lag_ms How late hold expiries ran after their deadline, in milliseconds.
+# TYPE stockd_expiry_lag_ms histogram
+stockd_expiry_lag_ms_sum 12.0
+stockd_expiry_lag_ms_count 4
+stockd_expiry_lag_ms_bucket{le=\"1.0\"} 2
+stockd_expiry_lag_ms_bucket{le=\"5.0\"} 3
+stockd_expiry_lag_ms_bucket{le=\"10.0\"} 3
+stockd_expiry_lag_ms_bucket{le=\"+Inf\"} 4
+";
+        assert!(openmetrics.contains(histogram), "{openmetrics}");
+        assert!(classic.contains(histogram), "{classic}");
+        assert!(!openmetrics.contains("bad name"), "{openmetrics}");
+    }
+
+    #[test]
+    fn a_backend_without_histograms_exposes_none() {
+        let (openmetrics, _) = exposition(BackendStats {
+            counters: vec![("redis_calls_total", 3)],
+            ..BackendStats::default()
+        });
+        assert!(!openmetrics.contains("histogram"), "{openmetrics}");
+        assert!(
+            openmetrics.contains("stockd_redis_calls_total 3"),
+            "{openmetrics}"
+        );
     }
 
     #[test]

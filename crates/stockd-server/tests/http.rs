@@ -5,7 +5,7 @@ mod support;
 
 use axum::http::{header, Method, StatusCode};
 use serde_json::{json, Value};
-use stockd_core::BackendStats;
+use stockd_core::{BackendStats, HistogramStats};
 use stockd_server::ServerConfig;
 use support::*;
 
@@ -1419,9 +1419,12 @@ async fn metrics_count_requests_and_render_backend_stats() {
     let (backend, router) = open_server();
     backend.set_stats(BackendStats {
         hold_transitions: vec![("held", 4), ("expired", 1)],
-        expiry_lag_ms_buckets: vec![(10.0, 1), (100.0, 1)],
-        expiry_lag_ms_sum: 3.0,
-        expiry_lag_count: 1,
+        histograms: vec![HistogramStats {
+            name: "expiry_lag_ms",
+            buckets: vec![(10.0, 1), (100.0, 1)],
+            sum: 3.0,
+            count: 1,
+        }],
         gauges: vec![("pools", 2.0), ("bad name", 1.0)],
         counters: vec![("wal_syncs_total", 7)],
     });
@@ -1520,6 +1523,8 @@ async fn metrics_speak_the_classic_text_unless_openmetrics_is_asked_for() {
         !classic.contains("# TYPE stockd_wal_syncs counter"),
         "{classic}"
     );
+    // A backend that measures no histogram (Redis) shows none, not zeros.
+    assert!(!classic.contains("stockd_expiry_lag_ms"), "{classic}");
 
     let (content_type, openmetrics) = scrape(Some(
         "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
