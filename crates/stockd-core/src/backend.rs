@@ -36,7 +36,7 @@ pub struct EventPage {
 pub struct BackendStats {
     /// Hold transitions by outcome (`held`, `confirmed`, `released`, `expired`, `refunded`).
     pub hold_transitions: Vec<(&'static str, u64)>,
-    /// Distributions (`expiry_lag_ms`, ...).
+    /// Distributions (`expiry_lag_ms`, `wal_fsync_duration_seconds`, ...).
     pub histograms: Vec<HistogramStats>,
     /// Point-in-time values (`pools`, `holds`, `waiters`, ...).
     pub gauges: Vec<(&'static str, f64)>,

@@ -386,6 +386,17 @@ struct Shared {
 }
 
 impl Shared {
+    fn new(event_retention_max: usize) -> Shared {
+        Shared {
+            feed: Feed::new(event_retention_max),
+            stats: Stats::default(),
+            failure: Mutex::new(None),
+            durable_lsn: AtomicU64::new(0),
+            writer_alive: AtomicBool::new(true),
+            arrivals: writer::Arrivals::default(),
+        }
+    }
+
     fn failure(&self) -> Option<String> {
         self.failure
             .lock()
@@ -603,14 +614,7 @@ fn recover(
             "cut a torn tail off the write-ahead log (a write that was never acknowledged)"
         );
     }
-    let shared = Arc::new(Shared {
-        feed: Feed::new(config.event_retention_max),
-        stats: Stats::default(),
-        failure: Mutex::new(None),
-        durable_lsn: AtomicU64::new(0),
-        writer_alive: AtomicBool::new(true),
-        arrivals: writer::Arrivals::default(),
-    });
+    let shared = Arc::new(Shared::new(config.event_retention_max));
     let (state, events, replayed) = rebuild(&recovered, config.state, config.event_retention_max)?;
     shared.feed.append(events);
     state.check_invariants().map_err(EngineError::Invariant)?;

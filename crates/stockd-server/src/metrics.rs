@@ -1,6 +1,6 @@
 //! Prometheus metrics: HTTP requests by route, method and status; latency per route; and, at
 //! scrape time, the backend's own [`BackendStats`] (hold transitions, histograms such as expiry
-//! lag, gauges, counters).
+//! lag and log fsync durations, gauges, counters).
 //!
 //! The request path only touches pre-resolved handles: a counter cell per (route, method,
 //! status) resolved once and cached, and a histogram per route created up front, so a request
@@ -401,6 +401,10 @@ fn encode_backend_stats(
 fn backend_help(name: &str) -> &'static str {
     match name {
         "expiry_lag_ms" => "How late hold expiries ran after their deadline, in milliseconds.",
+        "wal_fsync_duration_seconds" => {
+            "How long each fdatasync of the write-ahead log took, in seconds; one observation \
+             per stockd_wal_syncs_total."
+        }
         "pools" => "Pools that exist now.",
         "holds" => "Holds retained now, open and finished.",
         "waiters" => "Reserves waiting for released stock now.",
@@ -507,9 +511,9 @@ mod tests {
         let (openmetrics, classic) = exposition(BackendStats {
             histograms: vec![
                 HistogramStats {
-                    name: "expiry_lag_ms",
-                    buckets: vec![(1.0, 2), (5.0, 3), (10.0, 3)],
-                    sum: 12.0,
+                    name: "wal_fsync_duration_seconds",
+                    buckets: vec![(0.001, 2), (0.002, 3), (0.004, 3)],
+                    sum: 0.0125,
                     count: 4,
                 },
                 HistogramStats {
@@ -520,14 +524,14 @@ mod tests {
             ..BackendStats::default()
         });
         let histogram = "\
-# HELP stockd_expiry_lag_ms How late hold expiries ran after their deadline, in milliseconds.
-# TYPE stockd_expiry_lag_ms histogram
-stockd_expiry_lag_ms_sum 12.0
-stockd_expiry_lag_ms_count 4
-stockd_expiry_lag_ms_bucket{le=\"1.0\"} 2
-stockd_expiry_lag_ms_bucket{le=\"5.0\"} 3
-stockd_expiry_lag_ms_bucket{le=\"10.0\"} 3
-stockd_expiry_lag_ms_bucket{le=\"+Inf\"} 4
+# HELP stockd_wal_fsync_duration_seconds How long each fdatasync of the write-ahead log took, in seconds; one observation per stockd_wal_syncs_total.
+# TYPE stockd_wal_fsync_duration_seconds histogram
+stockd_wal_fsync_duration_seconds_sum 0.0125
+stockd_wal_fsync_duration_seconds_count 4
+stockd_wal_fsync_duration_seconds_bucket{le=\"0.001\"} 2
+stockd_wal_fsync_duration_seconds_bucket{le=\"0.002\"} 3
+stockd_wal_fsync_duration_seconds_bucket{le=\"0.004\"} 3
+stockd_wal_fsync_duration_seconds_bucket{le=\"+Inf\"} 4
 ";
         assert!(openmetrics.contains(histogram), "{openmetrics}");
         assert!(classic.contains(histogram), "{classic}");

@@ -1419,12 +1419,20 @@ async fn metrics_count_requests_and_render_backend_stats() {
     let (backend, router) = open_server();
     backend.set_stats(BackendStats {
         hold_transitions: vec![("held", 4), ("expired", 1)],
-        histograms: vec![HistogramStats {
-            name: "expiry_lag_ms",
-            buckets: vec![(10.0, 1), (100.0, 1)],
-            sum: 3.0,
-            count: 1,
-        }],
+        histograms: vec![
+            HistogramStats {
+                name: "expiry_lag_ms",
+                buckets: vec![(10.0, 1), (100.0, 1)],
+                sum: 3.0,
+                count: 1,
+            },
+            HistogramStats {
+                name: "wal_fsync_duration_seconds",
+                buckets: vec![(0.001, 5), (0.002, 6)],
+                sum: 0.0125,
+                count: 7,
+            },
+        ],
         gauges: vec![("pools", 2.0), ("bad name", 1.0)],
         counters: vec![("wal_syncs_total", 7)],
     });
@@ -1451,6 +1459,12 @@ async fn metrics_count_requests_and_render_backend_stats() {
         r#"stockd_expiry_lag_ms_bucket{le="10.0"} 1"#,
         r#"stockd_expiry_lag_ms_bucket{le="+Inf"} 1"#,
         "stockd_expiry_lag_ms_count 1",
+        "# TYPE stockd_wal_fsync_duration_seconds histogram",
+        r#"stockd_wal_fsync_duration_seconds_bucket{le="0.001"} 5"#,
+        r#"stockd_wal_fsync_duration_seconds_bucket{le="0.002"} 6"#,
+        r#"stockd_wal_fsync_duration_seconds_bucket{le="+Inf"} 7"#,
+        "stockd_wal_fsync_duration_seconds_sum 0.0125",
+        "stockd_wal_fsync_duration_seconds_count 7",
         "stockd_pools 2.0",
         "stockd_wal_syncs_total 7",
         r#"stockd_http_errors_total{route="/v1/holds",code="insufficient_stock"} 1"#,
@@ -1523,7 +1537,11 @@ async fn metrics_speak_the_classic_text_unless_openmetrics_is_asked_for() {
         !classic.contains("# TYPE stockd_wal_syncs counter"),
         "{classic}"
     );
-    // A backend that measures no histogram (Redis) shows none, not zeros.
+    // A backend that measures no histogram (Redis has no fsync) shows none, not zeros.
+    assert!(
+        !classic.contains("stockd_wal_fsync_duration_seconds"),
+        "{classic}"
+    );
     assert!(!classic.contains("stockd_expiry_lag_ms"), "{classic}");
 
     let (content_type, openmetrics) = scrape(Some(

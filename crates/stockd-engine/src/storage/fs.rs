@@ -153,3 +153,90 @@ impl Fs for RealFs {
         fs::remove_file(path)
     }
 }
+
+/// Test builds: the real file system with a slow disk's `fdatasync` and `fsync`, each taking at
+/// least `sync_takes`, for tests that time the log's syncs.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct SlowSyncFs {
+    pub(crate) sync_takes: std::time::Duration,
+}
+
+#[cfg(test)]
+#[derive(Debug)]
+struct SlowSyncFile {
+    file: Box<dyn FsFile>,
+    sync_takes: std::time::Duration,
+}
+
+#[cfg(test)]
+impl FsFile for SlowSyncFile {
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.file.write_all(bytes)
+    }
+    fn write_all_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        self.file.write_all_at(offset, bytes)
+    }
+    fn set_len(&mut self, len_bytes: u64) -> io::Result<()> {
+        self.file.set_len(len_bytes)
+    }
+    fn len_bytes(&mut self) -> io::Result<u64> {
+        self.file.len_bytes()
+    }
+    fn sync_data(&mut self) -> io::Result<()> {
+        std::thread::sleep(self.sync_takes);
+        self.file.sync_data()
+    }
+    fn sync_all(&mut self) -> io::Result<()> {
+        std::thread::sleep(self.sync_takes);
+        self.file.sync_all()
+    }
+}
+
+#[cfg(test)]
+impl SlowSyncFs {
+    fn slow(&self, file: io::Result<Box<dyn FsFile>>) -> io::Result<Box<dyn FsFile>> {
+        let sync_takes = self.sync_takes;
+        file.map(|file| Box::new(SlowSyncFile { file, sync_takes }) as Box<dyn FsFile>)
+    }
+}
+
+#[cfg(test)]
+impl Fs for SlowSyncFs {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        RealFs.create_dir_all(dir)
+    }
+    fn try_lock(&self, path: &Path) -> io::Result<Result<Box<dyn FsLock>, String>> {
+        RealFs.try_lock(path)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        RealFs.list(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        RealFs.sync_dir(dir)
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        RealFs.read(path)
+    }
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        self.slow(RealFs.create_new(path))
+    }
+    fn create_new_append(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        self.slow(RealFs.create_new_append(path))
+    }
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        self.slow(RealFs.open_append(path))
+    }
+    fn create_truncate(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        self.slow(RealFs.create_truncate(path))
+    }
+    fn open_write(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        self.slow(RealFs.open_write(path))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        RealFs.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        RealFs.remove_file(path)
+    }
+}

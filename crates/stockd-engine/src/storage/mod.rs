@@ -29,6 +29,7 @@ mod wal;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 pub use self::fs::{Fs, FsFile, FsLock, RealFs};
 
@@ -287,12 +288,15 @@ impl Storage {
     /// `fdatasync` rather than `fsync`: it persists what reading the bytes back needs (the
     /// file's length when a preformatted chunk was added) but skips pure timestamp updates, which
     /// saves a metadata write on every call. Nothing is done when nothing was appended since the last sync.
-    pub fn sync(&mut self) -> Result<(), StorageError> {
+    ///
+    /// Answers how long the `fdatasync` itself took (`None` when nothing was synced), for
+    /// `stockd_wal_fsync_duration_seconds`.
+    pub fn sync(&mut self) -> Result<Option<Duration>, StorageError> {
         self.ensure_not_failed()?;
         if self.pending.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
-        self.write_pending_and_sync()
+        self.write_pending_and_sync().map(Some)
     }
 
     /// Durably writes `snapshot-<lsn>.snap` in `dir`: the engine state after applying every record
@@ -402,8 +406,9 @@ impl Storage {
 
     /// Writes the pending frames where the segment's records end, over its preformatted zeros,
     /// and syncs. When the frames reach past the zeros, the file is first extended by another
-    /// [`PREFORMAT_BYTES`] of zeros, made durable by the same `fdatasync`.
-    fn write_pending_and_sync(&mut self) -> Result<(), StorageError> {
+    /// [`PREFORMAT_BYTES`] of zeros, made durable by the same `fdatasync`. Answers how long the
+    /// `fdatasync` took.
+    fn write_pending_and_sync(&mut self) -> Result<Duration, StorageError> {
         let end = self.segment_written_bytes + self.pending.len() as u64;
         let mut file_bytes = self.segment_file_bytes;
         let written = self
@@ -418,11 +423,19 @@ impl Storage {
                 let zeros = vec![0u8; (preformatted - end) as usize];
                 self.segment_file.write_all_at(end, &zeros)
             })
-            .and_then(|()| self.segment_file.sync_data());
-        if let Err(error) = written {
-            self.failed = true;
-            return Err(error.into());
-        }
+            .and_then(|()| {
+                // Timed alone, as etcd times its fsync: the writes before it only fill the page
+                // cache, the fdatasync is where the log waits for the disk.
+                let started = Instant::now();
+                self.segment_file.sync_data().map(|()| started.elapsed())
+            });
+        let fdatasync = match written {
+            Ok(took) => took,
+            Err(error) => {
+                self.failed = true;
+                return Err(error.into());
+            }
+        };
         self.segment_written_bytes = end;
         self.segment_file_bytes = file_bytes.max(end);
         self.pending.clear();
@@ -430,7 +443,7 @@ impl Storage {
             self.pending = Vec::new();
         }
         self.durable_lsn = self.last_lsn;
-        Ok(())
+        Ok(fdatasync)
     }
 
     /// Closes the current segment and starts a new one whose first record will be `first_lsn`.
@@ -966,6 +979,26 @@ mod tests {
         expected.push((21, Vec::new()));
         assert_eq!(recovered.records, expected);
         assert_eq!(recovered.truncated_tail_bytes, 0);
+    }
+
+    /// A sync answers its fdatasync's duration, the log stage's one observation of it; a sync
+    /// with nothing to write does no fdatasync and answers none, so none is counted.
+    #[test]
+    fn a_sync_answers_how_long_its_fdatasync_took_and_none_when_nothing_was_synced() {
+        use super::fs::SlowSyncFs;
+
+        let sync_takes = Duration::from_millis(5);
+        let dir = tempfile::tempdir().unwrap();
+        let (mut storage, _) = Storage::open(StorageConfig {
+            fs: Arc::new(SlowSyncFs { sync_takes }),
+            ..StorageConfig::new(dir.path())
+        })
+        .unwrap();
+        assert_eq!(storage.sync().unwrap(), None);
+        storage.append(&payload(1)).unwrap();
+        let took = storage.sync().unwrap().expect("an fdatasync ran");
+        assert!(took >= sync_takes, "{took:?}");
+        assert_eq!(storage.sync().unwrap(), None);
     }
 
     #[test]
