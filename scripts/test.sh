@@ -71,10 +71,10 @@ scripts/fuzz.sh "${STOCKD_FUZZ_SECONDS:-20}"
 echo "== cargo test (black-box suites against a real Redis)"
 STOCKD_TEST_BACKEND=redis cargo test -p stockd --locked \
     --test conformance --test concurrency --test crash --test garbage --test cli --test keepalive --test raw_http \
-    --test bench --test sink "$@"
+    --test bench --test sink --test metrics "$@"
 echo "== cargo test (black-box suites against a real 3-primary Redis Cluster, 16 partitions)"
 STOCKD_TEST_BACKEND=redis-cluster cargo test -p stockd --locked \
-    --test conformance --test concurrency --test garbage --test fleet --test sink "$@"
+    --test conformance --test concurrency --test garbage --test fleet --test sink --test metrics "$@"
 echo "== /metrics in both formats, read by the official Python client's parsers"
 scripts/metrics-formats.sh
 echo "== the Prometheus alerting example: promtool check and unit tests, metrics that exist"
