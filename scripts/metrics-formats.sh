@@ -105,7 +105,8 @@ for name in counters:
         family = fams.get(name)
         check(family is not None and family.type == "counter",
               f"{fmt}: {name} is {family.type if family else 'missing'}, not a counter")
-for name in ["stockd_http_request_duration_seconds", "stockd_expiry_lag_ms"]:
+for name in ["stockd_http_request_duration_seconds", "stockd_expiry_lag_ms",
+             "stockd_wal_fsync_duration_seconds"]:
     for fmt, fams in (("classic", classic_families), ("OpenMetrics", om_families)):
         family = fams.get(name)
         check(family is not None and family.type == "histogram", f"{fmt}: {name} is not a histogram")
