@@ -146,11 +146,12 @@ impl Command {
 /// tokio's multi-threaded scheduler puts the task woken last into a LIFO slot that runs before
 /// everything already queued. When a crowd's requests arrive together, the I/O driver wakes
 /// their connections in arrival order, and the LIFO slot then lets the latest of them reach the
-/// writer first: a buyer who came later wins the race. `stockd bench`'s team race measured it
-/// (`race_order`, docs/benchmarks.md, "Sixth steps"): losers overtaken by a later winner in 8
-/// of 15 races with the slot, by up to 97 ms, and in 2 of 15 without it, by at most 5 ms. The
-/// switch is one of tokio's unstable settings, so the workspace builds with
-/// `--cfg tokio_unstable` (`.cargo/config.toml`); a test fails the build that lacks it.
+/// writer first: a buyer who came later wins the race. `stockd bench`'s team race measures it
+/// (`race_order`; docs/benchmarks.md, "Sixth steps"): with the slot, some loser was overtaken by
+/// a later winner in 28 of 42 races; with it off in the server, in 6 of 42. Only `serve` turns
+/// it off: the load generator's own scheduling is not what it measures, and off there it gave
+/// the race a worse tail. The switch is one of tokio's unstable settings, so the workspace
+/// builds with `--cfg tokio_unstable` (`.cargo/config.toml`); a test fails a build without it.
 fn keep_arrival_order(runtime: &mut tokio::runtime::Builder) {
     #[cfg(tokio_unstable)]
     runtime.disable_lifo_slot();
@@ -186,7 +187,9 @@ fn main() -> ExitCode {
     if let Some(threads) = worker_threads {
         runtime.worker_threads(threads);
     }
-    keep_arrival_order(&mut runtime);
+    if matches!(cli.command, Command::Serve(_)) {
+        keep_arrival_order(&mut runtime);
+    }
     let runtime = match runtime.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
