@@ -159,6 +159,28 @@ fn keep_arrival_order(runtime: &mut tokio::runtime::Builder) {
     let _ = runtime;
 }
 
+/// The async runtime `command` runs on. Worker threads: one per core by default; `serve` takes
+/// --worker-threads, checked by clap (flag or STOCKD_WORKER_THREADS), and the other commands
+/// honour the variable when it is a number above 0, as they always did. `serve` alone keeps
+/// arrival order ([`keep_arrival_order`]).
+fn runtime_for(command: &Command) -> tokio::runtime::Builder {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    let worker_threads = match command {
+        Command::Serve(args) => args.worker_threads.map(usize::from),
+        _ => std::env::var("STOCKD_WORKER_THREADS")
+            .ok()
+            .and_then(|value| value.parse::<usize>().ok())
+            .filter(|&threads| threads > 0),
+    };
+    if let Some(threads) = worker_threads {
+        runtime.worker_threads(threads);
+    }
+    if matches!(command, Command::Serve(_)) {
+        keep_arrival_order(&mut runtime);
+    }
+    runtime
+}
+
 fn main() -> ExitCode {
     let cli = Cli::read_from(std::env::args_os()).unwrap_or_else(|error| error.exit());
     if cli.json && !cli.command.is_client() {
@@ -173,23 +195,7 @@ fn main() -> ExitCode {
         eprintln!("error: {why}");
         return cli::Exit::Usage.into();
     }
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    // Worker threads (default: one per core). `serve` takes --worker-threads, checked by clap
-    // (flag or STOCKD_WORKER_THREADS); the other commands honour the variable when it is a
-    // number above 0, as they always did.
-    let worker_threads = match &cli.command {
-        Command::Serve(args) => args.worker_threads.map(usize::from),
-        _ => std::env::var("STOCKD_WORKER_THREADS")
-            .ok()
-            .and_then(|value| value.parse::<usize>().ok())
-            .filter(|&threads| threads > 0),
-    };
-    if let Some(threads) = worker_threads {
-        runtime.worker_threads(threads);
-    }
-    if matches!(cli.command, Command::Serve(_)) {
-        keep_arrival_order(&mut runtime);
-    }
+    let mut runtime = runtime_for(&cli.command);
     let runtime = match runtime.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -227,16 +233,11 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
-    /// Three tasks woken one after another on a worker run in that order. With tokio's LIFO slot
-    /// the last one would run first: so it does in a build without `--cfg tokio_unstable` (say,
-    /// with `RUSTFLAGS` set, which replaces `.cargo/config.toml`'s flags).
-    #[test]
-    fn tasks_run_in_the_order_they_were_woken() {
-        let mut builder = tokio::runtime::Builder::new_multi_thread();
-        builder.worker_threads(1);
-        keep_arrival_order(&mut builder);
-        let runtime = builder.build().unwrap();
-        let order = runtime.block_on(async {
+    /// The order in which three tasks, woken one after another on a worker of `runtime`'s
+    /// (given one worker), run.
+    fn order_of_three_woken(mut runtime: tokio::runtime::Builder) -> Vec<u32> {
+        let runtime = runtime.worker_threads(1).build().unwrap();
+        runtime.block_on(async {
             // Spawned from a task on the worker, so that the three are scheduled locally, as
             // the I/O driver schedules the connections it wakes.
             tokio::spawn(async {
@@ -255,12 +256,35 @@ mod tests {
             })
             .await
             .unwrap()
-        });
+        })
+    }
+
+    fn command(args: &[&str]) -> Command {
+        Cli::read_from(std::iter::once("stockd").chain(args.iter().copied()))
+            .unwrap()
+            .command
+    }
+
+    /// `serve` runs three tasks woken one after another in that order. With tokio's LIFO slot
+    /// the last one runs first: so it does in a build without `--cfg tokio_unstable` (say, with
+    /// `RUSTFLAGS` set, which replaces `.cargo/config.toml`'s flags), and in `stockd bench`,
+    /// which keeps tokio's default.
+    #[test]
+    fn serve_runs_woken_tasks_in_the_order_they_were_woken() {
         assert_eq!(
-            order,
+            order_of_three_woken(runtime_for(&command(&["serve"]))),
             [0, 1, 2],
             "woken tasks ran out of order: built without --cfg tokio_unstable? \
              (.cargo/config.toml; add it to RUSTFLAGS when you set them)"
+        );
+        assert_eq!(
+            order_of_three_woken(runtime_for(&command(&[
+                "bench",
+                "run",
+                "--scenario",
+                "team"
+            ]))),
+            [2, 0, 1]
         );
     }
 
