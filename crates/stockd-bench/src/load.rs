@@ -44,7 +44,8 @@ pub trait Workload: Send + Sync + 'static {
 /// server's socket between the two instants: not before `began`, not after `written`.
 #[derive(Clone, Copy, Debug)]
 pub struct Timing {
-    /// Just before its first byte was written.
+    /// Just before `send`: before its first byte was written, and before the connect when the
+    /// connection had to be opened again first (earlier than the write, never later).
     pub began: Instant,
     /// Just after its last byte was; `None` when it was never all written.
     pub written: Option<Instant>,

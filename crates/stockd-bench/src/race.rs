@@ -18,7 +18,9 @@
 //! A group's time is the load's window over the groups the writer decided meanwhile
 //! (`stockd_engine_batches_total` in `/metrics`), not over the log's syncs: a refusal changes
 //! nothing, so a race's groups of refusals need no sync, though they are answered only once
-//! what was decided before them is durable.
+//! what was decided before them is durable. The counter also counts the writer's idle wake-ups
+//! (one a second, up to ten with parked requests); a race keeps the writer busy, so they barely
+//! shorten the mean.
 
 use serde::Serialize;
 use tokio::time::{Duration, Instant};
