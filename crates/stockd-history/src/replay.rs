@@ -75,6 +75,10 @@ pub(crate) struct Replay {
     pub first_effect: Vec<Option<(usize, usize)>>,
     /// Per op: the events it caused.
     pub effects: Vec<Vec<(usize, usize)>>,
+    /// Per op: whether another request could as well have caused an event attributed to it
+    /// (the same release sent twice, one answer unknown): such an op has no certain place in
+    /// the feed.
+    pub unsure: Vec<bool>,
     pub expiry_lags_ms: Vec<u64>,
     /// Per request id of a `restocked` event: the pool and delta it restocked. A history is
     /// shorter than the hold retention, so an id restocks at most once.
@@ -203,6 +207,7 @@ impl Replay {
             usage: HashMap::new(),
             first_effect: vec![None; history.ops.len()],
             effects: vec![Vec::new(); history.ops.len()],
+            unsure: vec![false; history.ops.len()],
             expiry_lags_ms: Vec::new(),
             restock_requests: HashMap::new(),
         };
@@ -311,28 +316,35 @@ impl Runner<'_> {
     }
 
     /// The first candidate op that may have caused an event at `at_ms` and passes `fits`:
-    /// acknowledged ones first, then those without a trusted answer.
+    /// acknowledged ones first, then those without a trusted answer. When several fit, the
+    /// choice is a guess, and the op picked is marked unsure.
     fn pick(
-        &self,
+        &mut self,
         candidates: &[usize],
         at_ms: u64,
         once: bool,
         fits: impl Fn(&Op) -> bool,
     ) -> Option<usize> {
-        let usable = |&&i: &&usize| {
-            let op = &self.history.ops[i];
-            may_have_applied(op)
-                && !(once && self.used[i])
-                && within_effect_window(op, at_ms, self.bounds)
-                && fits(op)
-        };
-        let acknowledged = candidates
+        let usable: Vec<usize> = candidates
             .iter()
-            .filter(usable)
-            .find(|&&i| answered(&self.history.ops[i]).is_some());
-        acknowledged
-            .or_else(|| candidates.iter().find(usable))
             .copied()
+            .filter(|&i| {
+                let op = &self.history.ops[i];
+                may_have_applied(op)
+                    && !(once && self.used[i])
+                    && within_effect_window(op, at_ms, self.bounds)
+                    && fits(op)
+            })
+            .collect();
+        let picked = usable
+            .iter()
+            .copied()
+            .find(|&i| answered(&self.history.ops[i]).is_some())
+            .or_else(|| usable.first().copied())?;
+        if usable.len() > 1 {
+            self.replay.unsure[picked] = true;
+        }
+        Some(picked)
     }
 
     fn pool_nums(&self, pool: &str) -> Option<PoolNums> {

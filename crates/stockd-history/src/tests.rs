@@ -497,6 +497,54 @@ fn a_feed_against_real_time_is_rejected() {
     );
 }
 
+/// h2 released by a request whose answer was lost (sent at 1_025, the event at 1_026), and again
+/// by one sent after the confirm of h1 was acknowledged: the second only replays the first.
+fn released_twice() -> History {
+    let mut history = explained();
+    let release = || Request::Release {
+        hold_id: "h2".to_string(),
+    };
+    history.ops[6] = answered(
+        2,
+        2_110,
+        2_111,
+        Request::Confirm {
+            hold_id: "h2".to_string(),
+        },
+        409,
+        json!({"error": "hold_released", "hold_id": "h2"}),
+    );
+    history.ops.push(answered(
+        2,
+        1_043,
+        1_044,
+        release(),
+        200,
+        hold("h2", "u2", 1, "released", 1_021),
+    ));
+    history.ops.push(unknown(3, 1_025, 1_200, release()));
+    history.feed[0] = vec![
+        history.feed[0][0].clone(),
+        held(2, 1_011, "h1", "u1", 1),
+        held(3, 1_021, "h2", "u2", 1),
+        step(4, 1_026, "released", "h2", "u2", 2_021),
+        step(5, 1_041, "confirmed", "h1", "u1", 2_011),
+    ];
+    history
+}
+
+#[test]
+fn an_event_two_requests_may_have_caused_places_neither_in_real_time() {
+    let history = released_twice();
+    let report = check(&history, Bounds::default());
+    assert!(report.ok(), "{:#?}", report.violations);
+    // Without the lost request, the released event can only be the late one's, and the feed
+    // has it before a confirm acknowledged before it was sent.
+    let mut alone = history;
+    alone.ops.pop();
+    rejected(&alone, "real-time order");
+}
+
 #[test]
 fn a_per_user_limit_broken_in_the_feed_is_rejected() {
     let mut history = explained();

@@ -491,7 +491,8 @@ async fn run_history(scenario: &Scenario, seed: u64, secs: u64) -> stockd_histor
     let stats = report.stats.clone();
     eprintln!(
         "history {} (seed {seed}): {} ops ({} answered, {} unknown), {} events over {} \
-         partitions, {} holds, {} expiries (lag at most {} ms), {} lock grants; answers: {:?}",
+         partitions, {} holds, {} expiries (lag at most {} ms), {} lock grants, {} ops whose \
+         place in the feed is a guess; answers: {:?}",
         scenario.name,
         stats.ops,
         stats.answered,
@@ -502,6 +503,7 @@ async fn run_history(scenario: &Scenario, seed: u64, secs: u64) -> stockd_histor
         stats.expiries,
         stats.expiry_lag_max_ms,
         stats.lock_grants,
+        stats.unsure,
         stats.answers.iter().collect::<BTreeMap<_, _>>()
     );
     if !report.ok() {
