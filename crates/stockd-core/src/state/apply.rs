@@ -154,7 +154,11 @@ impl State {
                     if let Some(user) = user {
                         *pool.usage.entry(user.clone()).or_insert(0) += item.qty;
                     }
-                    self.note_available_later(&item.pool, before);
+                    // Only a pool with a threshold can cross it (the record changes no
+                    // threshold before its flush below).
+                    if pool.low_stock_threshold.is_some() {
+                        self.note_available_later(&item.pool, before);
+                    }
                 }
                 let hold = Box::new(Hold {
                     user: user.clone(),
@@ -252,7 +256,9 @@ impl State {
                     pool.available += line.qty;
                     give_back_usage(pool, hold.user.as_ref(), line.qty);
                     self.freed_pools.push(line.pool.clone());
-                    self.pending_low_stock.push((line.pool.clone(), before));
+                    if pool.low_stock_threshold.is_some() {
+                        self.pending_low_stock.push((line.pool.clone(), before));
+                    }
                 }
                 self.purge_queue.push(
                     finished_at_ms.saturating_add(self.config.hold_retention_ms),
@@ -293,7 +299,9 @@ impl State {
                     }
                     give_back_usage(pool, hold.user.as_ref(), line.qty);
                     self.freed_pools.push(line.pool.clone());
-                    self.pending_low_stock.push((line.pool.clone(), before));
+                    if pool.low_stock_threshold.is_some() {
+                        self.pending_low_stock.push((line.pool.clone(), before));
+                    }
                 }
                 self.purge_queue.push(
                     at_ms.saturating_add(self.config.hold_retention_ms),
