@@ -830,7 +830,7 @@ fn reserve_fields(fields: &Fields) -> Result<Command, Refusal> {
     Ok(Command::Reserve(ReserveRequest {
         hold_id,
         user,
-        items,
+        items: items.into(),
         ttl_ms: fields.optional("ttl_ms", as_u64)?.unwrap_or(600_000),
         confirm: fields.optional("confirm", as_bool)?.unwrap_or(false),
         wait_ms: fields.optional("wait_ms", as_u64)?.unwrap_or(0),

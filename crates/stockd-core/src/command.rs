@@ -5,6 +5,8 @@
 //! before lookup. The core calls it first thing; a backend that does not run the core (Redis)
 //! must call it too.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
@@ -34,7 +36,7 @@ pub struct HoldItem {
 pub struct ReserveRequest {
     pub hold_id: HoldId,
     pub user: Option<UserId>,
-    pub items: Vec<HoldItem>,
+    pub items: Arc<[HoldItem]>,
     pub ttl_ms: u64,
     pub confirm: bool,
     pub wait_ms: u64,

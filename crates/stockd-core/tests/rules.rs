@@ -1162,19 +1162,37 @@ fn same_request_in_any_item_order_replays_and_anything_else_conflicts() {
     // (variant, replay?)
     let cases: [(&str, Command, bool); 11] = [
         ("same", variant(|_| {}), true),
-        ("reversed", variant(|r| r.items.reverse()), true),
-        ("rotated", variant(|r| r.items.rotate_left(1)), true),
+        (
+            "reversed",
+            variant(|r| edit_items(r, |items| items.reverse())),
+            true,
+        ),
+        (
+            "rotated",
+            variant(|r| edit_items(r, |items| items.rotate_left(1))),
+            true,
+        ),
         ("other ttl", variant(|r| r.ttl_ms = 1_000), true),
         ("waiting", variant(|r| r.wait_ms = 5_000), true),
-        ("other qty", variant(|r| r.items[1].qty = 1), false),
+        (
+            "other qty",
+            variant(|r| edit_items(r, |items| items[1].qty = 1)),
+            false,
+        ),
         (
             "fewer items",
             variant(|r| {
-                r.items.pop();
+                edit_items(r, |items| {
+                    items.pop();
+                })
             }),
             false,
         ),
-        ("more items", variant(|r| r.items.push(item("s", 1))), false),
+        (
+            "more items",
+            variant(|r| edit_items(r, |items| items.push(item("s", 1)))),
+            false,
+        ),
         ("no user", variant(|r| r.user = None), false),
         (
             "other user",
@@ -1219,7 +1237,7 @@ fn same_request_in_any_item_order_replays_and_anything_else_conflicts() {
     assert_eq!(state.pools().collect::<Vec<_>>(), pools_before);
 
     // Validation still comes first, before the idempotency lookup.
-    let invalid = variant(|r| r.items[0].qty = 0);
+    let invalid = variant(|r| edit_items(r, |items| items[0].qty = 0));
     assert_eq!(
         run(&mut state, invalid, T0 + 10).error_code(),
         Some("invalid_request")
@@ -1600,9 +1618,18 @@ fn limits_are_enforced_at_their_edges() {
         (many_items(HOLD_ITEMS_MAX), true),
         (many_items(HOLD_ITEMS_MAX + 1), false),
         (many_items(0), false),
-        (reserve_with(|r| r.items[0].qty = QTY_MAX), true),
-        (reserve_with(|r| r.items[0].qty = QTY_MAX + 1), false),
-        (reserve_with(|r| r.items[0].qty = 0), false),
+        (
+            reserve_with(|r| edit_items(r, |items| items[0].qty = QTY_MAX)),
+            true,
+        ),
+        (
+            reserve_with(|r| edit_items(r, |items| items[0].qty = QTY_MAX + 1)),
+            false,
+        ),
+        (
+            reserve_with(|r| edit_items(r, |items| items[0].qty = 0)),
+            false,
+        ),
         (reserve_with(|r| r.ttl_ms = HOLD_TTL_MS_MIN - 1), false),
         (reserve_with(|r| r.ttl_ms = HOLD_TTL_MS_MAX + 1), false),
         (reserve_with(|r| r.wait_ms = WAIT_MS_MAX + 1), false),
@@ -1733,4 +1760,11 @@ fn a_hold_past_retention_is_gone_for_commands_before_any_sweep() {
     assert!(created(again.outcome()));
     // Sold units of the forgotten confirmed hold stay sold.
     assert_eq!(pool(&state, "p").sold, 1);
+}
+
+/// Changes a request's items (shared, so edited as a copy).
+fn edit_items(request: &mut ReserveRequest, edit: impl FnOnce(&mut Vec<HoldItem>)) {
+    let mut items = request.items.to_vec();
+    edit(&mut items);
+    request.items = items.into();
 }

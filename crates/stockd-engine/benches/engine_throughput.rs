@@ -40,7 +40,8 @@ fn claim(n: u64) -> Command {
         items: vec![HoldItem {
             pool: PoolId::parse("hot").unwrap(),
             qty: 1,
-        }],
+        }]
+        .into(),
         ttl_ms: 600_000,
         confirm: true,
         wait_ms: 0,

@@ -50,7 +50,8 @@ fn filled_state() -> State {
                 items: vec![HoldItem {
                     pool: PoolId::parse("hot").unwrap(),
                     qty: 1,
-                }],
+                }]
+                .into(),
                 ttl_ms: 600_000,
                 confirm: true,
                 wait_ms: 0,

@@ -49,7 +49,8 @@ fn main() {
             items: vec![HoldItem {
                 pool: pool.clone(),
                 qty: 1,
-            }],
+            }]
+            .into(),
             ttl_ms: 600_000,
             confirm: true,
             wait_ms: 0,

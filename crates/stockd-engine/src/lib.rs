@@ -732,7 +732,8 @@ mod tests {
             items: vec![HoldItem {
                 pool: PoolId::parse("p").unwrap(),
                 qty: 1,
-            }],
+            }]
+            .into(),
             ttl_ms: 60_000,
             confirm: false,
             wait_ms: 0,

@@ -37,7 +37,8 @@ fn reserve(id: &str, pool_id: &str, qty: u64, ttl_ms: u64, wait_ms: u64) -> Comm
         items: vec![HoldItem {
             pool: pool(pool_id),
             qty,
-        }],
+        }]
+        .into(),
         ttl_ms,
         confirm: false,
         wait_ms,

@@ -691,7 +691,7 @@ impl Model {
     fn reserve(&mut self, request: &ReserveRequest, now_ms: u64) -> Outcome {
         // Validation before any lookup.
         let mut pools_seen: Vec<&PoolId> = Vec::new();
-        for item in &request.items {
+        for item in request.items.iter() {
             if !in_range(item.qty, 1, QTY_MAX) || pools_seen.contains(&&item.pool) {
                 return Err(invalid());
             }
@@ -728,7 +728,7 @@ impl Model {
             };
         }
         // Item by item, in the order given, first failure wins.
-        for item in &request.items {
+        for item in request.items.iter() {
             let Some(pool) = self.pools.get(&item.pool) else {
                 return Err(Error::PoolNotFound {
                     pool: item.pool.clone(),

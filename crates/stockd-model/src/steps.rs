@@ -211,14 +211,16 @@ fn reserve_again(memory: &Memory, hold: usize, rotate: usize, tweak: u8) -> Rese
             items: vec![HoldItem {
                 pool: pool_id(POOLS[0]),
                 qty: 1,
-            }],
+            }]
+            .into(),
             ttl_ms: 1_000,
             confirm: false,
             wait_ms: 0,
         });
     // The last reserve may have had no items (an invalid request, as the fuzz target sends).
-    let len = request.items.len();
-    request.items.rotate_left(rotate % len.max(1));
+    let mut items = request.items.to_vec();
+    let len = items.len();
+    items.rotate_left(rotate % len.max(1));
     match tweak {
         // Not part of the identity: still a replay.
         0 => request.ttl_ms = 2_000,
@@ -231,15 +233,16 @@ fn reserve_again(memory: &Memory, hold: usize, rotate: usize, tweak: u8) -> Rese
             }
         }
         3 => {
-            if let Some(item) = request.items.first_mut() {
+            if let Some(item) = items.first_mut() {
                 item.qty += 1;
             }
         }
         4 if len > 1 => {
-            request.items.pop();
+            items.pop();
         }
         _ => {}
     }
+    request.items = items.into();
     request
 }
 

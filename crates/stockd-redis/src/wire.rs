@@ -103,7 +103,7 @@ pub fn encode(command: &Command, route: Route) -> Op {
                 request.wait_ms.to_string(),
                 request.items.len().to_string(),
             ];
-            for item in &request.items {
+            for item in request.items.iter() {
                 args.push(item.pool.to_string());
                 args.push(item.qty.to_string());
             }

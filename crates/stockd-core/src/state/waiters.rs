@@ -41,7 +41,7 @@ impl State {
         self.next_waiter_id += 1;
         match &wait_for {
             WaitFor::Stock(request) => {
-                for item in &request.items {
+                for item in request.items.iter() {
                     self.pool_waiters
                         .entry(item.pool.clone())
                         .or_default()

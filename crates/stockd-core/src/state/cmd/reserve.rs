@@ -8,7 +8,6 @@
 //!
 //! Its Lua twin is `crates/stockd-redis/lua/cmd/reserve.lua`.
 
-use crate::command::HoldItem;
 use crate::command::{Outcome, ReserveRequest};
 use crate::error::Error;
 use crate::record::Change;
@@ -28,7 +27,7 @@ impl State {
         // Park the request on every pool it names: units coming back to any of them may be
         // what it lacks. A full queue means the crowd is already larger than any stock that
         // could come back soon; answer now rather than grow the queue.
-        for item in &request.items {
+        for item in request.items.iter() {
             if !self.has_waiter_room_on_pool(&item.pool) {
                 return Step::Done(outcome);
             }
@@ -60,14 +59,8 @@ impl State {
             }
         }
         self.check_reserve(request, now_ms)?;
-        let items = request
-            .items
-            .iter()
-            .map(|item| HoldItem {
-                pool: item.pool.clone(),
-                qty: item.qty,
-            })
-            .collect();
+        // The hold shares the request's item list (one list per hold, not a copy).
+        let items = request.items.clone();
         self.commit(
             now_ms,
             Change::Held {
@@ -94,7 +87,7 @@ impl State {
     /// Checks a reserve against the state, item by item in the order given; the first failure
     /// wins. Reads only.
     fn check_reserve(&self, request: &ReserveRequest, now_ms: u64) -> Result<(), Error> {
-        for item in &request.items {
+        for item in request.items.iter() {
             let Some(pool) = self.data.pools.get(&item.pool) else {
                 return Err(Error::PoolNotFound {
                     pool: item.pool.clone(),
