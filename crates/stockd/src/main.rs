@@ -17,6 +17,25 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `mi_option_purge_delay` in mimalloc.h (v3, the version Cargo.lock pins): how many
+/// milliseconds freed memory stays with the process before mimalloc gives it back to the OS
+/// (1,000 by default; -1: never).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Keeps the memory the process frees rather than giving it back to the OS a second later,
+/// unless the operator set MIMALLOC_PURGE_DELAY. Under load, memory given back was soon needed
+/// again and came back through page faults, each zeroing a fresh huge page, about nine in ten
+/// of the server's page faults, on the writer thread too (docs/benchmarks.md, "Seventh
+/// steps"). The retained state only grows until retention trims it, so what this keeps is
+/// the transient buffers' high-water mark (docs/operations.md).
+fn keep_freed_memory() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: sets one of mimalloc's options, a plain integer it reads when it decides
+        // whether to purge; called first thing in main, before any other thread exists.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+    }
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "stockd",
@@ -182,6 +201,7 @@ fn runtime_for(command: &Command) -> tokio::runtime::Builder {
 }
 
 fn main() -> ExitCode {
+    keep_freed_memory();
     let cli = Cli::read_from(std::env::args_os()).unwrap_or_else(|error| error.exit());
     if cli.json && !cli.command.is_client() {
         eprintln!(
@@ -232,6 +252,20 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn freed_memory_is_kept_and_the_option_is_mimallocs_purge_delay() {
+        // SAFETY: reads an option (a plain integer).
+        let get = || unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
+        // Only purge_delay has this default: the constant names the option it should.
+        assert_eq!(
+            get(),
+            1_000,
+            "not mimalloc's purge_delay (or MIMALLOC_PURGE_DELAY is set)"
+        );
+        keep_freed_memory();
+        assert_eq!(get(), -1);
+    }
 
     /// The order in which three tasks, woken one after another on a worker of `runtime`'s
     /// (given one worker), run.
