@@ -30,6 +30,16 @@ impl<T: Ord> TimeQueue<T> {
     }
 
     pub(super) fn push(&mut self, at_ms: u64, item: T) {
+        // Most pushes are for the latest time (now plus a fixed retention or TTL): its bucket
+        // is the last, reached down the tree's right edge without comparing keys.
+        if let Some(mut last) = self.buckets.last_entry() {
+            if *last.key() == at_ms {
+                let bucket = last.get_mut();
+                bucket.items.push(item);
+                bucket.sorted = false;
+                return;
+            }
+        }
         let bucket = self.buckets.entry(at_ms).or_insert_with(|| Bucket {
             items: Vec::new(),
             sorted: true,
