@@ -5,7 +5,11 @@
 # the server's fsyncs from /metrics. Per request: CPU microseconds (user + kernel) and context
 # switches of the HTTP workers (tokio-rt-worker) and of the writer (stockd-writer); requests
 # per fsync. The bare axum handler (crates/stockd-server/examples/bare_axum.rs) is measured
-# first, the same way: the HTTP stack's own cost per request.
+# first, the same way: the HTTP stack's own cost per request. Then redis-server, the same way,
+# under redis-benchmark -c CONNECTIONS running the EVALSHA check-and-deduct of
+# scripts/bench-http.sh, without persistence and with AOF appendfsync always (as durable as
+# stockd): what the alternative costs per request. Each load generator's own CPU per request
+# is printed too (both share the machine's cores with the server they measure).
 #
 # Usage: scripts/bench-cpu.sh [SECONDS] [CONNECTIONS] [STOCKD_BINARY...]
 #   defaults: 6 s, 50 connections, the release build (built if missing). Give several binaries
@@ -19,7 +23,7 @@ CONNECTIONS="${2:-50}"
 shift $(($# < 2 ? $# : 2))
 # shellcheck source=scripts/bench-lib.sh
 source scripts/bench-lib.sh
-need wrk
+need wrk redis-server redis-tools
 BINARIES=("$@")
 if [ ${#BINARIES[@]} -eq 0 ]; then
     cargo build --release -q -p stockd --bin stockd
@@ -41,6 +45,30 @@ threads() {
     done | awk '{c[$1] += $2; u[$1] += $3; k[$1] += $4} END {for (n in c) print n, c[n], u[n], k[n]}' | sort
 }
 
+# Prints each thread name's CPU and context switches per request between $WORK/before and
+# $WORK/after (threads named like the process itself, matched by the regex, are left out of
+# the per-name lines but counted in the sum), then the sum over all threads.
+per_request() {
+    join "$WORK/before" "$WORK/after" | awk -v n="$1" -v hz="$2" -v main="$3" '
+        { user = ($6 - $3) * 1e6 / hz / n; kernel = ($7 - $4) * 1e6 / hz / n; switches = ($5 - $2) / n }
+        user + kernel > 0 && $1 !~ main {
+            printf "  %-16s CPU %6.1f us/request (user %.1f, kernel %.1f), %.3f context switches/request\n",
+                $1, user + kernel, user, kernel, switches
+        }
+        { tu += user; tk += kernel }
+        END { printf "  %-16s CPU %6.1f us/request (user %.1f, kernel %.1f)\n", "all threads", tu + tk, tu, tk }'
+}
+
+# The load generator's own CPU per request, from bash's `time` in $WORK/client-cpu.
+client_cpu() {
+    awk -v name="$1" -v n="$2" '
+        /^user/ { split($2, t, /[ms]/); u = (t[1] * 60 + t[2]) * 1e6 / n }
+        /^sys/ { split($2, t, /[ms]/); k = (t[1] * 60 + t[2]) * 1e6 / n }
+        END { printf "  %-16s CPU %6.1f us/request (user %.1f, kernel %.1f)\n", name " (client)", u + k, u, k }' \
+        "$WORK/client-cpu"
+}
+
+ticks=$(getconf CLK_TCK)
 cargo build --release -q -p stockd-server --example bare_axum
 for binary in bare "${BINARIES[@]}"; do
     port=$(free_port)
@@ -61,22 +89,45 @@ for binary in bare "${BINARIES[@]}"; do
         curl -fs -X PUT "http://127.0.0.1:$port/v1/pools/hot" -d '{"total":1000000000000}' >/dev/null
     fi
     threads "$SPID" > "$WORK/before"
-    wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s scripts/wrk/reserve_confirm.lua \
-        "http://127.0.0.1:$port" > "$WORK/wrk.txt"
+    { time wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s scripts/wrk/reserve_confirm.lua \
+        "http://127.0.0.1:$port" > "$WORK/wrk.txt"; } 2> "$WORK/client-cpu"
     threads "$SPID" > "$WORK/after"
     requests=$(awk '/requests in/ {print $1}' "$WORK/wrk.txt")
     syncs=$(curl -fs "http://127.0.0.1:$port/metrics" 2>/dev/null | awk '/^stockd_wal_syncs_total/ {print $2}' || true)
-    ticks=$(getconf CLK_TCK)
     echo "$binary, $CONNECTIONS connections: $(awk '/^Requests\/sec:/ {print $2}' "$WORK/wrk.txt") req/s," \
         "p50 $(awk '$1 == "50%" {print $2}' "$WORK/wrk.txt"), p99 $(awk '$1 == "99%" {print $2}' "$WORK/wrk.txt")," \
         "$(awk -v n="$requests" -v s="${syncs:-0}" 'BEGIN {printf "%.1f", (s > 0 ? n / s : 0)}') requests per fsync"
-    join "$WORK/before" "$WORK/after" | awk -v n="$requests" -v hz="$ticks" '
-        { user = ($6 - $3) * 1e6 / hz / n; kernel = ($7 - $4) * 1e6 / hz / n; switches = ($5 - $2) / n }
-        user + kernel > 0 && $1 !~ /^(stockd|bare_axum)$/ {
-            printf "  %-16s CPU %6.1f us/request (user %.1f, kernel %.1f), %.3f context switches/request\n",
-                $1, user + kernel, user, kernel, switches
-            tu += user; tk += kernel
-        }
-        END { printf "  %-16s CPU %6.1f us/request (user %.1f, kernel %.1f)\n", "all threads", tu + tk, tu, tk }'
+    per_request "$requests" "$ticks" '^(stockd|bare_axum)$'
+    client_cpu wrk "$requests"
+    kill "$SPID"; wait "$SPID" 2>/dev/null || true; SPID=""
+done
+
+# redis-server, without persistence and with appendfsync always.
+LUA="local s = tonumber(redis.call('GET', KEYS[1])) if s and s >= tonumber(ARGV[1]) then redis.call('DECRBY', KEYS[1], ARGV[1]) return 1 end return 0"
+for persistence in none always; do
+    port=$(free_port)
+    mkdir -p "$WORK/redis-$port"
+    if [ "$persistence" = none ]; then
+        redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >/dev/null &
+    else
+        redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly yes --appendfsync always \
+            --dir "$WORK/redis-$port" --daemonize no >/dev/null &
+    fi
+    SPID=$!
+    for _ in $(seq 1 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+    redis-cli -p "$port" set stock 1000000000000 >/dev/null
+    sha=$(redis-cli -p "$port" script load "$LUA")
+    # About DURATION seconds of requests at the rate redis-benchmark reaches here.
+    rate=50000
+    [ "$persistence" = always ] || rate=80000
+    requests=$((DURATION * rate))
+    threads "$SPID" > "$WORK/before"
+    { time redis-benchmark -p "$port" -c "$CONNECTIONS" -n "$requests" --csv EVALSHA "$sha" 1 stock 1 \
+        > "$WORK/rb.csv"; } 2> "$WORK/client-cpu"
+    threads "$SPID" > "$WORK/after"
+    echo "redis-server EVALSHA, persistence $persistence, $CONNECTIONS connections:" \
+        "$(tail -1 "$WORK/rb.csv" | python3 -c 'import csv,sys; r=list(csv.reader(sys.stdin))[-1]; print(f"{float(r[1]):,.0f} req/s, p50 {r[4]}ms, p99 {r[6]}ms")')"
+    per_request "$requests" "$ticks" '^redis-server$'
+    client_cpu redis-benchmark "$requests"
     kill "$SPID"; wait "$SPID" 2>/dev/null || true; SPID=""
 done
