@@ -178,14 +178,34 @@ fn keep_arrival_order(runtime: &mut tokio::runtime::Builder) {
     let _ = runtime;
 }
 
+/// `serve`'s HTTP worker threads when --worker-threads is not given: one per core but one,
+/// and at least one. The engine's writer thread decides every change and waits for its fsync:
+/// while it is preempted, no request anywhere is answered, so it gets a core of its own.
+///
+/// Measured on 2 cores (docs/benchmarks.md, "Eighth steps"), one worker against two: the team
+/// race at 1,000 connections lost its slow mode (p99 96-263 ms in 5 of 6 runs with two, 43-55
+/// ms in all of them with one), CPU per request fell from 21.0-23.1 to 17.5-17.6 µs and context
+/// switches per request from 0.28-0.30 to 0.05-0.07; the writer's group grew from 31-33
+/// requests per fsync to 42-44.
+fn serve_worker_threads(cores: usize) -> usize {
+    cores.saturating_sub(1).max(1)
+}
+
 /// The async runtime `command` runs on. Worker threads: one per core by default; `serve` takes
-/// --worker-threads, checked by clap (flag or STOCKD_WORKER_THREADS), and the other commands
-/// honour the variable when it is a number above 0, as they always did. `serve` alone keeps
-/// arrival order ([`keep_arrival_order`]).
+/// --worker-threads, checked by clap (flag or STOCKD_WORKER_THREADS), or leaves the writer its
+/// core ([`serve_worker_threads`]), and the other commands honour the variable when it is a
+/// number above 0, as they always did. `serve` alone keeps arrival order
+/// ([`keep_arrival_order`]).
 fn runtime_for(command: &Command) -> tokio::runtime::Builder {
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     let worker_threads = match command {
-        Command::Serve(args) => args.worker_threads.map(usize::from),
+        Command::Serve(args) => Some(args.worker_threads.map_or_else(
+            || {
+                let cores = std::thread::available_parallelism().map_or(1, usize::from);
+                serve_worker_threads(cores)
+            },
+            usize::from,
+        )),
         _ => std::env::var("STOCKD_WORKER_THREADS")
             .ok()
             .and_then(|value| value.parse::<usize>().ok())
@@ -320,6 +340,24 @@ mod tests {
             ]))),
             [2, 0, 1]
         );
+    }
+
+    /// `serve` leaves the writer a core unless told otherwise; a machine of one core still gets
+    /// a worker. The other commands keep tokio's one per core.
+    #[test]
+    fn serve_leaves_the_writer_a_core() {
+        assert_eq!(serve_worker_threads(0), 1);
+        assert_eq!(serve_worker_threads(1), 1);
+        assert_eq!(serve_worker_threads(2), 1);
+        assert_eq!(serve_worker_threads(16), 15);
+        let workers = |args: &[&str]| {
+            let runtime = runtime_for(&command(args)).build().unwrap();
+            runtime.metrics().num_workers()
+        };
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(workers(&["serve"]), serve_worker_threads(cores));
+        assert_eq!(workers(&["serve", "--worker-threads", "3"]), 3);
+        assert_eq!(workers(&["bench", "run", "--scenario", "team"]), cores);
     }
 
     /// Every argument of every command, and every command, says what it is for in --help.

@@ -127,8 +127,8 @@ pub struct ServeArgs {
     /// 16384).
     #[arg(long, env = "STOCKD_MAX_HEADER_BYTES", value_name = "BYTES")]
     pub max_header_bytes: Option<usize>,
-    /// HTTP worker threads (default one per core). Not a config file key: the threads start
-    /// before the file is read.
+    /// HTTP worker threads (default one per core but one, at least one: the engine's writer
+    /// thread keeps a core). Not a config file key: the threads start before the file is read.
     #[arg(
         long,
         env = "STOCKD_WORKER_THREADS",
@@ -672,7 +672,7 @@ mod tests {
                 "max_header_bytes",
                 format!("(default {})", limits.max_header_bytes),
             ),
-            ("worker_threads", "(default one per core)".into()),
+            ("worker_threads", "(default one per core but one".into()),
         ];
         let arguments: Vec<&clap::Arg> = command.get_arguments().collect();
         assert_eq!(
