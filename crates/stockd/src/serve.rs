@@ -443,7 +443,8 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         body_timeout: settings.body_timeout,
         connections: settings.connections,
     };
-    tracing::info!(listen = %settings.listen, "stockd serving");
+    let worker_threads = tokio::runtime::Handle::current().metrics().num_workers();
+    tracing::info!(listen = %settings.listen, worker_threads, "stockd serving");
     let stop = async {
         crate::signals::stop_requested().await;
         tracing::info!("stop signal received; finishing in-flight requests");
