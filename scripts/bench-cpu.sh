@@ -14,8 +14,8 @@
 # Usage: scripts/bench-cpu.sh [SECONDS] [CONNECTIONS] [STOCKD_BINARY...]
 #   defaults: 6 s, 50 connections, the release build (built if missing). Give several binaries
 #   (copies of earlier builds) to compare them in one run, alternated as given.
-# Installs wrk from Debian's packages when missing. docs/benchmarks.md ("The hot path") has
-# the figures this measured.
+# Installs wrk, redis-server and redis-tools from Debian's packages when missing.
+# docs/benchmarks.md ("The hot path") has the figures this measured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION="${1:-6}"
@@ -103,7 +103,6 @@ for binary in bare "${BINARIES[@]}"; do
 done
 
 # redis-server, without persistence and with appendfsync always.
-LUA="local s = tonumber(redis.call('GET', KEYS[1])) if s and s >= tonumber(ARGV[1]) then redis.call('DECRBY', KEYS[1], ARGV[1]) return 1 end return 0"
 for persistence in none always; do
     port=$(free_port)
     mkdir -p "$WORK/redis-$port"
@@ -116,7 +115,7 @@ for persistence in none always; do
     SPID=$!
     for _ in $(seq 1 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
     redis-cli -p "$port" set stock 1000000000000 >/dev/null
-    sha=$(redis-cli -p "$port" script load "$LUA")
+    sha=$(redis-cli -p "$port" script load "$REDIS_CHECK_AND_DEDUCT_LUA")
     # About DURATION seconds of requests at the rate redis-benchmark reaches here.
     rate=50000
     [ "$persistence" = always ] || rate=80000

@@ -105,11 +105,10 @@ kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
 
 # 5. redis-benchmark: EVALSHA check-and-deduct, no persistence (plain and pipelined), then AOF
 # appendfsync always.
-LUA="local s = tonumber(redis.call('GET', KEYS[1])) if s and s >= tonumber(ARGV[1]) then redis.call('DECRBY', KEYS[1], ARGV[1]) return 1 end return 0"
 evalsha() { # PORT N EXTRA... -> "rps p50"
     local port="$1" n="$2"; shift 2
     redis-cli -p "$port" set stock 1000000000000 >/dev/null
-    local sha; sha=$(redis-cli -p "$port" script load "$LUA")
+    local sha; sha=$(redis-cli -p "$port" script load "$REDIS_CHECK_AND_DEDUCT_LUA")
     redis-benchmark -p "$port" -c "$CONNECTIONS" -n "$n" --csv "$@" EVALSHA "$sha" 1 stock 1 \
         | tail -1 | python3 -c 'import csv,sys; r=list(csv.reader(sys.stdin))[-1]; print(r[1], r[4])'
 }
@@ -121,7 +120,7 @@ read -r REDIS_RPS REDIS_P50 <<< "$(evalsha "$PORT" $((DURATION * 140000)))"
 read -r PIPE_RPS _ <<< "$(evalsha "$PORT" $((DURATION * 600000)) -P 16)"
 # The same script at 1,000 connections: the tail the team race (1,000 connections) is held to.
 redis-cli -p "$PORT" set stock 1000000000000 >/dev/null
-SHA=$(redis-cli -p "$PORT" script load "$LUA")
+SHA=$(redis-cli -p "$PORT" script load "$REDIS_CHECK_AND_DEDUCT_LUA")
 read -r C1000_RPS C1000_P99 C1000_MAX <<< "$(redis-benchmark -p "$PORT" -c 1000 -n $((DURATION * 100000)) \
     --csv EVALSHA "$SHA" 1 stock 1 | tail -1 \
     | python3 -c 'import csv,sys; r=list(csv.reader(sys.stdin))[-1]; print(r[1], r[6], r[7])')"

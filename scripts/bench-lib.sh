@@ -11,6 +11,11 @@ need() {
     fi
 }
 
+# The Redis baseline the HTTP benchmarks compare stockd with: the seeds' check-and-deduct of
+# one key, as users write it by hand (EVALSHA ... 1 stock 1).
+# shellcheck disable=SC2034 # used by the scripts that source this file
+REDIS_CHECK_AND_DEDUCT_LUA="local s = tonumber(redis.call('GET', KEYS[1])) if s and s >= tonumber(ARGV[1]) then redis.call('DECRBY', KEYS[1], ARGV[1]) return 1 end return 0"
+
 # A free loopback port.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
