@@ -9,7 +9,7 @@
 
 use std::fmt::Debug;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Seek, SeekFrom, Write};
+use std::io::{self, Write};
 use std::path::Path;
 
 /// A file opened for writing. Files opened in append mode write at their end; the others write
@@ -65,9 +65,9 @@ impl FsFile for File {
     fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         Write::write_all(self, bytes)
     }
+    /// One `pwrite` (a seek and a write would be two syscalls, once per group commit).
     fn write_all_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
-        self.seek(SeekFrom::Start(offset))?;
-        Write::write_all(self, bytes)
+        std::os::unix::fs::FileExt::write_all_at(self, bytes, offset)
     }
     fn set_len(&mut self, len_bytes: u64) -> io::Result<()> {
         File::set_len(self, len_bytes)
