@@ -84,7 +84,12 @@ local function events(keys, argv)
     local oldest = 0
     if #first > 0 then oldest = tonumber(string.match(first[1][1], '^0%-(%d+)$')) end
     local out = { tonumber(redis.call('HGET', S.meta, 'seq') or '0'), oldest }
-    local entries = redis.call('XRANGE', stream, '(0-' .. argv[4], '+', 'COUNT', argv[5])
+    -- Seqs stay below 2^53 (exact in a double): no event comes after a larger AFTER, and XRANGE
+    -- cannot start after the largest stream id (AFTER = 2^64 - 1) at all.
+    local entries = {}
+    if tonumber(argv[4]) < S.SEQ_LIMIT then
+        entries = redis.call('XRANGE', stream, '(0-' .. argv[4], '+', 'COUNT', argv[5])
+    end
     for _, entry in ipairs(entries) do out[#out + 1] = entry[2][2] end
     return out
 end

@@ -12,6 +12,10 @@ local C = {}  -- commands by op name, each returning a reply table (see S.reply_
 -- Limits the scripts need (the rest are checked by Command::validate before a call).
 S.TOTAL_MAX = 1000000000000
 
+-- Every counter (event seqs, lock tokens, attempts) stays below 2^53, where Lua's doubles hold
+-- integers exactly.
+S.SEQ_LIMIT = 9007199254740992
+
 S.WAITERS_PER_KEY_MAX = 10000
 
 S.EXPIRIES_PER_SWEEP_MAX = 1000

@@ -798,7 +798,8 @@ impl RedisBackend {
         };
         let (seq, oldest) = (*seq as u64, *oldest as u64);
         shared.saw_seq(partition, seq);
-        if oldest > 0 && after + 1 < oldest {
+        // `after` may be u64::MAX (nothing can come after it): `after + 1` would wrap.
+        if oldest > 0 && after.saturating_add(1) < oldest {
             return Ok(Err(Error::EventsExpired {
                 after,
                 oldest_seq: oldest,

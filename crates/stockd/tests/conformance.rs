@@ -1952,6 +1952,14 @@ fn event_cases() -> Vec<Case> {
             .get("/v1/events?partition={$pa}&after=0&limit=1000", 200, json!({"events": "$any", "next_after": "$int"}))
             .get("/v1/events?partition={P-1}&after=0", 200, json!({"events": "$any", "next_after": "$int"}))
             .events(json!([ev("pool_upserted", json!({"pool": a, "partition": "$same:pa"}))])),
+        // The largest `after` there is: nothing comes after it, and nothing before it was
+        // dropped, so it is an empty page (not 410), waiting or not; one more is not a u64.
+        case("events: after = 2^64 - 1 is 200 with no events and next_after the same after")
+            .put_pool(a, json!({"total": 1}), 201, json!({"partition": "$partition:pa"}))
+            .get("/v1/events?partition={$pa}&after=18446744073709551615", 200, json!({"events": [], "next_after": u64::MAX}))
+            .get("/v1/events?partition={$pa}&after=18446744073709551615&limit=1&wait_ms=100", 200, json!({"events": [], "next_after": u64::MAX}))
+            .get("/v1/events?partition={$pa}&after=18446744073709551616", 422, err("invalid_request"))
+            .events(json!([ev("pool_upserted", json!({"pool": a, "partition": "$same:pa"}))])),
         case("partitions: with one partition, leaving partition out reads partition 0")
             .only(When::OnePartition)
             .put_pool(a, json!({"total": 1}), 201, json!({"partition": 0}))
