@@ -112,9 +112,15 @@ end
 
 -- The memory of a finished hold is freed an hour after its retention ends; the sweep forgets it
 -- (record and index entries) when its retention ends, through the `forget` set.
+-- A cross-partition hold whose parts still have a decision to apply is kept until they have it
+-- (x_applied keeps it again then): without its record, a part would look orphaned.
 function S.hold_keep(hold)
     local forget_at_ms = hold.finished_at_ms + S.retention_ms(hold.status)
     redis.call('ZADD', S.key('forget'), S.int(forget_at_ms), hold.id)
+    if hold.ap then
+        redis.call('PERSIST', S.key('hold', hold.id))
+        return
+    end
     local keep_ms = forget_at_ms - S.now
     redis.call('PEXPIRE', S.key('hold', hold.id),
         S.int(math.max(keep_ms, 0) + S.FORGOTTEN_KEY_MARGIN_MS))

@@ -215,10 +215,12 @@ end
 
 -- Hold hash fields: st status, u user (absent when none), it items ("pool qty generation ..."),
 -- cf confirm flag, c created_at_ms, e expires_at_ms, f finished_at_ms (absent while held), and
--- for a hold over several partitions (cross.lua) x = 1 and ap, the part transition to apply. Such
--- a hold is also 'pending' or 'aborting' while its reserve runs: not a hold yet for any command.
+-- for a hold over several partitions (cross.lua) x = 1, at its attempt and ap, the part
+-- transition to apply. Such a hold is also 'pending' or 'aborting' while its reserve runs: not a
+-- hold yet for any command.
 function S.hold_get(id)
-    local v = redis.call('HMGET', S.key('hold', id), 'st', 'u', 'it', 'cf', 'c', 'e', 'f', 'x')
+    local v = redis.call('HMGET', S.key('hold', id), 'st', 'u', 'it', 'cf', 'c', 'e', 'f', 'x', 'at',
+        'ap')
     if not v[1] then return nil end
     local items = {}
     local words = {}
@@ -230,10 +232,13 @@ function S.hold_get(id)
     local hold = {
         id = id, status = v[1], user = v[2] or nil, items = items, confirm = v[4] == '1',
         created_at_ms = tonumber(v[5]), expires_at_ms = tonumber(v[6]), finished_at_ms = S.num(v[7]),
-        cross = v[8] == '1',
+        cross = v[8] == '1', attempt = v[9] or nil, ap = v[10] or nil,
     }
-    -- Past retention, a finished hold is gone for every command, even before its key expires.
-    if hold.finished_at_ms and hold.finished_at_ms + S.retention_ms(hold.status) <= S.now then
+    -- Past retention, a finished hold is gone for every command, even before its key expires;
+    -- but not while its parts still have a decision to apply (a part of a confirmed hold whose
+    -- record were gone would look orphaned, and be returned).
+    if hold.finished_at_ms and hold.finished_at_ms + S.retention_ms(hold.status) <= S.now
+        and not hold.ap then
         S.hold_forget(hold)
         return nil
     end
@@ -306,7 +311,8 @@ function S.settle(hold)
 end
 
 function S.hold_reply(hold, created)
-    return { kind = 'hold', json = S.hold_json(hold), created = created, apply = hold.apply }
+    return { kind = 'hold', json = S.hold_json(hold), created = created, apply = hold.apply,
+        attempt = hold.attempt }
 end
 
 -- The hold a command names, settled. On the partition a hold id hashes to (route 'dir') a hold
@@ -350,7 +356,10 @@ function S.reply_json(reply)
         return S.json_object(all)
     elseif reply.kind == 'hold' then
         local apply = ''
-        if reply.apply then apply = ',"apply":' .. S.json_string(reply.apply) end
+        if reply.apply then
+            apply = ',"apply":' .. S.json_string(reply.apply) .. ',"attempt":'
+                .. S.json_string(reply.attempt or '')
+        end
         return '{"hold":' .. reply.json .. ',"created":' .. (reply.created and 'true' or 'false')
             .. apply .. '}'
     elseif reply.kind == 'pool' then

@@ -38,15 +38,16 @@ C.sweep = function()
         redis.call('ZREM', S.key('lockexp'), name)
     end
     -- Cross-partition holds whose parts a server left behind (cross.lua): for the sweeper to
-    -- roll forward (decided, not yet applied) or back (a reserve that never finished).
-    local forward, back = S.cross_due()
+    -- roll forward (decided, not yet applied) or back (a reserve that never finished), and held
+    -- parts whose home is to be asked whether it still owns them.
+    local forward, back, parts = S.cross_due()
     local function ids(list)
-        local parts = {}
-        for i, id in ipairs(list) do parts[i] = S.json_string(id) end
-        return '[' .. table.concat(parts, ',') .. ']'
+        local texts = {}
+        for i, id in ipairs(list) do texts[i] = S.json_string(id) end
+        return '[' .. table.concat(texts, ',') .. ']'
     end
     return { kind = 'raw', json = '{"expired":' .. S.int(expired) .. ',"more":'
         .. ((#due == S.EXPIRIES_PER_SWEEP_MAX or #forget == S.FORGETS_PER_SWEEP_MAX)
             and 'true' or 'false') .. ',"forward":' .. ids(forward)
-        .. ',"back":' .. ids(back) .. '}' }
+        .. ',"back":' .. ids(back) .. ',"parts":' .. ids(parts) .. '}' }
 end

@@ -1,10 +1,12 @@
 //! The cross-partition protocol, driven from the server: a hold whose pools live in several
 //! partitions of a Redis Cluster (see lua/cross.lua and docs/redis.md).
 //!
-//! Every step is one atomic library call and idempotent, so the server may die between any two:
-//! the hold record (home) decides, the parts follow, and the sweepers of every server finish what
-//! a dead server left (roll forward a decided transition, roll back an unfinished reserve). This
-//! module orders the steps; it decides no rule (each step's checks are the library's).
+//! Every step is one atomic library call that names its attempt, so the server may die between
+//! any two and a step may arrive late or twice: the hold record (home) decides, the parts follow,
+//! each participant refuses a step of an attempt other than the one it holds, and the sweepers of
+//! every server finish what a dead server left (roll forward a decided transition, roll back an
+//! unfinished reserve, return a part whose home lost its hold). This module orders the steps; it
+//! decides no rule (each step's checks are the library's).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -59,12 +61,14 @@ fn part_words(
     check_only: bool,
     request: &ReserveRequest,
     attempt: &str,
+    home: u32,
     items: &[PartItem],
 ) -> Vec<String> {
     let mut args = vec![
         if check_only { "1" } else { "0" }.to_string(),
         request.hold_id.to_string(),
         attempt.to_string(),
+        home.to_string(),
         request
             .user
             .as_ref()
@@ -148,8 +152,24 @@ async fn reserve_once(
     home: u32,
     request: &ReserveRequest,
 ) -> Result<Attempt, BackendError> {
+    let hold_id = request.hold_id.as_str();
+    // A new attempt's number comes from the partition the hold id hashes to, whatever the home,
+    // so that every attempt of one hold id is ordered (x_begin allocates it when that is home).
+    let id_partition = keys::partition_of(hold_id, shared.partitions);
+    let candidate = if id_partition == home {
+        "-".to_string()
+    } else {
+        match shared
+            .submit_one(id_partition, op("x_attempt", vec![hold_id.to_string()]))
+            .await?
+        {
+            Answer::NextAttempt(attempt) => attempt,
+            other => return Err(unexpected(&other)),
+        }
+    };
     let words = wire::encode(&stockd_core::Command::Reserve(request.clone()), Route::Only).args;
-    let begin_words = words[..words.len() - 3].to_vec();
+    let mut begin_words = words[..words.len() - 3].to_vec();
+    begin_words.push(candidate);
     let attempt = match shared.submit_one(home, op("x_begin", begin_words)).await? {
         Answer::Done(outcome) => return Ok(Attempt::Done(outcome)),
         Answer::Begun(attempt) => attempt,
@@ -170,7 +190,10 @@ async fn reserve_once(
         let text = shared
             .submit_raw(
                 *partition,
-                op("part_reserve", part_words(false, request, &attempt, items)),
+                op(
+                    "part_reserve",
+                    part_words(false, request, &attempt, home, items),
+                ),
             )
             .await?;
         if let Answer::Aborted =
@@ -198,7 +221,7 @@ async fn reserve_once(
                         *later,
                         op(
                             "part_reserve",
-                            part_words(true, request, &attempt, &earlier),
+                            part_words(true, request, &attempt, home, &earlier),
                         ),
                     )
                     .await?;
@@ -214,21 +237,24 @@ async fn reserve_once(
         fault::point("cross.after_part");
     }
     if let Some((_, error)) = failure {
-        roll_back(shared, home, request.hold_id.as_str()).await?;
+        roll_back(shared, home, hold_id, Some(&attempt)).await?;
         return Ok(Attempt::Done(Err(error)));
     }
-    let hold_id = request.hold_id.as_str();
     match shared
-        .submit_one(home, op("x_commit", vec![hold_id.to_string()]))
+        .submit_one(home, op("x_commit", vec![hold_id.to_string(), attempt]))
         .await?
     {
         Answer::Done(outcome) => Ok(Attempt::Done(outcome)),
-        Answer::Decided { reply, apply } => {
+        Answer::Decided {
+            reply,
+            apply,
+            attempt,
+        } => {
             fault::point("cross.after_commit");
             let stockd_core::Reply::Hold { hold, .. } = &reply else {
                 return Err(BackendError::Unavailable("commit answered no hold".into()));
             };
-            apply_parts(shared, home, hold, &apply).await?;
+            apply_parts(shared, home, hold, &apply, &attempt).await?;
             Ok(Attempt::Done(Ok(reply)))
         }
         Answer::Aborted => Ok(Attempt::RolledBack(
@@ -238,15 +264,18 @@ async fn reserve_once(
     }
 }
 
-/// Rolls back a reserve that did not finish: the record can no longer commit, every part gives
-/// its units back (or becomes a tombstone), then the record is forgotten.
+/// Rolls back a reserve that did not finish: attempt `attempt` (`None`: whichever attempt the
+/// record is of, a sweeper's roll back) can no longer commit, every part of it gives its units
+/// back (or becomes its tombstone), then the record is forgotten.
 pub(crate) async fn roll_back(
     shared: &Shared,
     home: u32,
     hold_id: &str,
+    attempt: Option<&str>,
 ) -> Result<(), BackendError> {
+    let asked = attempt.unwrap_or("*").to_string();
     let (items, attempt) = match shared
-        .submit_one(home, op("x_abort", vec![hold_id.to_string()]))
+        .submit_one(home, op("x_abort", vec![hold_id.to_string(), asked]))
         .await?
     {
         Answer::Aborting { items, attempt } => (items, attempt),
@@ -258,34 +287,49 @@ pub(crate) async fn roll_back(
         shared.partitions,
         items.iter().map(|i| (i.pool.as_str(), i.qty)),
     ) {
-        let args = vec![hold_id.to_string(), "return".to_string(), attempt.clone()];
+        let args = vec![
+            hold_id.to_string(),
+            "return".to_string(),
+            attempt.clone(),
+            "1".to_string(),
+        ];
         shared.submit_one(partition, op("part_apply", args)).await?;
         fault::point("cross.after_return_part");
     }
     shared
-        .submit_one(home, op("x_forget", vec![hold_id.to_string()]))
+        .submit_one(home, op("x_forget", vec![hold_id.to_string(), attempt]))
         .await?;
     Ok(())
 }
 
-/// Brings every part of a decided hold to `apply` (confirm, return, refund or writeoff), then
-/// tells home.
+/// Brings every part of attempt `attempt` of a decided hold to `apply` (commit, confirm,
+/// return, refund or writeoff), then tells home.
 pub(crate) async fn apply_parts(
     shared: &Shared,
     home: u32,
     hold: &HoldView,
     apply: &str,
+    attempt: &str,
 ) -> Result<(), BackendError> {
     let items: &[HoldItem] = &hold.items;
     for (partition, _) in parts(
         shared.partitions,
         items.iter().map(|i| (i.pool.as_str(), i.qty)),
     ) {
-        let args = vec![hold.hold_id.to_string(), apply.to_string()];
+        let args = vec![
+            hold.hold_id.to_string(),
+            apply.to_string(),
+            attempt.to_string(),
+            "0".to_string(),
+        ];
         shared.submit_one(partition, op("part_apply", args)).await?;
         fault::point("cross.after_apply_part");
     }
-    let args = vec![hold.hold_id.to_string(), apply.to_string()];
+    let args = vec![
+        hold.hold_id.to_string(),
+        apply.to_string(),
+        attempt.to_string(),
+    ];
     shared.submit_one(home, op("x_applied", args)).await?;
     Ok(())
 }
@@ -320,9 +364,13 @@ pub(crate) async fn refund(
         if restock { "1" } else { "0" }.to_string(),
     ];
     match shared.submit_one(home, op("refund", args)).await? {
-        Answer::Decided { reply, apply } => {
+        Answer::Decided {
+            reply,
+            apply,
+            attempt,
+        } => {
             if let stockd_core::Reply::Hold { hold, .. } = &reply {
-                apply_parts(shared, home, hold, &apply).await?;
+                apply_parts(shared, home, hold, &apply, &attempt).await?;
             }
             Ok(Ok(reply))
         }
@@ -331,26 +379,70 @@ pub(crate) async fn refund(
     }
 }
 
-/// A sweeper's share: finish what dead servers left in `partition`.
+/// What a sweep of one partition found left behind (see `wire::Answer::Swept`).
+pub(crate) struct LeftBehind {
+    pub forward: Vec<String>,
+    pub back: Vec<String>,
+    pub parts: Vec<String>,
+}
+
+impl LeftBehind {
+    pub fn is_empty(&self) -> bool {
+        self.forward.is_empty() && self.back.is_empty() && self.parts.is_empty()
+    }
+}
+
+/// A sweeper's share: finish what dead servers left in `partition`: roll forward decided
+/// transitions, roll back reserves that never finished, and return the held parts whose home
+/// no longer has a record of their attempt (a home that lost data).
 pub(crate) async fn finish_left_behind(
     shared: &Shared,
     partition: u32,
-    forward: Vec<String>,
-    back: Vec<String>,
+    left: LeftBehind,
 ) -> Result<(), BackendError> {
-    for hold_id in forward {
+    for hold_id in left.forward {
         if let Answer::State {
             hold,
             apply: Some(apply),
+            attempt,
         } = shared
             .submit_one(partition, op("x_state", vec![hold_id]))
             .await?
         {
-            apply_parts(shared, partition, &hold, &apply).await?;
+            apply_parts(shared, partition, &hold, &apply, &attempt).await?;
         }
     }
-    for hold_id in back {
-        roll_back(shared, partition, &hold_id).await?;
+    for hold_id in left.back {
+        roll_back(shared, partition, &hold_id, None).await?;
+    }
+    for part in left.parts {
+        let mut words = part.splitn(3, ' ');
+        let (Some(attempt), Some(home), Some(hold_id)) = (words.next(), words.next(), words.next())
+        else {
+            continue;
+        };
+        let Ok(home) = home.parse::<u32>() else {
+            continue;
+        };
+        if home >= shared.partitions {
+            continue;
+        }
+        let asked = vec![hold_id.to_string(), attempt.to_string()];
+        if let Answer::Owner(false) = shared.submit_one(home, op("x_owner", asked)).await? {
+            tracing::warn!(
+                hold_id,
+                attempt,
+                partition,
+                "returning a part whose home has no record of its hold (a lost change)"
+            );
+            let args = vec![
+                hold_id.to_string(),
+                "return".to_string(),
+                attempt.to_string(),
+                "1".to_string(),
+            ];
+            shared.submit_one(partition, op("part_apply", args)).await?;
+        }
     }
     Ok(())
 }

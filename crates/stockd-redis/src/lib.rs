@@ -617,11 +617,15 @@ impl RedisBackend {
         for _ in 0..2 {
             match answer {
                 Answer::Done(outcome) => return Ok(outcome),
-                Answer::Decided { reply, apply } => {
+                Answer::Decided {
+                    reply,
+                    apply,
+                    attempt,
+                } => {
                     if let Reply::Hold { hold, .. } = &reply {
                         let (shared, hold) = (shared.clone(), hold.clone());
                         detached(async move {
-                            cross::apply_parts(&shared, partition, &hold, &apply).await
+                            cross::apply_parts(&shared, partition, &hold, &apply, &attempt).await
                         })
                         .await?;
                     }
@@ -976,9 +980,15 @@ async fn sweep_partition(shared: &Shared, partition: u32) -> Result<(), BackendE
                 more,
                 forward,
                 back,
+                parts,
             } => {
-                if !forward.is_empty() || !back.is_empty() {
-                    let left = cross::finish_left_behind(shared, partition, forward, back);
+                let left = cross::LeftBehind {
+                    forward,
+                    back,
+                    parts,
+                };
+                if !left.is_empty() {
+                    let left = cross::finish_left_behind(shared, partition, left);
                     if let Err(error) = left.await {
                         tracing::debug!(partition, %error, "finishing cross-partition work");
                     }

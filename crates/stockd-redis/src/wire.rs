@@ -179,11 +179,12 @@ pub fn encode(command: &Command, route: Route) -> Op {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
     Done(Result<Reply, Error>),
-    /// A hold (or a decision on one) whose pools span partitions: the parts must follow the
-    /// decision (`part_apply` with this op in each partition, then `x_applied`).
+    /// A hold (or a decision on one) whose pools span partitions: the parts of `attempt` must
+    /// follow the decision (`part_apply` with this op in each partition, then `x_applied`).
     Decided {
         reply: Reply,
         apply: String,
+        attempt: String,
     },
     /// One partition's page of `list_pools`: its pools in id order, and whether more follow.
     PoolPage {
@@ -200,12 +201,14 @@ pub enum Answer {
     Parked(u64),
     /// Not run: an earlier command of the same request parked.
     NotRun,
-    /// A sweep's result: whether more holds are due, and cross-partition holds to roll forward
-    /// (decided, parts not applied) and back (reserves that never finished).
+    /// A sweep's result: whether more holds are due, cross-partition holds to roll forward
+    /// (decided, parts not applied) and back (reserves that never finished), and held parts
+    /// whose home is to be asked whether it still owns them (`ATTEMPT HOME HOLD`).
     Swept {
         more: bool,
         forward: Vec<String>,
         back: Vec<String>,
+        parts: Vec<String>,
     },
     /// The hold lives in another partition.
     Moved(u32),
@@ -219,6 +222,10 @@ pub enum Answer {
     /// Cross protocol steps: go on; a part is written; rolled back (or being rolled back); the
     /// items of a record being rolled back; nothing to roll back.
     Begun(String),
+    /// `x_attempt`: a new attempt number for the hold id.
+    NextAttempt(String),
+    /// `x_owner`: whether home's record is of the attempt asked about.
+    Owner(bool),
     PartOk,
     Aborted,
     Aborting {
@@ -226,10 +233,12 @@ pub enum Answer {
         attempt: String,
     },
     Gone,
-    /// A cross-partition hold as a sweeper sees it: the record and the transition to apply.
+    /// A cross-partition hold as a sweeper sees it: the record, the transition to apply and
+    /// the attempt whose parts must apply it.
     State {
         hold: HoldView,
         apply: Option<String>,
+        attempt: String,
     },
 }
 
@@ -250,6 +259,8 @@ struct HoldAnswer {
     hold: HoldView,
     created: bool,
     apply: Option<String>,
+    #[serde(default)]
+    attempt: String,
 }
 
 #[derive(Deserialize)]
@@ -257,12 +268,16 @@ struct SweptAnswer {
     more: bool,
     forward: Vec<String>,
     back: Vec<String>,
+    #[serde(default)]
+    parts: Vec<String>,
 }
 
 #[derive(Deserialize)]
 struct StateAnswer {
     state: HoldView,
     apply: Option<String>,
+    #[serde(default)]
+    attempt: String,
 }
 
 #[derive(Deserialize)]
@@ -297,7 +312,11 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
             created: answer.created,
         };
         return Ok(match answer.apply {
-            Some(apply) => Answer::Decided { reply, apply },
+            Some(apply) => Answer::Decided {
+                reply,
+                apply,
+                attempt: answer.attempt,
+            },
             None => Answer::Done(Ok(reply)),
         });
     }
@@ -306,6 +325,7 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
         return Ok(Answer::State {
             hold: answer.state,
             apply: answer.apply,
+            attempt: answer.attempt,
         });
     }
     if object.contains_key("expired") {
@@ -314,6 +334,7 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
             more: answer.more,
             forward: answer.forward,
             back: answer.back,
+            parts: answer.parts,
         });
     }
     if let Some(items) = object.get("aborting") {
@@ -332,6 +353,12 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
     }
     if let Some(attempt) = object.get("begun").and_then(Value::as_str) {
         return Ok(Answer::Begun(attempt.to_string()));
+    }
+    if let Some(attempt) = object.get("next_attempt").and_then(Value::as_str) {
+        return Ok(Answer::NextAttempt(attempt.to_string()));
+    }
+    if let Some(owner) = object.get("owner").and_then(Value::as_bool) {
+        return Ok(Answer::Owner(owner));
     }
     let flag = |name: &str| object.get(name).and_then(Value::as_bool) == Some(true);
     if flag("cross") {
