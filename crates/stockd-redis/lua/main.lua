@@ -1,19 +1,29 @@
--- main.lua: the library's entry points. `stockd_v2_call` runs a batch of commands in one atomic
--- step; `stockd_v2_events` reads the feed; `stockd_v2_init` and `stockd_v2_accept` write the
+-- main.lua: the library's entry points. `LIBRARY_call` runs a batch of commands in one atomic
+-- step; `LIBRARY_events` reads the feed; `LIBRARY_init` and `LIBRARY_accept` write the
 -- dataset marker. Nothing here decides a rule: it frames calls and dispatches to C.*.
 
--- FCALL stockd_v2_call 1 META PARTITION DATASET SEQ_FLOOR NOW HOLD_RET CONFIRMED_RET EVENTS_MAX
---   CALL_ID, then groups: GROUP_LEN, then GROUP_LEN commands each as OP ARGC ARGS...
+-- FCALL LIBRARY_call 1 META PARTITION DATASET SEQ_FLOOR NOW HOLD_RET CONFIRMED_RET EVENTS_MAX
+--   CALL_ID REV_FLOOR, then groups: GROUP_LEN, then GROUP_LEN commands each as OP ARGC ARGS...
 -- A group is one client request: its commands run in order, and a command that parks (a wait)
 -- ends its group's run; the server sends the rest once the wait is over. Groups are independent.
--- Returns { next_seq, reply_1, ..., reply_n } with '~' for a command not run, or { '!' .. why }
--- when the dataset is not the one the server knows (nothing was read or written).
+-- Returns { next_seq, rev, reply_1, ..., reply_n } with '~' for a command not run, or
+-- { '!' .. why } when the dataset is not the one the server knows (nothing was read or written).
 -- CALL_ID (Redis Cluster, where the client resends a call whose connection broke): a call seen
 -- before answers what it answered then, instead of running twice.
+--
+-- `rev` (meta) counts the calls that changed something, evented or not (a lock acquisition, a
+-- cross-partition step, a parked waiter): REV_FLOOR is the highest this server saw, so a Redis
+-- that lost any change is refused ('dataset_regressed'), not only one that lost an event. A call
+-- of reads only (and a sweep that found nothing to do) changes neither `rev` nor any key: an idle
+-- fleet writes nothing.
 S.CALL_MEMORY_MS = 60000
+-- Ops that change nothing but what time alone would (a lazy expiry writes events, and counts
+-- through them): a call made only of these bumps no `rev` and is not remembered by CALL_ID.
+S.READ_OPS = { get_pool = true, get_hold = true, list_pools = true, list_holds = true,
+    restock_seen = true, x_state = true, part_refundable = true, sweep = true }
 local function call(keys, argv)
     S.begin(keys[1], argv)
-    local refused = S.check_dataset()
+    local refused = S.check_dataset(tonumber(argv[9]))
     if refused then return { '!' .. refused } end
     local call_key = nil
     if argv[8] ~= '' then
@@ -21,8 +31,9 @@ local function call(keys, argv)
         local seen = redis.call('GET', call_key)
         if seen then return cjson.decode(seen) end
     end
-    local out = { 0 }
-    local i = 9
+    local out = { 0, 0 }
+    local changes = false
+    local i = 10
     while i <= #argv do
         local group_len = tonumber(argv[i])
         i = i + 1
@@ -37,6 +48,7 @@ local function call(keys, argv)
             else
                 local handler = C[op]
                 if not handler then error('stockd: unknown op ' .. tostring(op)) end
+                if not S.READ_OPS[op] then changes = true end
                 -- A call is not rolled back when it fails: what it kept in memory is written
                 -- before the error goes on, so every command before the failing one is whole.
                 local ran, reply = pcall(function()
@@ -61,8 +73,11 @@ local function call(keys, argv)
     end
     S.finish()
     local seq = S.seq
+    if S.seq ~= S.seq_at_begin then changes = true end
+    if changes then S.rev = redis.call('HINCRBY', S.meta, 'rev', 1) end
     out[1] = seq
-    if call_key then
+    out[2] = S.rev
+    if call_key and changes then
         redis.call('SET', call_key, cjson.encode(out), 'PX', S.int(S.CALL_MEMORY_MS))
     end
     if S.published or #S.woken > 0 then
@@ -72,7 +87,7 @@ local function call(keys, argv)
     return out
 end
 
--- FCALL_RO stockd_v2_events 1 META PARTITION DATASET SEQ_FLOOR AFTER LIMIT
+-- FCALL_RO LIBRARY_events 1 META PARTITION DATASET SEQ_FLOOR AFTER LIMIT
 -- Returns { '!' .. why } or { next_seq, oldest_kept_seq, json_1, ..., json_n } with the events
 -- of seq > AFTER; oldest_kept_seq is 0 when nothing is kept.
 local function events(keys, argv)
@@ -94,7 +109,7 @@ local function events(keys, argv)
     return out
 end
 
--- FCALL stockd_v2_init 1 META DATASET PARTITIONS: writes the marker of a new dataset unless one is
+-- FCALL LIBRARY_init 1 META DATASET PARTITIONS: writes the marker of a new dataset unless one is
 -- there. Returns the marker in place and the partition count it was made with.
 local function init(keys, argv)
     local meta = redis.call('HMGET', keys[1], 'dataset', 'partitions', 'layout')
@@ -103,7 +118,7 @@ local function init(keys, argv)
     return { argv[1], argv[2], '1' }
 end
 
--- FCALL stockd_v2_accept 1 META DATASET PARTITIONS: an operator accepts the dataset Redis has now
+-- FCALL LIBRARY_accept 1 META DATASET PARTITIONS: an operator accepts the dataset Redis has now
 -- (after a restart with less, a restore or a failover): a new marker, so that every server
 -- forgets the seqs it saw and serves this data.
 local function accept(keys, argv)
@@ -111,8 +126,10 @@ local function accept(keys, argv)
     return 'OK'
 end
 
-redis.register_function('stockd_v2_call', call)
-redis.register_function { function_name = 'stockd_v2_events', callback = events,
+-- Every function carries the library's name (LIBRARY, set by library.rs), so that libraries of
+-- two versions load side by side.
+redis.register_function(LIBRARY .. '_call', call)
+redis.register_function { function_name = LIBRARY .. '_events', callback = events,
     flags = { 'no-writes' } }
-redis.register_function('stockd_v2_init', init)
-redis.register_function('stockd_v2_accept', accept)
+redis.register_function(LIBRARY .. '_init', init)
+redis.register_function(LIBRARY .. '_accept', accept)

@@ -91,8 +91,11 @@ end
 -- The dataset this server knows must be the one in Redis, and no older than what it has seen:
 -- a Redis back with less (restarted empty, an old backup, a lagging replica) is refused before
 -- anything is read or written.
-function S.check_dataset()
-    local meta = redis.call('HMGET', S.meta, 'dataset', 'seq', 'layout')
+-- Refuses a call (before it reads or writes anything) on a dataset other than the server's, or
+-- one that has less than the server saw: an event seq below SEQ_FLOOR, or a change counter below
+-- REV_FLOOR (see `call` in main.lua; nil for a call that reads only).
+function S.check_dataset(rev_floor)
+    local meta = redis.call('HMGET', S.meta, 'dataset', 'seq', 'layout', 'rev')
     if meta[1] ~= S.dataset then
         return 'dataset_mismatch'
     end
@@ -100,7 +103,9 @@ function S.check_dataset()
         return 'layout_unknown'
     end
     S.seq = tonumber(meta[2] or '0')
-    if S.seq < S.seq_floor then
+    S.seq_at_begin = S.seq
+    S.rev = tonumber(meta[4] or '0')
+    if S.seq < S.seq_floor or (rev_floor and S.rev < rev_floor) then
         return 'dataset_regressed'
     end
     return nil

@@ -2,7 +2,7 @@
 //! one function call.
 //!
 //! Each partition has a queue and a task. The task takes whatever is queued (up to
-//! `COMMANDS_PER_CALL_MAX` commands), sends it as one `stockd_v2_call` and hands each request its
+//! `COMMANDS_PER_CALL_MAX` commands), sends it as one `LIBRARY_call` and hands each request its
 //! answers; while a call is in flight the next batch gathers, so under load every round trip and
 //! every Redis fsync (AOF `always`) carries many holds. Requests stay independent inside a call
 //! (one group each). This module must never reorder the commands of one request or split one
@@ -82,7 +82,7 @@ async fn run(shared: Arc<Shared>, partition: u32, mut receiver: mpsc::Receiver<J
     }
 }
 
-/// The answers of a `stockd_v2_call` reply, after its leading seq.
+/// The answers of a `LIBRARY_call` reply, after its leading seq and change counter.
 pub fn answers(values: Vec<Value>) -> Result<Vec<String>, BackendError> {
     values
         .into_iter()

@@ -1,7 +1,7 @@
 //! The Redis backend of stockd: any number of stateless `stockd serve` processes in front of one
 //! Redis behave as one server.
 //!
-//! Every state change is one atomic call into the `stockd_v2` function library (`lua/`), which
+//! Every state change is one atomic call into the `stockd_v3` function library (`lua/`), which
 //! mirrors stockd-core's rules file for file; the Rust side validates commands
 //! (`Command::validate`, before any lookup), frames them, batches concurrent requests into one
 //! call per partition ([`dispatch`]), waits for parked requests (woken over pub/sub), reads the
@@ -136,6 +136,9 @@ pub(crate) struct Shared {
     /// Per partition: the highest event seq this server has seen. Redis answering with less is
     /// a dataset that lost acknowledged changes.
     seq_seen: Vec<AtomicU64>,
+    /// Per partition: the highest change counter (`rev`, one per call that changed anything,
+    /// evented or not) this server has seen. Redis answering with less lost a change.
+    rev_seen: Vec<AtomicU64>,
     /// Per partition: the latest seq known, for long-polls.
     seq_watch: Vec<watch::Sender<u64>>,
     waits: waits::Waits,
@@ -162,7 +165,7 @@ impl Shared {
         cmd
     }
 
-    /// One `stockd_v2_call` carrying `groups`; returns the answers in order.
+    /// One `LIBRARY_call` carrying `groups`; returns the answers in order.
     async fn call(&self, partition: u32, groups: &[&[Op]]) -> Result<Vec<String>, BackendError> {
         let result = self.call_once(partition, groups).await;
         let result = match result {
@@ -198,7 +201,8 @@ impl Shared {
             .arg(self.config.hold_retention_ms)
             .arg(self.config.confirmed_retention_ms)
             .arg(self.config.event_retention_max)
-            .arg(call_id);
+            .arg(call_id)
+            .arg(self.rev_seen[partition as usize].load(Ordering::Acquire));
         let mut commands = 0;
         for group in groups {
             cmd.arg(group.len());
@@ -220,6 +224,10 @@ impl Shared {
             Value::Int(seq) => seq as u64,
             other => return Err(refusal(other)),
         };
+        let Some(Value::Int(rev)) = (!values.is_empty()).then(|| values.remove(0)) else {
+            return Err(CallError::Protocol("no change counter in the reply".into()));
+        };
+        self.rev_seen[partition as usize].fetch_max(rev as u64, Ordering::AcqRel);
         self.saw_seq(partition, seq);
         let answers = dispatch::answers(values).map_err(|e| CallError::Protocol(e.to_string()))?;
         if answers.len() != commands {
@@ -266,7 +274,7 @@ impl Shared {
         }
         tracing::warn!(old = %marker.text, new = %found.text, "adopting a dataset accepted by an operator");
         *marker = found;
-        for seen in &self.seq_seen {
+        for seen in self.seq_seen.iter().chain(&self.rev_seen) {
             seen.store(0, Ordering::Release);
         }
         true
@@ -445,6 +453,7 @@ impl RedisBackend {
             keys,
             marker: Mutex::new(marker),
             seq_seen: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
+            rev_seen: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
             seq_watch: (0..partitions).map(|_| watch::channel(0).0).collect(),
             waits: waits::Waits::default(),
             healthy: AtomicBool::new(true),

@@ -1,21 +1,35 @@
 //! The Lua function library: the second implementation of stockd-core's rules, loaded into every
-//! Redis primary as library `stockd_v2`.
+//! Redis primary as library `stockd_v3` (`LIBRARY_NAME`).
 //!
 //! The files under `lua/` mirror `stockd-core/src/state/` file for file (`state.lua`,
 //! `apply.lua`, `waiters.lua`, `tick.lua`, `cmd/<command>.lua`); `cross.lua` (the cross-partition
 //! protocol) and `main.lua` (entry points) are Redis's own. They are concatenated here in a fixed
 //! order into one library, since a Redis function library is one source. This module only assembles and names it; it decides nothing.
 
-/// The library name and the layout version it speaks. A server refuses a dataset whose marker
-/// names a layout it does not know; the next version ships `stockd_v2` beside this one, so servers
-/// of both versions can run side by side during a rolling upgrade.
-pub const LIBRARY_NAME: &str = "stockd_v2";
+/// The library's name, which every function name carries. A server refuses a dataset whose
+/// marker names a layout it does not know. A release that changes any line of the Lua ships it
+/// under a new name (and `RELEASED` below records the source each name stands for), so servers
+/// of the old and the new version run side by side during a rolling upgrade, each calling its own
+/// functions: a `FUNCTION LOAD REPLACE` of one name never changes the code under a running server
+/// of another version.
+macro_rules! library_name {
+    () => {
+        "stockd_v3"
+    };
+}
+
+pub const LIBRARY_NAME: &str = library_name!();
 pub const LAYOUT_VERSION: &str = "1";
 
-pub const FN_CALL: &str = "stockd_v2_call";
-pub const FN_EVENTS: &str = "stockd_v2_events";
-pub const FN_INIT: &str = "stockd_v2_init";
-pub const FN_ACCEPT: &str = "stockd_v2_accept";
+pub const FN_CALL: &str = concat!(library_name!(), "_call");
+pub const FN_EVENTS: &str = concat!(library_name!(), "_events");
+pub const FN_INIT: &str = concat!(library_name!(), "_init");
+pub const FN_ACCEPT: &str = concat!(library_name!(), "_accept");
+
+/// Every library name released, with the FNV-1a 64 hash of the source it stands for
+/// (`source_hash`). Append-only: a test holds the source to the hash of its name, so a changed
+/// Lua without a new name fails the build's tests.
+pub const RELEASED: &[(&str, u64)] = &[("stockd_v3", 8067072756043581116)];
 
 /// The library's source files, in load order: the state and its transitions first (they
 /// define the tables the others add to), then one file per command, mirroring
@@ -53,13 +67,65 @@ pub const SOURCES: [(&str, &str); 18] = [
     ("main.lua", include_str!("../lua/main.lua")),
 ];
 
-/// The whole library as `FUNCTION LOAD` takes it.
+/// The whole library as `FUNCTION LOAD` takes it. Its functions are named from `LIBRARY`, the
+/// library's name, defined first.
 pub fn source() -> String {
-    let mut text = format!("#!lua name={LIBRARY_NAME}\n");
+    let mut text = format!("#!lua name={LIBRARY_NAME}\nlocal LIBRARY = '{LIBRARY_NAME}'\n");
     for (name, body) in SOURCES {
         text.push_str(&format!("-- ==== {name}\n"));
         text.push_str(body);
         text.push('\n');
     }
     text
+}
+
+/// FNV-1a, 64 bits, of the library's source: stable across Rust versions and machines (unlike
+/// `std`'s hasher), for `RELEASED`.
+pub fn source_hash() -> u64 {
+    source().bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_source_is_the_one_its_name_was_released_with() {
+        let released: Vec<_> = RELEASED
+            .iter()
+            .filter(|(name, _)| *name == LIBRARY_NAME)
+            .collect();
+        assert_eq!(
+            released.len(),
+            1,
+            "{LIBRARY_NAME} must be in RELEASED exactly once"
+        );
+        assert_eq!(
+            released[0].1,
+            source_hash(),
+            "the Lua of {LIBRARY_NAME} changed: a running fleet would load it under servers of \
+             the old code. Give the library a new name (library_name!) and append it to RELEASED \
+             with this hash; never change a released entry"
+        );
+    }
+
+    #[test]
+    fn released_names_are_unique_and_functions_carry_the_name() {
+        for (i, (name, _)) in RELEASED.iter().enumerate() {
+            assert!(
+                RELEASED[i + 1..].iter().all(|(other, _)| other != name),
+                "{name} twice"
+            );
+        }
+        for function in [FN_CALL, FN_EVENTS, FN_INIT, FN_ACCEPT] {
+            assert!(function.starts_with(LIBRARY_NAME), "{function}");
+            let suffix = &function[LIBRARY_NAME.len()..];
+            assert!(
+                source().contains(&format!("LIBRARY .. '{suffix}'")),
+                "{function} is registered under the library's name"
+            );
+        }
+    }
 }
