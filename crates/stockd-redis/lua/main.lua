@@ -81,7 +81,7 @@ local function call(keys, argv)
         redis.call('SET', call_key, cjson.encode(out), 'PX', S.int(S.CALL_MEMORY_MS))
     end
     if S.published or #S.woken > 0 then
-        redis.call('PUBLISH', 'stockd:wake', S.int(S.partition) .. ' ' .. S.int(seq) .. ' '
+        redis.call('PUBLISH', S.wake_channel(), S.int(S.partition) .. ' ' .. S.int(seq) .. ' '
             .. table.concat(S.woken, ' '))
     end
     return out

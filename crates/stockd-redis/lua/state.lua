@@ -111,6 +111,12 @@ function S.check_dataset(rev_floor)
     return nil
 end
 
+-- The channel of this dataset's wake-ups (waits.rs): pub/sub ignores the DB number, so each
+-- dataset (its marker) has its own, and another dataset's seqs and tickets never reach it.
+function S.wake_channel()
+    return 'stockd:wake:' .. S.dataset
+end
+
 function S.key(kind, id)
     if id then
         return S.prefix .. kind .. ':' .. id

@@ -142,6 +142,9 @@ pub(crate) struct Shared {
     /// Per partition: the latest seq known, for long-polls.
     seq_watch: Vec<watch::Sender<u64>>,
     waits: waits::Waits,
+    /// Told when this server adopts a dataset an operator accepted: the pub/sub listener then
+    /// moves to the new dataset's wake-up channel.
+    marker_adopted: tokio::sync::Notify,
     /// Whether the last call reached Redis and was accepted.
     healthy: AtomicBool,
     queues: OnceLock<Vec<dispatch::Queue>>,
@@ -274,6 +277,7 @@ impl Shared {
         }
         tracing::warn!(old = %marker.text, new = %found.text, "adopting a dataset accepted by an operator");
         *marker = found;
+        self.marker_adopted.notify_one();
         for seen in self.seq_seen.iter().chain(&self.rev_seen) {
             seen.store(0, Ordering::Release);
         }
@@ -456,6 +460,7 @@ impl RedisBackend {
             rev_seen: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
             seq_watch: (0..partitions).map(|_| watch::channel(0).0).collect(),
             waits: waits::Waits::default(),
+            marker_adopted: tokio::sync::Notify::new(),
             healthy: AtomicBool::new(true),
             queues: OnceLock::new(),
             calls_total: AtomicU64::new(0),

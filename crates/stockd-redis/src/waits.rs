@@ -1,11 +1,18 @@
 //! Waking parked requests and long-polls across servers.
 //!
-//! The library publishes one message per call that produced events or served waiters, on channel
-//! `stockd:wake`: `PARTITION SEQ TICKET...`. Each server keeps one subscriber connection; a
-//! message raises the partition's known seq (long-polls wake) and wakes the tickets this server
-//! parked. A wake can arrive before the parker has registered (the serving call may complete
-//! first), so an unclaimed wake is kept for a while. A lost message (subscriber reconnecting)
-//! costs latency only: a parked request still collects its answer at its deadline.
+//! The library publishes one message per call that produced events or served waiters, on its
+//! dataset's channel `stockd:wake:MARKER`: `PARTITION SEQ TICKET...`. Redis's pub/sub is
+//! server-wide (it ignores the DB number), so the channel carries the dataset marker: two
+//! datasets in one Redis (other DBs) never hear each other's wake-ups, and a server moves to
+//! the new channel when it adopts a dataset an operator accepted. Each server keeps one
+//! subscriber connection; a message wakes the partition's long-polls and the tickets this
+//! server parked. A wake can arrive before the parker has registered (the serving call may
+//! complete first), so an unclaimed wake is kept for a while. A lost message (subscriber
+//! reconnecting) costs latency only: a parked request still collects its answer at its deadline.
+//!
+//! A message is a hint, never a fact: it must not raise the seq this server holds Redis to
+//! (`seq_seen`), which only Redis's own answers do, so that no message can make a server fail
+//! closed.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -18,7 +25,10 @@ use tokio::sync::Notify;
 use crate::wire::Op;
 use crate::Shared;
 
-pub const CHANNEL: &str = "stockd:wake";
+/// The wake-up channel of the dataset whose marker is `marker` (main.lua's `S.wake_channel`).
+pub fn channel(marker: &str) -> String {
+    format!("stockd:wake:{marker}")
+}
 /// How long an unclaimed wake is kept, and how many before old ones are dropped.
 const UNCLAIMED_KEEP: Duration = Duration::from_secs(120);
 const UNCLAIMED_PRUNE_AT: usize = 10_000;
@@ -124,7 +134,8 @@ impl Drop for CancelGuard {
     }
 }
 
-/// The subscriber: reconnects for as long as the backend runs.
+/// The subscriber: reconnects for as long as the backend runs, and subscribes again when the
+/// server adopts another dataset.
 pub(crate) async fn listen(shared: Arc<Shared>) {
     let urls = shared.link.node_urls().to_vec();
     for url in urls.iter().cycle() {
@@ -135,20 +146,33 @@ pub(crate) async fn listen(shared: Arc<Shared>) {
                 continue;
             }
         };
+        let mut adopted = false;
         match client.get_async_pubsub().await {
             Ok(mut pubsub) => {
-                if pubsub.subscribe(CHANNEL).await.is_ok() {
+                let marker = shared.marker.lock().expect("marker lock").text.clone();
+                if pubsub.subscribe(channel(&marker)).await.is_ok() {
                     let mut messages = pubsub.on_message();
-                    while let Some(message) = messages.next().await {
-                        if let Ok(payload) = message.get_payload::<String>() {
-                            handle(&shared, &payload);
+                    loop {
+                        tokio::select! {
+                            message = messages.next() => {
+                                let Some(message) = message else { break };
+                                if let Ok(payload) = message.get_payload::<String>() {
+                                    handle(&shared, &payload);
+                                }
+                            }
+                            () = shared.marker_adopted.notified() => {
+                                adopted = true;
+                                break;
+                            }
                         }
                     }
                 }
             }
             Err(error) => tracing::debug!(%error, "pub/sub connection failed"),
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        if !adopted {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 }
 
@@ -163,7 +187,14 @@ fn handle(shared: &Shared, payload: &str) {
     if partition >= shared.partitions {
         return;
     }
-    shared.saw_seq(partition, seq);
+    // Long-polls wake and read the feed; the seq Redis is held to is not raised (a hint).
+    shared.seq_watch[partition as usize].send_if_modified(|known| {
+        let newer = seq > *known;
+        if newer {
+            *known = seq;
+        }
+        newer
+    });
     for ticket in words.flatten() {
         shared.waits.wake(partition, ticket);
     }
