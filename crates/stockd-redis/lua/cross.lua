@@ -338,6 +338,12 @@ function S.queue_apply(hold, op, due_now)
     hold.apply = op
 end
 
+-- Every held part of the partition due for its ownership check now (after an operator accepted
+-- a dataset that lost changes, a home may have lost the holds of parts held here).
+function S.parts_due_now()
+    redis.call('ZUNIONSTORE', S.key('partq'), '1', S.key('partq'), 'WEIGHTS', '0')
+end
+
 -- Part of a sweep: cross-partition work past its grace time, for the sweeping server to finish:
 -- decided transitions to roll forward, reserves to roll back, and held parts whose home is to be
 -- asked whether it still owns them (each "ATTEMPT HOME HOLD", and checked again a minute later:

@@ -3,9 +3,12 @@
 -- they free. Mirrors stockd-core src/state/tick.rs. Each hold expires exactly once, whoever
 -- sweeps: the call is atomic and re-checks the hold's status and deadline.
 
--- sweep: answers how many holds it expired (at most S.EXPIRIES_PER_SWEEP_MAX, so one call
--- stays short when a crowd of holds lapses at once; the next sweep continues at once).
-C.sweep = function()
+-- sweep [RECHECK]: answers how many holds it expired (at most S.EXPIRIES_PER_SWEEP_MAX, so one
+-- call stays short when a crowd of holds lapses at once; the next sweep continues at once).
+-- RECHECK 1 (a server's first sweep, and its first after adopting an accepted dataset) makes every
+-- held part of the partition due for its ownership check at once (cross.lua).
+C.sweep = function(a)
+    if a[1] == '1' then S.parts_due_now() end
     local expired = 0
     local due = redis.call('ZRANGEBYSCORE', S.key('expiry'), '-inf', S.int(S.now),
         'LIMIT', '0', S.int(S.EXPIRIES_PER_SWEEP_MAX))

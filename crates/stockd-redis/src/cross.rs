@@ -415,34 +415,50 @@ pub(crate) async fn finish_left_behind(
     for hold_id in left.back {
         roll_back(shared, partition, &hold_id, None).await?;
     }
-    for part in left.parts {
+    // Parts to check, by home: one call per home asks about all of them, and one call per
+    // partition returns the orphans.
+    let mut by_home: BTreeMap<u32, Vec<(String, String)>> = BTreeMap::new();
+    for part in &left.parts {
         let mut words = part.splitn(3, ' ');
         let (Some(attempt), Some(home), Some(hold_id)) = (words.next(), words.next(), words.next())
         else {
             continue;
         };
-        let Ok(home) = home.parse::<u32>() else {
-            continue;
-        };
-        if home >= shared.partitions {
-            continue;
+        match home.parse::<u32>() {
+            Ok(home) if home < shared.partitions => by_home
+                .entry(home)
+                .or_default()
+                .push((hold_id.to_string(), attempt.to_string())),
+            _ => continue,
         }
-        let asked = vec![hold_id.to_string(), attempt.to_string()];
-        if let Answer::Owner(false) = shared.submit_one(home, op("x_owner", asked)).await? {
-            tracing::warn!(
-                hold_id,
-                attempt,
-                partition,
-                "returning a part whose home has no record of its hold (a lost change)"
-            );
-            let args = vec![
-                hold_id.to_string(),
-                "return".to_string(),
-                attempt.to_string(),
-                "1".to_string(),
-            ];
-            shared.submit_one(partition, op("part_apply", args)).await?;
+    }
+    let mut orphans = Vec::new();
+    for (home, asked) in by_home {
+        let ops = asked
+            .iter()
+            .map(|(hold_id, attempt)| op("x_owner", vec![hold_id.clone(), attempt.clone()]))
+            .collect();
+        let answers = shared.submit(home, ops).await?;
+        for ((hold_id, attempt), answer) in asked.into_iter().zip(answers) {
+            if let Answer::Owner(false) =
+                wire::decode(&answer).map_err(|e| BackendError::Unavailable(e.to_string()))?
+            {
+                tracing::warn!(
+                    hold_id,
+                    attempt,
+                    partition,
+                    home,
+                    "returning a part whose home has no record of its hold (a lost change)"
+                );
+                orphans.push(op(
+                    "part_apply",
+                    vec![hold_id, "return".into(), attempt, "1".into()],
+                ));
+            }
         }
+    }
+    if !orphans.is_empty() {
+        shared.submit(partition, orphans).await?;
     }
     Ok(())
 }

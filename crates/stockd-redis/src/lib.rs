@@ -139,6 +139,10 @@ pub(crate) struct Shared {
     /// Per partition: the highest change counter (`rev`, one per call that changed anything,
     /// evented or not) this server has seen. Redis answering with less lost a change.
     rev_seen: Vec<AtomicU64>,
+    /// Per partition: whether the next sweep makes every held part due for its ownership check
+    /// (at start, and after adopting a dataset an operator accepted: its homes may have lost
+    /// the holds of parts held elsewhere).
+    recheck_parts: Vec<AtomicBool>,
     /// Per partition: the latest seq known, for long-polls.
     seq_watch: Vec<watch::Sender<u64>>,
     waits: waits::Waits,
@@ -280,6 +284,9 @@ impl Shared {
         self.marker_adopted.notify_one();
         for seen in self.seq_seen.iter().chain(&self.rev_seen) {
             seen.store(0, Ordering::Release);
+        }
+        for recheck in &self.recheck_parts {
+            recheck.store(true, Ordering::Release);
         }
         true
     }
@@ -458,6 +465,7 @@ impl RedisBackend {
             marker: Mutex::new(marker),
             seq_seen: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
             rev_seen: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
+            recheck_parts: (0..partitions).map(|_| AtomicBool::new(true)).collect(),
             seq_watch: (0..partitions).map(|_| watch::channel(0).0).collect(),
             waits: waits::Waits::default(),
             marker_adopted: tokio::sync::Notify::new(),
@@ -984,12 +992,18 @@ async fn sweep(shared: Arc<Shared>) {
 /// One sweep of one partition: calls until nothing more is due (each call expires a bounded
 /// number), finishing the cross-partition work the library reports left behind.
 async fn sweep_partition(shared: &Shared, partition: u32) -> Result<(), BackendError> {
+    let recheck = &shared.recheck_parts[partition as usize];
     loop {
+        let rechecking = recheck.swap(false, Ordering::AcqRel);
         let op = Op {
             name: "sweep",
-            args: Vec::new(),
+            args: vec![if rechecking { "1" } else { "0" }.to_string()],
         };
-        match shared.submit_one(partition, op).await? {
+        let answer = shared.submit_one(partition, op).await;
+        if rechecking && answer.is_err() {
+            recheck.store(true, Ordering::Release);
+        }
+        match answer? {
             Answer::Swept {
                 more,
                 forward,

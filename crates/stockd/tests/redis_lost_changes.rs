@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::{
-    put_pool, Api, RedisBackend, RedisClusterBackend, RedisServer, Server, ServerConfig,
+    assert_pool, pools_in_distinct_partitions, put_pool, Api, RedisBackend, RedisClusterBackend,
+    RedisServer, Server, ServerConfig,
 };
 
 async fn readyz(api: &Api) -> u16 {
@@ -110,4 +111,76 @@ async fn an_idle_server_on_a_cluster_writes_nothing() {
     assert_eq!(status, 200);
     let after: Vec<u64> = cluster.primaries().into_iter().map(writes).collect();
     assert_eq!(before, after, "writes per primary while idle");
+}
+
+/// The primary of `cluster` that holds `pool`'s record.
+fn primary_of<'a>(cluster: &'a RedisClusterBackend, pool: &str) -> &'a RedisServer {
+    let pattern = format!("stockd:*:pool:{pool}");
+    cluster
+        .primaries()
+        .into_iter()
+        .find(|node| !node.cli(&["KEYS", &pattern]).trim().is_empty())
+        .expect("a primary holds the pool")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_part_whose_home_was_lost_is_returned_once_the_loss_is_accepted() {
+    let cluster = Arc::new(RedisClusterBackend::start(16));
+    let server = Server::start_with(ServerConfig {
+        backend: cluster.clone(),
+        ..ServerConfig::default()
+    })
+    .await;
+    let api = server.api();
+    let pools = pools_in_distinct_partitions(&api, "lost", 16, 5).await;
+    let home = pools[0].as_str();
+    let home_primary = primary_of(&cluster, home).port;
+    let other = pools
+        .iter()
+        .find(|pool| primary_of(&cluster, pool).port != home_primary)
+        .expect("a pool on another primary")
+        .as_str();
+    let body = json!({"hold_id": "lost-h", "items": [{"pool": home, "qty": 1}, {"pool": other, "qty": 1}], "ttl_ms": 600_000});
+    let (status, hold) = api.call("POST", "/v1/holds", Some(body)).await;
+    assert_eq!(status, 201, "{hold}");
+    assert_pool(&api.pool(other).await, 5, 4, 1, 0);
+
+    // The home's primary loses everything (and its replica with it): the hold record is gone,
+    // and its part in `other` holds a unit for nobody.
+    let lost = primary_of(&cluster, home);
+    assert_eq!(lost.cli(&["FLUSHALL"]), "OK");
+    let accept = std::process::Command::new(env!("CARGO_BIN_EXE_stockd"))
+        .args(["redis", "accept", "--backend", &cluster.url()])
+        .args(["--redis-partitions", "16"])
+        .output()
+        .expect("run stockd redis accept");
+    assert!(
+        accept.status.success(),
+        "{}",
+        String::from_utf8_lossy(&accept.stderr)
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, pool) = api
+            .try_call("GET", &format!("/v1/pools/{other}"), None)
+            .await
+            .unwrap_or((0, json!(null)));
+        if status == 200 && pool["held"] == 0 {
+            assert_pool(&pool, 5, 5, 0, 0);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the unit of a lost hold is still held: {status} {pool}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, reply) = api
+        .call("DELETE", &format!("/v1/pools/{other}"), None)
+        .await;
+    assert_eq!(
+        status, 204,
+        "a pool with nothing held can be deleted: {reply}"
+    );
 }
