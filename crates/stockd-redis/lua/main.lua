@@ -109,13 +109,28 @@ local function events(keys, argv)
     return out
 end
 
--- FCALL LIBRARY_init 1 META DATASET PARTITIONS: writes the marker of a new dataset unless one is
--- there. Returns the marker in place and the partition count it was made with.
+-- FCALL LIBRARY_init 1 META DATASET PARTITIONS [SETTING VALUE]...: writes the marker of a new
+-- dataset unless one is there (none when DATASET is ''), and stores each fleet setting (the
+-- retention settings, dataset.rs) the dataset has none of yet: a new dataset, or one made by an
+-- earlier version, takes the first server's. Returns the marker in place, the partition count,
+-- the layout and each SETTING's stored value. Nothing is written in a layout this library does
+-- not know.
 local function init(keys, argv)
     local meta = redis.call('HMGET', keys[1], 'dataset', 'partitions', 'layout')
-    if meta[1] then return { meta[1], meta[2], meta[3] } end
-    redis.call('HSET', keys[1], 'dataset', argv[1], 'partitions', argv[2], 'layout', '1')
-    return { argv[1], argv[2], '1' }
+    if not meta[1] and argv[1] ~= '' then
+        redis.call('HSET', keys[1], 'dataset', argv[1], 'partitions', argv[2], 'layout', '1')
+        meta = { argv[1], argv[2], '1' }
+    end
+    local out = { meta[1], meta[2], meta[3] }
+    for i = 3, #argv - 1, 2 do
+        local stored = redis.call('HGET', keys[1], argv[i])
+        if not stored and meta[1] and meta[3] == '1' then
+            redis.call('HSET', keys[1], argv[i], argv[i + 1])
+            stored = argv[i + 1]
+        end
+        out[#out + 1] = stored
+    end
+    return out
 end
 
 -- FCALL LIBRARY_accept 1 META DATASET PARTITIONS: an operator accepts the dataset Redis has now

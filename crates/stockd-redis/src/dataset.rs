@@ -7,6 +7,11 @@
 //! refuses the call before reading anything when either does not match. A server adopts a
 //! marker only when its epoch is larger than the one it knows: that is an operator's accept,
 //! never a Redis that restarted empty and was re-initialised by a newly started server.
+//!
+//! The meta hash also holds the fleet's settings, stored when the dataset is made: the partition
+//! count and the retention settings (`fleet_settings`). A server whose settings differ refuses
+//! to start, naming each one; a dataset made by an earlier version, which stored no retention
+//! settings, takes those of the first server of this version that meets it.
 
 use rand::Rng;
 use redis::Value;
@@ -14,7 +19,7 @@ use redis::Value;
 use crate::keys::PartitionKeys;
 use crate::library;
 use crate::link::{Link, Target};
-use crate::StartError;
+use crate::{RedisConfig, StartError};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Marker {
@@ -49,29 +54,110 @@ fn text(value: &Value) -> Option<String> {
     }
 }
 
+/// The settings every server of a fleet must share besides the partition count, as (meta hash
+/// field, flag, this server's value). A server that kept holds for less time than its peers
+/// would forget a hold they keep (a retry through it would make a second hold), and one that
+/// trimmed the feed shorter would answer 410 where they answer events; so the dataset stores
+/// them when it is made, and every server is held to them.
+fn fleet_settings(config: &RedisConfig) -> [(&'static str, &'static str, String); 3] {
+    [
+        (
+            "hold_retention_ms",
+            "--hold-retention-ms",
+            config.hold_retention_ms.to_string(),
+        ),
+        (
+            "confirmed_retention_ms",
+            "--confirmed-retention-ms",
+            config.confirmed_retention_ms.to_string(),
+        ),
+        (
+            "event_retention_max",
+            "--event-retention-max",
+            config.event_retention_max.to_string(),
+        ),
+    ]
+}
+
+/// What one partition's meta holds: the marker, the partition count, the layout and the stored
+/// value of each fleet setting (in `fleet_settings` order), after the library stored this
+/// server's settings where the dataset had none. With `marker` empty, no marker is written.
+async fn init_partition(
+    link: &Link,
+    partition_keys: &PartitionKeys,
+    marker: &str,
+    config: &RedisConfig,
+) -> Result<Vec<Option<String>>, StartError> {
+    let mut cmd = redis::cmd("FCALL");
+    cmd.arg(library::FN_INIT)
+        .arg(1)
+        .arg(partition_keys.meta())
+        .arg(marker)
+        .arg(config.partitions);
+    for (field, _, value) in fleet_settings(config) {
+        cmd.arg(field).arg(value);
+    }
+    let Value::Array(values) = link.fcall(&cmd).await? else {
+        return Err(StartError::Dataset("unexpected answer to init".into()));
+    };
+    Ok(values.iter().map(text).collect())
+}
+
+/// The settings of this server that are not the dataset's, each as "FLAG is THEIRS in the
+/// dataset, OURS here"; an error when there are any.
+fn compare_settings(
+    meta: &[Option<String>],
+    config: &RedisConfig,
+    partition_keys: &PartitionKeys,
+) -> Result<(), StartError> {
+    let mut differing = Vec::new();
+    if let Some(Some(count)) = meta.get(1) {
+        if count != &config.partitions.to_string() {
+            differing.push(format!(
+                "--redis-partitions is {count} in the dataset, {} here",
+                config.partitions
+            ));
+        }
+    }
+    for (index, (_, flag, ours)) in fleet_settings(config).iter().enumerate() {
+        match meta.get(3 + index) {
+            Some(Some(stored)) if stored == ours => {}
+            Some(Some(stored)) => {
+                differing.push(format!("{flag} is {stored} in the dataset, {ours} here"))
+            }
+            _ => {
+                return Err(StartError::Dataset(format!(
+                    "partition meta {} has no {flag} stored",
+                    partition_keys.meta()
+                )))
+            }
+        }
+    }
+    if differing.is_empty() {
+        return Ok(());
+    }
+    Err(StartError::Dataset(format!(
+        "this server's settings are not the dataset's: {}. Every server of a fleet runs with \
+         the settings stored when the dataset was made; start this one with them",
+        differing.join("; ")
+    )))
+}
+
 /// Reads the marker of every partition, writing a new one where Redis has none (an empty Redis),
-/// and checks that all partitions agree, with this layout and partition count.
+/// and checks that all partitions agree, with this layout, partition count and fleet settings
+/// (storing this server's settings in a dataset that has none yet).
 pub(crate) async fn init(
     link: &Link,
     keys: &[PartitionKeys],
-    partitions: u32,
+    config: &RedisConfig,
 ) -> Result<Marker, StartError> {
     let fresh = Marker::new(0);
     let mut found: Option<Marker> = None;
     for partition_keys in keys {
-        let mut cmd = redis::cmd("FCALL");
-        cmd.arg(library::FN_INIT)
-            .arg(1)
-            .arg(partition_keys.meta())
-            .arg(&fresh.text)
-            .arg(partitions);
-        let Value::Array(values) = link.fcall(&cmd).await? else {
-            return Err(StartError::Dataset("unexpected answer to init".into()));
-        };
-        let fields: Vec<Option<String>> = values.iter().map(text).collect();
-        let [Some(marker), Some(count), Some(layout)] = fields.as_slice() else {
+        let meta = init_partition(link, partition_keys, &fresh.text, config).await?;
+        let [Some(marker), Some(_), Some(layout), ..] = meta.as_slice() else {
             return Err(StartError::Dataset(format!(
-                "partition meta {} is incomplete: {fields:?}",
+                "partition meta {} is incomplete: {meta:?}",
                 partition_keys.meta()
             )));
         };
@@ -82,12 +168,7 @@ pub(crate) async fn init(
                 library::LAYOUT_VERSION
             )));
         }
-        if count != &partitions.to_string() {
-            return Err(StartError::Dataset(format!(
-                "the dataset was made with {count} partitions; this server is set up for \
-                 {partitions}"
-            )));
-        }
+        compare_settings(&meta, config, partition_keys)?;
         let marker = Marker::parse(marker);
         match &found {
             Some(first) if first != &marker => {
@@ -101,6 +182,25 @@ pub(crate) async fn init(
         }
     }
     found.ok_or_else(|| StartError::Dataset("no partitions".into()))
+}
+
+/// Checks (storing them where the dataset has none) this server's fleet settings against the
+/// dataset's, without writing any marker: for a server about to adopt a dataset an operator
+/// accepted.
+pub(crate) async fn check_settings(
+    link: &Link,
+    keys: &[PartitionKeys],
+    config: &RedisConfig,
+) -> Result<(), StartError> {
+    for partition_keys in keys {
+        let meta = init_partition(link, partition_keys, "", config).await?;
+        if let [Some(_), Some(_), Some(layout), ..] = meta.as_slice() {
+            if layout == library::LAYOUT_VERSION {
+                compare_settings(&meta, config, partition_keys)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The marker partition 0 holds now, if any.

@@ -1,7 +1,7 @@
 //! The Redis backend of stockd: any number of stateless `stockd serve` processes in front of one
 //! Redis behave as one server.
 //!
-//! Every state change is one atomic call into the `stockd_v4` function library (`lua/`), which
+//! Every state change is one atomic call into the `stockd_v5` function library (`lua/`), which
 //! mirrors stockd-core's rules file for file; the Rust side validates commands
 //! (`Command::validate`, before any lookup), frames them, batches concurrent requests into one
 //! call per partition ([`dispatch`]), waits for parked requests (woken over pub/sub), reads the
@@ -275,6 +275,16 @@ impl Shared {
         let Ok(Some(found)) = dataset::read(&self.link, &self.keys[0]).await else {
             return false;
         };
+        if found.epoch <= self.marker.lock().expect("marker lock").epoch {
+            return false;
+        }
+        // An accept on a Redis that had lost everything leaves no fleet settings stored: the
+        // first server to adopt it stores its own (the fleet's), and a server whose settings are
+        // not the dataset's does not serve it.
+        if let Err(error) = dataset::check_settings(&self.link, &self.keys, &self.config).await {
+            tracing::error!(%error, "not adopting the dataset an operator accepted");
+            return false;
+        }
         let mut marker = self.marker.lock().expect("marker lock");
         if found.epoch <= marker.epoch {
             return false;
@@ -456,7 +466,7 @@ impl RedisBackend {
         let keys: Vec<keys::PartitionKeys> = (0..partitions)
             .map(|k| keys::PartitionKeys::new(k, partitions))
             .collect();
-        let marker = dataset::init(&link, &keys, partitions).await?;
+        let marker = dataset::init(&link, &keys, &config).await?;
         let shared = Arc::new(Shared {
             config,
             link,

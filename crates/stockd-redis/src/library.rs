@@ -1,5 +1,5 @@
 //! The Lua function library: the second implementation of stockd-core's rules, loaded into every
-//! Redis primary as library `stockd_v4` (`LIBRARY_NAME`).
+//! Redis primary as library `stockd_v5` (`LIBRARY_NAME`).
 //!
 //! The files under `lua/` mirror `stockd-core/src/state/` file for file (`state.lua`,
 //! `apply.lua`, `waiters.lua`, `tick.lua`, `cmd/<command>.lua`); `cross.lua` (the cross-partition
@@ -14,7 +14,7 @@
 /// of another version.
 macro_rules! library_name {
     () => {
-        "stockd_v4"
+        "stockd_v5"
     };
 }
 
@@ -32,6 +32,7 @@ pub const FN_ACCEPT: &str = concat!(library_name!(), "_accept");
 pub const RELEASED: &[(&str, u64)] = &[
     ("stockd_v3", 8067072756043581116),
     ("stockd_v4", 11993812958931878119),
+    ("stockd_v5", 12177206305883035953),
 ];
 
 /// The library's source files, in load order: the state and its transitions first (they

@@ -92,14 +92,15 @@ pub struct ServeArgs {
     #[arg(long)]
     pub insecure_no_auth: bool,
     /// How long released, expired and refunded holds are kept, for idempotent retries
-    /// (default 86400000, 24 h).
+    /// (default 86400000, 24 h). On Redis, the dataset's: stored when it is made.
     #[arg(long, env = "STOCKD_HOLD_RETENTION_MS", value_name = "MS")]
     pub hold_retention_ms: Option<u64>,
-    /// How long confirmed holds are kept, the refund window (default 604800000, 7 days).
+    /// How long confirmed holds are kept, the refund window (default 604800000, 7 days). On
+    /// Redis, the dataset's: stored when it is made.
     #[arg(long, env = "STOCKD_CONFIRMED_RETENTION_MS", value_name = "MS")]
     pub confirmed_retention_ms: Option<u64>,
     /// Events kept for the feed; a consumer further behind gets 410 events_expired (default
-    /// 1000000).
+    /// 1000000). On Redis, the dataset's: stored when it is made.
     #[arg(long, env = "STOCKD_EVENT_RETENTION_MAX", value_name = "N")]
     pub event_retention_max: Option<usize>,
     /// Log records between snapshots of the embedded engine (default 1000000).
