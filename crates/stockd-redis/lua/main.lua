@@ -136,7 +136,38 @@ end
 -- FCALL LIBRARY_accept 1 META DATASET PARTITIONS: an operator accepts the dataset Redis has now
 -- (after a restart with less, a restore or a failover): a new marker, so that every server
 -- forgets the seqs it saw and serves this data.
+--
+-- Nothing handed out before the loss is handed out again: the values are gone with the data, so
+-- every counter whose values leave the library (ACCEPT_COUNTERS) moves up to Redis's clock in
+-- microseconds. A partition hands out at most one value of a counter per microsecond, and a
+-- counter starts at 0 when its dataset is made (or at the clock, at an accept), so it never
+-- passes the clock: the clock now is above every value handed out before, as long as Redis's
+-- clock does not go back. The gap this leaves is allowed; the values stay below 2^53.
+S.ACCEPT_COUNTERS = { 'seq', 'fence', 'attempt', 'waiter', 'generation' }
+
+-- The last id the partition's event stream generated (XADD takes explicit ids `0-SEQ` that must
+-- increase), as a seq; 0 without a stream.
+local function last_stream_seq(stream)
+    if redis.call('EXISTS', stream) == 0 then return 0 end
+    local info = redis.call('XINFO', 'STREAM', stream)
+    for i = 1, #info - 1, 2 do
+        if info[i] == 'last-generated-id' then
+            return tonumber(string.match(info[i + 1], '^%d+%-(%d+)$')) or 0
+        end
+    end
+    return 0
+end
+
 local function accept(keys, argv)
+    local time = redis.call('TIME')
+    local floor = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    floor = math.max(floor, last_stream_seq(string.sub(keys[1], 1, -5) .. 'events'))
+    if floor >= S.SEQ_LIMIT then error('stockd: the Redis clock is past what a seq can hold') end
+    for _, counter in ipairs(S.ACCEPT_COUNTERS) do
+        if tonumber(redis.call('HGET', keys[1], counter) or '0') < floor then
+            redis.call('HSET', keys[1], counter, S.int(floor))
+        end
+    end
     redis.call('HSET', keys[1], 'dataset', argv[1], 'partitions', argv[2], 'layout', '1')
     return 'OK'
 end

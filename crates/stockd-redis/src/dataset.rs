@@ -211,7 +211,10 @@ pub(crate) async fn read(link: &Link, keys: &PartitionKeys) -> redis::RedisResul
 }
 
 /// `stockd redis accept`: the operator accepts the data Redis holds now as the dataset. Every
-/// running server adopts the new marker at its next call and forgets the seqs it had seen.
+/// running server adopts the new marker at its next call and forgets the seqs it had seen. The
+/// library also moves every partition's counters (event seqs, fencing tokens, attempts, waiter
+/// tickets, pool generations) up to Redis's clock in microseconds, above every value handed out
+/// before the loss (main.lua's `accept` says why).
 pub async fn accept(target: &Target, partitions: u32) -> Result<Marker, StartError> {
     let link = Link::connect(target).await?;
     link.load_library().await?;

@@ -1,5 +1,5 @@
 //! The Lua function library: the second implementation of stockd-core's rules, loaded into every
-//! Redis primary as library `stockd_v5` (`LIBRARY_NAME`).
+//! Redis primary as library `stockd_v6` (`LIBRARY_NAME`).
 //!
 //! The files under `lua/` mirror `stockd-core/src/state/` file for file (`state.lua`,
 //! `apply.lua`, `waiters.lua`, `tick.lua`, `cmd/<command>.lua`); `cross.lua` (the cross-partition
@@ -14,7 +14,7 @@
 /// of another version.
 macro_rules! library_name {
     () => {
-        "stockd_v5"
+        "stockd_v6"
     };
 }
 
@@ -33,6 +33,7 @@ pub const RELEASED: &[(&str, u64)] = &[
     ("stockd_v3", 8067072756043581116),
     ("stockd_v4", 11993812958931878119),
     ("stockd_v5", 12177206305883035953),
+    ("stockd_v6", 16922052193037166202),
 ];
 
 /// The library's source files, in load order: the state and its transitions first (they

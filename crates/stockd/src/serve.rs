@@ -463,7 +463,9 @@ pub async fn run(args: ServeArgs) -> ExitCode {
 pub enum RedisCommand {
     /// Accept the data Redis holds now as the dataset, after it came back with less than it had
     /// (restarted empty, restored from a backup, failed over to a lagging replica). Servers
-    /// answer 503 until this is run; check what was lost first (see docs/redis.md).
+    /// answer 503 until this is run; check what was lost first (see docs/redis.md). Event seqs,
+    /// fencing tokens and the other counters then go on above every value handed out before
+    /// the loss (Redis's clock in microseconds).
     Accept {
         /// The Redis to accept: `redis://[:PASSWORD@]HOST:PORT[/DB]` or
         /// `redis+cluster://HOST:PORT,...`.

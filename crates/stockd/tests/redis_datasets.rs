@@ -1,5 +1,6 @@
 //! Datasets on Redis, against a real `redis-server`: two datasets in one Redis (DB 0 and DB 1)
-//! never affect each other, wake-ups included.
+//! never affect each other, wake-ups included; and after an operator accepts a dataset that lost
+//! changes (restored from a backup), no fencing token or event seq is handed out twice.
 //!
 //! These tests always run (they start their own Redis, whatever `STOCKD_TEST_BACKEND` says).
 
@@ -111,4 +112,126 @@ async fn two_datasets_in_one_redis_never_affect_each_other() {
     }
     assert_eq!(a.pool("pa").await["held"], json!(200));
     assert_eq!(b.pool("pb").await["held"], json!(100));
+}
+
+async fn acquire(api: &Api, owner: &str) -> u64 {
+    let body = json!({"owner": owner, "ttl_ms": 60_000});
+    let (status, lock) = api.call("POST", "/v1/locks/job/acquire", Some(body)).await;
+    assert_eq!(status, 200, "{lock}");
+    let token = lock["token"].as_u64().expect("token");
+    let body = json!({"owner": owner, "token": token});
+    let (status, reply) = api.call("POST", "/v1/locks/job/release", Some(body)).await;
+    assert_eq!(status, 200, "{reply}");
+    token
+}
+
+/// The feed after `after`, as a consumer reads it.
+async fn events_after(api: &Api, after: u64) -> Vec<serde_json::Value> {
+    let (status, page) = api
+        .call("GET", &format!("/v1/events?after={after}&limit=1000"), None)
+        .await;
+    assert_eq!(status, 200, "{page}");
+    page["events"].as_array().cloned().expect("events")
+}
+
+async fn readyz_becomes(api: &Api, want: u16) {
+    for _ in 0..500 {
+        if let Ok((status, _)) = api.try_call("GET", "/readyz", None).await {
+            if status == want {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("/readyz never answered {want}");
+}
+
+/// Redis restored from a backup has lost what was handed out after it: lock tokens and event
+/// seqs a consumer already has. Once an operator accepts it, nothing is handed out again: the
+/// next token is above every token given before the loss, the next event's seq above every seq
+/// a consumer saw (so the consumer, reading on from its checkpoint, gets it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_an_accepted_loss_no_token_or_seq_is_handed_out_again() {
+    // RDB only, saved when the test says (the harness turns automatic saves off).
+    let redis = Arc::new(RedisServer::start_with(&["--appendonly", "no"]));
+    let server = server_on_db(&redis, 0).await;
+    let api = server.api();
+    put_pool(&api, "p", json!({"total": 10})).await;
+    let before_backup = acquire(&api, "o1").await;
+    let (status, body) = reserve(&api, "h1", "p").await;
+    assert_eq!(status, 201, "{body}");
+
+    // The backup.
+    assert_eq!(redis.cli(&["SAVE"]), "OK");
+    let dump = redis.dir.path().join("dump.rdb");
+    let backup = redis.dir.path().join("backup.rdb");
+    std::fs::copy(&dump, &backup).expect("copy the backup");
+
+    // Handed out after it, and lost with the restore.
+    let lost_token = acquire(&api, "o2").await;
+    assert!(lost_token > before_backup);
+    let (status, body) = reserve(&api, "h2", "p").await;
+    assert_eq!(status, 201, "{body}");
+    let seen = events_after(&api, 0).await;
+    let checkpoint = seen.last().expect("events")["seq"].as_u64().expect("seq");
+
+    redis.kill();
+    std::fs::copy(&backup, &dump).expect("restore the backup");
+    redis.start_again();
+    readyz_becomes(&api, 503).await;
+    let accept = std::process::Command::new(env!("CARGO_BIN_EXE_stockd"))
+        .args(["redis", "accept", "--backend", &redis.url()])
+        .output()
+        .expect("run stockd redis accept");
+    assert!(
+        accept.status.success(),
+        "{}",
+        String::from_utf8_lossy(&accept.stderr)
+    );
+    readyz_becomes(&api, 200).await;
+
+    let token = acquire(&api, "o3").await;
+    assert!(
+        token > lost_token,
+        "token {token} handed out again (lost {lost_token})"
+    );
+    let (status, body) = reserve(&api, "h3", "p").await;
+    assert_eq!(status, 201, "{body}");
+    let new = events_after(&api, checkpoint).await;
+    assert!(
+        new.iter().any(|event| event["hold_id"] == "h3"),
+        "the consumer at seq {checkpoint} does not get h3's event: {new:?}"
+    );
+    // Seqs stay exact in every JSON reader (JavaScript's numbers included).
+    for event in &new {
+        assert!(event["seq"].as_u64().expect("seq") < 1 << 53, "{event}");
+    }
+    assert!(token < 1 << 53);
+
+    // The accepted dataset's wake-ups reach this server: it listens on the new dataset's
+    // channel (a wake-up published before it subscribed is lost, costing that waiter its wait).
+    let marker = redis.cli(&["HGET", "stockd:{p0.0}:meta", "dataset"]);
+    let channel = format!("stockd:wake:{marker}");
+    let mut polls = 0;
+    while !redis.cli(&["PUBSUB", "NUMSUB", &channel]).ends_with("\n1") {
+        assert!(polls < 500, "the server does not listen on {channel}");
+        polls += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    put_pool(&api, "w", json!({"total": 1})).await;
+    let (status, body) = reserve(&api, "w-holder", "w").await;
+    assert_eq!(status, 201, "{body}");
+    let waiter = spawn_waiter(&api, "w-waiter", "w", 1, 20_000);
+    let queue = "stockd:{p0.0}:waitq:w";
+    let mut polls = 0;
+    while redis.cli(&["ZCARD", queue]) != "1" {
+        assert!(polls < 500, "the waiter did not park");
+        polls += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (status, body) = api.call("POST", "/v1/holds/w-holder/release", None).await;
+    assert_eq!(status, 200, "{body}");
+    let ((status, body), waited) = waiter.await.expect("waiter task");
+    assert_eq!(status, 201, "{body}");
+    assert!(waited < Duration::from_secs(10), "woken late: {waited:?}");
 }
