@@ -328,7 +328,15 @@ end
 
 -- The hold a command names, settled. On the partition a hold id hashes to (route 'dir') a hold
 -- that lives elsewhere is found through its directory entry: the answer is then {"moved"}.
+-- The entry is written (or looked up, by every command that names the hold) at most a hold's
+-- longest lifetime before the hold finishes (HOLD_TTL_MS_MAX, 24 h: an extend goes through it
+-- too), and the hold is kept a retention after that, the hold or the confirmed one, whichever is
+-- longer: the entry lives that long, and an hour more.
 S.DIR_EXTRA_MS = 86400000 + 3600000
+
+function S.dir_ttl_ms()
+    return math.max(S.hold_retention_ms, S.confirmed_retention_ms) + S.DIR_EXTRA_MS
+end
 
 function S.find_hold(id, route)
     local hold = S.settle(S.hold_get(id))
@@ -346,7 +354,7 @@ function S.dir_lookup(id)
     local key = S.key('dir', id)
     local home = redis.call('HGET', key, 'p')
     if not home or tonumber(home) == S.partition then return nil end
-    redis.call('PEXPIRE', key, S.int(S.confirmed_retention_ms + S.DIR_EXTRA_MS))
+    redis.call('PEXPIRE', key, S.int(S.dir_ttl_ms()))
     return { kind = 'raw', json = '{"moved":' .. home .. '}', stop = true }
 end
 

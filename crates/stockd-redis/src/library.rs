@@ -1,5 +1,5 @@
 //! The Lua function library: the second implementation of stockd-core's rules, loaded into every
-//! Redis primary as library `stockd_v6` (`LIBRARY_NAME`).
+//! Redis primary as library `stockd_v7` (`LIBRARY_NAME`).
 //!
 //! The files under `lua/` mirror `stockd-core/src/state/` file for file (`state.lua`,
 //! `apply.lua`, `waiters.lua`, `tick.lua`, `cmd/<command>.lua`); `cross.lua` (the cross-partition
@@ -14,7 +14,7 @@
 /// of another version.
 macro_rules! library_name {
     () => {
-        "stockd_v6"
+        "stockd_v7"
     };
 }
 
@@ -34,6 +34,7 @@ pub const RELEASED: &[(&str, u64)] = &[
     ("stockd_v4", 11993812958931878119),
     ("stockd_v5", 12177206305883035953),
     ("stockd_v6", 16922052193037166202),
+    ("stockd_v7", 16813473693256390668),
 ];
 
 /// The library's source files, in load order: the state and its transitions first (they

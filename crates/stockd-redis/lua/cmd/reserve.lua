@@ -132,7 +132,7 @@ C.reserve = function(a)
         if home ~= S.partition then
             local key = S.key('dir', request.hold_id)
             redis.call('HSET', key, 'p', S.int(home))
-            redis.call('PEXPIRE', key, S.int(S.confirmed_retention_ms + S.DIR_EXTRA_MS))
+            redis.call('PEXPIRE', key, S.int(S.dir_ttl_ms()))
             return { kind = 'raw', json = '{"moved":' .. S.int(home) .. '}', stop = true }
         end
     end

@@ -1,0 +1,105 @@
+//! The directory of holds on a partitioned Redis dataset, against a real `redis-server`: a hold
+//! lives in the partition of its first pool, and the partition its id hashes to keeps a
+//! directory entry (`dir:HOLD`) pointing there, so that a command naming only the hold id finds
+//! it. The entry must live as long as the hold can be kept, whichever retention is longer.
+//!
+//! A Redis Cluster of one node (every slot on it) is enough for two partitions, and cheap.
+//! These tests always run (they start their own Redis, whatever `STOCKD_TEST_BACKEND` says).
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::{cluster_port, put_pool, RedisClusterBackend, RedisServer, Server, ServerConfig};
+
+/// The longest a hold may be held before it finishes (the contract's `ttl_ms` bound).
+const HOLD_TTL_MS_MAX: u64 = 86_400_000;
+
+/// A one-node Redis Cluster holding every slot.
+fn one_node_cluster(partitions: u32) -> RedisClusterBackend {
+    let node = RedisServer::start_on_some_port(
+        cluster_port,
+        &[
+            "--appendonly",
+            "no",
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+        ],
+    );
+    assert_eq!(node.cli(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]), "OK");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+        assert!(Instant::now() < deadline, "the one-node cluster is not ok");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    RedisClusterBackend {
+        nodes: vec![node],
+        partitions,
+    }
+}
+
+/// With a hold retention longer than the confirmed one (10 days against 7), a released hold is
+/// kept 10 days: its directory entry must outlive that, or `GET /v1/holds/ID` answers 404 for a
+/// hold that is still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_entry_lives_as_long_as_the_longer_retention() {
+    const HOLD_RETENTION_MS: u64 = 10 * 86_400_000;
+    let cluster = Arc::new(one_node_cluster(2));
+    let server = Server::start_with(
+        ServerConfig {
+            backend: cluster.clone(),
+            ..ServerConfig::default()
+        }
+        .arg("--hold-retention-ms")
+        .arg(HOLD_RETENTION_MS.to_string()),
+    )
+    .await;
+    let api = server.api();
+    put_pool(&api, "a", json!({"total": 100})).await;
+    let node = &cluster.nodes[0];
+
+    // A hold whose id hashes to the other partition than its pool's has a directory entry.
+    let mut entry = None;
+    for n in 0..64 {
+        let hold_id = format!("h{n}");
+        let body = json!({"hold_id": hold_id, "items": [{"pool": "a", "qty": 1}]});
+        let (status, hold) = api.call("POST", "/v1/holds", Some(body)).await;
+        assert_eq!(status, 201, "{hold}");
+        let keys = node.cli(&["--scan", "--pattern", &format!("stockd:*:dir:{hold_id}")]);
+        if !keys.is_empty() {
+            entry = Some((hold_id, keys));
+            break;
+        }
+    }
+    let (hold_id, key) = entry.expect("no hold id of 64 hashes to the other partition");
+    let (status, hold) = api
+        .call("POST", &format!("/v1/holds/{hold_id}/release"), None)
+        .await;
+    assert_eq!(
+        (status, &hold["status"]),
+        (200, &json!("released")),
+        "{hold}"
+    );
+
+    // The released hold is kept HOLD_RETENTION_MS from now; the entry at least that long (a
+    // command through the entry sets it again, at most a hold's lifetime before it finishes).
+    let ttl_ms: u64 = node.cli(&["PTTL", &key]).parse().expect("PTTL");
+    assert!(
+        ttl_ms > HOLD_RETENTION_MS,
+        "{key} lives {ttl_ms} ms, less than the {HOLD_RETENTION_MS} ms its hold is kept"
+    );
+    assert!(
+        ttl_ms <= HOLD_RETENTION_MS + HOLD_TTL_MS_MAX + 3_600_000,
+        "{key} lives {ttl_ms} ms"
+    );
+    let (status, hold) = api.call("GET", &format!("/v1/holds/{hold_id}"), None).await;
+    assert_eq!(
+        (status, &hold["status"]),
+        (200, &json!("released")),
+        "{hold}"
+    );
+}
