@@ -1,27 +1,17 @@
 -- state.lua: the call context and what every command reads: key names, numbers, JSON, pool and
 -- hold records, finding and settling a hold, replies. Mirrors stockd-core src/state/mod.rs (the
--- state, views, settle); the transitions that change records are apply.lua's. It defines the
--- two tables every other file adds to.
+-- state, views, settle); the transitions that change records are apply.lua's. The two tables
+-- every file adds to, S (helpers and the per-call context) and C (commands by op name, each
+-- returning a reply table, see S.reply_json), and the limits the library shares with stockd-core
+-- (S.TOTAL_MAX, S.WAITERS_PER_KEY_MAX, S.HOLD_LIST_EXAMINED_MAX, S.SEQ_LIMIT) are defined before
+-- this file by library.rs, from stockd-core's limits.rs: each limit is declared once.
 --
 -- Every number written to Redis or into a reply goes through S.int (string.format '%d'):
 -- Lua 5.1 prints doubles with 14 significant digits, which would round a 16-digit time.
 
-local S = {}  -- helpers and the per-call context
-local C = {}  -- commands by op name, each returning a reply table (see S.reply_json)
-
--- Limits the scripts need (the rest are checked by Command::validate before a call).
-S.TOTAL_MAX = 1000000000000
-
--- Every counter (event seqs, lock tokens, attempts) stays below 2^53, where Lua's doubles hold
--- integers exactly.
-S.SEQ_LIMIT = 9007199254740992
-
-S.WAITERS_PER_KEY_MAX = 10000
-
+-- The Redis library's own bounds (the core's tick has its own, larger ones: one Redis call must
+-- stay short, since nothing else runs on that primary meanwhile).
 S.EXPIRIES_PER_SWEEP_MAX = 1000
-
--- Index entries one list_holds page may examine (stockd-core limits.rs HOLD_LIST_EXAMINED_MAX).
-S.HOLD_LIST_EXAMINED_MAX = 1000
 
 -- Hold records forgotten past retention per sweep.
 S.FORGETS_PER_SWEEP_MAX = 1000

@@ -14,7 +14,7 @@
 /// of another version.
 macro_rules! library_name {
     () => {
-        "stockd_v7"
+        "stockd_v8"
     };
 }
 
@@ -35,6 +35,7 @@ pub const RELEASED: &[(&str, u64)] = &[
     ("stockd_v5", 12177206305883035953),
     ("stockd_v6", 16922052193037166202),
     ("stockd_v7", 16813473693256390668),
+    ("stockd_v8", 17745109410862980865),
 ];
 
 /// The library's source files, in load order: the state and its transitions first (they
@@ -73,10 +74,32 @@ pub const SOURCES: [(&str, &str); 18] = [
     ("main.lua", include_str!("../lua/main.lua")),
 ];
 
-/// The whole library as `FUNCTION LOAD` takes it. Its functions are named from `LIBRARY`, the
-/// library's name, defined first.
+/// What the library defines before its files: its name (every function is named from it), the
+/// two tables every file adds to, and the limits it shares with stockd-core, written from
+/// `stockd_core::limits` so that each is declared once.
+fn prelude() -> String {
+    use stockd_core::limits;
+    format!(
+        "#!lua name={LIBRARY_NAME}\n\
+         local LIBRARY = '{LIBRARY_NAME}'\n\
+         local S = {{}}\n\
+         local C = {{}}\n\
+         S.TOTAL_MAX = {}\n\
+         S.WAITERS_PER_KEY_MAX = {}\n\
+         S.HOLD_LIST_EXAMINED_MAX = {}\n\
+         S.SEQ_LIMIT = {}\n",
+        limits::TOTAL_MAX,
+        limits::WAITERS_PER_KEY_MAX,
+        limits::HOLD_LIST_EXAMINED_MAX,
+        // Every counter (event seqs, lock tokens, attempts) stays below 2^53, where Lua's
+        // doubles hold integers exactly: one past the largest time the API takes.
+        limits::TIME_MS_MAX + 1,
+    )
+}
+
+/// The whole library as `FUNCTION LOAD` takes it.
 pub fn source() -> String {
-    let mut text = format!("#!lua name={LIBRARY_NAME}\nlocal LIBRARY = '{LIBRARY_NAME}'\n");
+    let mut text = prelude();
     for (name, body) in SOURCES {
         text.push_str(&format!("-- ==== {name}\n"));
         text.push_str(body);
@@ -115,6 +138,22 @@ mod tests {
              the old code. Give the library a new name (library_name!) and append it to RELEASED \
              with this hash; never change a released entry"
         );
+    }
+
+    #[test]
+    fn the_shared_limits_are_declared_once_from_the_core() {
+        let prelude = prelude();
+        for line in prelude.lines().filter(|line| line.starts_with("S.")) {
+            let (name, value) = line.split_once(" = ").expect("S.NAME = VALUE");
+            assert!(value.parse::<u64>().is_ok(), "{line}");
+            for (file, body) in SOURCES {
+                assert!(
+                    !body.contains(&format!("{name} =")),
+                    "{file} declares {name} again; it comes from stockd_core::limits"
+                );
+            }
+        }
+        assert!(prelude.contains(&format!("S.TOTAL_MAX = {}", stockd_core::limits::TOTAL_MAX)));
     }
 
     #[test]
