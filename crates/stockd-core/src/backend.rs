@@ -79,6 +79,12 @@ pub trait Backend: Send + Sync + 'static {
     /// Ok when the backend can serve writes now.
     fn ready(&self) -> BackendFuture<'_, ()>;
 
+    /// What an operator must know about how the backend is set up, shown by `/readyz` (on
+    /// Redis: settings that lose acknowledged changes in a crash). None by default.
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     fn stats(&self) -> BackendStats;
 
     /// Stops accepting work, finishes what was accepted and makes it durable.

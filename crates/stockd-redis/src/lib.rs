@@ -12,6 +12,7 @@
 //! back with less than this server saw (its dataset marker missing or changed, its event seq
 //! lower) is `BackendError::Unavailable` (503), never a guess.
 
+mod checks;
 mod cross;
 mod dataset;
 mod dispatch;
@@ -19,6 +20,7 @@ mod fault;
 pub mod keys;
 pub mod library;
 mod link;
+mod starting;
 mod waits;
 pub mod wire;
 
@@ -36,6 +38,7 @@ use tokio::sync::{oneshot, watch};
 
 pub use dataset::{accept, Marker};
 pub use link::Target;
+pub use starting::StartingBackend;
 use wire::{Answer, Op, Route};
 
 /// How often each server sweeps each partition for holds past their deadline (the contract
@@ -124,6 +127,17 @@ pub enum StartError {
     Redis(#[from] redis::RedisError),
     #[error("{0}")]
     Dataset(String),
+    /// A setting of the Redis under which a server must not run (see `checks`).
+    #[error("{0}")]
+    Config(String),
+}
+
+impl StartError {
+    /// Whether the start failed only because Redis could not serve yet (not reached, loading,
+    /// a Cluster not yet whole): a start to retry, not one to refuse.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, StartError::Redis(error) if link::is_unreachable(error))
+    }
 }
 
 /// State shared by the backend, its dispatch tasks, its sweeper and its pub/sub listener.
@@ -449,13 +463,20 @@ fn unexpected_answer(answer: &Answer) -> BackendError {
 pub struct RedisBackend {
     shared: Arc<Shared>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// What the checks at start found to warn about (`/readyz` shows them).
+    warnings: Vec<String>,
 }
 
 impl RedisBackend {
-    /// Connects, loads the function library, checks (or, on an empty Redis, writes) the dataset
-    /// marker, and starts the dispatchers, the sweeper and the pub/sub listener.
+    /// Connects, checks the Redis's settings on every primary (`checks`), loads the function
+    /// library, checks (or, on an empty Redis, writes) the dataset marker, and starts the
+    /// dispatchers, the sweeper and the pub/sub listener.
     pub async fn connect(config: RedisConfig) -> Result<RedisBackend, StartError> {
         let link = link::Link::connect(&config.target).await?;
+        let warnings = checks::check(&link).await?;
+        for warning in &warnings {
+            tracing::warn!("{warning}");
+        }
         link.load_library().await?;
         config.validate().map_err(StartError::Dataset)?;
         let partitions = config.partitions;
@@ -505,6 +526,7 @@ impl RedisBackend {
         Ok(RedisBackend {
             shared,
             tasks: Mutex::new(tasks),
+            warnings,
         })
     }
 
@@ -887,6 +909,10 @@ impl Backend for RedisBackend {
                 Ok(page)
             }
         })
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
     }
 
     fn ready(&self) -> BackendFuture<'_, ()> {

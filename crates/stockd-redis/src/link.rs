@@ -12,6 +12,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{Cmd, RedisError, RedisResult, Value};
 
 use crate::library;
@@ -159,6 +160,51 @@ impl Link {
         }
     }
 
+    /// Runs `cmd` on every primary (the one, or each of a Cluster's): each node's address with
+    /// what it answered, an error it answered included. Not reaching a node is an error.
+    pub async fn on_every_primary(
+        &self,
+        cmd: Cmd,
+    ) -> RedisResult<Vec<(String, RedisResult<Value>)>> {
+        match &self.connection {
+            Connection::Single(connection) => {
+                let node = redact(&self.node_urls[0]);
+                match cmd.query_async(&mut connection.clone()).await {
+                    Err(error) if !answered(&error) => Err(error),
+                    answer => Ok(vec![(node, answer)]),
+                }
+            }
+            Connection::Cluster(connection) => {
+                let every_primary =
+                    RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                let Value::Map(answers) =
+                    connection.clone().route_command(cmd, every_primary).await?
+                else {
+                    return Err(RedisError::from((
+                        redis::ErrorKind::UnexpectedReturnType,
+                        "expected an answer per primary",
+                    )));
+                };
+                Ok(answers
+                    .into_iter()
+                    .map(|(node, answer)| {
+                        let node = match node {
+                            Value::BulkString(bytes) => {
+                                String::from_utf8_lossy(&bytes).into_owned()
+                            }
+                            other => format!("{other:?}"),
+                        };
+                        let answer = match answer {
+                            Value::ServerError(error) => Err(RedisError::from(error)),
+                            value => Ok(value),
+                        };
+                        (node, answer)
+                    })
+                    .collect())
+            }
+        }
+    }
+
     /// Runs a function call, loading the library first if Redis does not have it (a new server,
     /// `FUNCTION FLUSH`, a restart without persistence).
     pub async fn fcall(&self, cmd: &Cmd) -> RedisResult<Value> {
@@ -176,6 +222,33 @@ impl Link {
         load.arg("LOAD").arg("REPLACE").arg(library::source());
         self.query(&load).await.map(|_| ())
     }
+}
+
+/// Whether `error` is Redis's own answer (it was reached), not a failure to reach it.
+fn answered(error: &RedisError) -> bool {
+    matches!(
+        error.kind(),
+        redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
+    )
+}
+
+/// Whether `error` says Redis cannot serve yet (not reached, still loading its data, a Cluster
+/// not yet whole, a replica not yet promoted) rather than that something is wrong with this
+/// server's settings or rights: a start that failed so is retried.
+pub(crate) fn is_unreachable(error: &RedisError) -> bool {
+    use redis::ServerErrorKind;
+    matches!(
+        error.kind(),
+        redis::ErrorKind::Io
+            | redis::ErrorKind::ClusterConnectionNotFound
+            | redis::ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::ReadOnly
+            )
+    )
 }
 
 fn is_missing_library(error: &RedisError) -> bool {

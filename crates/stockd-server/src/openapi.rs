@@ -73,6 +73,7 @@ macro_rules! api_doc {
             wire::EventPartitions,
             wire::ErrorBody,
             wire::StatusBody,
+            wire::ReadyBody,
         )),
             modifiers(&Exact),
             security(("bearer" = [])),
@@ -676,6 +677,7 @@ pub(crate) fn make_exact(openapi: &mut utoipa::openapi::OpenApi) -> Vec<String> 
         "EventPage",
         "EventPartitions",
         "StatusBody",
+        "ReadyBody",
     ] {
         // Null fields are sent as null, never left out.
         match object_mut(schemas, name) {

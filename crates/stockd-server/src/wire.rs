@@ -343,6 +343,14 @@ pub(crate) struct StatusBody {
     pub status: &'static str,
 }
 
+/// `/readyz`'s answer when ready: with what the operator must know about the backend's set-up
+/// (on Redis, settings under which a crash loses acknowledged changes), empty when nothing.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ReadyBody {
+    pub status: &'static str,
+    pub warnings: Vec<String>,
+}
+
 /// Every error: a stable code, a human message, and details depending on the code (`pool`,
 /// `available`, `requested`, `limit`, `used`, `expires_at_ms`, `oldest_seq`, `partitions`, ...).
 /// Written by [`crate::error::ApiError`]'s own `Serialize`, which adds the details.

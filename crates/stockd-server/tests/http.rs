@@ -1267,7 +1267,7 @@ async fn an_unavailable_backend_is_503_and_never_a_success() {
     backend.set_unavailable(false);
     assert_eq!(
         get(&router, "/readyz").await.json(),
-        json!({"status": "ready"})
+        json!({"status": "ready", "warnings": []})
     );
     assert_eq!(get(&router, "/v1/pools/p").await.json()["available"], 3);
 }

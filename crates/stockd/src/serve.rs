@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use stockd_core::{Backend, StateConfig};
 use stockd_engine::{Engine, EngineConfig, SystemClock};
-use stockd_redis::{RedisBackend, RedisConfig, Target};
+use stockd_redis::{RedisBackend, RedisConfig, StartError, StartingBackend, Target};
 use stockd_server::{ConnectionLimits, Role, ServerConfig, BODY_TIMEOUT_DEFAULT};
 
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:7070";
@@ -422,15 +422,25 @@ pub async fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // A Redis that cannot be reached at start is retried while the server listens (503 until
+    // then); one found, once reached, to be a Redis to refuse stops the server as a failed
+    // start would.
+    let mut refused_later = None;
     let backend: Arc<dyn Backend> = match settings.backend {
         BackendSettings::Embedded(engine) => match open_engine(engine).await {
             Ok(engine) => Arc::new(engine),
             Err(code) => return code,
         },
-        BackendSettings::Redis(config) => match RedisBackend::connect(config).await {
+        BackendSettings::Redis(config) => match RedisBackend::connect(config.clone()).await {
             Ok(backend) => {
                 tracing::info!("backend: redis");
                 Arc::new(backend)
+            }
+            Err(error) if error.is_unreachable() => {
+                tracing::warn!(%error, "Redis cannot be reached at start: answering 503 and retrying");
+                let (backend, refused) = StartingBackend::spawn(config, &error);
+                refused_later = Some(refused);
+                backend
             }
             Err(error) => {
                 eprintln!("error: cannot start the Redis backend: {error}");
@@ -446,14 +456,35 @@ pub async fn run(args: ServeArgs) -> ExitCode {
     };
     let worker_threads = tokio::runtime::Handle::current().metrics().num_workers();
     tracing::info!(listen = %settings.listen, worker_threads, "stockd serving");
-    let stop = async {
-        crate::signals::stop_requested().await;
-        tracing::info!("stop signal received; finishing in-flight requests");
+    let refusal: Arc<std::sync::Mutex<Option<StartError>>> = Arc::default();
+    let stop = {
+        let refusal = refusal.clone();
+        async move {
+            let refused = async {
+                match refused_later {
+                    Some(refused) => refused.await.ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = crate::signals::stop_requested() => {
+                    tracing::info!("stop signal received; finishing in-flight requests");
+                }
+                Some(error) = refused => {
+                    tracing::error!(%error, "cannot start the Redis backend; stopping");
+                    *refusal.lock().expect("refusal lock") = Some(error);
+                }
+            }
+        }
     };
     stockd_server::serve(listener, backend.clone(), config, stop).await;
     // In-flight requests are done; make everything durable before exiting.
     if let Err(error) = backend.shutdown().await {
         tracing::warn!(%error, "backend shutdown");
+    }
+    if let Some(error) = refusal.lock().expect("refusal lock").take() {
+        eprintln!("error: cannot start the Redis backend: {error}");
+        return ExitCode::from(1);
     }
     tracing::info!("stopped cleanly");
     ExitCode::SUCCESS

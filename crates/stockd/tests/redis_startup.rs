@@ -1,5 +1,9 @@
 //! Starting a server on Redis, against a real `redis-server`: the fleet settings are the
-//! dataset's (a server started with other values refuses to start and names them).
+//! dataset's (a server started with other values refuses to start and names them), and the
+//! Redis is checked at start: a `maxmemory-policy` that can evict keys is refused, on every
+//! primary of a Cluster; `appendfsync` other than `always` is a loud warning in the log and in
+//! `/readyz`; a Redis that does not let its settings be read is a warning, not a refusal; and a
+//! Redis not reachable at start is retried with back-off while `/readyz` answers 503.
 //!
 //! These tests always run (they start their own Redis, whatever `STOCKD_TEST_BACKEND` says).
 
@@ -9,8 +13,11 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-use support::{put_pool, RedisBackend, Server, ServerConfig};
+use serde_json::{json, Value};
+use support::{
+    cluster_port, free_port, put_pool, Api, RedisBackend, RedisClusterBackend, RedisServer, Server,
+    ServerConfig, TestBackend,
+};
 
 /// How long a server that refuses to start may take to exit.
 const REFUSAL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -133,4 +140,269 @@ async fn a_dataset_without_stored_settings_takes_the_first_servers() {
         said.contains("--hold-retention-ms is 1000 in the dataset, 86400000 here"),
         "{said}"
     );
+}
+
+/// A Redis a server is pointed at by URL (it may not run yet).
+struct RedisAt(String);
+
+impl TestBackend for RedisAt {
+    fn name(&self) -> &str {
+        "redis"
+    }
+    fn extra_args(&self) -> Vec<String> {
+        vec!["--backend".to_string(), self.0.clone()]
+    }
+    fn extra_env(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+}
+
+fn redis_with(args: &[&str]) -> Arc<RedisBackend> {
+    Arc::new(RedisBackend {
+        redis: RedisServer::start_with(args),
+    })
+}
+
+/// `/readyz`'s status and body.
+async fn readyz(api: &Api) -> (u16, Value) {
+    api.try_call("GET", "/readyz", None)
+        .await
+        .unwrap_or((0, Value::Null))
+}
+
+/// The warnings `/readyz` answers with (none: an empty list).
+async fn readyz_warnings(api: &Api) -> Vec<String> {
+    let (status, body) = readyz(api).await;
+    assert_eq!(status, 200, "{body}");
+    body.get("warnings")
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .map(|w| w.as_str().expect("a warning is text").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Polls `/readyz` until it answers `want`, for at most `within`.
+async fn readyz_becomes(api: &Api, want: u16, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let (status, body) = readyz(api).await;
+        if status == want {
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/readyz is {status} ({body}), expected {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A Redis that may evict keys under memory pressure would drop holds, pool counters or the
+/// dataset marker without any server noticing: a server refuses to start on it, and says what
+/// to set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_may_evict_keys_is_refused() {
+    let redis = redis_with(&["--appendonly", "no", "--maxmemory-policy", "allkeys-lru"]);
+    let said = refused(&redis, &[]);
+    for named in ["maxmemory-policy", "allkeys-lru", "noeviction"] {
+        assert!(said.contains(named), "{named:?} not in: {said}");
+    }
+    assert_eq!(
+        redis.redis.cli(&["DBSIZE"]),
+        "0",
+        "a refused start writes nothing"
+    );
+    redis
+        .redis
+        .cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    let server = server_on(&redis, &[]).await;
+    put_pool(&server.api(), "p", json!({"total": 1})).await;
+}
+
+/// `appendfsync everysec` (or no AOF at all) loses acknowledged holds in a crash: the server
+/// runs, but says so loudly, at start and in every `/readyz`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_may_lose_acknowledged_changes_is_a_loud_warning() {
+    for (args, named) in [
+        (
+            &["--appendonly", "yes", "--appendfsync", "everysec"][..],
+            "appendfsync everysec",
+        ),
+        (&["--appendonly", "no"][..], "appendonly no"),
+    ] {
+        let redis = redis_with(args);
+        let server = server_on(&redis, &[]).await;
+        let warnings = readyz_warnings(&server.api()).await;
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains(named) && w.contains("appendfsync always")),
+            "{named}: {warnings:?}"
+        );
+        let log = server.log_tail();
+        assert!(
+            log.contains(named) && log.contains("WARN"),
+            "{named}: {log}"
+        );
+    }
+    let redis = redis_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let server = server_on(&redis, &[]).await;
+    assert_eq!(readyz_warnings(&server.api()).await, Vec::<String>::new());
+}
+
+/// A managed Redis may rename or forbid `CONFIG`: the settings cannot be checked, which is a
+/// warning, not a refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_hides_its_settings_is_a_warning() {
+    let redis = redis_with(&["--appendonly", "no", "--rename-command", "CONFIG", ""]);
+    let server = server_on(&redis, &[]).await;
+    let warnings = readyz_warnings(&server.api()).await;
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("could not be checked") && w.contains("noeviction")),
+        "{warnings:?}"
+    );
+    put_pool(&server.api(), "p", json!({"total": 1})).await;
+}
+
+/// Started before its Redis, a server listens at once, answers `/readyz` 503 and writes 503,
+/// and serves as soon as Redis is there; a Redis that comes up with settings it must refuse
+/// then stops it, non-zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_not_reachable_at_start_is_retried_while_readyz_answers_503() {
+    let port = free_port();
+    let server = Server::start_with(ServerConfig {
+        backend: Arc::new(RedisAt(format!("redis://127.0.0.1:{port}"))),
+        ..ServerConfig::default()
+    })
+    .await;
+    let api = server.api();
+    let (status, body) = readyz(&api).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (503, &json!("backend_unavailable")),
+        "{body}"
+    );
+    let (status, body) = api
+        .call("PUT", "/v1/pools/p", Some(json!({"total": 1})))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    let (status, body) = api.call("GET", "/v1/events/partitions", None).await;
+    assert_eq!((status, &body["partitions"]), (200, &json!(1)), "{body}");
+
+    let redis = RedisServer::start_on(port, &["--appendonly", "yes", "--appendfsync", "always"]);
+    readyz_becomes(&api, 200, Duration::from_secs(15)).await;
+    put_pool(&api, "p", json!({"total": 1})).await;
+    drop(redis);
+
+    let port = free_port();
+    let mut server = Server::start_with(ServerConfig {
+        backend: Arc::new(RedisAt(format!("redis://127.0.0.1:{port}"))),
+        ..ServerConfig::default()
+    })
+    .await;
+    let _redis = RedisServer::start_on(
+        port,
+        &["--appendonly", "no", "--maxmemory-policy", "volatile-ttl"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while server.is_running() {
+        assert!(Instant::now() < deadline, "still serving an evicting Redis");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let log = server.log_tail();
+    assert!(
+        log.contains("volatile-ttl") && log.contains("noeviction"),
+        "{log}"
+    );
+}
+
+/// Starts `n` cluster-enabled nodes, each a primary of an equal share of the slots, no replicas.
+fn cluster_of_primaries(n: u16) -> RedisClusterBackend {
+    let nodes: Vec<RedisServer> = (0..n)
+        .map(|_| {
+            RedisServer::start_on_some_port(
+                cluster_port,
+                &[
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    "always",
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                ],
+            )
+        })
+        .collect();
+    for (k, node) in nodes.iter().enumerate() {
+        let k = k as u16;
+        let low = (k * (16384 / n)).to_string();
+        let high = if k + 1 == n {
+            "16383".to_string()
+        } else {
+            ((k + 1) * (16384 / n) - 1).to_string()
+        };
+        assert_eq!(node.cli(&["CLUSTER", "ADDSLOTSRANGE", &low, &high]), "OK");
+        if k > 0 {
+            let port = nodes[0].port.to_string();
+            assert_eq!(node.cli(&["CLUSTER", "MEET", "127.0.0.1", &port]), "OK");
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !nodes.iter().all(|node| {
+        let info = node.cli(&["CLUSTER", "INFO"]);
+        info.contains("cluster_state:ok") && info.contains(&format!("cluster_known_nodes:{n}"))
+    }) {
+        assert!(Instant::now() < deadline, "the cluster is not ok");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    RedisClusterBackend {
+        nodes,
+        partitions: 2,
+    }
+}
+
+/// On a Cluster every primary is checked: one that may evict keys is refused, by address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_primary_of_a_cluster_is_checked() {
+    let cluster = Arc::new(cluster_of_primaries(2));
+    let second = &cluster.nodes[1];
+    second.cli(&["CONFIG", "SET", "maxmemory-policy", "allkeys-random"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stockd"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(cluster.extra_args())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run stockd serve");
+    let deadline = Instant::now() + REFUSAL_TIMEOUT;
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("started on a Cluster with an evicting primary");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().expect("output");
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{said}");
+    assert!(
+        said.contains("allkeys-random") && said.contains(&format!("127.0.0.1:{}", second.port)),
+        "{said}"
+    );
+
+    second.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    let server = Server::start_with(ServerConfig {
+        backend: cluster.clone(),
+        ..ServerConfig::default()
+    })
+    .await;
+    assert_eq!(readyz_warnings(&server.api()).await, Vec::<String>::new());
 }

@@ -13,7 +13,7 @@ use crate::error::ApiError;
 use crate::exposition::negotiate;
 use crate::json::NoQuery;
 use crate::reply;
-use crate::wire::{ErrorBody, StatusBody};
+use crate::wire::{ErrorBody, ReadyBody, StatusBody};
 
 #[utoipa::path(
     get,
@@ -34,13 +34,20 @@ pub(crate) async fn healthz(_: NoQuery) -> Response {
     summary = "The backend is reachable and can serve writes",
     security(()),
     responses(
-        (status = 200, description = "Ready", body = StatusBody, example = json!({"status": "ready"})),
+        (status = 200, description = "Ready, with warnings about the backend's set-up", body = ReadyBody,
+         example = json!({"status": "ready", "warnings": []})),
         (status = 503, description = "`backend_unavailable`", body = ErrorBody),
     )
 )]
 pub(crate) async fn readyz(State(app): State<App>, _: NoQuery) -> Response {
     match app.backend.ready().await {
-        Ok(()) => reply::json(StatusCode::OK, &StatusBody { status: "ready" }),
+        Ok(()) => reply::json(
+            StatusCode::OK,
+            &ReadyBody {
+                status: "ready",
+                warnings: app.backend.warnings(),
+            },
+        ),
         Err(error) => ApiError::from(error).into_response(),
     }
 }
