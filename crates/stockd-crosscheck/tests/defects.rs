@@ -70,9 +70,9 @@ fn return_of_any_attempt_is_found_with_every_invariant() {
 }
 
 /// `part_reserve(A)` without its `hi` check: a late `part_reserve` of an old attempt replaces
-/// the finished part of a newer attempt (the returned part of a released or expired hold here;
-/// a roll back's tombstone is one too) and takes units for an attempt rolled back long ago: an
-/// orphan that only the orphan sweep would give back, and a decided hold that lost its part.
+/// the finished part of a newer attempt (the tombstone its roll back left, or the returned part
+/// of its released or expired hold) and takes units for an attempt rolled back long ago: an
+/// orphan that only the orphan sweep would give back.
 #[test]
 fn reserve_without_highest_replaces_a_newer_attempts_part() {
     let mut config = configs::release_duplicate();
