@@ -7,11 +7,10 @@
 use crate::system::Config;
 use crate::world::{Decision, Rules};
 
-/// The base configuration with the design's rules and the fix this model proposes (`x_forget`
-/// marks its attempt dead), changed by `change`.
+/// The base configuration with the design's rules, changed by `change`.
 fn fixed(name: &'static str, change: impl FnOnce(&mut Config)) -> Config {
     let mut config = Config::base(name);
-    config.rules = Rules::DESIGN_FIXED;
+    config.rules = Rules::DESIGN;
     change(&mut config);
     config
 }
@@ -42,11 +41,9 @@ pub fn elsewhere_retry_after_death() -> Config {
     })
 }
 
-/// Two partitions, the hold id hashing to home (`x_begin` numbers the attempt), docs/redis.md
-/// as written, one duplicate.
+/// Two partitions, the hold id hashing to home (`x_begin` numbers the attempt), one duplicate.
 pub fn home_duplicate() -> Config {
-    fixed("hold id at home, as written, 1 duplicate", |c| {
-        c.rules = Rules::DESIGN;
+    fixed("hold id at home, 1 duplicate", |c| {
         c.counter_at_home = true;
         c.deaths_max = 0;
         c.sweepers = 1;
@@ -55,8 +52,7 @@ pub fn home_duplicate() -> Config {
 
 /// The same, one death instead of the duplicate, two sweepers.
 pub fn home_death() -> Config {
-    fixed("hold id at home, as written, 1 death, 2 sweepers", |c| {
-        c.rules = Rules::DESIGN;
+    fixed("hold id at home, 1 death, 2 sweepers", |c| {
         c.counter_at_home = true;
         c.duplicates_max = 0;
         c.restocks_max = 2;
@@ -148,8 +144,7 @@ pub fn bounded() -> Vec<Config> {
 pub fn long() -> Vec<Config> {
     vec![
         fixed("long: hold id elsewhere", |_| {}),
-        fixed("long: hold id at home, as written", |c| {
-            c.rules = Rules::DESIGN;
+        fixed("long: hold id at home", |c| {
             c.counter_at_home = true;
         }),
         fixed("long: release or expiry", |c| {

@@ -70,16 +70,15 @@
 //! finish what they began, then a lone sweeper without faults works until nothing is left; the
 //! end it reaches satisfies 4.
 //!
-//! # The hole it found, and the fix it proposes
+//! # The hole it found, and the fix
 //!
-//! As written, docs/redis.md lets `x_begin(A)` make `pending(A)` on an absent record whatever A
-//! is (unless `xdead`, which only the orphan sweep writes, forbids it). When the hold id hashes
+//! As first written, docs/redis.md let `x_begin(A)` make `pending(A)` on an absent record whatever
+//! A was (unless `xdead`, which only the orphan sweep wrote, forbade it). When the hold id hashes
 //! to another partition than home, `x_begin` carries A, and a duplicate of it delivered after A
-//! was rolled back and forgotten makes `pending(A)` again; a late `x_commit(A)` of a copy still
-//! running then commits a hold whose parts were all returned (`tests/design.rs`,
-//! `late_begin_...`). [`Rules::DESIGN_FIXED`] adds one rule: `x_forget(A)` writes `xdead = A`
-//! too. Every configuration where the hold id hashes elsewhere runs with it; those where it
-//! hashes to home run the design as written.
+//! was rolled back and forgotten made `pending(A)` again; a late `x_commit(A)` of a copy still
+//! running then committed a hold whose parts were all returned (`tests/design.rs`,
+//! `late_begin_...`, with [`Rules::FIRST_DESIGN`]). The design now has `x_forget(A)` write
+//! `xdead = A` too ([`Rules::DESIGN`], lua/cross.lua), and every configuration runs with it.
 //!
 //! # Reductions
 //!

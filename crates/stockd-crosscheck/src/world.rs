@@ -130,7 +130,7 @@ impl Pool {
 }
 
 /// The protocol's rules that the model can switch off, to show that the checker finds the
-/// defects they prevent. [`Rules::DESIGN`] is docs/redis.md as written.
+/// defects they prevent. [`Rules::DESIGN`] is docs/redis.md and lua/cross.lua.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rules {
     /// `part_apply(return, A)` returns only a part held by A. Off: it returns a held part of any
@@ -140,22 +140,23 @@ pub struct Rules {
     /// attempt, a newer attempt's tombstone included, and sets `hi = A`.
     pub reserve_checks_highest: bool,
     /// `x_forget(A)` also writes `xdead = A` (as `x_owner` does), so that a late `x_begin(A)`
-    /// cannot bring a rolled-back attempt back. Not in docs/redis.md: the fix this model
-    /// proposes for the hole it found there (see the crate's tests, `late_begin`).
+    /// cannot bring a rolled-back attempt back. Off: the design as first written, with the hole
+    /// this model found in it (see the crate's tests, `late_begin`).
     pub forget_marks_attempt_dead: bool,
 }
 
 impl Rules {
-    /// The design of docs/redis.md, as written.
+    /// The design of docs/redis.md and lua/cross.lua.
     pub const DESIGN: Rules = Rules {
         return_checks_attempt: true,
         reserve_checks_highest: true,
-        forget_marks_attempt_dead: false,
+        forget_marks_attempt_dead: true,
     };
 
-    /// The design with the fix this model proposes: `x_forget(A)` marks A dead.
-    pub const DESIGN_FIXED: Rules = Rules {
-        forget_marks_attempt_dead: true,
+    /// The design as first written, before this model found that a late `x_begin(A)` could
+    /// revive a rolled-back attempt: `x_forget(A)` did not mark A dead.
+    pub const FIRST_DESIGN: Rules = Rules {
+        forget_marks_attempt_dead: false,
         ..Rules::DESIGN
     };
 }

@@ -13,7 +13,7 @@ fn return_of_any_attempt_is_the_outside_runs_oversell() {
     let mut config = Config::base("part_apply(return) without its attempt check, copies only");
     config.rules = Rules {
         return_checks_attempt: false,
-        ..Rules::DESIGN_FIXED
+        ..Rules::DESIGN
     };
     config.sweepers = 0;
     config.check_quiescence = false;

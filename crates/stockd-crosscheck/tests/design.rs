@@ -2,8 +2,8 @@
 //! configuration of `stockd_crosscheck::configs`: no invariant may fail. Each test prints its
 //! report (states, transitions, ends, depth, time): `cargo test -p stockd-crosscheck -- --nocapture`.
 //!
-//! Also the one hole this model found in the design as written (`late_begin`): the
-//! configurations where the hold id hashes elsewhere than home run with the fix it proposes.
+//! Also the one hole this model found in the design as first written (`late_begin`), fixed
+//! since: the tests show the checker finds it with the fix taken out.
 
 use stockd_crosscheck::{check, configs, Config, Invariant, Rules};
 
@@ -87,9 +87,8 @@ fn long() {
     assert!(failed.is_empty(), "failed: {failed:?}");
 }
 
-/// A HOLE IN THE DESIGN AS WRITTEN in docs/redis.md, kept as a test that documents it (it
-/// passes while the hole is there, and fails the day the specification is fixed: then flip it
-/// to `assert_no_violation` and drop `forget_marks_attempt_dead`).
+/// The hole this model found in the design as first written (`Rules::FIRST_DESIGN`), kept as a
+/// regression test: the checker finds it when `x_forget(A)` does not mark A dead.
 ///
 /// When the hold id hashes to another partition than home, `x_begin(A)` carries its attempt
 /// number, and on an absent record it makes `pending(A)` whatever A is, unless `xdead` (which
@@ -97,12 +96,12 @@ fn long() {
 /// was rolled back and forgotten makes `pending(A)` again, and a late `x_commit(A)` of the copy
 /// that was still running commits it: a held hold whose every part was returned, its units on
 /// sale again. Two copies of one request and one duplicated step suffice; no server dies, no
-/// sweeper runs. The fix the model proposes (`Rules::DESIGN_FIXED`, explored by every
-/// configuration above): `x_forget(A)` writes `xdead = A` too.
+/// sweeper runs. The fix, now in the design (`Rules::DESIGN`, explored by every configuration
+/// above) and in lua/cross.lua: `x_forget(A)` writes `xdead = A` too.
 #[test]
 fn late_begin_revives_a_rolled_back_attempt_in_the_design_as_written() {
-    let mut config = Config::base("as written, hold id elsewhere, copies only, 1 duplicate");
-    config.rules = Rules::DESIGN;
+    let mut config = Config::base("first design, hold id elsewhere, copies only, 1 duplicate");
+    config.rules = Rules::FIRST_DESIGN;
     config.sweepers = 0;
     config.check_quiescence = false;
     config.deaths_max = 0;
@@ -110,7 +109,7 @@ fn late_begin_revives_a_rolled_back_attempt_in_the_design_as_written() {
     println!("{report}");
     let trace = report
         .counterexample()
-        .expect("the design as written lets a late x_begin revive a rolled-back attempt");
+        .expect("the first design lets a late x_begin revive a rolled-back attempt");
     assert_eq!(trace.breach.invariant, Invariant::CommittedParts);
     let begin = trace
         .step_index(
@@ -134,7 +133,7 @@ fn late_begin_revives_a_rolled_back_attempt_in_the_design_as_written() {
 
     // With the fix, the same world has no violation.
     let mut fixed = Config::base("fixed, hold id elsewhere, copies only, 1 duplicate");
-    fixed.rules = Rules::DESIGN_FIXED;
+    fixed.rules = Rules::DESIGN;
     fixed.sweepers = 0;
     fixed.check_quiescence = false;
     fixed.deaths_max = 0;
@@ -148,7 +147,7 @@ fn late_begin_revives_a_rolled_back_attempt_in_the_design_as_written() {
 #[test]
 fn late_begin_is_found_in_the_full_configuration_too() {
     let mut config = configs::elsewhere_duplicate();
-    config.rules = Rules::DESIGN;
+    config.rules = Rules::FIRST_DESIGN;
     let report = check(config);
     println!("{report}");
     let trace = report.counterexample().expect("the hole is found");

@@ -208,12 +208,26 @@ C.x_abort = function(a)
         .. S.json_string(hold.attempt) .. '}')
 end
 
+-- Declares ATTEMPT of HOLD dead at its home: no x_begin of it (or of an older attempt) makes a
+-- record again. Kept as long as a part is.
+local function attempt_dead(hold_id, attempt)
+    local key = S.key('xdead', hold_id)
+    if S.attempt_rank(attempt) > S.attempt_rank(redis.call('GET', key) or '') then
+        redis.call('SET', key, attempt,
+            'PX', S.int(S.confirmed_retention_ms + S.hold_retention_ms + 86400000))
+    end
+end
+
 -- x_forget HOLD ATTEMPT: every part of ATTEMPT is returned; the failed reserve is not
--- remembered. A record of another attempt stays, with its `pendingq` entry.
+-- remembered, but its attempt is declared dead: a late copy of its x_begin (a duplicated or
+-- delayed delivery) would otherwise make a record of it again, which a copy of its request
+-- still running could then commit over parts already returned (found by crates/stockd-crosscheck).
+-- A record of another attempt stays, with its `pendingq` entry.
 C.x_forget = function(a)
     local hold = S.hold_get(a[1])
     if hold and hold.status == 'aborting' and hold.attempt == a[2] then
         S.hold_forget(hold)
+        attempt_dead(hold.id, hold.attempt)
         hold = nil
     end
     if not hold then redis.call('ZREM', S.key('pendingq'), a[1]) end
@@ -282,11 +296,7 @@ C.x_owner = function(a)
     local hold_id, attempt = a[1], a[2]
     local attempt_here = redis.call('HGET', S.key('hold', hold_id), 'at')
     if attempt_here == attempt then return raw('{"owner":true}') end
-    local key = S.key('xdead', hold_id)
-    if S.attempt_rank(attempt) > S.attempt_rank(redis.call('GET', key) or '') then
-        redis.call('SET', key, attempt,
-            'PX', S.int(S.confirmed_retention_ms + S.hold_retention_ms + 86400000))
-    end
+    attempt_dead(hold_id, attempt)
     return raw('{"owner":false}')
 end
 
