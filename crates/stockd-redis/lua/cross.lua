@@ -182,6 +182,16 @@ C.x_commit = function(a)
         redis.call('ZADD', S.key('expiry'), S.int(hold.expires_at_ms), hold.id)
     end
     S.hold_event('held', hold)
+    -- The part in home's own partition fires the low_stock its units caused now, right after
+    -- `held` (and before `confirmed`), in the order a hold of one partition has them.
+    local part_key = S.key('part', hold.id)
+    local part = redis.call('HMGET', part_key, 'at', 'ls')
+    if part[1] == attempt and part[2] then
+        redis.call('HDEL', part_key, 'ls')
+        local ids = {}
+        for id in string.gmatch(part[2], '%S+') do ids[#ids + 1] = id end
+        S.emit_low_stock_of(ids)
+    end
     if hold.confirm then
         S.apply_confirmed(hold)
     else

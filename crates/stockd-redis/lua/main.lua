@@ -49,6 +49,7 @@ local function call(keys, argv)
                 local handler = C[op]
                 if not handler then error('stockd: unknown op ' .. tostring(op)) end
                 if not S.READ_OPS[op] then changes = true end
+                S.settled = {}
                 -- A call is not rolled back when it fails: what it kept in memory is written
                 -- before the error goes on, so every command before the failing one is whole.
                 local ran, reply = pcall(function()

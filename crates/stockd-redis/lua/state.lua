@@ -304,9 +304,13 @@ function S.hold_json(hold)
 end
 
 -- A held hold whose deadline has passed is expired now, whether or not a sweep ran.
+-- A hold over several partitions expired by a command that then answers an error (confirming
+-- it, say) is kept in S.settled, so that the error's reply carries the decision: the server
+-- returns its parts at once, not at the next sweep.
 function S.settle(hold)
     if hold and hold.status == 'held' and S.now >= hold.expires_at_ms then
         S.apply_returned(hold, 'expired')
+        if hold.cross and S.settled then S.settled[#S.settled + 1] = hold end
     end
     return hold
 end
@@ -362,7 +366,17 @@ function S.reply_json(reply)
     if reply.kind == 'error' then
         local all = { { 'error', reply.code, 's' } }
         for _, f in ipairs(reply.fields) do all[#all + 1] = f end
-        return S.json_object(all)
+        local json = S.json_object(all)
+        if S.settled and #S.settled > 0 then
+            local settled = {}
+            for i, hold in ipairs(S.settled) do
+                settled[i] = '{"hold":' .. S.hold_json(hold) .. ',"apply":'
+                    .. S.json_string(hold.ap or 'return') .. ',"attempt":'
+                    .. S.json_string(hold.attempt or '') .. '}'
+            end
+            json = string.sub(json, 1, -2) .. ',"settled":[' .. table.concat(settled, ',') .. ']}'
+        end
+        return json
     elseif reply.kind == 'hold' then
         local apply = ''
         if reply.apply then

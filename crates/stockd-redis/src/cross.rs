@@ -172,6 +172,14 @@ async fn reserve_once(
     begin_words.push(candidate);
     let attempt = match shared.submit_one(home, op("x_begin", begin_words)).await? {
         Answer::Done(outcome) => return Ok(Attempt::Done(outcome)),
+        // The hold this id names expired on the way, and the request does not match it.
+        Answer::Settled { error, settled } => {
+            for expired in settled {
+                let (hold, apply) = (&expired.hold, &expired.apply);
+                apply_parts(shared, home, hold, apply, &expired.attempt).await?;
+            }
+            return Ok(Attempt::Done(Err(error)));
+        }
         Answer::Begun(attempt) => attempt,
         Answer::Aborted => {
             return Ok(Attempt::RolledBack(

@@ -608,7 +608,10 @@ impl RedisBackend {
                 // A command the library could not finish in this call (it parked, or the hold
                 // lives elsewhere, or spans partitions) ends the group's run: it is finished
                 // here, and the commands after it are sent again.
-                let finished_here = matches!(answer, Answer::Done(_) | Answer::Decided { .. });
+                let finished_here = matches!(
+                    answer,
+                    Answer::Done(_) | Answer::Decided { .. } | Answer::Settled { .. }
+                );
                 outcomes[i] = Some(self.resolve(partition, &commands[i], answer).await?);
                 if !finished_here {
                     resume_at = i + 1;
@@ -671,6 +674,19 @@ impl RedisBackend {
         for _ in 0..2 {
             match answer {
                 Answer::Done(outcome) => return Ok(outcome),
+                Answer::Settled { error, settled } => {
+                    let shared = shared.clone();
+                    detached(async move {
+                        for expired in settled {
+                            let (hold, apply) = (&expired.hold, &expired.apply);
+                            cross::apply_parts(&shared, partition, hold, apply, &expired.attempt)
+                                .await?;
+                        }
+                        Ok(())
+                    })
+                    .await?;
+                    return Ok(Err(error));
+                }
                 Answer::Decided {
                     reply,
                     apply,

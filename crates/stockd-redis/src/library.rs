@@ -14,7 +14,7 @@
 /// of another version.
 macro_rules! library_name {
     () => {
-        "stockd_v9"
+        "stockd_v10"
     };
 }
 
@@ -37,6 +37,7 @@ pub const RELEASED: &[(&str, u64)] = &[
     ("stockd_v7", 16813473693256390668),
     ("stockd_v8", 17745109410862980865),
     ("stockd_v9", 14430443928716134633),
+    ("stockd_v10", 2466197497065847845),
 ];
 
 /// The library's source files, in load order: the state and its transitions first (they

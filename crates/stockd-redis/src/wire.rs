@@ -179,6 +179,13 @@ pub fn encode(command: &Command, route: Route) -> Op {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
     Done(Result<Reply, Error>),
+    /// An error, after the command expired holds over several partitions on its way (a confirm
+    /// of a hold past its deadline): each one's parts must follow its expiry (`part_apply` of
+    /// that op and attempt in each partition, then `x_applied`).
+    Settled {
+        error: Error,
+        settled: Vec<SettledHold>,
+    },
     /// A hold (or a decision on one) whose pools span partitions: the parts of `attempt` must
     /// follow the decision (`part_apply` with this op in each partition, then `x_applied`).
     Decided {
@@ -242,6 +249,14 @@ pub enum Answer {
     },
 }
 
+/// A hold over several partitions that a command expired, and the part transition to apply.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct SettledHold {
+    pub hold: HoldView,
+    pub apply: String,
+    pub attempt: String,
+}
+
 /// Why an answer could not be read: a library that does not speak this wire is a bug or a
 /// foreign library, never a client error.
 #[derive(Debug, thiserror::Error)]
@@ -303,7 +318,12 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
         .as_object()
         .ok_or_else(|| DecodeError(text.to_string()))?;
     if let Some(code) = object.get("error").and_then(Value::as_str) {
-        return Ok(Answer::Done(Err(error(code, &value)?)));
+        let error = error(code, &value)?;
+        if let Some(settled) = object.get("settled") {
+            let settled: Vec<SettledHold> = serde_json::from_value(settled.clone()).map_err(bad)?;
+            return Ok(Answer::Settled { error, settled });
+        }
+        return Ok(Answer::Done(Err(error)));
     }
     if object.contains_key("hold") {
         let answer: HoldAnswer = serde_json::from_value(value).map_err(bad)?;
