@@ -2,6 +2,11 @@
 //! library (`lua/`), the second implementation of the core's rules: every outcome, event (read
 //! back from the partition's stream) and view must be the model's, as they are for `State`.
 //!
+//! Twice: on a single Redis (one partition), and on a Redis Cluster of one node that owns every
+//! slot, with 16 partitions, so that the model's pools fall in different partitions and its
+//! holds span several: there the cross-partition protocol (lua/cross.lua) must be invisible, and
+//! each partition's events must be the model's events of that partition, in order.
+//!
 //! A real `redis-server` of the test's own runs on a free loopback port, without persistence;
 //! each case starts from `FLUSHALL` with a fresh backend. Time is the backend's test clock
 //! (feature `test-clock`, so the `NOW` of every call), which only the runner moves; the
@@ -16,7 +21,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use stockd_core::{Backend, Command, Event, HoldId, Outcome};
+use stockd_core::limits::EVENT_LIMIT_MAX;
+use stockd_core::{Backend, Command, Event, HoldId, HoldView, Outcome, PoolView, Reply};
 use stockd_model::{self as model, Views, CONFIG, START_MS};
 use stockd_redis::{RedisBackend, RedisConfig, TestClock};
 use tokio::runtime::Runtime;
@@ -32,6 +38,34 @@ impl RedisServer {
     const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
     fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// A Redis Cluster of this one node, which owns every slot.
+    fn start_cluster() -> RedisServer {
+        let server = RedisServer::start_with(&["--cluster-enabled", "yes"]);
+        let port = server.port.to_string();
+        let cli = |args: &[&str]| {
+            let output = Process::new("redis-cli")
+                .args(["-p", &port])
+                .args(args)
+                .output()
+                .expect("redis-cli (scripts/test.sh installs it)");
+            String::from_utf8_lossy(&output.stdout).into_owned()
+        };
+        assert!(cli(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]).contains("OK"));
+        let deadline = Instant::now() + Self::READY_TIMEOUT;
+        while !cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+            assert!(
+                Instant::now() < deadline,
+                "the one-node cluster did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    fn start_with(args: &[&str]) -> RedisServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
             .expect("a free loopback port")
@@ -40,6 +74,7 @@ impl RedisServer {
         let child = Process::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(args)
             .arg("--dir")
             .arg(dir.path())
             .stdout(Stdio::null())
@@ -86,19 +121,32 @@ struct RedisTarget<'a> {
     runtime: &'a Runtime,
     now_ms: Arc<AtomicU64>,
     backend: RedisBackend,
+    partitions: u32,
+    /// With several partitions: the last seq read of each (see `Target::events_after`).
+    read: Vec<u64>,
+    /// The partition of every hold seen (its home: its first pool's, or the one a directory
+    /// entry left by an earlier attempt of its id points to), for its events.
+    homes: std::collections::HashMap<HoldId, u32>,
 }
 
 impl<'a> RedisTarget<'a> {
-    /// A fresh backend on an empty Redis, its clock at [`START_MS`].
-    fn open(runtime: &'a Runtime, url: &str) -> Result<Self, String> {
+    /// A fresh backend on an empty Redis (a one-node cluster when `partitions` > 1), its clock
+    /// at [`START_MS`].
+    fn open(runtime: &'a Runtime, url: &str, partitions: u32) -> Result<Self, String> {
         let now_ms = Arc::new(AtomicU64::new(START_MS));
         let clock = now_ms.clone();
+        let target = if partitions > 1 {
+            stockd_redis::Target::Cluster(vec![url.to_string()])
+        } else {
+            stockd_redis::Target::Single(url.to_string())
+        };
         let config = RedisConfig {
             hold_retention_ms: CONFIG.hold_retention_ms,
             confirmed_retention_ms: CONFIG.confirmed_retention_ms,
             clock: Some(TestClock(Arc::new(move || clock.load(Ordering::SeqCst)))),
             background_sweep: false,
-            ..RedisConfig::new(stockd_redis::Target::Single(url.to_string()))
+            partitions,
+            ..RedisConfig::new(target)
         };
         let backend = runtime.block_on(async {
             let client = redis::Client::open(url).map_err(|e| e.to_string())?;
@@ -118,15 +166,79 @@ impl<'a> RedisTarget<'a> {
             runtime,
             now_ms,
             backend,
+            partitions,
+            read: vec![0; partitions as usize],
+            homes: std::collections::HashMap::new(),
         })
+    }
+
+    fn partition_of(&self, pool: &str) -> u32 {
+        stockd_redis::keys::partition_of(pool, self.partitions)
+    }
+
+    /// A pool view's partition must be its pool's, and a hold's must stay the same while the hold
+    /// lives; it is then set to 0, as the model (one partition) has it.
+    fn normalise_pool(&self, pool: &mut PoolView) -> Result<(), String> {
+        let want = self.partition_of(pool.pool.as_str());
+        if pool.partition != want {
+            return Err(format!(
+                "pool {} in partition {}, not {want}",
+                pool.pool, pool.partition
+            ));
+        }
+        pool.partition = 0;
+        Ok(())
+    }
+
+    fn normalise_hold(&mut self, hold: &mut HoldView) -> Result<(), String> {
+        if hold.partition >= self.partitions {
+            return Err(format!(
+                "hold {} in partition {}",
+                hold.hold_id, hold.partition
+            ));
+        }
+        self.homes.insert(hold.hold_id.clone(), hold.partition);
+        hold.partition = 0;
+        Ok(())
+    }
+
+    fn normalise(&mut self, outcome: &mut Outcome) -> Result<(), String> {
+        match outcome {
+            Ok(Reply::Pool { pool, .. }) => self.normalise_pool(pool),
+            Ok(Reply::PoolList { pools, .. }) => pools
+                .iter_mut()
+                .try_for_each(|pool| self.normalise_pool(pool)),
+            Ok(Reply::Hold { hold, .. }) => self.normalise_hold(hold),
+            Ok(Reply::HoldList { holds, .. }) => holds
+                .iter_mut()
+                .try_for_each(|hold| self.normalise_hold(hold)),
+            _ => Ok(()),
+        }
     }
 }
 
 impl model::Target for RedisTarget<'_> {
     fn execute(&mut self, commands: &[Command]) -> Result<Vec<Outcome>, String> {
-        self.runtime
+        let mut outcomes = self
+            .runtime
             .block_on(Backend::execute(&self.backend, commands.to_vec()))
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        for outcome in &mut outcomes {
+            self.normalise(outcome)?;
+        }
+        Ok(outcomes)
+    }
+
+    fn partitions(&self) -> u32 {
+        self.partitions
+    }
+
+    fn event_partition(&self, event: &Event) -> u32 {
+        match (&event.hold_id, &event.pool) {
+            (Some(hold_id), _) => self.homes.get(hold_id).copied().unwrap_or(u32::MAX),
+            (None, Some(pool)) => self.partition_of(pool.as_str()),
+            (None, None) => u32::MAX,
+        }
     }
 
     fn advance(&mut self, ms: u64, sweep: bool) -> Result<(), String> {
@@ -140,13 +252,74 @@ impl model::Target for RedisTarget<'_> {
     }
 
     fn events_after(&mut self, after: u64) -> Result<Vec<Event>, String> {
-        self.runtime
-            .block_on(model::read_events(&self.backend, after))
+        if self.partitions == 1 {
+            return self
+                .runtime
+                .block_on(model::read_events(&self.backend, after));
+        }
+        let mut all = Vec::new();
+        for partition in 0..self.partitions {
+            let after = self.read[partition as usize];
+            let page = self
+                .runtime
+                .block_on(self.backend.events(partition, after, EVENT_LIMIT_MAX, 0))
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("events of partition {partition}: {e}"))?;
+            let mut last = after;
+            for event in page.events {
+                if event.seq <= last {
+                    return Err(format!(
+                        "partition {partition}: seq {} after {last}",
+                        event.seq
+                    ));
+                }
+                if self.event_partition(&event) != partition {
+                    return Err(format!("partition {partition} carries {event:?}"));
+                }
+                last = event.seq;
+                all.push(event);
+            }
+            self.read[partition as usize] = last;
+        }
+        Ok(all)
     }
 
     fn views(&mut self, holds: &[HoldId]) -> Result<Views, String> {
-        self.runtime
-            .block_on(model::read_views(&self.backend, holds))
+        let mut views = self
+            .runtime
+            .block_on(model::read_views(&self.backend, holds))?;
+        for pool in &mut views.pools {
+            self.normalise_pool(pool)?;
+        }
+        for hold in views.holds.iter_mut().flatten() {
+            self.normalise_hold(hold)?;
+        }
+        Ok(views)
+    }
+}
+
+/// Runs the model sequences against a Redis of `partitions` partitions at `url`.
+fn matches_model(url: &str, partitions: u32, cases: u32) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    // Backends are made and dropped inside the runtime (their tasks live there).
+    let _entered = runtime.enter();
+    let mut runner = TestRunner::new(Config {
+        cases: model::cases(cases),
+        // A case on 16 partitions takes seconds: shrink less there.
+        max_shrink_iters: if partitions > 1 { 64 } else { 1_024 },
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&model::sequences(50..=200), |steps| {
+        let mut target = RedisTarget::open(&runtime, url, partitions)
+            .map_err(|e| TestCaseError::fail(format!("connecting to Redis: {e}")))?;
+        model::check_sequence(&mut target, &steps)
+    });
+    if let Err(failure) = result {
+        panic!("{failure}");
     }
 }
 
@@ -155,25 +328,13 @@ impl model::Target for RedisTarget<'_> {
 #[test]
 fn redis_matches_model() {
     let server = RedisServer::start();
-    let url = server.url();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    // Backends are made and dropped inside the runtime (their tasks live there).
-    let _entered = runtime.enter();
-    let mut runner = TestRunner::new(Config {
-        cases: model::cases(64),
-        max_shrink_iters: 1_024,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let result = runner.run(&model::sequences(50..=200), |steps| {
-        let mut target = RedisTarget::open(&runtime, &url)
-            .map_err(|e| TestCaseError::fail(format!("connecting to Redis: {e}")))?;
-        model::check_sequence(&mut target, &steps)
-    });
-    if let Err(failure) = result {
-        panic!("{failure}");
-    }
+    matches_model(&server.url(), 1, 64);
+}
+
+/// The same on 16 partitions of a one-node Cluster: the model's three pools fall in different
+/// partitions, so most of its holds span several and go through the cross-partition protocol.
+#[test]
+fn redis_cluster_of_16_partitions_matches_model() {
+    let server = RedisServer::start_cluster();
+    matches_model(&server.url(), 16, 16);
 }
