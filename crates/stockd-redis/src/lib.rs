@@ -12,6 +12,8 @@
 //! back with less than this server saw (its dataset marker missing or changed, its event seq
 //! lower) is `BackendError::Unavailable` (503), never a guess.
 
+#[cfg(feature = "call-faults")]
+pub mod call_faults;
 mod checks;
 mod cross;
 mod dataset;
@@ -68,6 +70,10 @@ pub struct RedisConfig {
     /// expiries happen only when the test calls [`RedisBackend::sweep_now`].
     #[cfg(feature = "test-clock")]
     pub background_sweep: bool,
+    /// Test builds only (feature `call-faults`): faults injected around every library call
+    /// (see [`call_faults`]). Production builds cannot set it.
+    #[cfg(feature = "call-faults")]
+    pub call_faults: Option<call_faults::CallFaultsHook>,
 }
 
 /// A clock for tests: milliseconds since the epoch, as the test decides.
@@ -116,6 +122,8 @@ impl RedisConfig {
             clock: None,
             #[cfg(feature = "test-clock")]
             background_sweep: true,
+            #[cfg(feature = "call-faults")]
+            call_faults: None,
         }
     }
 }
@@ -235,8 +243,11 @@ impl Shared {
         self.calls_total.fetch_add(1, Ordering::Relaxed);
         self.commands_total
             .fetch_add(commands as u64, Ordering::Relaxed);
-        let value = self.link.fcall(&cmd).await.map_err(CallError::Redis)?;
-        let mut values = into_array(value)?;
+        #[cfg(not(feature = "call-faults"))]
+        let value = self.link.fcall(&cmd).await;
+        #[cfg(feature = "call-faults")]
+        let value = call_faults::fcall(self, partition, groups, &cmd).await;
+        let mut values = into_array(value.map_err(CallError::Redis)?)?;
         if values.is_empty() {
             return Err(CallError::Protocol("empty reply".into()));
         }
