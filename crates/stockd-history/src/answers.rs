@@ -32,6 +32,7 @@ pub(crate) fn check_answers(
             )
             .or_insert(0) += 1;
         let check = Check {
+            history,
             replay,
             bounds,
             op,
@@ -64,6 +65,7 @@ fn kind(request: &Request) -> &'static str {
 }
 
 struct Check<'a> {
+    history: &'a History,
     replay: &'a Replay,
     bounds: Bounds,
     op: &'a Op,
@@ -247,6 +249,19 @@ impl Check<'_> {
             ) if self.replay.effects[self.index].is_empty() => {
                 self.restock_retried(pool, *delta, request_id, body)
             }
+            // The event may be another send's of the same id (a first send whose answer was
+            // lost): this answer is then a retry's, the pool as it was when the retry came.
+            (
+                Request::Restock {
+                    pool,
+                    delta,
+                    request_id: Some(request_id),
+                },
+                200,
+            ) if self.replay.unsure[self.index] => self.pool_change(body).or_else(|own| {
+                self.restock_retried(pool, *delta, request_id, body)
+                    .map_err(|retry| format!("{own}; as a retry: {retry}"))
+            }),
             (Request::Restock { .. }, 200) | (Request::PutPool { .. }, 200 | 201) => {
                 self.pool_change(body)
             }
@@ -520,6 +535,10 @@ impl Check<'_> {
 
     /// A PUT or restock acknowledged: its own event is in the feed, and the answer is the pool
     /// right after it.
+    ///
+    /// Identical requests (the same restock sent by two clients at once, without a request
+    /// id) cause interchangeable events, and which is whose is a guess: the answer may be the
+    /// pool right after any of their events within this request's window.
     fn pool_change(&self, body: &Value) -> Verdict {
         let pool = match &self.op.request {
             Request::PutPool { pool, .. } | Request::Restock { pool, .. } => pool,
@@ -528,7 +547,29 @@ impl Check<'_> {
         let Some(&(_, position)) = self.replay.effects[self.index].first() else {
             return Err("acknowledged, but no event of the feed is this request's".to_string());
         };
-        self.pool_body(pool, body, Some(position + 1))
+        let own = self.pool_body(pool, body, Some(position + 1));
+        if own.is_ok() {
+            return own;
+        }
+        let (lo, hi) = self
+            .replay
+            .pools
+            .get(pool)
+            .map_or((0, 0), |line| self.window(line.partition));
+        let twins = self
+            .history
+            .ops
+            .iter()
+            .enumerate()
+            .filter(|&(j, op)| j != self.index && op.request == self.op.request)
+            .flat_map(|(j, _)| self.replay.effects[j].first().copied())
+            .filter(|&(_, p)| (lo..hi).contains(&p));
+        for (_, p) in twins {
+            if self.pool_body(pool, body, Some(p + 1)).is_ok() {
+                return Ok(());
+            }
+        }
+        own
     }
 
     /// A restock with a request id acknowledged without an event of its own: a retry. Another

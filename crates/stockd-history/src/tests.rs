@@ -666,3 +666,113 @@ fn a_conflict_naming_the_wrong_first_restock_is_rejected() {
     );
     rejected(&history, "details differ");
 }
+
+/// A restock whose first send's answer was lost (it ran) and whose retry, answered later, shows
+/// the pool after a hold that came in between: the event is the first send's, the answer the
+/// retry's. All within one millisecond, so that either send may have caused the event.
+fn restock_lost_then_retried(retry_answer: Value) -> History {
+    let put = Request::PutPool {
+        pool: "p".to_string(),
+        total: 2,
+        per_user_limit: Some(2),
+        low_stock_threshold: None,
+    };
+    History {
+        ops: vec![
+            answered(0, 1_000, 1_002, put, 201, pool(2, 2, 0, 0)),
+            unknown(0, 1_100, 1_100, restock(3, Some("r1"))),
+            answered(
+                1,
+                1_100,
+                1_100,
+                reserve("h1", "u1", 1),
+                201,
+                hold("h1", "u1", 1, "held", 1_100),
+            ),
+            answered(0, 1_100, 1_100, restock(3, Some("r1")), 200, retry_answer),
+        ],
+        feed: vec![vec![
+            json!({"seq": 1, "at_ms": 1_001, "type": "pool_upserted", "pool": "p", "delta": 2, "total": 2, "available": 2}),
+            json!({"seq": 2, "at_ms": 1_100, "type": "restocked", "pool": "p", "total": 5, "available": 5, "delta": 3, "request_id": "r1"}),
+            held(3, 1_100, "h1", "u1", 1),
+        ]],
+        feed_read_us: 1_900 * MS,
+    }
+}
+
+#[test]
+fn a_retried_restock_after_a_lost_answer_may_show_later_changes() {
+    let report = check(
+        &restock_lost_then_retried(pool(5, 4, 1, 0)),
+        Bounds::default(),
+    );
+    assert!(report.ok(), "{:#?}", report.violations);
+}
+
+#[test]
+fn a_retried_restock_after_a_lost_answer_showing_no_state_is_rejected() {
+    rejected(
+        &restock_lost_then_retried(pool(5, 3, 2, 0)),
+        "not a state the pool had",
+    );
+}
+
+/// Two identical restocks (+1, no request id) answered at once, with a release and a -1
+/// between their events: which event is whose is a guess, and the checker must not insist on
+/// its guess. `first_answer` is the answer of the op listed first.
+fn twin_restocks(first_answer: Value) -> History {
+    let put = Request::PutPool {
+        pool: "p".to_string(),
+        total: 2,
+        per_user_limit: Some(2),
+        low_stock_threshold: None,
+    };
+    let plus = restock(1, None);
+    History {
+        ops: vec![
+            answered(0, 1_000, 1_002, put, 201, pool(2, 2, 0, 0)),
+            answered(
+                1,
+                1_010,
+                1_012,
+                reserve("h1", "u1", 1),
+                201,
+                hold("h1", "u1", 1, "held", 1_011),
+            ),
+            // Listed first, applied last.
+            answered(2, 1_100, 1_100, plus.clone(), 200, first_answer),
+            answered(3, 1_100, 1_100, plus, 200, pool(3, 2, 1, 0)),
+            answered(4, 1_100, 1_100, restock(-1, None), 200, pool(2, 1, 1, 0)),
+            answered(
+                1,
+                1_100,
+                1_100,
+                Request::Release {
+                    hold_id: "h1".to_string(),
+                },
+                200,
+                hold("h1", "u1", 1, "released", 1_011),
+            ),
+        ],
+        feed: vec![vec![
+            json!({"seq": 1, "at_ms": 1_001, "type": "pool_upserted", "pool": "p", "delta": 2, "total": 2, "available": 2}),
+            held(2, 1_011, "h1", "u1", 1),
+            json!({"seq": 3, "at_ms": 1_100, "type": "restocked", "pool": "p", "total": 3, "available": 2, "delta": 1}),
+            json!({"seq": 4, "at_ms": 1_100, "type": "restocked", "pool": "p", "total": 2, "available": 1, "delta": -1}),
+            step(5, 1_100, "released", "h1", "u1", 2_011),
+            json!({"seq": 6, "at_ms": 1_100, "type": "restocked", "pool": "p", "total": 3, "available": 3, "delta": 1}),
+        ]],
+        feed_read_us: 1_900 * MS,
+    }
+}
+
+#[test]
+fn twin_restocks_may_be_answered_in_either_order() {
+    let report = check(&twin_restocks(pool(3, 3, 0, 0)), Bounds::default());
+    assert!(report.ok(), "{:#?}", report.violations);
+}
+
+#[test]
+fn a_twin_restock_answered_with_no_state_is_rejected() {
+    rejected(&twin_restocks(pool(3, 1, 2, 0)), "not a state the pool had");
+}
