@@ -3,7 +3,7 @@
 //! the schedules a network and a crash produce (tests/sim.rs).
 //!
 //! A test gives [`RedisConfig::call_faults`](crate::RedisConfig) a [`CallFaults`]; each
-//! `stockd_v2_call` asks it what to do: delay before sending (which reorders the call against
+//! `LIBRARY_call` asks it what to do: delay before sending (which reorders the call against
 //! the server's other calls and other servers'), fail without sending (nothing ran), send and
 //! then lose the reply (it ran: the caller sees the error a broken connection gives), send the
 //! same call twice with its call id, or fail because the server is dead (every call from the
