@@ -4,7 +4,8 @@
 # the embedded engine, then the black-box suites again against a real Redis and a real Redis
 # Cluster, plus the Redis fleet, fault and cluster tests, the history checks (one bounded
 # history each on the embedded engine, a Redis, a Redis killed under load and a Redis Cluster,
-# with kills; docs/testing.md), the PostgreSQL sink and reconcile (a private PostgreSQL, with
+# with kills; docs/testing.md), the seeded simulation of the Redis backend with faults (a
+# Redis and a Cluster, crates/stockd-redis/tests/sim/, in the workspace pass), the PostgreSQL sink and reconcile (a private PostgreSQL, with
 # the sink, stockd and PostgreSQL killed; on every backend), the oversell lab (`stockd bench
 # lab`, briefly, on a real Redis and PostgreSQL), /metrics read by Prometheus's Python parsers, the alerting example checked by
 # promtool (Debian's prometheus package, installed when missing), the TLS proxy example, a bounded run of every fuzz target
@@ -64,7 +65,7 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== cargo test (embedded engine; Redis fleet and fault tests; history checks on every backend)"
+echo "== cargo test (embedded engine; Redis fleet and fault tests; history checks on every backend; the Redis simulation)"
 cargo test --workspace --locked "$@"
 echo "== fuzzing (scripts/fuzz.sh: every fuzz target for a bounded time from its committed corpus)"
 scripts/fuzz.sh "${STOCKD_FUZZ_SECONDS:-20}"
