@@ -1,4 +1,4 @@
-//! A typed async client of the stockd HTTP API (`/work/shared/CONTRACT.md`), one method per
+//! A typed async client of the stockd HTTP API (`the API contract, CONTRACT.md`), one method per
 //! endpoint.
 //!
 //! This crate owns the HTTP mapping of the client side: paths, query strings, bearer tokens,

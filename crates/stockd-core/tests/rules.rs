@@ -1,7 +1,7 @@
 //! Deterministic rule tests of the core state machine: what the model test (`model.rs`) does not
 //! reach. Waiters (pool and lock), retention, lazy expiry, fencing tokens, refunds of deleted
 //! pools, idempotent replays, low-stock crossings and sale-window edges, each checked against
-//! the contract (/work/shared/CONTRACT.md) with time passed in as a number.
+//! the contract (the API contract, CONTRACT.md) with time passed in as a number.
 
 mod common;
 
