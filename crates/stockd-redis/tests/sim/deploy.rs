@@ -16,6 +16,9 @@ use redis::{Cmd, FromRedisValue, RedisResult};
 use stockd_redis::Target;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the simulation's own reads (and `FLUSHALL`) may wait for Redis: far above the
+/// client's default of 500 ms, which a loaded machine sometimes passes.
+const RAW_RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 const CLUSTER_OK_TIMEOUT: Duration = Duration::from_secs(30);
 const START_ATTEMPTS: usize = 5;
 
@@ -194,7 +197,9 @@ impl Deployment {
     pub async fn flush_all(&self) -> RedisResult<()> {
         for node in &self.nodes {
             let client = redis::Client::open(format!("redis://{}", node.address()))?;
-            let mut connection = client.get_multiplexed_async_connection().await?;
+            let mut connection = client
+                .get_multiplexed_async_connection_with_config(&raw_config())
+                .await?;
             redis::cmd("FLUSHALL")
                 .query_async::<()>(&mut connection)
                 .await?;
@@ -208,16 +213,22 @@ impl Deployment {
         Ok(match target {
             Target::Single(url) => Raw::Single(
                 redis::Client::open(url)?
-                    .get_multiplexed_async_connection()
+                    .get_multiplexed_async_connection_with_config(&raw_config())
                     .await?,
             ),
             Target::Cluster(urls) => Raw::Cluster(
-                redis::cluster::ClusterClient::new(urls)?
+                redis::cluster::ClusterClient::builder(urls)
+                    .response_timeout(RAW_RESPONSE_TIMEOUT)
+                    .build()?
                     .get_async_connection()
                     .await?,
             ),
         })
     }
+}
+
+fn raw_config() -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new().set_response_timeout(Some(RAW_RESPONSE_TIMEOUT))
 }
 
 /// A plain Redis connection, to one node or to the Cluster.
