@@ -293,8 +293,9 @@ async fn follow(
 
         if page.events.is_empty() {
             // Nothing after the cursor: either the sink is caught up, or the feed went back
-            // below it (a Redis that lost data and was accepted by an operator starts its seqs
-            // again), and new events are hiding under the cursor. Tell the two apart now and
+            // below it (an engine started on a wiped data dir starts its seqs again; a Redis
+            // accepted after a loss does not, its seqs go on above), and new events are hiding
+            // under the cursor. Tell the two apart now and
             // then: after each connect, then every VERIFY_EVERY while idle.
             if verified_at.is_none_or(|at| at.elapsed() >= VERIFY_EVERY) {
                 if let Some(why) = rewound(&stockd, client, partition, after).await {
