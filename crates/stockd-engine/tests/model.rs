@@ -14,6 +14,7 @@ use std::sync::Arc;
 use proptest::test_runner::{Config, TestRunner};
 use stockd_core::{Backend, Command, Event, HoldId, Outcome};
 use stockd_engine::{Engine, EngineConfig, ManualClock};
+use stockd_model::waits::{self, OnBackend, Parking};
 use stockd_model::{self as model, Target, Views, CONFIG, START_MS};
 use tokio::runtime::Runtime;
 
@@ -97,4 +98,84 @@ fn engine_matches_model() {
     if let Err(failure) = result {
         panic!("{failure}");
     }
+}
+
+/// The engine for stockd-model's waiting scenarios: its parked requests are the `waiters` gauge.
+struct EngineParking {
+    clock: Arc<ManualClock>,
+    engine: Engine,
+    /// The seq of the last event read.
+    seen: u64,
+    _dir: tempfile::TempDir,
+}
+
+impl EngineParking {
+    fn open() -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let clock = Arc::new(ManualClock::new(waits::T0));
+        let mut config = EngineConfig::new(dir.path());
+        config.state = waits::CONFIG;
+        let engine = Engine::open(config, clock.clone()).map_err(|e| e.to_string())?;
+        Ok(EngineParking {
+            clock,
+            engine,
+            seen: 0,
+            _dir: dir,
+        })
+    }
+}
+
+impl Parking for EngineParking {
+    fn backend(&self) -> Arc<dyn Backend> {
+        Arc::new(self.engine.clone())
+    }
+
+    fn set_clock(&mut self, now_ms: u64) {
+        self.clock.set(now_ms);
+    }
+
+    /// The writer does what time did before every batch: an empty one is a sweep.
+    fn sweep(&mut self, runtime: &Runtime) -> Result<(), String> {
+        runtime
+            .block_on(Backend::execute(&self.engine, Vec::new()))
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    fn parked_with(&mut self, _command: &Command) -> Result<usize, String> {
+        self.parked()
+    }
+
+    fn parked(&mut self) -> Result<usize, String> {
+        let stats = self.engine.stats();
+        let waiters = stats
+            .gauges
+            .iter()
+            .find(|(name, _)| *name == "waiters")
+            .ok_or("the engine has no waiters gauge")?;
+        Ok(waiters.1 as usize)
+    }
+
+    fn events(&mut self, runtime: &Runtime) -> Result<Vec<Event>, String> {
+        let events = runtime.block_on(model::read_events(&self.engine, self.seen))?;
+        if let Some(last) = events.last() {
+            self.seen = last.seq;
+        }
+        Ok(events)
+    }
+}
+
+/// The engine waits as stockd-model's scenarios say (the same scenarios run on the core's
+/// `State` and on Redis).
+#[test]
+fn engine_waits_as_the_scenarios_say() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let runtime = &runtime;
+    waits::run_scenarios(|| {
+        let parking = EngineParking::open().expect("opening the engine");
+        Box::new(OnBackend::new(runtime, parking))
+    });
 }

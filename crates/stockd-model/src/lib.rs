@@ -5,6 +5,8 @@
 //! against the model and a [`Target`] and compares every outcome, event and view. The targets
 //! are the core's `State` (stockd-core's tests), the embedded engine (stockd-engine's tests) and
 //! the Redis library (stockd-redis's tests), so all three are held to one model by one runner.
+//! The model does not wait; [`waits`] holds the same targets to the waiting rules, scenario by
+//! scenario.
 //!
 //! A dev-only crate (never published, never a normal dependency): it owns no rule of the
 //! contract, only the model that judges them, and must never borrow code from what it judges.
@@ -13,6 +15,7 @@ mod backend;
 mod model;
 mod runner;
 mod steps;
+pub mod waits;
 
 pub use backend::{read_events, read_views};
 pub use model::{Expect, Model};

@@ -179,6 +179,10 @@ pub(crate) struct Shared {
     /// On a Cluster, calls carry `CALL_PREFIX-N` so that one the client sends twice runs once.
     call_prefix: Option<String>,
     next_call: AtomicU64,
+    /// Test builds with a test clock: told after each `sweep_now`, when parked requests look
+    /// whether their wait is over by that clock.
+    #[cfg(feature = "test-clock")]
+    clock_moved: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -517,6 +521,8 @@ impl RedisBackend {
             commands_total: AtomicU64::new(0),
             call_prefix,
             next_call: AtomicU64::new(0),
+            #[cfg(feature = "test-clock")]
+            clock_moved: tokio::sync::Notify::new(),
         });
         let mut tasks = Vec::new();
         let mut queues = Vec::new();
@@ -542,7 +548,9 @@ impl RedisBackend {
     }
 
     /// Test builds only (feature `test-clock`): one sweep of every partition, through the code
-    /// the background sweeper runs, so that a test decides when time's effects happen.
+    /// the background sweeper runs, so that a test decides when time's effects happen; then
+    /// parked requests whose wait is over by the test clock end (their final attempt runs after
+    /// this returns).
     #[cfg(feature = "test-clock")]
     pub async fn sweep_now(&self) -> Result<(), BackendError> {
         let mut first_error = None;
@@ -551,6 +559,7 @@ impl RedisBackend {
                 first_error.get_or_insert(error);
             }
         }
+        self.shared.clock_moved.notify_waiters();
         first_error.map_or(Ok(()), Err)
     }
 
@@ -767,7 +776,7 @@ impl RedisBackend {
         let guard =
             waits::CancelGuard::new(self.shared.clone(), partition, ticket, kind, words.clone());
         let woken = self.shared.waits.register(partition, ticket);
-        let _ = tokio::time::timeout(Duration::from_millis(wait_ms), woken).await;
+        self.wait_timer(wait_ms, woken).await;
         let mut args = vec![ticket.to_string(), kind.to_string()];
         args.extend(words);
         let answer = self
@@ -788,6 +797,31 @@ impl RedisBackend {
                 "unexpected answer {other:?}"
             ))),
         }
+    }
+
+    /// Until `woken` fires or `wait_ms` has passed: by this process's timer, or in test builds
+    /// with a test clock, by that clock as of the test's sweeps (`sweep_now`), so that a test
+    /// decides when a wait ends as it decides when holds expire.
+    async fn wait_timer(&self, wait_ms: u64, woken: impl std::future::Future) {
+        #[cfg(feature = "test-clock")]
+        if let Some(clock) = &self.shared.config.clock {
+            let now = clock.0.clone();
+            let deadline = now().saturating_add(wait_ms);
+            tokio::pin!(woken);
+            loop {
+                let moved = self.shared.clock_moved.notified();
+                tokio::pin!(moved);
+                moved.as_mut().enable();
+                if now() >= deadline {
+                    return;
+                }
+                tokio::select! {
+                    _ = &mut woken => return,
+                    _ = moved => {}
+                }
+            }
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(wait_ms), woken).await;
     }
 
     /// Lists pools across every partition: each gives its page in id order, merged here.
