@@ -2,7 +2,8 @@
 //! reach: retention, lazy expiry, fencing tokens, refunds of deleted pools, idempotent replays,
 //! low-stock crossings and sale-window edges, each checked against the contract (the API
 //! contract, CONTRACT.md) with time passed in as a number. Waiters (pool and lock) are
-//! stockd-model's `waits` scenarios, run here (`waits.rs`) and on the engine and Redis alike.
+//! stockd-model's `rules` scenarios, run here (`rule_scenarios.rs`) and on the engine and Redis
+//! alike.
 
 mod common;
 
@@ -105,151 +106,13 @@ fn with_ttl(command: Command, ttl_ms: u64) -> Command {
     }
 }
 
-// ------------------------------------------------------------------------------------ retention
+// ------------------------------------------------------------------------------------ records
 
+/// What the log gets (the rules themselves are stockd-model's scenarios): an expiry by a command
+/// is logged; a step that changes nothing (a replayed restock, a conflicting one, forgetting past
+/// retention, a refund of a forgotten hold) logs nothing.
 #[test]
-fn finished_holds_are_purged_after_retention_and_the_id_can_be_reused() {
-    type Finish = fn(&mut State);
-    // (name, how the hold finishes, when, retention from then); the hold's deadline is T0 + 1000.
-    let cases: [(&str, Finish, u64, u64); 4] = [
-        (
-            "released",
-            |state| {
-                ok(run(state, release("h"), T0 + 999));
-            },
-            T0 + 999,
-            HOLD_RETENTION_MS,
-        ),
-        (
-            "expired",
-            |state| {
-                let done = tick(state, T0 + 1_000);
-                assert_eq!(kinds(&done), [EventKind::Expired]);
-            },
-            T0 + 1_000,
-            HOLD_RETENTION_MS,
-        ),
-        (
-            "confirmed",
-            |state| {
-                ok(run(state, confirm("h"), T0 + 999));
-            },
-            T0 + 999,
-            CONFIRMED_RETENTION_MS,
-        ),
-        (
-            "refunded",
-            |state| {
-                ok(run(state, confirm("h"), T0 + 500));
-                ok(run(state, refund("h"), T0 + 999));
-            },
-            T0 + 999,
-            HOLD_RETENTION_MS,
-        ),
-    ];
-    for (name, finish, finished_at_ms, retention_ms) in cases {
-        let mut state = new_state();
-        ok(run(&mut state, put_pool("p", 10), T0));
-        ok(run(
-            &mut state,
-            with_ttl(reserve("h", &[("p", 1)]), 1_000),
-            T0,
-        ));
-        finish(&mut state);
-        let view = state.hold_view(&hold_id("h")).expect("kept");
-        assert_eq!(view.finished_at_ms, Some(finished_at_ms), "{name}");
-
-        let last_kept_ms = finished_at_ms + retention_ms - 1;
-        tick(&mut state, last_kept_ms);
-        assert!(
-            state.hold_view(&hold_id("h")).is_some(),
-            "{name}: kept until retention"
-        );
-        // Idempotent while kept: the same reserve is a replay, a different one a conflict.
-        let replay = run(&mut state, reserve("h", &[("p", 1)]), last_kept_ms);
-        assert!(!created(replay.outcome()), "{name}");
-        assert_eq!(
-            run(&mut state, reserve("h", &[("p", 2)]), last_kept_ms).error_code(),
-            Some("hold_id_conflict"),
-            "{name}"
-        );
-
-        let purged = tick(&mut state, finished_at_ms + retention_ms);
-        assert!(
-            purged.records.is_empty() && purged.events.is_empty(),
-            "{name}"
-        );
-        assert_eq!(
-            run(&mut state, get_hold("h"), finished_at_ms + retention_ms).error_code(),
-            Some("hold_not_found"),
-            "{name}"
-        );
-        let reused = run(
-            &mut state,
-            reserve("h", &[("p", 2)]),
-            finished_at_ms + retention_ms,
-        );
-        assert!(created(reused.outcome()), "{name}: the id is free again");
-        assert_eq!(hold_view(reused.outcome()).items[0].qty, 2);
-        state.check_invariants().unwrap();
-    }
-}
-
-#[test]
-fn confirmed_hold_is_refundable_until_its_longer_retention() {
-    let mut state = new_state();
-    ok(run(&mut state, put_pool("p", 10), T0));
-    ok(run(&mut state, with_confirm(reserve("h", &[("p", 3)])), T0));
-    tick(&mut state, T0 + HOLD_RETENTION_MS + 1);
-    let refunded = ok(run(&mut state, refund("h"), T0 + HOLD_RETENTION_MS + 1));
-    assert_eq!(status(refunded.outcome()), HoldStatus::Refunded);
-    assert_eq!(pool(&state, "p").available, 10);
-}
-
-/// Contract silent; decision kept by the core: units sold to a user stay counted against the
-/// user's limit after the confirmed hold is forgotten (they never came back).
-#[test]
-fn purged_confirmed_hold_still_counts_against_the_user_limit() {
-    let mut state = new_state();
-    ok(run(
-        &mut state,
-        put_pool_with(
-            "p",
-            PoolSpec {
-                total: 10,
-                per_user_limit: Some(2),
-                ..PoolSpec::default()
-            },
-        ),
-        T0,
-    ));
-    ok(run(
-        &mut state,
-        with_user(with_confirm(reserve("h", &[("p", 2)])), "u"),
-        T0,
-    ));
-    tick(&mut state, T0 + CONFIRMED_RETENTION_MS);
-    assert!(state.hold_view(&hold_id("h")).is_none());
-    let again = run(
-        &mut state,
-        with_user(reserve("h2", &[("p", 1)]), "u"),
-        T0 + CONFIRMED_RETENTION_MS,
-    );
-    assert_eq!(
-        again.outcome(),
-        &Err(Error::UserLimitExceeded {
-            pool: pool_id("p"),
-            limit: 2,
-            used: 2,
-            requested: 1
-        })
-    );
-}
-
-// ------------------------------------------------------------------------------ restock requests
-
-#[test]
-fn a_restock_retried_with_its_request_id_adds_once() {
+fn only_changes_are_logged() {
     let mut state = new_state();
     ok(run(&mut state, put_pool("p", 10), T0));
     let first = ok(run(&mut state, restock_once("p", 5, "r1"), T0));
@@ -261,97 +124,28 @@ fn a_restock_retried_with_its_request_id_adds_once() {
             request_id: RequestId::parse("r1").unwrap(),
         }]
     );
-    assert_eq!(first.events.len(), 1);
-    assert_eq!(first.events[0].kind, EventKind::Restocked);
-    assert_eq!(
-        first.events[0].request_id.as_ref().map(RequestId::as_str),
-        Some("r1")
-    );
-    // Meanwhile the pool changes; the retry answers it as it is now.
-    ok(run(&mut state, restock("p", 1), T0 + 1));
-    let retry = run(&mut state, restock_once("p", 5, "r1"), T0 + 2);
-    assert!(retry.records.is_empty() && retry.events.is_empty());
-    match retry.outcome() {
-        Ok(Reply::Pool { pool, created }) => {
-            assert!(!created);
-            assert_eq!((pool.total, pool.available), (16, 16));
-        }
-        other => panic!("expected the pool, got {other:?}"),
-    }
-    // Without a request id every restock adds.
-    ok(run(&mut state, restock("p", 1), T0 + 3));
-    assert_eq!(pool(&state, "p").total, 17);
+    assert!(run(&mut state, restock_once("p", 5, "r1"), T0 + 1)
+        .records
+        .is_empty());
+    assert!(run(&mut state, restock_once("p", 4, "r1"), T0 + 1)
+        .records
+        .is_empty());
+    ok(run(&mut state, with_confirm(reserve("c", &[("p", 1)])), T0));
+    ok(run(
+        &mut state,
+        with_ttl(reserve("h", &[("p", 1)]), 1_000),
+        T0,
+    ));
+    let expired = run(&mut state, get_hold("h"), T0 + 1_000);
+    assert_eq!(expired.records.len(), 1, "the expiry is logged");
+    let forgotten = tick(&mut state, T0 + 1_000 + HOLD_RETENTION_MS);
+    assert!(forgotten.records.is_empty() && forgotten.events.is_empty());
+    let late = run(&mut state, refund("c"), T0 + CONFIRMED_RETENTION_MS);
+    assert_eq!(late.error_code(), Some("hold_not_found"));
+    assert!(late.records.is_empty(), "no record about a forgotten hold");
 }
 
-#[test]
-fn a_request_id_with_another_delta_or_pool_is_a_conflict() {
-    let mut state = new_state();
-    ok(run(&mut state, put_pool("p", 10), T0));
-    ok(run(&mut state, put_pool("q", 10), T0));
-    ok(run(&mut state, restock_once("p", 5, "r1"), T0));
-    for (other, at) in [restock_once("p", 4, "r1"), restock_once("q", 5, "r1")]
-        .into_iter()
-        .zip(T0 + 1..)
-    {
-        let done = run(&mut state, other, at);
-        assert_eq!(
-            done.outcome(),
-            &Err(Error::RequestIdConflict {
-                request_id: RequestId::parse("r1").unwrap(),
-                pool: pool_id("p"),
-                delta: 5,
-            })
-        );
-        assert!(done.records.is_empty() && done.events.is_empty());
-    }
-    assert_eq!(pool(&state, "p").total, 15);
-    assert_eq!(pool(&state, "q").total, 10);
-}
-
-#[test]
-fn a_refused_restock_does_not_remember_its_request_id() {
-    let mut state = new_state();
-    ok(run(&mut state, put_pool("p", 3), T0));
-    let refused = run(&mut state, restock_once("p", -5, "r1"), T0);
-    assert_eq!(refused.error_code(), Some("insufficient_stock"));
-    let missing = run(&mut state, restock_once("nope", 5, "r2"), T0);
-    assert_eq!(missing.error_code(), Some("pool_not_found"));
-    ok(run(&mut state, restock("p", 10), T0 + 1));
-    // Neither id was remembered: each is a new restock now, with any pool or delta.
-    ok(run(&mut state, restock_once("p", -5, "r1"), T0 + 2));
-    ok(run(&mut state, restock_once("p", 2, "r2"), T0 + 2));
-    assert_eq!(pool(&state, "p").total, 10);
-}
-
-#[test]
-fn a_request_id_is_forgotten_after_the_hold_retention_without_a_record() {
-    for swept in [false, true] {
-        let mut state = new_state();
-        ok(run(&mut state, put_pool("p", 10), T0));
-        ok(run(&mut state, restock_once("p", 5, "r1"), T0));
-        let last_kept_ms = T0 + HOLD_RETENTION_MS - 1;
-        let retry = run(&mut state, restock_once("p", 5, "r1"), last_kept_ms);
-        assert!(retry.records.is_empty(), "kept until retention");
-        assert_eq!(
-            run(&mut state, restock_once("p", 4, "r1"), last_kept_ms).error_code(),
-            Some("request_id_conflict")
-        );
-        if swept {
-            assert_eq!(state.next_deadline_ms(), Some(T0 + HOLD_RETENTION_MS));
-            let forgotten = tick(&mut state, T0 + HOLD_RETENTION_MS);
-            assert!(forgotten.records.is_empty() && forgotten.events.is_empty());
-            assert_eq!(state.next_deadline_ms(), None);
-        }
-        // Forgotten (by the sweep, or by the restock itself): the id is new again.
-        let again = ok(run(
-            &mut state,
-            restock_once("p", 4, "r1"),
-            T0 + HOLD_RETENTION_MS,
-        ));
-        assert_eq!(again.records.len(), 1);
-        assert_eq!(pool(&state, "p").total, 19);
-    }
-}
+// ------------------------------------------------------------------------------ restock requests
 
 #[test]
 fn replayed_records_remember_request_ids_and_forget_them_at_retention() {
@@ -408,81 +202,10 @@ fn a_request_id_is_validated_as_an_identifier() {
 
 // ------------------------------------------------------------------------------------ expiry
 
+/// A state restored from a snapshot expires the same holds in the same order as the live one
+/// (the order itself is a rule scenario of stockd-model's).
 #[test]
-fn a_hold_past_its_deadline_is_expired_without_a_sweep() {
-    // (command at the deadline, expected outcome: Ok(status) or Err(code))
-    let cases: [(Command, Result<HoldStatus, &str>); 6] = [
-        (confirm("h"), Err("hold_expired")),
-        (release("h"), Ok(HoldStatus::Expired)),
-        (extend("h", 5_000), Err("hold_expired")),
-        (refund("h"), Err("hold_not_confirmed")),
-        (get_hold("h"), Ok(HoldStatus::Expired)),
-        (
-            with_ttl(reserve("h", &[("p", 2)]), 1_000),
-            Ok(HoldStatus::Expired),
-        ),
-    ];
-    for (command, expected) in cases {
-        let name = format!("{command:?}");
-        let mut state = new_state();
-        ok(run(&mut state, put_pool("p", 5), T0));
-        ok(run(
-            &mut state,
-            with_ttl(reserve("h", &[("p", 2)]), 1_000),
-            T0,
-        ));
-        // One millisecond before the deadline it is still held.
-        assert_eq!(
-            run(&mut state, get_hold("h"), T0 + 999)
-                .outcome()
-                .as_ref()
-                .map(|r| match r {
-                    Reply::Hold { hold, .. } => hold.status,
-                    _ => unreachable!(),
-                }),
-            Ok(HoldStatus::Held)
-        );
-        let done = run(&mut state, command, T0 + 1_000);
-        match expected {
-            Ok(expected) => assert_eq!(status(done.outcome()), expected, "{name}"),
-            Err(code) => assert_eq!(done.error_code(), Some(code), "{name}"),
-        }
-        assert_eq!(kinds(&done), [EventKind::Expired], "{name}");
-        assert_eq!(done.records.len(), 1, "{name}: the expiry is logged");
-        let view = state.hold_view(&hold_id("h")).unwrap();
-        assert_eq!(
-            (view.status, view.finished_at_ms),
-            (HoldStatus::Expired, Some(T0 + 1_000)),
-            "{name}"
-        );
-        let p = pool(&state, "p");
-        assert_eq!((p.available, p.held), (5, 0), "{name}: the units are back");
-        // A later sweep finds nothing more to do.
-        let swept = tick(&mut state, T0 + 1_000);
-        assert!(swept.events.is_empty(), "{name}");
-    }
-}
-
-#[test]
-fn extend_moves_the_deadline_from_now() {
-    let mut state = new_state();
-    ok(run(&mut state, put_pool("p", 5), T0));
-    ok(run(
-        &mut state,
-        with_ttl(reserve("h", &[("p", 2)]), 1_000),
-        T0,
-    ));
-    let extended = ok(run(&mut state, extend("h", 3_000), T0 + 900));
-    assert_eq!(hold_view(extended.outcome()).expires_at_ms, T0 + 3_900);
-    assert_eq!(kinds(&extended), [EventKind::Extended]);
-    assert!(tick(&mut state, T0 + 3_899).events.is_empty());
-    assert_eq!(kinds(&tick(&mut state, T0 + 3_900)), [EventKind::Expired]);
-}
-
-/// Holds that expire in one sweep expire in deadline order, whatever their history (extended,
-/// id reused), and the same order comes out after a restart from a snapshot.
-#[test]
-fn one_sweep_expires_holds_in_deadline_order() {
+fn a_restored_state_expires_as_the_live_one() {
     let mut state = new_state();
     ok(run(&mut state, put_pool("p", 10), T0));
     // "a" first had the earliest deadline, then was extended past "b"'s.
@@ -502,15 +225,10 @@ fn one_sweep_expires_holds_in_deadline_order() {
         state.config(),
         postcard::from_bytes::<Snapshot>(&restored_from).unwrap(),
     );
-    for state in [&mut state, &mut restored] {
-        let done = tick(state, T0 + 3_000);
-        let expired: Vec<_> = done
-            .events
-            .iter()
-            .map(|e| e.hold_id.clone().unwrap())
-            .collect();
-        assert_eq!(expired, [hold_id("b"), hold_id("a")]);
-    }
+    let live = tick(&mut state, T0 + 3_000).events;
+    let again = tick(&mut restored, T0 + 3_000).events;
+    assert_eq!(live.len(), 2);
+    assert_eq!(live, again);
 }
 
 // ------------------------------------------------------------------------------------ locks
@@ -1340,7 +1058,10 @@ fn forgetting_past_retention_drops_finished_holds_and_lapsed_leases() {
     let token = lock_token(run(&mut state, lock_acquire("l", "o", 1_000, 0), T0).outcome());
     state.forget_past_retention(T0 + HOLD_RETENTION_MS);
     assert_eq!(state.hold_count(), 1, "only the held hold is left");
-    assert!(get_hold_outcome(&mut state, "h1").is_err());
+    assert_eq!(
+        run(&mut state, get_hold("h1"), T0 + HOLD_RETENTION_MS).error_code(),
+        Some("hold_not_found")
+    );
     // The lapsed lease is gone: its old owner no longer holds it, a newcomer gets a new token.
     let again = run(
         &mut state,
@@ -1348,39 +1069,6 @@ fn forgetting_past_retention_drops_finished_holds_and_lapsed_leases() {
         T0 + HOLD_RETENTION_MS,
     );
     assert!(lock_token(again.outcome()) > token);
-}
-
-fn get_hold_outcome(state: &mut State, id: &str) -> Outcome {
-    run(state, get_hold(id), T0 + HOLD_RETENTION_MS)
-        .outcome()
-        .clone()
-}
-
-#[test]
-fn a_hold_past_retention_is_gone_for_commands_before_any_sweep() {
-    let mut state = new_state();
-    run(&mut state, put_pool("p", 10), T0);
-    run(&mut state, with_confirm(reserve("c", &[("p", 1)])), T0);
-    run(&mut state, reserve("r", &[("p", 1)]), T0);
-    run(&mut state, release("r"), T0);
-    // No tick: the purge sweep never ran, yet both are past retention.
-    let refund_late = run(&mut state, refund("c"), T0 + CONFIRMED_RETENTION_MS);
-    assert_eq!(refund_late.error_code(), Some("hold_not_found"));
-    assert!(
-        refund_late.records.is_empty(),
-        "no record about a forgotten hold"
-    );
-    let get_late = run(&mut state, get_hold("r"), T0 + HOLD_RETENTION_MS);
-    assert_eq!(get_late.error_code(), Some("hold_not_found"));
-    // The id is free again: a reserve with it makes a new hold.
-    let again = run(
-        &mut state,
-        reserve("r", &[("p", 2)]),
-        T0 + HOLD_RETENTION_MS,
-    );
-    assert!(created(again.outcome()));
-    // Sold units of the forgotten confirmed hold stay sold.
-    assert_eq!(pool(&state, "p").sold, 1);
 }
 
 /// Changes a request's items (shared, so edited as a copy).

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use proptest::test_runner::{Config, TestRunner};
 use stockd_core::{Backend, Command, Event, HoldId, Outcome};
 use stockd_engine::{Engine, EngineConfig, ManualClock};
-use stockd_model::waits::{self, OnBackend, Parking};
+use stockd_model::rules::{self, OnBackend, Parking};
 use stockd_model::{self as model, Target, Views, CONFIG, START_MS};
 use tokio::runtime::Runtime;
 
@@ -100,7 +100,7 @@ fn engine_matches_model() {
     }
 }
 
-/// The engine for stockd-model's waiting scenarios: its parked requests are the `waiters` gauge.
+/// The engine for stockd-model's rule scenarios: its parked requests are the `waiters` gauge.
 struct EngineParking {
     clock: Arc<ManualClock>,
     engine: Engine,
@@ -112,9 +112,9 @@ struct EngineParking {
 impl EngineParking {
     fn open() -> Result<Self, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let clock = Arc::new(ManualClock::new(waits::T0));
+        let clock = Arc::new(ManualClock::new(rules::T0));
         let mut config = EngineConfig::new(dir.path());
-        config.state = waits::CONFIG;
+        config.state = rules::CONFIG;
         let engine = Engine::open(config, clock.clone()).map_err(|e| e.to_string())?;
         Ok(EngineParking {
             clock,
@@ -165,16 +165,16 @@ impl Parking for EngineParking {
     }
 }
 
-/// The engine waits as stockd-model's scenarios say (the same scenarios run on the core's
+/// The engine follows stockd-model's rule scenarios (the same scenarios run on the core's
 /// `State` and on Redis).
 #[test]
-fn engine_waits_as_the_scenarios_say() {
+fn engine_follows_the_rule_scenarios() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
     let runtime = &runtime;
-    waits::run_scenarios(|| {
+    rules::run_scenarios(|| {
         let parking = EngineParking::open().expect("opening the engine");
         Box::new(OnBackend::new(runtime, parking))
     });

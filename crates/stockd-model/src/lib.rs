@@ -5,7 +5,7 @@
 //! against the model and a [`Target`] and compares every outcome, event and view. The targets
 //! are the core's `State` (stockd-core's tests), the embedded engine (stockd-engine's tests) and
 //! the Redis library (stockd-redis's tests), so all three are held to one model by one runner.
-//! The model does not wait; [`waits`] holds the same targets to the waiting rules, scenario by
+//! The model does not wait; [`rules`] holds the same targets to the rules, scenario by
 //! scenario.
 //!
 //! A dev-only crate (never published, never a normal dependency): it owns no rule of the
@@ -13,9 +13,9 @@
 
 mod backend;
 mod model;
+pub mod rules;
 mod runner;
 mod steps;
-pub mod waits;
 
 pub use backend::{read_events, read_views};
 pub use model::{Expect, Model};

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use stockd_core::limits::EVENT_LIMIT_MAX;
 use stockd_core::{Backend, Command, Event, HoldId, HoldView, Outcome, PoolView, Reply};
-use stockd_model::waits::{self, OnBackend, Parking};
+use stockd_model::rules::{self, OnBackend, Parking};
 use stockd_model::{self as model, Views, CONFIG, START_MS};
 use stockd_redis::{RedisBackend, RedisConfig, TestClock};
 use tokio::runtime::Runtime;
@@ -340,7 +340,7 @@ fn redis_cluster_of_16_partitions_matches_model() {
     matches_model(&server.url(), 16, 16);
 }
 
-/// A single Redis for stockd-model's waiting scenarios: its parked requests are the members of
+/// A single Redis for stockd-model's rule scenarios: its parked requests are the members of
 /// the queues of the hold ids and lock names sent with a wait (`holdq:ID`, `lockq:NAME`).
 struct RedisParking {
     now_ms: Arc<AtomicU64>,
@@ -356,11 +356,11 @@ struct RedisParking {
 impl RedisParking {
     /// A fresh backend on an empty Redis, its clock at the scenarios' start.
     fn open(runtime: &Runtime, url: &str) -> Result<Self, String> {
-        let now_ms = Arc::new(AtomicU64::new(waits::T0));
+        let now_ms = Arc::new(AtomicU64::new(rules::T0));
         let clock = now_ms.clone();
         let config = RedisConfig {
-            hold_retention_ms: waits::CONFIG.hold_retention_ms,
-            confirmed_retention_ms: waits::CONFIG.confirmed_retention_ms,
+            hold_retention_ms: rules::CONFIG.hold_retention_ms,
+            confirmed_retention_ms: rules::CONFIG.confirmed_retention_ms,
             clock: Some(TestClock(Arc::new(move || clock.load(Ordering::SeqCst)))),
             background_sweep: false,
             partitions: 1,
@@ -442,12 +442,12 @@ impl Parking for RedisParking {
     }
 }
 
-/// The Redis library waits as stockd-model's scenarios say (the same scenarios run on the
-/// core's `State` and on the engine), on a single Redis. On a Cluster, a waiting reserve over
+/// The Redis library follows stockd-model's rule scenarios (the same scenarios run on the core's
+/// `State` and on the engine), on a single Redis. On a Cluster, a waiting reserve over
 /// several partitions does not queue (docs/redis.md, "Waiting"), so the scenarios' arrival order
 /// does not hold there for such reserves.
 #[test]
-fn redis_waits_as_the_scenarios_say() {
+fn redis_follows_the_rule_scenarios() {
     let server = RedisServer::start();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -456,7 +456,7 @@ fn redis_waits_as_the_scenarios_say() {
     let _entered = runtime.enter();
     let runtime = &runtime;
     let url = server.url();
-    waits::run_scenarios(|| {
+    rules::run_scenarios(|| {
         let parking = RedisParking::open(runtime, &url).expect("connecting to Redis");
         Box::new(OnBackend::new(runtime, parking))
     });

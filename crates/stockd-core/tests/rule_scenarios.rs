@@ -1,10 +1,10 @@
-//! The waiting scenarios of stockd-model (`waits`), against the core's `State`: every waiting
-//! rule checked here is checked the same way on the engine and on Redis.
+//! The rule scenarios of stockd-model (`rules`), against the core's `State`: every rule checked
+//! here is checked the same way on the engine and on Redis.
 
 use std::collections::BTreeMap;
 
 use stockd_core::{Command, Effects, Event, Outcome, PoolId, PoolView, State, Step, WaiterId};
-use stockd_model::waits::{self, Sent, Ticket, WaitTarget};
+use stockd_model::rules::{self, RuleTarget, Sent, Ticket};
 
 struct StateTarget {
     state: State,
@@ -17,7 +17,7 @@ struct StateTarget {
 impl StateTarget {
     fn new() -> StateTarget {
         StateTarget {
-            state: State::new(waits::CONFIG),
+            state: State::new(rules::CONFIG),
             sent: 0,
             tickets: BTreeMap::new(),
             answers: Vec::new(),
@@ -41,7 +41,7 @@ impl StateTarget {
     }
 }
 
-impl WaitTarget for StateTarget {
+impl RuleTarget for StateTarget {
     fn send(&mut self, command: Command, now_ms: u64) -> Result<Sent, String> {
         let ticket = self.sent;
         self.sent += 1;
@@ -83,6 +83,6 @@ impl WaitTarget for StateTarget {
 }
 
 #[test]
-fn state_waits_as_the_scenarios_say() {
-    waits::run_scenarios(|| Box::new(StateTarget::new()));
+fn state_follows_the_rule_scenarios() {
+    rules::run_scenarios(|| Box::new(StateTarget::new()));
 }
