@@ -197,7 +197,7 @@ pub(crate) fn request_id(text: &str) -> RequestId {
 pub(crate) fn with_user(command: Command, user: &str) -> Command {
     match command {
         Command::Reserve(request) => Command::Reserve(ReserveRequest {
-            user: Some(UserId::parse(user).expect("scenario user")),
+            user: Some(user_id(user)),
             ..request
         }),
         other => other,
@@ -216,4 +216,64 @@ pub(crate) fn extend(hold: &str, ttl_ms: u64) -> Command {
         hold_id: hold_id(hold),
         ttl_ms,
     }
+}
+
+pub(crate) fn get_pool(pool: &str) -> Command {
+    Command::GetPool {
+        pool: pool_id(pool),
+    }
+}
+
+/// A put that creates the pool only when it does not exist (`If-None-Match: *`).
+pub(crate) fn put_pool_if_absent(pool: &str, spec: PoolSpec) -> Command {
+    Command::PutPool {
+        pool: pool_id(pool),
+        spec,
+        if_absent: true,
+    }
+}
+
+/// A refund whose units leave the pool (`restock: false`).
+pub(crate) fn refund_without_restock(hold: &str) -> Command {
+    Command::Refund {
+        hold_id: hold_id(hold),
+        restock: false,
+    }
+}
+
+pub(crate) fn list_pools(prefix: &str, after: Option<&str>, limit: usize) -> Command {
+    Command::ListPools {
+        prefix: prefix.to_string(),
+        after: after.map(str::to_string),
+        limit,
+    }
+}
+
+pub(crate) fn user_id(text: &str) -> UserId {
+    UserId::parse(text).expect("scenario user")
+}
+
+pub(crate) fn item(pool: &str, qty: u64) -> HoldItem {
+    HoldItem {
+        pool: pool_id(pool),
+        qty,
+    }
+}
+
+/// A reserve changed by `change` (any other command as it is).
+pub(crate) fn edit_reserve(command: Command, change: impl FnOnce(&mut ReserveRequest)) -> Command {
+    match command {
+        Command::Reserve(mut request) => {
+            change(&mut request);
+            Command::Reserve(request)
+        }
+        other => other,
+    }
+}
+
+/// Changes a request's items (shared, so edited as a copy).
+pub(crate) fn edit_items(request: &mut ReserveRequest, edit: impl FnOnce(&mut Vec<HoldItem>)) {
+    let mut items = request.items.to_vec();
+    edit(&mut items);
+    request.items = items.into();
 }

@@ -14,6 +14,9 @@
 
 mod backend;
 mod commands;
+mod locks;
+mod pools;
+mod requests;
 mod retention;
 mod waits;
 
@@ -223,7 +226,14 @@ pub type Scenario = fn(&mut Driver);
 
 /// Every scenario, by name.
 pub fn scenarios() -> Vec<(&'static str, Scenario)> {
-    [waits::SCENARIOS, retention::SCENARIOS].concat()
+    [
+        waits::SCENARIOS,
+        retention::SCENARIOS,
+        locks::SCENARIOS,
+        pools::SCENARIOS,
+        requests::SCENARIOS,
+    ]
+    .concat()
 }
 
 /// Runs every scenario, each on a fresh target from `open`.
