@@ -5,7 +5,8 @@
 //!
 //! The random sequences of the model reach most of the contract; these scenarios are for what
 //! they do not (waiting: the model has no waiters) or reach only by luck (the edges of retention,
-//! of lazy expiry, of request ids, of fencing). Each is written from the contract, with time
+//! of lazy expiry, of request ids, of fencing, of the sale window and of every limit; refunds of
+//! deleted pools; replays; the fields of events). Each is written from the contract, with time
 //! passed in as a number: every target runs on a clock only the driver moves.
 //!
 //! A target tells when it holds a request parked and how many it holds
