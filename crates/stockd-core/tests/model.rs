@@ -10,7 +10,8 @@
 //! postcard continues exactly like the original. A last test checks that the generator reaches
 //! the cases worth comparing.
 //!
-//! Waiters are not modelled (the model test's `wait_ms` are all 0); `rules.rs` covers them.
+//! Waiters are not modelled (the model test's `wait_ms` are all 0); stockd-model's rule scenarios
+//! (`rules/waits.rs`, run in `rule_scenarios.rs`) cover them.
 
 use std::collections::BTreeMap;
 

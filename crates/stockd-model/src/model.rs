@@ -6,8 +6,8 @@
 //! (time comes in as `now_ms`), and it must never borrow code from the implementations it judges:
 //! a rule shared with the core would be a rule the comparison cannot check.
 //!
-//! Waiters are not modelled (sequences for the model have `wait_ms` 0); stockd-core's
-//! `tests/rules.rs` covers them.
+//! Waiters are not modelled (sequences for the model have `wait_ms` 0); the rule scenarios
+//! (`rules/waits.rs`) cover them, on every backend.
 
 use std::collections::BTreeMap;
 
