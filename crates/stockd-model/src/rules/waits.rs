@@ -8,6 +8,17 @@ use stockd_core::{Error, EventKind, HoldStatus, Reply};
 use super::commands::*;
 use super::{Driver, Scenario, T0};
 
+/// The scenario of waiters over several pools; on a Cluster, pools in several partitions: such a
+/// reserve does not queue there (it retries), so arrival order is not promised for it.
+pub const WAITERS_ACROSS_POOLS: &str = "waiters across pools are served in arrival order";
+
+/// The scenario of a wait over two pools that ends short of one (on a Cluster, as above).
+pub const WAIT_DEADLINE_ACROSS_POOLS: &str =
+    "a wait's deadline answers the first failure of the final attempt";
+
+/// The scenario that fills a pool's wait queue (10,000 parked requests).
+pub const WAIT_QUEUE_BOUNDED: &str = "a pool's wait queue is bounded";
+
 /// The waiting scenarios, by name.
 pub const SCENARIOS: &[(&str, Scenario)] = &[
     (
@@ -23,7 +34,7 @@ pub const SCENARIOS: &[(&str, Scenario)] = &[
         a_waiter_that_cannot_be_satisfied_is_skipped,
     ),
     (
-        "waiters across pools are served in arrival order",
+        WAITERS_ACROSS_POOLS,
         waiters_across_pools_are_served_in_arrival_order,
     ),
     (
@@ -35,7 +46,7 @@ pub const SCENARIOS: &[(&str, Scenario)] = &[
         deadline_gives_success_when_stock_came_back,
     ),
     (
-        "a wait's deadline answers the first failure of the final attempt",
+        WAIT_DEADLINE_ACROSS_POOLS,
         deadline_answers_the_first_failure,
     ),
     (
@@ -43,7 +54,7 @@ pub const SCENARIOS: &[(&str, Scenario)] = &[
         pool_deletion_answers_its_waiters,
     ),
     ("only a shortage parks a reserve", only_a_shortage_parks),
-    ("a pool's wait queue is bounded", the_wait_queue_is_bounded),
+    (WAIT_QUEUE_BOUNDED, the_wait_queue_is_bounded),
     (
         "lock waiters get the lock on release or lapse, in arrival order",
         lock_waiters_in_arrival_order,
