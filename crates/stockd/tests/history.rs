@@ -1,6 +1,7 @@
 //! History checking against the real server: concurrent clients send random reserves (several
 //! pools, per-user limits, confirm: true, short ttl_ms so that holds expire, waits, idempotent
-//! retries), confirms, releases, extends, refunds, restocks, reads and lock operations, over
+//! retries, two copies at once now and then), confirms, releases, extends, refunds, restocks,
+//! reads and lock operations, over
 //! several connections and (on Redis) several stockd servers, while servers or Redis are killed
 //! with SIGKILL and restarted. Every request is recorded with its send and answer times and its
 //! answer, or as unknown (timeout, connection error, 503). At the end the feed is read and
@@ -100,6 +101,9 @@ struct Shared {
 }
 
 const RECENT_HOLDS: usize = 48;
+
+/// The process number of a client's concurrent copy of a request: the client's plus this.
+const COPY_PROCESS: u32 = 1_000;
 
 fn status_of(outcome: &Outcome) -> Option<(u16, &Value)> {
     match outcome {
@@ -223,7 +227,24 @@ async fn client(api: Api, process: u32, seed: u64, shared: Arc<Shared>, recorder
             }
         };
 
-        let outcome = recorder.perform(&api, process, request.clone()).await;
+        // Now and then two copies of a change at once, as a client whose first copy seems slow
+        // sends a second without waiting, or two tabs of one shopper: both are recorded (the
+        // copy as another process), and at most one may take effect.
+        let copied = !matches!(
+            request,
+            Request::LockAcquire { .. }
+                | Request::LockRenew { .. }
+                | Request::LockRelease { .. }
+                | Request::GetHold { .. }
+                | Request::GetPool { .. }
+        ) && rng.gen_bool(0.08);
+        let outcome = if copied {
+            let copy = recorder.perform(&api, process + COPY_PROCESS, request.clone());
+            let first = recorder.perform(&api, process, request.clone());
+            tokio::join!(first, copy).0
+        } else {
+            recorder.perform(&api, process, request.clone()).await
+        };
         // Holds that may exist are the ones others race on.
         if let (
             Request::Restock {
