@@ -647,6 +647,19 @@ fn sink_once_status(url: &str, dsn: &str) -> (i32, String) {
     )
 }
 
+/// A pool and three holds (four events, seqs 1-4), then one `sink --once`: the sink's cursor is 4.
+async fn four_events_then_sink(api: &Api, url: &str, dsn: &str) {
+    let (status, _) = api
+        .call("PUT", "/v1/pools/rw-a", Some(json!({"total": 5})))
+        .await;
+    assert_eq!(status, 201);
+    for n in 0..3 {
+        let body = json!({"hold_id": format!("rw-{n}"), "items": [{"pool": "rw-a", "qty": 1}]});
+        assert_eq!(api.call("POST", "/v1/holds", Some(body)).await.0, 201);
+    }
+    sink_once(url, dsn, &[]);
+}
+
 /// A Redis that lost data and was accepted by an operator continues its seqs above every seq it
 /// handed out before (a gap is allowed): the sink records the gap, goes on, and applies the new
 /// events; reconcile then repairs what it can of what the lost data took with it.
@@ -667,15 +680,7 @@ async fn after_an_accepted_loss_the_sink_records_the_gap_and_applies_the_new_eve
     .await;
     let api = server.api();
     let url = format!("http://127.0.0.1:{}", server.port());
-    let (status, _) = api
-        .call("PUT", "/v1/pools/rw-a", Some(json!({"total": 5})))
-        .await;
-    assert_eq!(status, 201);
-    for n in 0..3 {
-        let body = json!({"hold_id": format!("rw-{n}"), "items": [{"pool": "rw-a", "qty": 1}]});
-        assert_eq!(api.call("POST", "/v1/holds", Some(body)).await.0, 201);
-    }
-    sink_once(&url, &dsn, &[]);
+    four_events_then_sink(&api, &url, &dsn).await;
 
     // Redis loses everything; an operator accepts the empty dataset; sales go on.
     redis.redis.kill();
@@ -765,15 +770,7 @@ async fn a_feed_that_went_back_below_the_cursor_stops_the_sink() {
     let mut server = Server::start().await;
     let api = server.api();
     let url = format!("http://127.0.0.1:{}", server.port());
-    let (status, _) = api
-        .call("PUT", "/v1/pools/rw-a", Some(json!({"total": 5})))
-        .await;
-    assert_eq!(status, 201);
-    for n in 0..3 {
-        let body = json!({"hold_id": format!("rw-{n}"), "items": [{"pool": "rw-a", "qty": 1}]});
-        assert_eq!(api.call("POST", "/v1/holds", Some(body)).await.0, 201);
-    }
-    sink_once(&url, &dsn, &[]);
+    four_events_then_sink(&api, &url, &dsn).await;
 
     // The data dir is wiped; the engine starts empty; one new event, seq 1, below the cursor (4).
     server.kill();
