@@ -170,13 +170,23 @@ impl Command {
 /// a later winner in 28 of 42 races; with it off in the server, in 6 of 42. Only `serve` turns
 /// it off: the load generator's own scheduling is not what it measures, and off there it gave
 /// the race a worse tail. The switch is one of tokio's unstable settings, so the workspace
-/// builds with `--cfg tokio_unstable` (`.cargo/config.toml`); a test fails a build without it.
+/// builds with `--cfg tokio_unstable` (`.cargo/config.toml`), and a build without it fails.
 fn keep_arrival_order(runtime: &mut tokio::runtime::Builder) {
+    // Without the flag the build stops at the `compile_error!` below, with its one message.
     #[cfg(tokio_unstable)]
     runtime.disable_lifo_slot();
     #[cfg(not(tokio_unstable))]
     let _ = runtime;
 }
+
+// A build that lost the flag (RUSTFLAGS set, which replaces `.cargo/config.toml`'s; a build from
+// outside the repository) would serve a crowd out of arrival order without a word: refuse it.
+#[cfg(not(tokio_unstable))]
+compile_error!(
+    "stockd must be built with `--cfg tokio_unstable` (it keeps a crowd's requests in arrival \
+     order): build from the repository, whose .cargo/config.toml sets it, or add \
+     `--cfg tokio_unstable` to RUSTFLAGS when you set them"
+);
 
 /// `serve`'s HTTP worker threads when --worker-threads is not given: one per core but one,
 /// and at least one. The engine's writer thread decides every change and waits for its fsync:
@@ -320,16 +330,13 @@ mod tests {
     }
 
     /// `serve` runs three tasks woken one after another in that order. With tokio's LIFO slot
-    /// the last one runs first: so it does in a build without `--cfg tokio_unstable` (say, with
-    /// `RUSTFLAGS` set, which replaces `.cargo/config.toml`'s flags), and in `stockd bench`,
-    /// which keeps tokio's default.
+    /// the last one runs first: so it does in `stockd bench`, which keeps tokio's default.
     #[test]
     fn serve_runs_woken_tasks_in_the_order_they_were_woken() {
         assert_eq!(
             order_of_three_woken(runtime_for(&command(&["serve"]))),
             [0, 1, 2],
-            "woken tasks ran out of order: built without --cfg tokio_unstable? \
-             (.cargo/config.toml; add it to RUSTFLAGS when you set them)"
+            "woken tasks ran out of order: serve's runtime has tokio's LIFO slot on"
         );
         assert_eq!(
             order_of_three_woken(runtime_for(&command(&[
