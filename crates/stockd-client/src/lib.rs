@@ -1,5 +1,4 @@
-//! A typed async client of the stockd HTTP API (`the API contract, CONTRACT.md`), one method per
-//! endpoint.
+//! A typed async client of the stockd HTTP API (docs/api.md), one method per endpoint.
 //!
 //! This crate owns the HTTP mapping of the client side: paths, query strings, bearer tokens,
 //! status codes and error bodies. It never decides a stock rule and never validates what the

@@ -11,8 +11,8 @@
 //! answers alone ([`locks`], locks make no events). What it finds is a list of violations; an
 //! empty list means the history is explained.
 //!
-//! It is a dev-only crate that knows stockd only through its HTTP contract (the shared contract's
-//! CONTRACT.md and docs/api.md): it must never borrow code from the implementation it judges.
+//! It is a dev-only crate that knows stockd only through its HTTP contract (docs/api.md): it must
+//! never borrow code from the implementation it judges.
 //!
 //! Time: the clients stamp requests with the machine's wall clock, and stockd stamps events with
 //! the same clock (the embedded engine's, or Redis's on the same machine). An event caused by a

@@ -1,5 +1,5 @@
-//! The model: a second, deliberately naive implementation of the contract
-//! (the API contract, CONTRACT.md), written from the contract and not from stockd-core's `state/`.
+//! The model: a second, deliberately naive implementation of the contract (the HTTP API,
+//! docs/api.md), written from the contract and not from stockd-core's `state/`.
 //!
 //! It keeps every hold ever made in a `Vec` and recomputes `held`, `sold` and per-user usage by
 //! linear scans, so there is no incremental arithmetic to get wrong. It owns no I/O and no clock

@@ -1,5 +1,5 @@
-//! The contract conformance suite: every rule of `CONTRACT.md`, as a table of cases run against a
-//! real `stockd` process.
+//! The contract conformance suite: every rule of the HTTP API's contract (docs/api.md), as a table
+//! of cases run against a real `stockd` process.
 //!
 //! A case is data: a list of steps, each a request (method, path, JSON body) with the expected
 //! status and an expected *subset* of the answer (see `support::match_subset`: generated fields
