@@ -118,6 +118,42 @@ impl Drop for RedisServer {
     }
 }
 
+/// A backend on an emptied Redis (a one-node cluster when `partitions` > 1), with the
+/// retention of `config`, no background sweeper, and a test clock that starts at `start_ms` and
+/// that only the caller moves (the returned counter).
+fn fresh_backend(
+    runtime: &Runtime,
+    url: &str,
+    partitions: u32,
+    config: stockd_core::StateConfig,
+    start_ms: u64,
+) -> Result<(RedisBackend, Arc<AtomicU64>), String> {
+    let now_ms = Arc::new(AtomicU64::new(start_ms));
+    let clock = now_ms.clone();
+    let target = if partitions > 1 {
+        stockd_redis::Target::Cluster(vec![url.to_string()])
+    } else {
+        stockd_redis::Target::Single(url.to_string())
+    };
+    let config = RedisConfig {
+        hold_retention_ms: config.hold_retention_ms,
+        confirmed_retention_ms: config.confirmed_retention_ms,
+        clock: Some(TestClock(Arc::new(move || clock.load(Ordering::SeqCst)))),
+        background_sweep: false,
+        partitions,
+        ..RedisConfig::new(target)
+    };
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let mut connection = client.get_connection().map_err(|e| e.to_string())?;
+    redis::cmd("FLUSHALL")
+        .query::<()>(&mut connection)
+        .map_err(|e| e.to_string())?;
+    let backend = runtime
+        .block_on(RedisBackend::connect(config))
+        .map_err(|e| e.to_string())?;
+    Ok((backend, now_ms))
+}
+
 struct RedisTarget<'a> {
     runtime: &'a Runtime,
     now_ms: Arc<AtomicU64>,
@@ -134,35 +170,7 @@ impl<'a> RedisTarget<'a> {
     /// A fresh backend on an empty Redis (a one-node cluster when `partitions` > 1), its clock
     /// at [`START_MS`].
     fn open(runtime: &'a Runtime, url: &str, partitions: u32) -> Result<Self, String> {
-        let now_ms = Arc::new(AtomicU64::new(START_MS));
-        let clock = now_ms.clone();
-        let target = if partitions > 1 {
-            stockd_redis::Target::Cluster(vec![url.to_string()])
-        } else {
-            stockd_redis::Target::Single(url.to_string())
-        };
-        let config = RedisConfig {
-            hold_retention_ms: CONFIG.hold_retention_ms,
-            confirmed_retention_ms: CONFIG.confirmed_retention_ms,
-            clock: Some(TestClock(Arc::new(move || clock.load(Ordering::SeqCst)))),
-            background_sweep: false,
-            partitions,
-            ..RedisConfig::new(target)
-        };
-        let backend = runtime.block_on(async {
-            let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-            let mut connection = client
-                .get_multiplexed_async_connection()
-                .await
-                .map_err(|e| e.to_string())?;
-            redis::cmd("FLUSHALL")
-                .query_async::<()>(&mut connection)
-                .await
-                .map_err(|e| e.to_string())?;
-            RedisBackend::connect(config)
-                .await
-                .map_err(|e| e.to_string())
-        })?;
+        let (backend, now_ms) = fresh_backend(runtime, url, partitions, CONFIG, START_MS)?;
         Ok(RedisTarget {
             runtime,
             now_ms,
@@ -359,29 +367,9 @@ impl RedisParking {
     /// A fresh backend on an empty Redis (a one-node cluster when `partitions` > 1), its clock at
     /// the scenarios' start.
     fn open(runtime: &Runtime, url: &str, partitions: u32) -> Result<Self, String> {
-        let now_ms = Arc::new(AtomicU64::new(rules::T0));
-        let clock = now_ms.clone();
-        let target = if partitions > 1 {
-            stockd_redis::Target::Cluster(vec![url.to_string()])
-        } else {
-            stockd_redis::Target::Single(url.to_string())
-        };
-        let config = RedisConfig {
-            hold_retention_ms: rules::CONFIG.hold_retention_ms,
-            confirmed_retention_ms: rules::CONFIG.confirmed_retention_ms,
-            clock: Some(TestClock(Arc::new(move || clock.load(Ordering::SeqCst)))),
-            background_sweep: false,
-            partitions,
-            ..RedisConfig::new(target)
-        };
+        let (backend, now_ms) = fresh_backend(runtime, url, partitions, rules::CONFIG, rules::T0)?;
         let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-        let mut redis = client.get_connection().map_err(|e| e.to_string())?;
-        redis::cmd("FLUSHALL")
-            .query::<()>(&mut redis)
-            .map_err(|e| e.to_string())?;
-        let backend = runtime
-            .block_on(RedisBackend::connect(config))
-            .map_err(|e| e.to_string())?;
+        let redis = client.get_connection().map_err(|e| e.to_string())?;
         Ok(RedisParking {
             now_ms,
             backend: Arc::new(backend),
