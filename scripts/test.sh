@@ -8,7 +8,7 @@
 # Redis and a Cluster, crates/stockd-redis/tests/sim/, in the workspace pass), the PostgreSQL sink and reconcile (a private PostgreSQL, with
 # the sink, stockd and PostgreSQL killed; on every backend), the oversell lab (`stockd bench
 # lab`, briefly, on a real Redis and PostgreSQL), /metrics read by Prometheus's Python parsers, the alerting example checked by
-# promtool (Debian's prometheus package, installed when missing), the TLS proxy example, a bounded run of every fuzz target
+# promtool (Debian's prometheus package, installed when missing), the TLS proxy example, the systemd unit (systemd-analyze verify, and its command run and stopped), a bounded run of every fuzz target
 # (STOCKD_FUZZ_SECONDS per target, 20 by default), and schemathesis against a live server (its OpenAPI
 # document must match every answer; it needs python3 with venv and PyPI access).
 # Tests start their own stockd, redis-server and postgres processes on free loopback ports, and
@@ -82,6 +82,8 @@ echo "== the Prometheus alerting example: promtool check and unit tests, metrics
 scripts/prometheus-rules.sh
 echo "== TLS in front of stockd: the nginx example of docs/security.md, over HTTPS"
 scripts/tls-proxy.sh
+echo "== the systemd unit of docs/operations.md: systemd-analyze verify, its ExecStart run, a graceful stop"
+scripts/systemd-unit.sh
 echo "== cargo test (a server killed at each step of a cross-partition hold, or after a restock's call; test build only)"
 cargo test -p stockd --locked --features fault-injection --test cluster_faults --test restock_faults "$@"
 echo "== schemathesis: a live server's answers against its OpenAPI document (a few minutes)"
