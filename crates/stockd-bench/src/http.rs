@@ -9,47 +9,168 @@
 //! writes itself, one at a time, and answers framed by `Content-Length`, which is how stockd
 //! frames every answer. Anything else (a chunked or close-delimited body, an interim answer,
 //! bytes nobody asked for) is an error that drops the connection.
+//!
+//! An `https://` URL (a TLS proxy in front of stockd, docs/security.md) gets the same exchange
+//! inside rustls (ring), trusting the system's certificate authorities, or those of
+//! `SSL_CERT_FILE` / `SSL_CERT_DIR` when set, as reqwest does for the rest of stockd.
 
 use std::borrow::Cow;
 use std::io::ErrorKind;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 
 use bytes::{Bytes, BytesMut};
 use http::Method;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+use tokio_rustls::rustls;
+use tokio_rustls::TlsConnector;
 
-/// Where the server is: `host:port` and the bearer token to send.
+/// Where the server is: `host:port`, TLS for an `https` URL, and the bearer token to send.
 #[derive(Clone, Debug)]
 pub struct Endpoint {
-    /// `host:port`, from an `http://` URL.
+    /// `host:port`, from an `http://` or `https://` URL.
     pub authority: String,
     /// Sent as `Authorization: Bearer ...` on every request when set.
     pub token: Option<String>,
+    /// For `https`: how to open TLS and the name the server's certificate must carry.
+    tls: Option<Tls>,
+}
+
+/// TLS to one server: the connector (shared set-up and trusted roots) and the server's name.
+#[derive(Clone)]
+struct Tls {
+    connector: TlsConnector,
+    server_name: rustls::pki_types::ServerName<'static>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Endpoint {
-    /// Parses `http://host:port` (a trailing `/` is fine; `https` is not supported: put the
-    /// bench next to the server, or behind the same proxy's plain side).
+    /// Parses `http://host:port` or `https://host[:port]` (a trailing `/` is fine; no path).
     pub fn parse(url: &str, token: Option<String>) -> Result<Endpoint, String> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("--url {url:?}: expected http://HOST:PORT"))?;
+        const SHAPE: &str = "expected http://HOST:PORT or https://HOST[:PORT]";
+        let (rest, default_port, tls) = if let Some(rest) = url.strip_prefix("http://") {
+            (rest, 80, false)
+        } else if let Some(rest) = url.strip_prefix("https://") {
+            (rest, 443, true)
+        } else {
+            return Err(format!("--url {url:?}: {SHAPE}"));
+        };
         let authority = rest.trim_end_matches('/');
         if authority.is_empty() || authority.contains('/') {
-            return Err(format!(
-                "--url {url:?}: expected http://HOST:PORT with no path"
-            ));
+            return Err(format!("--url {url:?}: {SHAPE} with no path"));
         }
-        let authority = if authority.contains(':') {
+        // A port follows the last ':' unless that ':' is inside an IPv6 address's brackets.
+        let has_port = authority
+            .rsplit_once(':')
+            .is_some_and(|(_, port)| !port.contains(']'));
+        let authority = if has_port {
             authority.to_string()
         } else {
-            format!("{authority}:80")
+            format!("{authority}:{default_port}")
+        };
+        let tls = match tls {
+            true => Some(Tls::to(&authority).map_err(|why| format!("--url {url:?}: {why}"))?),
+            false => None,
         };
         Ok(Endpoint {
             authority,
             token: token.filter(|token| !token.is_empty()),
+            tls,
         })
+    }
+}
+
+impl Tls {
+    /// TLS to the server of `authority` (`host:port`), trusting the system's roots.
+    fn to(authority: &str) -> Result<Tls, String> {
+        let host = authority
+            .rsplit_once(':')
+            .map_or(authority, |(host, _)| host)
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let server_name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .map_err(|error| format!("{host:?} is not a server name: {error}"))?;
+        let mut roots = rustls::RootCertStore::empty();
+        let found = rustls_native_certs::load_native_certs();
+        let (added, _) = roots.add_parsable_certificates(found.certs);
+        if added == 0 {
+            let errors: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
+            return Err(format!(
+                "no trusted certificate authority could be read (the system's, or \
+                 SSL_CERT_FILE / SSL_CERT_DIR when set){}",
+                if errors.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", errors.join("; "))
+                }
+            ));
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|error| format!("TLS set-up: {error}"))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Tls {
+            connector: TlsConnector::from(Arc::new(config)),
+            server_name,
+        })
+    }
+}
+
+/// A connection's byte stream: plain TCP, or TLS over it.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(stream) => Pin::new(stream).poll_read(cx, buf),
+            Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(stream) => Pin::new(stream).poll_write(cx, buf),
+            Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(stream) => Pin::new(stream).poll_flush(cx),
+            Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(stream) => Pin::new(stream).poll_shutdown(cx),
+            Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_shutdown(cx),
+        }
     }
 }
 
@@ -132,7 +253,7 @@ pub struct Connection {
 }
 
 struct Open {
-    stream: TcpStream,
+    stream: Stream,
     /// Bytes read and not yet part of an answer: only ever the start of the next answer.
     input: BytesMut,
 }
@@ -164,6 +285,17 @@ impl Connection {
             .await
             .map_err(|error| format!("connect {}: {error}", self.endpoint.authority))?;
         let _ = stream.set_nodelay(true);
+        let stream = match &self.endpoint.tls {
+            None => Stream::Plain(stream),
+            Some(tls) => {
+                let stream = tls
+                    .connector
+                    .connect(tls.server_name.clone(), stream)
+                    .await
+                    .map_err(|error| format!("TLS with {}: {error}", self.endpoint.authority))?;
+                Stream::Tls(Box::new(stream))
+            }
+        };
         Ok(Open {
             stream,
             input: BytesMut::with_capacity(READ_CHUNK),
@@ -183,7 +315,7 @@ impl Connection {
     /// request may or may not have reached the server); the next call reconnects.
     pub async fn send(&mut self, request: &Request) -> Result<Answer, String> {
         self.written_at = None;
-        if self.open.as_ref().is_some_and(Open::ended) {
+        if self.open.as_mut().is_some_and(Open::ended) {
             self.open = None;
         }
         let open = match &mut self.open {
@@ -225,14 +357,25 @@ impl Open {
     /// closing an idle connection), since the last answer. Such a connection is replaced before
     /// a request goes into it: sent into a closing connection, the request's outcome would be
     /// unknown for nothing. One non-blocking read, which finds nothing on a healthy connection.
-    fn ended(&self) -> bool {
+    fn ended(&mut self) -> bool {
         if !self.input.is_empty() {
             return true;
         }
         let mut byte = [0u8; 1];
-        match self.stream.try_read(&mut byte) {
-            Err(error) => error.kind() != ErrorKind::WouldBlock,
-            Ok(_) => true,
+        match &mut self.stream {
+            Stream::Plain(stream) => match stream.try_read(&mut byte) {
+                Err(error) => error.kind() != ErrorKind::WouldBlock,
+                Ok(_) => true,
+            },
+            // One poll that must not wait: records that carry no data (a session ticket) are
+            // taken in by rustls and leave it pending; data, the end or an error end it.
+            Stream::Tls(stream) => {
+                let mut buf = ReadBuf::new(&mut byte);
+                let mut cx = Context::from_waker(Waker::noop());
+                Pin::new(stream.as_mut())
+                    .poll_read(&mut cx, &mut buf)
+                    .is_ready()
+            }
         }
     }
 }
@@ -282,6 +425,11 @@ async fn exchange(
 ) -> Result<(Answer, bool), String> {
     open.stream
         .write_all(request)
+        .await
+        .map_err(|error| format!("sending the request: {error}"))?;
+    // Nothing for plain TCP; over TLS, the last record out of rustls and into the socket.
+    open.stream
+        .flush()
         .await
         .map_err(|error| format!("sending the request: {error}"))?;
     *written_at = Some(Instant::now());
@@ -417,6 +565,26 @@ mod tests {
 
     fn head(text: &str) -> Result<Option<Head>, String> {
         Head::parse(text.as_bytes(), false)
+    }
+
+    #[test]
+    fn urls_are_http_or_https_with_a_default_port() {
+        let authority = |url: &str| Endpoint::parse(url, None).map(|endpoint| endpoint.authority);
+        assert_eq!(
+            authority("http://127.0.0.1:7070/").unwrap(),
+            "127.0.0.1:7070"
+        );
+        assert_eq!(
+            authority("http://stock.internal").unwrap(),
+            "stock.internal:80"
+        );
+        assert_eq!(authority("http://[::1]").unwrap(), "[::1]:80");
+        assert_eq!(authority("http://[::1]:7070").unwrap(), "[::1]:7070");
+        assert!(Endpoint::parse("http://h:1", None).unwrap().tls.is_none());
+        for bad in ["ftp://h:1", "h:1", "http://", "http://h:1/prefix"] {
+            let error = authority(bad).expect_err(bad);
+            assert!(error.contains("https://HOST[:PORT]"), "{bad}: {error}");
+        }
     }
 
     #[test]

@@ -81,17 +81,25 @@ impl fmt::Debug for Client {
 }
 
 impl Client {
-    /// A client of the server at `base_url` (`http://host:port`, optionally with a path prefix),
-    /// sending `token` as a bearer token when given.
+    /// A client of the server at `base_url` (`http://host:port` or `https://host:port`,
+    /// optionally with a path prefix), sending `token` as a bearer token when given.
+    ///
+    /// `https` goes through rustls and trusts the system's certificate authorities; the
+    /// variables `SSL_CERT_FILE` (a PEM file) and `SSL_CERT_DIR` replace them, as they do for
+    /// OpenSSL and curl, for a server whose certificate a private CA signed.
     ///
     /// A malformed `base_url` is not reported here but by every request, as
     /// [`ClientError::Transport`], so that constructing a client cannot fail.
     pub fn new(base_url: &str, token: Option<String>) -> Client {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+        let builder = || {
+            reqwest::Client::builder().connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+        };
+        let http = builder()
             .build()
-            // Building fails only when a TLS backend or the system proxy configuration cannot be
-            // loaded; this crate has no TLS, so fall back to the plain default client.
+            // Building fails only when the trusted certificates cannot be read (SSL_CERT_FILE
+            // names a file of none that parse): then a client without them, whose https
+            // requests fail naming the unknown issuer, and whose plain http ones still work.
+            .or_else(|_| builder().tls_built_in_native_certs(false).build())
             .unwrap_or_default();
         Client {
             http,
