@@ -17,6 +17,16 @@ export class ApiError extends Error {
   }
 }
 
+/**
+ * An error as an operator reads it after an action: the API's message, then its HTTP status and
+ * its code (`hold hold-7 is released (409 hold_released)`), the code being what the contract
+ * and the logs name.
+ */
+export function errorText(error) {
+  if (!(error instanceof ApiError)) return error.message;
+  return `${error.message} (${error.status ? `${error.status} ` : ""}${error.code})`;
+}
+
 const listeners = new Set();
 
 /** Called with (ok, error) after every answer or failure to reach stockd. */

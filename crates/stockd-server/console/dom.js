@@ -37,15 +37,46 @@ export function number(value) {
 
 const pad = (value, width = 2) => String(value).padStart(width, "0");
 
-/** Local wall-clock time of a `*_ms` value: 14:03:07.250 (with the date when not today). */
+/**
+ * A `*_ms` value in this browser's time zone, as ISO 8601 with its UTC offset:
+ * `2026-05-14T14:03:07.250+02:00`. Always the whole date and the offset: an operator comparing
+ * the console with a log, an order e-mail or a colleague in another zone must not have to guess
+ * the day or the zone.
+ */
+function iso(ms, millis) {
+  const date = new Date(ms);
+  const offsetMinutes = -date.getTimezoneOffset();
+  const offsetSize = Math.abs(offsetMinutes);
+  const offset = `${offsetMinutes < 0 ? "-" : "+"}${pad(Math.floor(offsetSize / 60))}:${pad(offsetSize % 60)}`;
+  return (
+    `${pad(date.getFullYear(), 4)}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}` +
+    `T${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}` +
+    (millis ? `.${pad(date.getMilliseconds(), 3)}` : "") +
+    offset
+  );
+}
+
+/** A `*_ms` value as text: `2026-05-14 14:03:07.250 +02:00` (ISO 8601, spaced to be read). */
 export function time(ms, { millis = true } = {}) {
   if (ms === null || ms === undefined) return "—";
-  const date = new Date(ms);
-  const clock =
-    `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}` +
-    (millis ? `.${pad(date.getMilliseconds(), 3)}` : "");
-  if (date.toDateString() === new Date().toDateString()) return clock;
-  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())} ${clock}`;
+  const text = iso(ms, millis);
+  const zoneAt = text.length - 6;
+  return `${text.slice(0, zoneAt).replace("T", " ")} ${text.slice(zoneAt)}`;
+}
+
+/** This browser's time zone, the one every time of the console is shown in: `Europe/Paris`. */
+export function zoneName() {
+  return Intl.DateTimeFormat().resolvedOptions().timeZone || "this browser's local time";
+}
+
+/**
+ * A `*_ms` value as a `<time>` element: the text of `time()`, the machine-readable value in
+ * `datetime`, and the long form with the zone's name on hover.
+ */
+export function timeElement(ms, { millis = true, id } = {}) {
+  if (ms === null || ms === undefined) return h("span", { id, text: "—" });
+  const spelled = new Date(ms).toLocaleString(undefined, { dateStyle: "full", timeStyle: "long" });
+  return h("time", { id, datetime: iso(ms, millis), title: `${spelled} (${zoneName()})`, text: time(ms, { millis }) });
 }
 
 /** "in 4 m 10 s" / "2 m ago". */

@@ -2,7 +2,7 @@
 // the console keeps reading, and counts what arrived meanwhile), and filterable by pool or
 // hold id. Also the event rows the pool and hold pages use.
 
-import { h, holdLink, number, poolLink, time } from "./dom.js";
+import { h, holdLink, number, poolLink, time, timeElement } from "./dom.js";
 import { feed } from "./feed.js";
 
 /** Rows shown; the console keeps more (feed.js) for the pool and hold pages. */
@@ -33,6 +33,8 @@ function details(event) {
   if (event.expires_at_ms !== undefined && (event.type === "held" || event.type === "extended")) {
     parts.push(` · until ${time(event.expires_at_ms, { millis: false })}`);
   }
+  // An event without items or pool (extended) starts with its first detail, not a separator.
+  if (typeof parts[0] === "string") parts[0] = parts[0].replace(/^ · /, "");
   return parts;
 }
 
@@ -41,7 +43,7 @@ export function eventRow(event, { partitionColumn }) {
     return h(
       "tr",
       { class: "gap" },
-      h("td", { text: time(event.at_ms) }),
+      h("td", {}, timeElement(event.at_ms)),
       h("td", { text: partitionColumn ? `${event.partition} · ${event.from}–${event.to}` : `${event.from}–${event.to}` }),
       h("td", { text: "gap" }),
       h("td", { text: "The feed no longer kept these events when the console asked for them." }),
@@ -51,7 +53,7 @@ export function eventRow(event, { partitionColumn }) {
   return h(
     "tr",
     { class: `event ${event.type}`, dataset: { seq: event.seq, type: event.type } },
-    h("td", { text: time(event.at_ms) }),
+    h("td", {}, timeElement(event.at_ms)),
     h("td", { text: where }),
     h("td", {}, h("span", { class: `type ${event.type}`, text: event.type.replace("_", " ") }), event.hold_id ? [" ", holdLink(event.hold_id)] : []),
     h("td", {}, ...details(event)),

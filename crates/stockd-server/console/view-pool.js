@@ -2,7 +2,7 @@
 // events (live, from the feed), and for admin tokens restock and delete. Polls the pool every
 // second.
 
-import { adminCall, ApiError, call } from "./api.js";
+import { adminCall, ApiError, call, errorText } from "./api.js";
 import { chart } from "./chart.js";
 import { every, h, lowStock, messageLine, number, stockBar, stockNumbers, time } from "./dom.js";
 import { feed, touchesPool } from "./feed.js";
@@ -136,7 +136,7 @@ function adminForms(poolId) {
       restockMessage.show(`Restocked by ${units > 0 ? "+" : ""}${number(units)}: total ${number(pool.total)}.`, "ok");
       restock.reset();
     } catch (error) {
-      restockMessage.show(error.message);
+      restockMessage.show(errorText(error));
     }
   });
 
@@ -161,7 +161,7 @@ function adminForms(poolId) {
       forget(poolId);
       deleteMessage.show(`Deleted ${poolId}.`, "ok");
     } catch (error) {
-      deleteMessage.show(error.message);
+      deleteMessage.show(errorText(error));
     }
     ask.hidden = false;
     confirmBox.hidden = true;

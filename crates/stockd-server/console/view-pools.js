@@ -2,7 +2,7 @@
 // list endpoint's `prefix`), sorted, low stock highlighted; and, for admin tokens, creating a
 // pool. Polls one page of the list every second.
 
-import { adminCall, call } from "./api.js";
+import { adminCall, call, errorText } from "./api.js";
 import { every, h, lowStock, messageLine, number, poolLink, stockBar, stockNumbers, time } from "./dom.js";
 import { record } from "./series.js";
 import { session } from "./session.js";
@@ -185,7 +185,7 @@ function createForm(refresh) {
       form.reset();
       refresh();
     } catch (error) {
-      message.show(error.message);
+      message.show(errorText(error));
     }
   });
   return form;

@@ -4,9 +4,12 @@
 //! One test, two servers, one browser: on a server without tokens it creates a pool through the
 //! console's admin form, makes holds through the API and watches the bars' numbers change, opens
 //! the pool page and watches its events arrive, restocks there, looks up a hold and follows its
-//! history, pauses and resumes the live feed, and deletes the pool; on a server with tokens it
-//! is asked for a token, refuses a wrong one, learns that a client token may not write pools
-//! (and hides those actions), and lets an admin token do it.
+//! history and its times (whole date and UTC offset, in a time zone that is not UTC), extends,
+//! releases and confirms stuck holds from their page (each checked through the API) and shows a
+//! refund the server refuses, pauses and resumes the live feed, and deletes the pool; on a
+//! server with tokens it is asked for a token, refuses a wrong one, learns that a client token
+//! may not write pools (and hides those actions) but may act on holds, and lets an admin token
+//! write pools.
 //!
 //! Chromium and chromedriver are Debian's `chromium` and `chromium-driver` (scripts/test.sh
 //! installs them and sets `STOCKD_REQUIRE_BROWSER=1`, so that there the test cannot skip).
@@ -48,6 +51,11 @@ const CHROMIUM_FLAGS: &[&str] = &[
     "--disable-dev-shm-usage",
     "--window-size=1280,1000",
 ];
+/// The browser's time zone (chromedriver's and so Chromium's `TZ`): behind UTC, and half an
+/// hour off the hour, so that a time shown without its zone, or with a wrong offset, is seen.
+const BROWSER_TIME_ZONE: &str = "Pacific/Marquesas";
+/// Its UTC offset, as the console shows it (the zone has no daylight saving time).
+const BROWSER_UTC_OFFSET: &str = "-09:30";
 
 #[tokio::test]
 async fn the_console_in_a_real_browser() {
@@ -205,9 +213,34 @@ async fn without_tokens(browser: &Browser) {
     browser.screenshot("console-pool.png").await;
 
     // A hold looked up by id, with its history, which goes on live.
-    browser.fill("#hold-lookup-id", "order-3").await;
-    browser.click("#hold-lookup button[type=submit]").await;
-    browser.wait_text("#hold-status", "confirmed").await;
+    browser.lookup_hold("order-3", "confirmed").await;
+    // Its times show the date, the time and the browser's offset, and are the hold's exactly.
+    let read = hold(&api, "order-3").await;
+    let created = browser.text("#hold-created").await;
+    assert!(
+        created.ends_with(BROWSER_UTC_OFFSET),
+        "{created:?} shows the offset"
+    );
+    assert_eq!(
+        shown_ms(&created),
+        read["created_at_ms"].as_u64(),
+        "{created:?}"
+    );
+    let deadline = browser.text("#hold-expires").await;
+    assert_eq!(
+        shown_ms(&deadline),
+        read["expires_at_ms"].as_u64(),
+        "{deadline:?}"
+    );
+    browser.wait_text("#hold-zone", BROWSER_TIME_ZONE).await;
+    // A confirmed hold offers refund only.
+    browser.wait_present("#hold-refund").await;
+    assert_eq!(
+        browser
+            .count("#hold-confirm, #hold-release, #hold-extend")
+            .await,
+        0
+    );
     browser
         .wait_text("#hold-history-note", "Every event of this hold")
         .await;
@@ -224,7 +257,59 @@ async fn without_tokens(browser: &Browser) {
     browser
         .wait_present("#hold-events tr[data-type='refunded']")
         .await;
+    browser
+        .wait_text("#hold-actions", "A refunded hold is final")
+        .await;
+    assert_eq!(browser.count("#hold-actions button").await, 0);
+
+    // A stuck hold handled from its page: extended, then released (a second click).
+    browser.lookup_hold("order-4", "held").await;
+    assert_eq!(browser.count("#hold-refund").await, 0, "held: no refund");
+    browser.fill("#hold-extend-seconds", "3600").await;
+    let before_ms = now_ms();
+    browser.click("#hold-extend").await;
+    browser
+        .wait_text("#hold-action-message", "Extended: expires")
+        .await;
+    let after_ms = now_ms();
+    let extended = hold(&api, "order-4").await;
+    let expires_at_ms = extended["expires_at_ms"].as_u64().expect("expires_at_ms");
+    assert!(
+        (before_ms + 3_600_000..=after_ms + 3_600_000).contains(&expires_at_ms),
+        "extended by an hour from the click: {extended}"
+    );
+    assert_eq!(extended["status"], "held");
+    let shown = browser.text("#hold-expires").await;
+    assert_eq!(shown_ms(&shown), Some(expires_at_ms), "{shown:?}");
     browser.screenshot("console-hold.png").await;
+    browser.click("#hold-release").await;
+    browser
+        .wait_text("#hold-release-box", "go back to available")
+        .await;
+    browser.click("#hold-release-go").await;
+    browser
+        .wait_text("#hold-action-message", "Released order-4: now released")
+        .await;
+    assert_eq!(hold(&api, "order-4").await["status"], "released");
+    browser
+        .wait_text("#hold-actions", "A released hold is final")
+        .await;
+
+    // Confirm: the first click only asks, Cancel leaves the hold alone; the second confirms,
+    // and refund is offered instead.
+    reserve(&api, "order-6", "sku-red-shoe", 1, false).await;
+    browser.lookup_hold("order-6", "held").await;
+    browser.click("#hold-confirm").await;
+    browser.click("#hold-confirm-cancel").await;
+    assert_eq!(hold(&api, "order-6").await["status"], "held");
+    browser.click("#hold-confirm").await;
+    browser.click("#hold-confirm-go").await;
+    browser
+        .wait_text("#hold-action-message", "Confirmed order-6: now confirmed")
+        .await;
+    assert_eq!(hold(&api, "order-6").await["status"], "confirmed");
+    browser.wait_present("#hold-refund").await;
+    assert_eq!(browser.count("#hold-confirm, #hold-release").await, 0);
     browser.fill("#hold-lookup-id", "no-such-order").await;
     browser.click("#hold-lookup button[type=submit]").await;
     browser
@@ -260,8 +345,6 @@ async fn without_tokens(browser: &Browser) {
     browser.screenshot("console-events.png").await;
 
     // Delete a pool (a second click confirms).
-    let (status, body) = api.call("POST", "/v1/holds/order-4/release", None).await;
-    assert_eq!(status, 200, "{body}");
     browser
         .click("#feed-events tr[data-type='restocked'] a.pool-link")
         .await;
@@ -273,6 +356,19 @@ async fn without_tokens(browser: &Browser) {
     let (status, _) = api.call("GET", "/v1/pools/sku-red-shoe", None).await;
     assert_eq!(status, 404, "the console deleted the pool");
     browser.wait_text("#pool-state", "There is no pool").await;
+
+    // A refund the server refuses (the hold's pool is gone) shows the API's message and code,
+    // and changes nothing.
+    browser.lookup_hold("order-6", "confirmed").await;
+    browser.click("#hold-refund").await;
+    browser.click("#hold-refund-go").await;
+    browser
+        .wait_text(
+            "#hold-action-message",
+            "Refund refused: pool sku-red-shoe of this hold was deleted (409 pool_deleted)",
+        )
+        .await;
+    assert_eq!(hold(&api, "order-6").await["status"], "confirmed");
 
     // A burst of 400 events, past the feed's window of 50 before the console can read them: it
     // shows a gap where they were, never a silent one, and goes on from the oldest kept.
@@ -348,6 +444,17 @@ async fn with_tokens(browser: &Browser) {
     browser.click("li[data-pool='team-7'] .pool-link").await;
     browser.wait_numbers("#pool-numbers", [3, 0, 2, 5]).await;
     assert_eq!(browser.count("#restock-form, #delete-box").await, 0);
+    // Hold commands are a client's rights (docs/security.md): offered to it, and done.
+    reserve(&api, "cart-1", "team-7", 1, false).await;
+    browser.lookup_hold("cart-1", "held").await;
+    browser.click("#hold-release").await;
+    browser.click("#hold-release-go").await;
+    browser
+        .wait_text("#hold-action-message", "Released cart-1: now released")
+        .await;
+    assert_eq!(hold(&api, "cart-1").await["status"], "released");
+    browser.click("#hold-facts a.pool-link").await;
+    browser.wait_numbers("#pool-numbers", [3, 0, 2, 5]).await;
 
     // Forget it (the page starts again); an admin token may write pools.
     browser.assert_no_problems().await;
@@ -375,6 +482,67 @@ async fn seed(api: &Api, pool: &str, body: Value, holds: &[(&str, u64, bool)]) {
     for (index, (prefix, qty, confirm)) in holds.iter().enumerate() {
         reserve(api, &format!("{prefix}-{index}"), pool, *qty, *confirm).await;
     }
+}
+
+/// The hold as the API reads it.
+async fn hold(api: &Api, hold_id: &str) -> Value {
+    let (status, body) = api.call("GET", &format!("/v1/holds/{hold_id}"), None).await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// The instant a time of the console means (`2026-05-14 14:03:07.250 +05:30`, possibly followed
+/// by more text), in ms since the epoch; None when the text is not such a time.
+fn shown_ms(text: &str) -> Option<u64> {
+    const SHAPE: &[u8] = b"0000-00-00 00:00:00.000 +00:00";
+    let fits = text.len() >= SHAPE.len()
+        && SHAPE
+            .iter()
+            .zip(text.bytes())
+            .all(|(&shape, byte)| match shape {
+                b'0' => byte.is_ascii_digit(),
+                b'+' => byte == b'+' || byte == b'-',
+                _ => byte == shape,
+            });
+    if !fits {
+        return None;
+    }
+    let field = |range: std::ops::Range<usize>| text[range].parse::<i64>().ok();
+    let (year, month, day) = (field(0..4)?, field(5..7)?, field(8..10)?);
+    let clock_ms =
+        ((field(11..13)? * 60 + field(14..16)?) * 60 + field(17..19)?) * 1000 + field(20..23)?;
+    let offset_ms = (field(25..27)? * 60 + field(28..30)?) * 60_000;
+    let utc_ms = match &text[24..25] {
+        "+" => days_from_civil(year, month, day) * 86_400_000 + clock_ms - offset_ms,
+        _ => days_from_civil(year, month, day) * 86_400_000 + clock_ms + offset_ms,
+    };
+    u64::try_from(utc_ms).ok()
+}
+
+/// Days from 1970-01-01 to a date of the proleptic Gregorian calendar (H. Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let day_of_year = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+#[test]
+fn shown_times_parse() {
+    assert_eq!(shown_ms("1970-01-01 00:00:00.000 +00:00"), Some(0));
+    assert_eq!(shown_ms("1969-12-31 14:30:00.000 -09:30"), Some(0));
+    assert_eq!(
+        shown_ms("1970-01-01 05:30:00.250 +05:30 (in 9 m)"),
+        Some(250)
+    );
+    assert_eq!(
+        shown_ms("2000-03-01 00:00:00.000 -01:00"),
+        Some(951_872_400_000)
+    );
+    assert_eq!(shown_ms("14:03:07.250"), None);
+    assert_eq!(shown_ms("2000-03-01 00:00:00.000"), None);
 }
 
 async fn reserve(api: &Api, hold_id: &str, pool: &str, qty: u64, confirm: bool) {
@@ -412,6 +580,8 @@ impl Browser {
             let port = free_port();
             let mut driver = Command::new(chromedriver)
                 .arg(format!("--port={port}"))
+                // Inherited by the Chromium it starts.
+                .env("TZ", BROWSER_TIME_ZONE)
                 // Its own process group, with the Chromium it starts: ended together on drop.
                 .process_group(0)
                 .stdout(Stdio::null())
@@ -570,6 +740,28 @@ impl Browser {
             .find_all(Locator::Css(css))
             .await
             .map_or(0, |found| found.len())
+    }
+
+    /// The text the element `css` shows now.
+    async fn text(&self, css: &str) -> String {
+        self.wait_present(css).await;
+        let element = self.find(css).await.expect(css);
+        element.text().await.expect("read a text")
+    }
+
+    /// Looks `hold_id` up with the box at the top, and waits until its page shows `status`.
+    async fn lookup_hold(&self, hold_id: &str, status: &str) {
+        self.fill("#hold-lookup-id", hold_id).await;
+        self.click("#hold-lookup button[type=submit]").await;
+        self.wait_text(".hold-id", hold_id).await;
+        self.wait_until(&format!("hold {hold_id} to show {status}"), || async {
+            let shown = match self.find("#hold-status").await {
+                Ok(element) => element.text().await.map_err(|error| error.to_string()),
+                Err(error) => Err(error.to_string()),
+            };
+            (shown.as_deref() != Ok(status)).then(|| format!("{shown:?}"))
+        })
+        .await
     }
 
     async fn attribute(&self, css: &str, name: &str) -> Option<String> {
