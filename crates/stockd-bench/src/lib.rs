@@ -98,7 +98,6 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
     let race_order =
         run.race_order(groups.and_then(|groups| race::group_commit(load.window, groups)));
     let verdict = run.verdict(&mut admin).await?;
-    let (holds, _units) = run.created();
     Ok(Report::new(
         &run_id,
         &config.urls,
@@ -108,7 +107,6 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
         config.load.pace,
         config.load.seed,
         &load,
-        holds,
         verdict,
         race_order,
     ))

@@ -31,13 +31,16 @@ pub trait Workload: Send + Sync + 'static {
 
     /// The answer to a request `next` gave; `Err` when its outcome is unknown (the connection
     /// failed after sending, or before an answer came). `timing` says when the request went.
+    /// Returns how many holds the answer says the server created (a batch's answer carries
+    /// many), which the driver adds up over the measured requests only, as it does the requests
+    /// themselves: holds per second and requests per second share one window.
     fn answered(
         &self,
         worker: usize,
         tag: Self::Tag,
         answer: &Result<Answer, String>,
         timing: Timing,
-    );
+    ) -> u64;
 }
 
 /// When a request went to the server, as the client saw it. On loopback a request reaches the
@@ -114,19 +117,28 @@ pub struct Recorded {
     pub timeline: Vec<Second>,
     /// The first few unknown outcomes' reasons, to say why.
     pub unknown_samples: Vec<String>,
+    /// Holds the server created with the measured requests (the warm-up's are not counted, as
+    /// its requests are not).
+    pub holds_created: u64,
 }
 
 impl Recorded {
-    fn new() -> Recorded {
+    pub(crate) fn new() -> Recorded {
         Recorded {
             latency_us: histogram(),
             outcomes: BTreeMap::new(),
             timeline: Vec::new(),
             unknown_samples: Vec::new(),
+            holds_created: 0,
         }
     }
 
-    fn record(&mut self, second: usize, latency: Duration, outcome: &Result<Answer, String>) {
+    pub(crate) fn record(
+        &mut self,
+        second: usize,
+        latency: Duration,
+        outcome: &Result<Answer, String>,
+    ) {
         let micros = u64::try_from(latency.as_micros())
             .unwrap_or(u64::MAX)
             .max(1);
@@ -186,6 +198,7 @@ impl Recorded {
                 self.unknown_samples.push(sample);
             }
         }
+        self.holds_created += other.holds_created;
     }
 
     pub fn measured(&self) -> u64 {
@@ -342,12 +355,13 @@ pub async fn run<W: Workload>(
                     }
                 }
                 live.answered.fetch_add(1, Ordering::Relaxed);
+                let holds_created = workload.answered(worker, tag, &outcome, timing);
                 if measured {
                     let second = (intended - measure_from).as_secs() as usize;
                     recorded.record(second, done - intended, &outcome);
+                    recorded.holds_created += holds_created;
                     last_answer = last_answer.max(done);
                 }
-                workload.answered(worker, tag, &outcome, timing);
                 if outcome.is_err() {
                     // A server that is down would otherwise be hammered with connects.
                     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -414,4 +428,89 @@ fn spawn_progress(live: Arc<Live>, start: Instant) -> tokio::task::JoinHandle<()
         }
         bar.finish_and_clear();
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A server that answers every request head with `201` and an empty JSON object.
+    async fn always_created() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut input = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while let Ok(read) = stream.read(&mut chunk).await {
+                        if read == 0 {
+                            break;
+                        }
+                        input.extend_from_slice(&chunk[..read]);
+                        while let Some(end) = input.windows(4).position(|w| w == b"\r\n\r\n") {
+                            input.drain(..end + 4);
+                            let answer = b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\n{}";
+                            if stream.write_all(answer).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    /// Every answer 201 is one hold; counts the answers it was given, measured or not.
+    #[derive(Default)]
+    struct Holds {
+        answered: AtomicU64,
+    }
+
+    impl Workload for Holds {
+        type Tag = ();
+
+        fn next(&self, _worker: usize, _rng: &mut StdRng) -> Option<(Request, ())> {
+            Some((Request::get("/hold"), ()))
+        }
+
+        fn answered(&self, _: usize, (): (), answer: &Result<Answer, String>, _: Timing) -> u64 {
+            self.answered.fetch_add(1, Ordering::Relaxed);
+            u64::from(matches!(answer, Ok(answer) if answer.status == 201))
+        }
+    }
+
+    #[tokio::test]
+    async fn holds_created_in_the_warm_up_are_not_counted_with_the_measured_requests() {
+        let url = always_created().await;
+        let endpoint = Endpoint::parse(&url, None).unwrap();
+        let workload = Arc::new(Holds::default());
+        let config = LoadConfig {
+            connections: 2,
+            pace: Pace::Closed,
+            duration: Some(Duration::from_millis(300)),
+            requests: None,
+            warmup: Duration::from_millis(300),
+            seed: 1,
+            progress: false,
+        };
+        let load = run(&[endpoint], Arc::clone(&workload), &config)
+            .await
+            .unwrap();
+        let measured = load.recorded.measured();
+        let answered = workload.answered.load(Ordering::Relaxed);
+        assert!(measured > 0, "nothing measured");
+        assert!(
+            answered > measured,
+            "the warm-up created holds too: {answered} answered, {measured} measured"
+        );
+        assert_eq!(load.recorded.holds_created, measured);
+        assert_eq!(load.recorded.outcomes.get("201"), Some(&measured));
+    }
 }

@@ -47,7 +47,10 @@ pub struct Report {
     pub window_s: f64,
     pub requests: u64,
     pub throughput_per_s: f64,
-    /// Holds the server created per second, over the whole run (a batch request carries many).
+    /// Holds the server created with the measured requests (a batch request carries many).
+    pub holds_created: u64,
+    /// `holds_created` per second of the measured window: the same requests over the same
+    /// window as `throughput_per_s`, so at most it for every scenario but `batch`.
     pub holds_per_s: f64,
     pub latency: Latency,
     /// Opening the connections, all at once before the first request (not in `latency`).
@@ -101,13 +104,11 @@ impl Report {
         pace: Pace,
         seed: u64,
         load: &LoadResult,
-        holds_created: u64,
         verdict: Verdict,
         race_order: Option<RaceOrder>,
     ) -> Report {
-        // Holds are counted over the whole run, warm-up included.
-        let elapsed = load.elapsed.as_secs_f64();
         let window = load.window.as_secs_f64();
+        let holds_created = load.recorded.holds_created;
         Report {
             run_id: run_id.to_string(),
             urls: urls.to_vec(),
@@ -122,8 +123,9 @@ impl Report {
             window_s: window,
             requests: load.recorded.measured(),
             throughput_per_s: load.throughput_per_s(),
-            holds_per_s: if elapsed > 0.0 {
-                holds_created as f64 / elapsed
+            holds_created,
+            holds_per_s: if window > 0.0 {
+                holds_created as f64 / window
             } else {
                 0.0
             },
@@ -185,7 +187,11 @@ impl Report {
             "  throughput    {:>12.0}  requests/s",
             self.throughput_per_s
         );
-        let _ = writeln!(out, "  holds created {:>12.0}  per s", self.holds_per_s);
+        let _ = writeln!(
+            out,
+            "  holds created {:>12.0}  per s  ({} in the same window)",
+            self.holds_per_s, self.holds_created
+        );
         let l = &self.latency;
         let _ = writeln!(
             out,
@@ -264,14 +270,17 @@ impl Report {
         out
     }
 
-    /// Throughput and latency (p50, p99) per second, as an SVG document.
+    /// Throughput and latency (p50, p99) per second, as an SVG document: two panels over the
+    /// seconds of the measured window, each with ticks and labels on both axes.
     pub fn svg(&self) -> String {
-        let (width, height) = (900.0f64, 560.0f64);
+        let (width, height) = (900.0f64, 580.0f64);
         let (left, right) = (70.0, 20.0);
         let panel = 200.0;
         let tops = [50.0, 320.0];
+        let plot_width = width - left - right;
         let seconds = self.timeline.len().max(1) as f64;
-        let x = |second: f64| left + (width - left - right) * (second + 0.5) / seconds;
+        // Second `s` of the window spans [s, s + 1): its point sits in the middle.
+        let x = |second: f64| left + plot_width * second / seconds;
         let mut svg = String::new();
         let _ = writeln!(
             svg,
@@ -286,11 +295,13 @@ impl Report {
             self.latency.p99_ms,
             if self.verdict.ok { "OK" } else { "FAILED" }
         );
+        let x_ticks = Ticks::whole(seconds, 10);
         for (index, title) in ["requests per second", "latency ms (p50, p99)"]
             .iter()
             .enumerate()
         {
             let top = tops[index];
+            let bottom = top + panel;
             let values: Vec<Vec<f64>> = if index == 0 {
                 vec![self.timeline.iter().map(|s| s.requests as f64).collect()]
             } else {
@@ -299,37 +310,44 @@ impl Report {
                     self.timeline.iter().map(|s| s.p99_ms).collect(),
                 ]
             };
-            let max = values
-                .iter()
-                .flatten()
-                .copied()
-                .fold(0.0f64, f64::max)
-                .max(1e-9);
-            let y = |value: f64| top + panel - panel * value / max;
+            let max = values.iter().flatten().copied().fold(0.0f64, f64::max);
+            let y_ticks = Ticks::over(max, 5);
+            let y = |value: f64| bottom - panel * value / y_ticks.top;
             let _ = writeln!(
                 svg,
-                r##"<text x="{left}" y="{}">{title}</text><line x1="{left}" y1="{}" x2="{left}" y2="{}" stroke="#444"/><line x1="{left}" y1="{}" x2="{}" y2="{}" stroke="#444"/>"##,
+                r##"<text x="{left}" y="{}">{title}</text><line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#444"/><line x1="{left}" y1="{bottom}" x2="{}" y2="{bottom}" stroke="#444"/>"##,
                 top - 8.0,
-                top,
-                top + panel,
-                top + panel,
                 width - right,
-                top + panel
             );
-            let _ = writeln!(
-                svg,
-                r#"<text x="{}" y="{}" text-anchor="end">{:.1}</text><text x="{}" y="{}" text-anchor="end">0</text>"#,
-                left - 6.0,
-                top + 4.0,
-                max,
-                left - 6.0,
-                top + panel + 4.0
-            );
+            for value in y_ticks.values() {
+                let at = y(value);
+                let _ = writeln!(
+                    svg,
+                    r##"<line class="tick" x1="{}" y1="{at:.1}" x2="{left}" y2="{at:.1}" stroke="#444"/><line x1="{left}" y1="{at:.1}" x2="{}" y2="{at:.1}" stroke="#e5e5e5"/><text class="tick-label" x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
+                    left - 5.0,
+                    width - right,
+                    left - 8.0,
+                    at + 4.0,
+                    y_ticks.label(value)
+                );
+            }
+            for value in x_ticks.values().filter(|&second| second <= seconds) {
+                let at = x(value);
+                let _ = writeln!(
+                    svg,
+                    r##"<line class="tick" x1="{at:.1}" y1="{bottom}" x2="{at:.1}" y2="{}" stroke="#444"/><text class="tick-label" x="{at:.1}" y="{}" text-anchor="middle">{}</text>"##,
+                    bottom + 5.0,
+                    bottom + 18.0,
+                    x_ticks.label(value)
+                );
+            }
             for (line, colour) in values.iter().zip(["#1f6feb", "#d1242f"]) {
                 let points: Vec<String> = line
                     .iter()
                     .enumerate()
-                    .map(|(second, &value)| format!("{:.1},{:.1}", x(second as f64), y(value)))
+                    .map(|(second, &value)| {
+                        format!("{:.1},{:.1}", x(second as f64 + 0.5), y(value))
+                    })
                     .collect();
                 let _ = writeln!(
                     svg,
@@ -341,7 +359,7 @@ impl Report {
         let _ = writeln!(
             svg,
             r#"<text x="{}" y="{}" text-anchor="middle">seconds of the measured window ({} s)</text>"#,
-            (left + width - right) / 2.0,
+            left + plot_width / 2.0,
             height - 10.0,
             self.timeline.len()
         );
@@ -355,5 +373,216 @@ impl Report {
         );
         svg.push_str("</svg>\n");
         svg
+    }
+}
+
+/// The ticks of an axis from 0 to at least `max`: a step of 1, 2 or 5 times a power of ten,
+/// chosen so that there are at most `count` steps, and the axis ends on the first tick at or
+/// above `max` (so that every value plotted lies under the top tick).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Ticks {
+    step: f64,
+    top: f64,
+}
+
+impl Ticks {
+    fn over(max: f64, count: usize) -> Ticks {
+        let max = if max.is_finite() && max > 0.0 {
+            max
+        } else {
+            1.0
+        };
+        let rough = max / count.max(1) as f64;
+        let power = 10f64.powf(rough.log10().floor());
+        let step = [1.0, 2.0, 5.0, 10.0]
+            .into_iter()
+            .map(|factor| factor * power)
+            .find(|&step| step >= rough)
+            .unwrap_or(10.0 * power);
+        Ticks {
+            step,
+            top: (max / step).ceil() * step,
+        }
+    }
+
+    /// As [`Ticks::over`], for a count of whole things (seconds): a step of at least 1.
+    fn whole(max: f64, count: usize) -> Ticks {
+        let ticks = Ticks::over(max, count);
+        if ticks.step >= 1.0 {
+            return ticks;
+        }
+        Ticks {
+            step: 1.0,
+            top: if max.is_finite() {
+                max.ceil().max(1.0)
+            } else {
+                1.0
+            },
+        }
+    }
+
+    /// 0, step, 2 step... up to the top.
+    fn values(self) -> impl Iterator<Item = f64> {
+        let steps = (self.top / self.step).round() as u64;
+        (0..=steps).map(move |n| n as f64 * self.step)
+    }
+
+    /// A tick's value with as many decimals as the step needs (none for a step of 1 or more).
+    fn label(self, value: f64) -> String {
+        let decimals = (-self.step.log10().floor()).max(0.0) as usize;
+        format!("{value:.decimals$}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::http::Answer;
+    use crate::load::Recorded;
+
+    /// A flash report of `requests` answers 201 spread over `seconds` seconds of window, the
+    /// `p99`-ish latency growing with the second.
+    fn report(seconds: usize, requests_per_s: u64) -> Report {
+        let mut recorded = Recorded::new();
+        let created = Ok(Answer {
+            status: 201,
+            body: Default::default(),
+        });
+        for second in 0..seconds {
+            for n in 0..requests_per_s {
+                let latency = Duration::from_micros(200 + 100 * second as u64 + n % 50);
+                recorded.record(second, latency, &created);
+            }
+        }
+        recorded.holds_created = seconds as u64 * requests_per_s;
+        let load = LoadResult {
+            recorded,
+            connect_us: hdrhistogram::Histogram::new(3).unwrap(),
+            connect_failures: 0,
+            window: Duration::from_secs(seconds as u64),
+            // One second of warm-up before the window, its requests sent but not measured.
+            sent: (seconds as u64 + 1) * requests_per_s,
+            elapsed: Duration::from_secs(seconds as u64 + 1),
+        };
+        Report::new(
+            "bench-test",
+            &["http://127.0.0.1:1".to_string()],
+            &["bench-test-hot".to_string()],
+            Scenario::Flash {
+                stock: 1_000_000,
+                buyers: 10,
+                per_user_limit: None,
+            },
+            4,
+            Pace::Closed,
+            1,
+            &load,
+            Verdict::default(),
+            None,
+        )
+    }
+
+    #[test]
+    fn holds_per_second_and_throughput_share_the_measured_window() {
+        let report = report(4, 1_000);
+        assert_eq!(report.requests, 4_000);
+        assert_eq!(report.holds_created, 4_000);
+        assert_eq!(report.throughput_per_s, 1_000.0);
+        assert_eq!(report.holds_per_s, report.throughput_per_s);
+        let table = report.table();
+        assert!(
+            table.contains("holds created         1000  per s  (4000 in the same window)"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn ticks_are_round_steps_that_cover_the_largest_value() {
+        assert_eq!(
+            Ticks::over(1234.0, 5),
+            Ticks {
+                step: 500.0,
+                top: 1500.0
+            }
+        );
+        assert_eq!(
+            Ticks::over(10.0, 10),
+            Ticks {
+                step: 1.0,
+                top: 10.0
+            }
+        );
+        assert_eq!(
+            Ticks::over(0.0, 5),
+            Ticks {
+                step: 0.2,
+                top: 1.0
+            }
+        );
+        let small = Ticks::over(0.37, 5);
+        assert_eq!(small.step, 0.1);
+        assert!((small.top - 0.4).abs() < 1e-9, "{small:?}");
+        assert_eq!(small.label(0.30000000000000004), "0.3");
+        let labels: Vec<String> = Ticks::over(1234.0, 5)
+            .values()
+            .map(|value| Ticks::over(1234.0, 5).label(value))
+            .collect();
+        assert_eq!(labels, ["0", "500", "1000", "1500"]);
+        // Seconds: whole steps, however short the window.
+        assert_eq!(
+            Ticks::whole(1.0, 10),
+            Ticks {
+                step: 1.0,
+                top: 1.0
+            }
+        );
+        assert_eq!(
+            Ticks::whole(3.0, 10),
+            Ticks {
+                step: 1.0,
+                top: 3.0
+            }
+        );
+        assert_eq!(
+            Ticks::whole(60.0, 10),
+            Ticks {
+                step: 10.0,
+                top: 60.0
+            }
+        );
+        // Never more steps than asked, whatever the value.
+        for max in [0.001, 0.7, 3.0, 9.99, 42.0, 99_999.0, 1e9] {
+            let ticks = Ticks::over(max, 5);
+            assert!(ticks.top >= max, "{max}: {ticks:?}");
+            assert!(ticks.values().count() <= 6, "{max}: {ticks:?}");
+        }
+    }
+
+    #[test]
+    fn the_plot_has_labelled_ticks_on_both_axes_of_both_panels() {
+        let svg = report(12, 1_000).svg();
+        let labels: Vec<&str> = svg
+            .split(r#"class="tick-label""#)
+            .skip(1)
+            .map(|rest| {
+                let text = &rest[rest.find('>').unwrap() + 1..];
+                &text[..text.find('<').unwrap()]
+            })
+            .collect();
+        // Requests per second: 0 to 1000 by 200; latency (p99 up to about 1.35 ms) by 0.5 ms;
+        // under each panel, the seconds 0 to 12 by 2.
+        let seconds = ["0", "2", "4", "6", "8", "10", "12"];
+        let mut want: Vec<&str> = vec!["0", "200", "400", "600", "800", "1000"];
+        want.extend(seconds);
+        want.extend(["0.0", "0.5", "1.0", "1.5"]);
+        want.extend(seconds);
+        assert_eq!(labels, want, "{svg}");
+        assert_eq!(
+            svg.matches(r#"class="tick""#).count(),
+            labels.len(),
+            "a tick mark for each label"
+        );
     }
 }

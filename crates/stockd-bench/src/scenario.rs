@@ -509,14 +509,19 @@ impl Run {
         }
     }
 
-    fn record_hold(&self, sent: Sent, answer: &Result<Answer, String>) {
+    /// Files the hold under created, unknown or refused; returns whether it was created.
+    fn record_hold(&self, sent: Sent, answer: &Result<Answer, String>) -> bool {
         let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
         match answer {
-            Ok(answer) if answer.status == 201 => ledger.created.push(sent),
+            Ok(answer) if answer.status == 201 => {
+                ledger.created.push(sent);
+                return true;
+            }
             Ok(answer) if answer.status == 503 => ledger.unknown.push(sent),
             Ok(_) => ledger.other += 1,
             Err(_) => ledger.unknown.push(sent),
         }
+        false
     }
 
     /// The team race's order (`None` for other scenarios), given the server's mean time per
@@ -764,7 +769,13 @@ impl Workload for Run {
         }
     }
 
-    fn answered(&self, worker: usize, tag: Tag, answer: &Result<Answer, String>, timing: Timing) {
+    fn answered(
+        &self,
+        worker: usize,
+        tag: Tag,
+        answer: &Result<Answer, String>,
+        timing: Timing,
+    ) -> u64 {
         match tag {
             Tag::Hold(sent) => {
                 if let (Scenario::Team { .. }, Ok(answer), Some(written)) =
@@ -794,7 +805,7 @@ impl Workload for Run {
                         *pending = None;
                     }
                 }
-                self.record_hold(sent, answer);
+                u64::from(self.record_hold(sent, answer))
             }
             Tag::Holds(sents) => {
                 // A batch answers 200 with one result per op; anything else leaves them all
@@ -805,37 +816,39 @@ impl Workload for Run {
                     }
                     _ => None,
                 };
+                let mut created = 0;
                 match results {
                     Some(BatchAnswer { results }) => {
                         for (sent, OpStatus { status }) in sents.into_iter().zip(results) {
-                            self.record_hold(
-                                sent,
-                                &Ok(Answer {
-                                    status,
-                                    body: Default::default(),
-                                }),
-                            );
+                            let answer = Ok(Answer {
+                                status,
+                                body: Default::default(),
+                            });
+                            created += u64::from(self.record_hold(sent, &answer));
                         }
                     }
                     None => {
                         for sent in sents {
-                            self.record_hold(sent, answer);
+                            created += u64::from(self.record_hold(sent, answer));
                         }
                     }
                 }
+                created
             }
-            Tag::Confirm(sent) => match answer {
-                Ok(answer) if answer.status == 200 => self
-                    .confirmed
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(sent),
-                _ => {}
-            },
+            Tag::Confirm(sent) => {
+                if matches!(answer, Ok(answer) if answer.status == 200) {
+                    self.confirmed
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(sent);
+                }
+                0
+            }
             Tag::Release => {
                 if matches!(answer, Ok(answer) if answer.status == 200) {
                     self.released.fetch_add(1, Ordering::Relaxed);
                 }
+                0
             }
         }
     }

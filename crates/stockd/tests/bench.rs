@@ -1,7 +1,8 @@
 //! `stockd bench run`: every scenario, briefly, against a real server (the backend of
-//! `STOCKD_TEST_BACKEND`), with its verdict read back; a fleet of two servers on one Redis; the
-//! cart spread over the partitions of a Redis Cluster; and against servers that lie, to show the
-//! verdict catches what it claims to.
+//! `STOCKD_TEST_BACKEND`), with its verdict read back; holds per second over the window the
+//! requests are measured in; a fleet of two servers on one Redis; the cart spread over the
+//! partitions of a Redis Cluster; and against servers that lie, to show the verdict catches what
+//! it claims to.
 
 mod support;
 
@@ -175,6 +176,75 @@ async fn open_loop_keeps_its_rate_and_counts_from_the_intended_time() {
     // 200/s for 2 s: the schedule fixes the count, whatever the server's speed.
     assert!((380..=400).contains(&requests), "{requests}: {report:#}");
     assert_eq!(report["rate_per_s"], 200.0);
+}
+
+#[tokio::test]
+async fn holds_per_second_and_throughput_are_taken_over_the_same_window_after_the_warm_up() {
+    let server = Server::start().await;
+    let url = format!("http://127.0.0.1:{}", server.port());
+    let plot = tempfile::NamedTempFile::new().unwrap();
+    let plot_path = plot.path().to_str().unwrap().to_string();
+    let runs: [(&str, &[&str]); 2] = [
+        ("flash", &["--stock", "1000000", "--per-user-limit", "0"]),
+        ("batch", &["--ops", "20"]),
+    ];
+    for (scenario, extra) in runs {
+        let mut args = vec![
+            "--scenario",
+            scenario,
+            "--connections",
+            "4",
+            "--warmup",
+            "500ms",
+            "--duration",
+            "1s",
+            "--plot",
+            &plot_path,
+        ];
+        args.extend_from_slice(extra);
+        let output = bench(&url, &args).await;
+        let report = parse_report(&output);
+        assert_clean(&output, &report);
+        let holds = report["holds_created"].as_u64().unwrap();
+        let per_s = report["holds_per_s"].as_f64().unwrap();
+        let throughput = report["throughput_per_s"].as_f64().unwrap();
+        let window_s = report["window_s"].as_f64().unwrap();
+        // The same measured requests, over the same window: the warm-up's holds are not in it.
+        assert!(
+            (per_s * window_s - holds as f64).abs() < 1e-6 * holds as f64,
+            "{report:#}"
+        );
+        match scenario {
+            "flash" => {
+                assert_eq!(
+                    holds,
+                    report["outcomes"]["201"].as_u64().unwrap(),
+                    "{report:#}"
+                );
+                assert!(per_s <= throughput, "{report:#}");
+            }
+            _ => {
+                // 20 ops per request, every one created.
+                assert_eq!(
+                    holds,
+                    20 * report["outcomes"]["200"].as_u64().unwrap(),
+                    "{report:#}"
+                );
+                assert!(
+                    (per_s - 20.0 * throughput).abs() < 1e-6 * per_s,
+                    "{report:#}"
+                );
+            }
+        }
+        let svg = std::fs::read_to_string(plot.path()).unwrap();
+        for label in ["0", "1"] {
+            assert!(
+                svg.contains(&format!(r#"text-anchor="middle">{label}</text>"#)),
+                "the seconds axis has its tick labels: {svg}"
+            );
+        }
+        assert!(svg.matches(r#"class="tick-label""#).count() >= 8, "{svg}");
+    }
 }
 
 /// `POST /v1/holds` answered 201 by the server behind `api`, from its `/metrics`.
