@@ -10,15 +10,21 @@
 //! - [`report`]: the table, the JSON document and the SVG plot.
 //! - [`lab`]: `stockd bench lab`, the oversell experiment: naive Redis, locks, Lua, PostgreSQL
 //!   and stockd side by side, on servers it starts itself.
+//! - [`seeds_stack`]: the seeds' own stack, an HTTP app server doing one `EVALSHA`
+//!   check-and-deduct per request (`stockd bench seeds-stack`).
+//! - [`compare`]: `stockd bench compare`, the flash scenario against stockd embedded, stockd on
+//!   Redis and the seeds' stack in one run, on servers it starts itself.
 //!
 //! It never decides anything about stock: it sends requests and checks what the server says.
 
+pub mod compare;
 pub mod http;
 pub mod lab;
 pub mod load;
 pub mod race;
 pub mod report;
 pub mod scenario;
+pub mod seeds_stack;
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -16,6 +16,63 @@ pub enum BenchCommand {
     /// stock to the same buyers, on servers it starts itself; one table of throughput, p99,
     /// units oversold and errors.
     Lab(LabArgs),
+    /// The flash scenario against stockd embedded, stockd on Redis and the seeds' own stack
+    /// (an HTTP app server doing one EVALSHA check-and-deduct per request), on servers it
+    /// starts itself with the same worker threads; one table of throughput, p99 and CPU per
+    /// request, with the ratios stockd / the seeds' stack taken in the same run.
+    Compare(CompareArgs),
+    /// Serve the seeds' own stack: `POST /v1/holds` (one item, confirm: true) is one EVALSHA
+    /// `if stock >= n then DECRBY` on the Redis given; no holds, no idempotency, no expiry. A
+    /// baseline for `stockd bench run`, not a stock service.
+    SeedsStack(SeedsStackArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CompareArgs {
+    /// How long each stack is measured, after the warm-up (`10s`, `500ms`, `1m`).
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    duration: Duration,
+    /// How long requests go to each stack before measuring starts (`1s`, `0s`).
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    warmup: Duration,
+    /// Connections to each stack, each with one request in flight at a time.
+    #[arg(long, default_value_t = 50)]
+    connections: usize,
+    /// Units of each stack's hot pool (the default never sells out within a run; a small stock
+    /// shows each stack selling exactly it, then refusing).
+    #[arg(long, default_value_t = 1_000_000_000)]
+    stock: u64,
+    /// Distinct users the requests name.
+    #[arg(long, default_value_t = 100_000)]
+    buyers: u64,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// HTTP worker threads of every server (default: `stockd serve`'s, one per core but one).
+    #[arg(long)]
+    worker_threads: Option<usize>,
+    /// Run only these stacks (stockd-embedded, stockd-redis, seeds-stack; comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Write the report as JSON to this file (`-` for standard output, instead of the table).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress line, even on a terminal.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SeedsStackArgs {
+    /// Address to listen on (`IP:PORT`).
+    #[arg(long, default_value = "127.0.0.1:7171")]
+    listen: std::net::SocketAddr,
+    /// The Redis its stock counters live in.
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+    /// Worker threads of its runtime (default: `stockd serve`'s, one per core but one).
+    #[arg(long)]
+    worker_threads: Option<usize>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -313,6 +370,130 @@ pub async fn run(command: BenchCommand) -> ExitCode {
     match command {
         BenchCommand::Run(args) => run_scenario(args).await,
         BenchCommand::Lab(args) => run_lab(args).await,
+        BenchCommand::Compare(args) => run_compare(args).await,
+        BenchCommand::SeedsStack(args) => run_seeds_stack(args).await,
+    }
+}
+
+/// `--worker-threads` of `compare` and `seeds-stack`: `stockd serve`'s default when not given.
+fn worker_threads(given: Option<usize>) -> Result<usize, String> {
+    match given {
+        None => Ok(stockd_bench::compare::default_worker_threads()),
+        Some(threads) if (1..=1024).contains(&threads) => Ok(threads),
+        Some(threads) => Err(format!("--worker-threads must be 1..=1024, got {threads}")),
+    }
+}
+
+impl CompareArgs {
+    fn config(&self) -> Result<stockd_bench::compare::CompareConfig, String> {
+        if !(1..=10_000).contains(&self.connections) {
+            return Err(format!(
+                "--connections must be 1..=10000, got {}",
+                self.connections
+            ));
+        }
+        if !(1..=1_000_000_000_000).contains(&self.stock) {
+            return Err(format!(
+                "--stock must be 1..=1000000000000, got {}",
+                self.stock
+            ));
+        }
+        if self.duration.is_zero() {
+            return Err("--duration must be above 0".into());
+        }
+        let stockd_executable = std::env::current_exe().map_err(|error| {
+            format!("cannot find the stockd executable to start the servers with: {error}")
+        })?;
+        Ok(stockd_bench::compare::CompareConfig {
+            stacks: stockd_bench::compare::select(&self.only)?,
+            stock: self.stock,
+            buyers: self.buyers.max(1),
+            connections: self.connections,
+            duration: self.duration,
+            warmup: self.warmup,
+            seed: self.seed,
+            worker_threads: worker_threads(self.worker_threads)?,
+            stockd_executable,
+            progress: !self.quiet && std::io::stderr().is_terminal(),
+        })
+    }
+}
+
+/// Runs the comparison; Ctrl-C or SIGTERM stops it, and its servers are stopped and their files
+/// removed. Exit 1 when a stack could not be measured or its verdict failed.
+async fn run_compare(args: CompareArgs) -> ExitCode {
+    let config = match args.config() {
+        Ok(config) => config,
+        Err(why) => {
+            eprintln!("error: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = tokio::select! {
+        report = stockd_bench::compare::run(&config) => report,
+        () = crate::signals::stop_requested() => {
+            eprintln!("interrupted: the comparison's servers are stopped and their files removed");
+            return ExitCode::from(130);
+        }
+    };
+    let to_stdout_json = args.json.as_deref() == Some(std::path::Path::new("-"));
+    if !to_stdout_json {
+        print!("{}", report.table());
+    }
+    if let Some(path) = &args.json {
+        if let Err(why) = write_json(&report, path) {
+            eprintln!("error: {why}");
+            return ExitCode::from(1);
+        }
+    }
+    for failed in &report.failed {
+        eprintln!("error: {}: {}", failed.stack.name(), failed.reason);
+    }
+    for row in report.rows.iter().filter(|row| !row.report.verdict.ok) {
+        eprintln!("error: {}: its verdict failed", row.stack.name());
+    }
+    if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// Serves the seeds' stack on a runtime of its own (as many worker threads as asked, which the
+/// command's runtime would not give), on a thread of its own, until the process is stopped.
+async fn run_seeds_stack(args: SeedsStackArgs) -> ExitCode {
+    let worker_threads = match worker_threads(args.worker_threads) {
+        Ok(threads) => threads,
+        Err(why) => {
+            eprintln!("error: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let settings = stockd_bench::seeds_stack::Settings {
+        listen: args.listen,
+        redis_url: args.redis,
+        worker_threads,
+    };
+    let server = match std::thread::Builder::new()
+        .name("seeds-stack".into())
+        .spawn(move || stockd_bench::seeds_stack::serve_blocking(settings))
+    {
+        Ok(server) => server,
+        Err(error) => {
+            eprintln!("error: cannot start the seeds' stack: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    match tokio::task::spawn_blocking(move || server.join()).await {
+        Ok(Ok(Ok(()))) => ExitCode::SUCCESS,
+        Ok(Ok(Err(why))) => {
+            eprintln!("error: {why}");
+            ExitCode::from(1)
+        }
+        Ok(Err(_)) | Err(_) => {
+            eprintln!("error: the seeds' stack stopped on a panic");
+            ExitCode::from(1)
+        }
     }
 }
 

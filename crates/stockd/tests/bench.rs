@@ -2,7 +2,8 @@
 //! `STOCKD_TEST_BACKEND`), with its verdict read back; holds per second over the window the
 //! requests are measured in; a fleet of two servers on one Redis; the cart spread over the
 //! partitions of a Redis Cluster; and against servers that lie, to show the verdict catches what
-//! it claims to.
+//! it claims to. `stockd bench compare`: the seeds' stack beside stockd embedded and on Redis,
+//! each selling exactly its stock.
 
 mod support;
 
@@ -245,6 +246,86 @@ async fn holds_per_second_and_throughput_are_taken_over_the_same_window_after_th
         }
         assert!(svg.matches(r#"class="tick-label""#).count() >= 8, "{svg}");
     }
+}
+
+#[tokio::test]
+async fn the_seeds_stack_sells_exactly_its_stock_beside_stockd_in_one_comparison() {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_stockd"));
+    command
+        .args([
+            "bench",
+            "compare",
+            "--json",
+            "-",
+            "--duration",
+            "1s",
+            "--warmup",
+            "0s",
+        ])
+        .args([
+            "--stock",
+            "300",
+            "--connections",
+            "8",
+            "--worker-threads",
+            "1",
+        ]);
+    let output = tokio::task::spawn_blocking(move || command.output().expect("stockd bench runs"))
+        .await
+        .unwrap();
+    let report = parse_report(&output);
+    assert!(output.status.success(), "{report:#}");
+    assert!(
+        output.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(report["failed"], json!([]), "{report:#}");
+    let rows = report["rows"].as_array().unwrap();
+    let stacks: Vec<&str> = rows
+        .iter()
+        .map(|row| row["stack"].as_str().unwrap())
+        .collect();
+    assert_eq!(stacks, ["stockd-embedded", "stockd-redis", "seeds-stack"]);
+    for row in rows {
+        // Every stack sold exactly the 300 units, read back from its server, and acknowledged
+        // exactly 300 sales; the rest were refused for want of stock.
+        let run = &row["report"];
+        assert_eq!(row["sold"], 300, "{row:#}");
+        assert_eq!(run["outcomes"]["201"], 300, "{row:#}");
+        assert!(
+            run["outcomes"]["409 insufficient_stock"].as_u64().unwrap() > 0,
+            "{row:#}"
+        );
+        assert_eq!(run["verdict"]["ok"], true, "{row:#}");
+        assert_eq!(run["verdict"]["oversold_units"], 0, "{row:#}");
+        assert_eq!(run["connections"], 8, "{row:#}");
+        let cpu = &row["cpu"];
+        assert!(cpu["server_us"].as_f64().unwrap() > 0.0, "{row:#}");
+        assert_eq!(
+            cpu["redis_us"].is_null(),
+            row["stack"] == "stockd-embedded",
+            "{row:#}"
+        );
+    }
+    assert_eq!(report["worker_threads"], 1);
+    let ratios: Vec<&str> = report["ratios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|ratio| {
+            assert!(ratio["throughput"].as_f64().unwrap() > 0.0, "{ratio}");
+            assert!(ratio["p99"].as_f64().unwrap() > 0.0, "{ratio}");
+            ratio["name"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(
+        ratios,
+        [
+            "stockd-embedded / seeds-stack",
+            "stockd-redis / seeds-stack"
+        ]
+    );
 }
 
 /// `POST /v1/holds` answered 201 by the server behind `api`, from its `/metrics`.
