@@ -185,11 +185,11 @@ pub(crate) struct HoldBody {
     /// 1..=64 items, pools distinct.
     #[serde(deserialize_with = "crate::json::objects")]
     pub items: Vec<HoldItem>,
-    /// 1_000..=86_400_000, default 600_000.
+    /// How long the hold stays held unless confirmed, in ms: 1_000..=86_400_000.
     pub ttl_ms: Option<u64>,
-    /// Reserve and confirm in one step; default false.
+    /// Reserve and confirm in one step.
     pub confirm: Option<bool>,
-    /// Wait up to this long (0..=30_000 ms, default 0) for stock released by others.
+    /// Wait up to this long (0..=30_000 ms) for stock released by others.
     pub wait_ms: Option<u64>,
 }
 
@@ -229,8 +229,8 @@ impl Wire for ExtendBody {}
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RefundBody {
-    /// Sold units go back to available (true, the default) or leave the pool (false: sold and
-    /// total both shrink, a return that cannot be sold again).
+    /// Sold units go back to available (true) or leave the pool (false: sold and total both
+    /// shrink, a return that cannot be sold again).
     pub restock: Option<bool>,
 }
 
@@ -253,7 +253,7 @@ pub(crate) struct LockAcquireBody {
     pub owner: OwnerId,
     /// Lease length: 100..=3_600_000.
     pub ttl_ms: u64,
-    /// Wait up to this long (0..=30_000 ms, default 0) for the lock to free up.
+    /// Wait up to this long (0..=30_000 ms) for the lock to free up.
     pub wait_ms: Option<u64>,
 }
 
@@ -290,49 +290,21 @@ impl Wire for LockReleaseBody {
     const DOOR: &'static str = "lock";
 }
 
-/// `POST /v1/batch`. Ops stay raw JSON text here so that each is parsed on its own: one bad op
-/// gets its own 422 result while the others run. Text, not `serde_json::Value`: a `Value` keeps
-/// the last of two equal keys, so an op with a repeated field would run where its single
-/// endpoint refuses it.
+/// `POST /v1/batch`.
+// Ops stay raw JSON text here so that each is parsed on its own: one bad op gets its own 422
+// result while the others run. Text, not `serde_json::Value`: a `Value` keeps the last of two
+// equal keys, so an op with a repeated field would run where its single endpoint refuses it.
+// What an op may be is documented by `openapi::batch_ops`, from the single endpoints' body
+// types that `decode_op` decodes the ops with.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct BatchBody {
     /// 1..=1000 ops, applied in order.
-    #[schema(value_type = Vec<BatchOp>)]
+    #[schema(value_type = Vec<serde_json::Value>)]
     pub ops: Vec<Box<serde_json::value::RawValue>>,
 }
 
 impl Wire for BatchBody {}
-
-/// One op of a batch, as the OpenAPI document shows it: `op` names it; the other fields are
-/// those of the single endpoint. Decoded by [`decode_op`], not by this type: the op's other
-/// fields go through the single endpoint's own body type.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
-#[allow(dead_code)] // The document's picture of an op; `decode_op` does the decoding.
-pub(crate) enum BatchOp {
-    /// Same fields as `POST /v1/holds`.
-    Reserve(HoldBody),
-    Confirm {
-        #[schema(value_type = String)]
-        hold_id: HoldId,
-    },
-    Release {
-        #[schema(value_type = String)]
-        hold_id: HoldId,
-    },
-    Refund {
-        #[schema(value_type = String)]
-        hold_id: HoldId,
-        /// As `POST /v1/holds/{hold_id}/refund`'s body: default true.
-        restock: Option<bool>,
-    },
-    Extend {
-        #[schema(value_type = String)]
-        hold_id: HoldId,
-        ttl_ms: u64,
-    },
-}
 
 /// The fields of confirm and release ops: the hold the single endpoint takes from its path.
 #[derive(Debug, Deserialize)]

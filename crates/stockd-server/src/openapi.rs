@@ -18,8 +18,8 @@ use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::path::{Operation, ParameterIn};
 use utoipa::openapi::response::{Response, ResponseBuilder};
 use utoipa::openapi::schema::{
-    AdditionalProperties, AllOfBuilder, AnyOfBuilder, Object, ObjectBuilder, OneOfBuilder, Schema,
-    Type,
+    AdditionalProperties, AllOfBuilder, AnyOfBuilder, ArrayItems, Discriminator, Object,
+    ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type,
 };
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::{Ref, RefOr};
@@ -55,7 +55,6 @@ macro_rules! api_doc {
             dto::LockRenewBody,
             dto::LockReleaseBody,
             dto::BatchBody,
-            dto::BatchOp,
             wire::EmptyObject,
             wire::HoldItem,
             wire::PoolObject,
@@ -613,6 +612,24 @@ fn apply_rule(schema: &mut RefOr<Schema>, rule: Rule, what: &str, problems: &mut
     }
 }
 
+/// Moves a request body field's `default` into its description. A `default` on a request field
+/// makes openapi-typescript (with its default `defaultNonNullable`) type the field as required,
+/// so every reserve would have to pass `ttl_ms`, `confirm` and `wait_ms`; the contract makes them
+/// optional. Query parameters keep their `default`: generators leave those optional.
+fn default_in_words(schema: &mut RefOr<Schema>) {
+    let RefOr::T(Schema::Object(object)) = schema else {
+        return;
+    };
+    let Some(default) = object.default.take() else {
+        return;
+    };
+    let words = format!("Absent or null: {default}.");
+    object.description = Some(match object.description.take() {
+        Some(description) => format!("{description} {words}"),
+        None => words,
+    });
+}
+
 /// The properties of a component object schema.
 fn object_mut<'a>(
     schemas: &'a mut BTreeMap<String, RefOr<Schema>>,
@@ -649,12 +666,15 @@ pub(crate) fn make_exact(openapi: &mut utoipa::openapi::OpenApi) -> Vec<String> 
         };
         for (property, rule) in *rules {
             match object.properties.get_mut(*property) {
-                Some(schema) => apply_rule(
-                    schema,
-                    *rule,
-                    &format!("{schema_name}.{property}"),
-                    &mut problems,
-                ),
+                Some(schema) => {
+                    apply_rule(
+                        schema,
+                        *rule,
+                        &format!("{schema_name}.{property}"),
+                        &mut problems,
+                    );
+                    default_in_words(schema);
+                }
                 None => problems.push(format!("{schema_name} has no property {property}")),
             }
         }
@@ -664,7 +684,6 @@ pub(crate) fn make_exact(openapi: &mut utoipa::openapi::OpenApi) -> Vec<String> 
             }
         }
     }
-    rebuild_batch_op(schemas, &mut problems);
     for name in [
         "PoolObject",
         "PoolList",
@@ -731,54 +750,168 @@ pub(crate) fn make_exact(openapi: &mut utoipa::openapi::OpenApi) -> Vec<String> 
             }
         }
     }
+    batch_ops(openapi, &mut problems);
     problems
 }
 
-/// `BatchOp` as the flat objects the server reads: the derived `allOf` of `HoldBody` (which
-/// refuses unknown fields, so `op` too) and `op` could never be satisfied.
-fn rebuild_batch_op(schemas: &mut BTreeMap<String, RefOr<Schema>>, problems: &mut Vec<String>) {
-    let Some(hold) = object_mut(schemas, "HoldBody").cloned() else {
-        problems.push("request schema HoldBody is missing".into());
-        return;
-    };
-    let hold_id = hold.properties.get("hold_id").cloned();
-    let ttl_ms =
-        object_mut(schemas, "ExtendBody").and_then(|o| o.properties.get("ttl_ms").cloned());
-    let (Some(hold_id), Some(ttl_ms)) = (hold_id, ttl_ms) else {
-        problems.push("BatchOp: hold_id or ttl_ms is missing".into());
-        return;
-    };
-    let op = |name: &str| -> RefOr<Schema> {
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .enum_values(Some([name]))
-            .into()
-    };
-    let mut reserve = hold;
-    reserve.description = Some("`reserve`: the fields of `POST /v1/holds`.".into());
-    reserve.properties.insert("op".into(), op("reserve"));
-    reserve.required.insert(0, "op".into());
-    let mut variants: Vec<RefOr<Schema>> = vec![Schema::Object(reserve).into()];
-    for name in ["confirm", "release", "refund", "extend"] {
-        let mut object = ObjectBuilder::new()
-            .property("op", op(name))
-            .required("op")
-            .property("hold_id", hold_id.clone())
-            .required("hold_id")
-            .additional_properties(Some(AdditionalProperties::FreeForm(false)));
-        if name == "extend" {
-            object = object.property("ttl_ms", ttl_ms.clone()).required("ttl_ms");
+/// The ops of a batch, by `op`, and the operation of the single endpoint whose request each is
+/// (`dto::decode_op` decodes an op with that endpoint's body type).
+const BATCH_OPS: &[(&str, &str)] = &[
+    ("reserve", "reserve"),
+    ("confirm", "confirm_hold"),
+    ("release", "release_hold"),
+    ("refund", "refund_hold"),
+    ("extend", "extend_hold"),
+];
+
+/// `ReserveOp`, `ConfirmOp`, ...: each the fields of its single endpoint's request (the path's
+/// `{hold_id}` and the body's fields) and `op`; `BatchOp` is one of them.
+///
+/// A batch's `ops` are items of `BatchOp` *or anything else*: by the contract each op is
+/// applied on its own with exactly the result its single endpoint would give, so an op that is
+/// not a good `BatchOp` (a field out of range, of the wrong type, unknown, missing; not an
+/// object at all) is not refused with the batch: its result is the endpoint's 422, inside the
+/// 200, and the other ops still run. Only the batch's own shape (`{"ops": [...]}` with 1..=1000
+/// ops) is refused whole. The document says exactly that, so that what it calls invalid is what
+/// the server refuses; `BatchOp` documents what a good op is, for readers and generated clients.
+fn batch_ops(openapi: &mut utoipa::openapi::OpenApi, problems: &mut Vec<String>) {
+    let mut endpoints = BTreeMap::new();
+    for (path, item) in &openapi.paths.paths {
+        for (method, operation) in [
+            ("GET", &item.get),
+            ("PUT", &item.put),
+            ("POST", &item.post),
+            ("DELETE", &item.delete),
+        ] {
+            if let Some(operation) = operation {
+                if let Some(id) = &operation.operation_id {
+                    let what = format!("{method} {path}");
+                    endpoints.insert(id.clone(), (what, operation.clone()));
+                }
+            }
         }
-        variants.push(object.into());
     }
-    let mut one_of = OneOfBuilder::new().description(Some(
-        "One op of a batch: `op` names it; the other fields are those of the single endpoint. \
-         An op that does not parse gets its own 422 result; the others still run.",
-    ));
-    for variant in variants {
-        one_of = one_of.item(variant);
+    let schemas = &mut openapi
+        .components
+        .get_or_insert_with(Default::default)
+        .schemas;
+    let mut one_of = OneOfBuilder::new()
+        .description(Some(
+            "One op of a batch: `op` names it; the other fields are those of its single \
+             endpoint's request (the path's `hold_id` and the body's fields), with the same \
+             rules and defaults.",
+        ))
+        .discriminator(Some(Discriminator::new("op")));
+    let mut mapping = BTreeMap::new();
+    for (op, operation_id) in BATCH_OPS {
+        let Some((what, endpoint)) = endpoints.get(*operation_id) else {
+            problems.push(format!("batch op {op}: no operation {operation_id}"));
+            continue;
+        };
+        let Some(mut object) = endpoint_request(endpoint, schemas, problems) else {
+            continue;
+        };
+        let mut name = op[..1].to_ascii_uppercase();
+        name.push_str(&op[1..]);
+        name.push_str("Op");
+        let summary = endpoint.summary.clone().unwrap_or_default();
+        object.description = Some(format!("`{op}`, as `{what}`: {summary}."));
+        let mut op_schema = ObjectBuilder::new().schema_type(Type::String).build();
+        op_schema
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert("const".into(), serde_json::json!(op));
+        object.properties.insert("op".into(), op_schema.into());
+        object.required.insert(0, "op".into());
+        let reference = format!("#/components/schemas/{name}");
+        mapping.insert(op.to_string(), reference);
+        one_of = one_of.item(ref_to(&name));
+        schemas.insert(name, Schema::Object(object).into());
     }
-    schemas.insert("BatchOp".into(), Schema::OneOf(one_of.build()).into());
+    let mut one_of = one_of.build();
+    if let Some(discriminator) = one_of.discriminator.as_mut() {
+        discriminator.mapping = mapping;
+    }
+    schemas.insert("BatchOp".into(), Schema::OneOf(one_of).into());
+    let Some(batch) = object_mut(schemas, "BatchBody") else {
+        problems.push("request schema BatchBody is missing".into());
+        return;
+    };
+    match batch.properties.get_mut("ops") {
+        Some(RefOr::T(Schema::Array(array))) => {
+            let anything_else = ObjectBuilder::new()
+                .schema_type(SchemaType::AnyValue)
+                .description(Some(
+                    "Any other value is not refused with the batch: its result is the 422 \
+                 `invalid_request` its single endpoint would answer (the message starts with \
+                 `ops[INDEX]: `), and the other ops still run.",
+                ));
+            array.items = ArrayItems::RefOrSchema(Box::new(
+                Schema::AnyOf(
+                    AnyOfBuilder::new()
+                        .item(ref_to("BatchOp"))
+                        .item(anything_else)
+                        .build(),
+                )
+                .into(),
+            ));
+        }
+        _ => problems.push("BatchBody.ops is not an array".into()),
+    }
+}
+
+/// The fields of `endpoint`'s request as one closed object: its path's `{hold_id}` (if any)
+/// and its body's fields.
+fn endpoint_request(
+    endpoint: &Operation,
+    schemas: &BTreeMap<String, RefOr<Schema>>,
+    problems: &mut Vec<String>,
+) -> Option<Object> {
+    let id = endpoint.operation_id.clone().unwrap_or_default();
+    let body = endpoint
+        .request_body
+        .as_ref()
+        .and_then(|body| body.content.get("application/json"))
+        .and_then(|content| content.schema.as_ref());
+    let Some(RefOr::Ref(reference)) = body else {
+        problems.push(format!("{id}: the request body is not a named schema"));
+        return None;
+    };
+    let name = reference
+        .ref_location
+        .trim_start_matches("#/components/schemas/");
+    let Some(RefOr::T(Schema::Object(body))) = schemas.get(name) else {
+        problems.push(format!("{id}: request schema {name} is missing"));
+        return None;
+    };
+    let mut object = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+        .build();
+    for parameter in endpoint.parameters.iter().flatten() {
+        if parameter.parameter_in == ParameterIn::Path && parameter.name == "hold_id" {
+            let Some(mut schema) = parameter.schema.clone() else {
+                problems.push(format!("{id}: the path's hold_id has no schema"));
+                return None;
+            };
+            if let RefOr::T(Schema::Object(object)) = &mut schema {
+                object.description = parameter.description.clone();
+            }
+            object.properties.insert("hold_id".into(), schema);
+            object.required.push("hold_id".into());
+        }
+    }
+    for (property, schema) in &body.properties {
+        if object
+            .properties
+            .insert(property.clone(), schema.clone())
+            .is_some()
+        {
+            problems.push(format!("{id}: {property} is in both the path and the body"));
+        }
+    }
+    object.required.extend(body.required.iter().cloned());
+    Some(object)
 }
 
 /// `{"error": code, "message", ...details}` for one code: `ErrorBody` with the code fixed and
@@ -876,25 +1009,28 @@ fn exact_operation(
             problems.push(format!("{what}: query rule {name} has no parameter"));
         }
     }
-    // Bodies of confirm, release and refund may be absent, empty, `null` or an object.
-    if matches!(id.as_str(), "confirm_hold" | "release_hold" | "refund_hold") {
-        let object = "EmptyObject";
-        match operation.request_body.as_mut() {
-            Some(body) => {
-                body.description = Some("Optional: absent, empty, `null` or `{}`.".into());
-                body.content.insert(
-                    "application/json".into(),
-                    ContentBuilder::new()
-                        .schema(Some(Schema::OneOf(
-                            OneOfBuilder::new()
-                                .item(ObjectBuilder::new().schema_type(Type::Null))
-                                .item(ref_to(object))
-                                .build(),
-                        )))
-                        .build(),
-                );
+    // An optional body (`Option<T>` in the annotation, which utoipa writes as `oneOf: [null,
+    // T]`) is documented as `T`, not required. Generators handle that form (no body by
+    // default), not the union: openapi-python-client's default argument was sent as `json=UNSET`
+    // and crashed. A `null` body, which the server takes as no body, is said in words.
+    if let Some(body) = operation.request_body.as_mut() {
+        if let Some(content) = body.content.get_mut("application/json") {
+            if let Some(RefOr::T(Schema::OneOf(one_of))) = &content.schema {
+                match one_of.items.as_slice() {
+                    [RefOr::T(Schema::Object(null)), RefOr::Ref(reference)]
+                        if null.schema_type == Type::Null.into() =>
+                    {
+                        content.schema = Some(RefOr::Ref(reference.clone()));
+                        body.required = Some(utoipa::openapi::Required::False);
+                        body.description = Some(
+                            "Optional: no body, an empty body and `null` are the same as `{}` \
+                             (every field absent)."
+                                .into(),
+                        );
+                    }
+                    _ => problems.push(format!("{what}: a request body of another union")),
+                }
             }
-            None => problems.push(format!("{what}: no request body")),
         }
     }
     // Responses: the annotated successes, then every error status from the tables.
@@ -1648,13 +1784,22 @@ mod tests {
             .as_array()
             .unwrap()
         {
-            id(&variant["properties"]["hold_id"], "BatchOp.hold_id");
-            assert_eq!(variant["additionalProperties"], false);
+            let name = variant["$ref"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("#/components/schemas/");
+            let variant = &document["components"]["schemas"][name];
+            id(
+                &variant["properties"]["hold_id"],
+                &format!("{name}.hold_id"),
+            );
+            assert_eq!(variant["additionalProperties"], false, "{name}");
         }
     }
 
     /// Request bodies refuse unknown fields, like the server; bodies of confirm, release and
-    /// refund are optional and may be null.
+    /// refund are optional, each a plain object schema (what generators handle: a union with
+    /// `null` made openapi-python-client send its default argument, `UNSET`, as the body).
     #[test]
     fn request_bodies_are_closed_and_action_bodies_optional() {
         let document = document_json();
@@ -1664,12 +1809,88 @@ mod tests {
                 "{name}"
             );
         }
-        for action in ["confirm", "release", "refund"] {
+        for (action, schema) in [
+            ("confirm", "EmptyObject"),
+            ("release", "EmptyObject"),
+            ("refund", "RefundBody"),
+        ] {
             let body = &document["paths"][format!("/v1/holds/{{hold_id}}/{action}")]["post"]
                 ["requestBody"];
-            assert_ne!(body["required"], true, "{action}");
-            let variants = &body["content"]["application/json"]["schema"]["oneOf"];
-            assert_eq!(variants[0], json!({"type": "null"}), "{action}");
+            assert_eq!(body["required"], false, "{action}");
+            assert_eq!(
+                body["content"]["application/json"]["schema"],
+                json!({"$ref": format!("#/components/schemas/{schema}")}),
+                "{action}"
+            );
+            assert!(
+                body["description"].as_str().unwrap().contains("`null`"),
+                "{action}"
+            );
         }
+    }
+
+    /// No request field has a `default`: openapi-typescript types a field with one as required
+    /// (its `defaultNonNullable`), so every reserve would have to pass `ttl_ms`, `confirm` and
+    /// `wait_ms`. The default is in the description, from the same rule.
+    #[test]
+    fn request_fields_state_their_defaults_in_words() {
+        let document = document_json();
+        let schemas = &document["components"]["schemas"];
+        for (name, rules) in BODY_RULES {
+            for (property, rule) in *rules {
+                let schema = &schemas[name]["properties"][property];
+                assert!(schema.get("default").is_none(), "{name}.{property}");
+                let default = match rule {
+                    Rule::Int {
+                        default: Some(value),
+                        ..
+                    } => value.to_string(),
+                    Rule::Bool {
+                        default: Some(value),
+                    } => value.to_string(),
+                    _ => continue,
+                };
+                let description = schema["description"].as_str().unwrap_or_default();
+                assert!(
+                    description.ends_with(&format!("Absent or null: {default}.")),
+                    "{name}.{property}: {description}"
+                );
+            }
+        }
+        assert_eq!(schemas["HoldBody"]["required"], json!(["hold_id", "items"]));
+    }
+
+    /// A batch's ops are `BatchOp`s or anything else: an op is never refused with the batch
+    /// (its result is its own 422), so the document calls no op invalid; only the count is.
+    #[test]
+    fn batch_ops_are_documented_as_the_server_answers_them() {
+        let document = document_json();
+        let schemas = &document["components"]["schemas"];
+        let ops = &schemas["BatchBody"]["properties"]["ops"];
+        assert_eq!(ops["minItems"], 1);
+        assert_eq!(ops["maxItems"].as_u64(), Some(BATCH_OPS_MAX as u64));
+        let items = ops["items"]["anyOf"].as_array().unwrap();
+        assert_eq!(items[0], json!({"$ref": "#/components/schemas/BatchOp"}));
+        // Anything: no type, no constraint.
+        let anything: Vec<&String> = items[1].as_object().unwrap().keys().collect();
+        assert_eq!(anything, ["description"]);
+        let variants = schemas["BatchOp"]["oneOf"].as_array().unwrap();
+        assert_eq!(variants.len(), BATCH_OPS.len());
+        for (variant, (op, _)) in variants.iter().zip(BATCH_OPS) {
+            let name = variant["$ref"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("#/components/schemas/");
+            assert_eq!(schemas[name]["properties"]["op"]["const"], *op, "{name}");
+            assert_eq!(
+                schemas["BatchOp"]["discriminator"]["mapping"][op],
+                variant["$ref"]
+            );
+        }
+        assert!(schemas["RefundOp"]["properties"]["restock"].is_object());
+        assert_eq!(
+            schemas["ExtendOp"]["required"],
+            json!(["op", "hold_id", "ttl_ms"])
+        );
     }
 }
