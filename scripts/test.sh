@@ -10,7 +10,8 @@
 # lab`, briefly, on a real Redis and PostgreSQL), /metrics read by Prometheus's Python parsers, the alerting example checked by
 # promtool (Debian's prometheus package, installed when missing), the TLS proxy example, the systemd unit (systemd-analyze verify, and its command run and stopped), a bounded run of every fuzz target
 # (STOCKD_FUZZ_SECONDS per target, 20 by default), and schemathesis against a live server (its OpenAPI
-# document must match every answer; it needs python3 with venv and PyPI access).
+# document must match every answer; it needs python3 with venv and PyPI access); last, Python and
+# TypeScript clients generated from that document run a scenario against a live server.
 # Tests start their own stockd, redis-server and postgres processes on free loopback ports, and
 # drive the web console in a headless Chromium; this script installs what they need
 # (redis-server, postgresql, chromium and chromium-driver from Debian's packages) when it is
@@ -88,3 +89,5 @@ echo "== cargo test (a server killed at each step of a cross-partition hold, or 
 cargo test -p stockd --locked --features fault-injection --test cluster_faults --test restock_faults "$@"
 echo "== schemathesis: a live server's answers against its OpenAPI document (a few minutes)"
 scripts/schemathesis.sh
+echo "== generated clients: Python (openapi-python-client) and TypeScript (openapi-typescript, tsc --strict) run a scenario"
+scripts/generated-clients.sh
