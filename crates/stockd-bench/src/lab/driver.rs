@@ -1,6 +1,7 @@
 //! The lab's driver: the same closed loop for every variant. Each buyer owns one connection to
 //! the server its variant talks to (opened before the clock starts) and tries to take one unit,
-//! again and again, until the duration is over; every attempt is timed into one HDR histogram.
+//! again and again, until the variant answers "sold out" (to any buyer) or the time cap is up;
+//! every attempt is timed into one HDR histogram.
 //!
 //! It knows nothing of Redis, PostgreSQL or HTTP: a variant is a [`Buyer`] whose attempt says
 //! what happened. It never decides whether anything was oversold; the variant's verdict does,
@@ -144,12 +145,16 @@ pub struct Measured {
     pub error_samples: Vec<String>,
     /// Every attempt's latency, in microseconds.
     pub latency_us: Histogram<u64>,
-    /// From the start to the last answer, or to the deadline if that is later.
+    /// From the start to the last answer; when the cap was hit, to the cap if that is later.
     pub window: Duration,
     /// When the first "sold out" answer came, from the start: how long selling the stock took.
+    /// `None`: the time cap came first.
     pub first_sold_out: Option<Duration>,
     /// The longest time without a sale while the stock lasted (a stuck lock shows here).
     pub longest_stall: Duration,
+    /// When the cap came first: the time from the last sale (or the start) to the end of the
+    /// window, a stall still under way; zero when the stock sold out.
+    pub final_stall: Duration,
     /// When a buyer played a crash, from the start.
     pub crashed_at: Option<Duration>,
 }
@@ -168,6 +173,7 @@ impl Measured {
             window: Duration::ZERO,
             first_sold_out: None,
             longest_stall: Duration::ZERO,
+            final_stall: Duration::ZERO,
             crashed_at: None,
         }
     }
@@ -193,13 +199,21 @@ impl Measured {
         self.crashed_at = self.crashed_at.or(other.crashed_at);
     }
 
-    pub fn throughput_per_s(&self) -> f64 {
-        let seconds = self.window.as_secs_f64();
-        if seconds > 0.0 {
-            self.attempts as f64 / seconds
-        } else {
-            0.0
-        }
+    /// Attempts of any outcome (sold, sold out, busy, error) per second of the window.
+    pub fn attempts_per_s(&self) -> f64 {
+        per_s(self.attempts, self.window)
+    }
+
+    /// How long the stock took to sell: to the first "sold out" answer, or the whole window
+    /// when the time cap came first.
+    pub fn selling(&self) -> Duration {
+        self.first_sold_out.unwrap_or(self.window)
+    }
+
+    /// Units the buyers were told are theirs, per second of [`Measured::selling`]: what a shop
+    /// sells per second, the refusals (busy, sold out) left out.
+    pub fn sold_per_s(&self) -> f64 {
+        per_s(self.sold, self.selling())
     }
 
     /// The latency at quantile `q`, in milliseconds.
@@ -212,12 +226,24 @@ impl Measured {
     }
 }
 
+fn per_s(count: u64, window: Duration) -> f64 {
+    let seconds = window.as_secs_f64();
+    if seconds > 0.0 {
+        count as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
 /// Counters the buyers share with the progress line.
 #[derive(Default)]
 struct Live {
     attempts: AtomicU64,
     sold: AtomicU64,
     errors: AtomicU64,
+    /// Set by the first "sold out" answer: no buyer starts another attempt.
+    sold_out: AtomicBool,
+    /// Set when every buyer has stopped: the progress line goes.
     stop: AtomicBool,
     /// When the latest sale came, in microseconds from the start.
     last_sale_us: AtomicU64,
@@ -235,27 +261,25 @@ impl Live {
     }
 }
 
-/// Runs every buyer from the same instant for `duration`, and merges what they measured. An
-/// attempt under way when the time is up is finished and counted; none starts after it.
-/// `progress` names the variant on a progress line drawn only when stderr is a terminal.
-pub async fn drive<B: Buyer>(
-    buyers: Vec<B>,
-    duration: Duration,
-    progress: Option<&str>,
-) -> Measured {
+/// Runs every buyer from the same instant until the first "sold out" answer, or for `cap` at
+/// most, and merges what they measured. An attempt under way when the stock runs out or the
+/// time is up is finished and counted (a slow holder's stale write lands in the counter read
+/// back afterwards); none starts after it. `progress` names the variant on a progress line drawn
+/// only when stderr is a terminal.
+pub async fn drive<B: Buyer>(buyers: Vec<B>, cap: Duration, progress: Option<&str>) -> Measured {
     let live = Arc::new(Live::default());
     let start = Instant::now();
-    let deadline = start + duration;
+    let deadline = start + cap;
     let progress = progress
         .filter(|_| std::io::stderr().is_terminal())
-        .map(|name| spawn_progress(name.to_string(), Arc::clone(&live), start, duration));
+        .map(|name| spawn_progress(name.to_string(), Arc::clone(&live), start, cap));
     // A JoinSet: if the lab is dropped (Ctrl-C), its buyers are aborted with it.
     let mut tasks = JoinSet::new();
     for mut buyer in buyers {
         let live = Arc::clone(&live);
         tasks.spawn(async move {
             let mut measured = Measured::new();
-            while Instant::now() < deadline {
+            while !live.sold_out.load(Ordering::Relaxed) && Instant::now() < deadline {
                 let sent = Instant::now();
                 let outcome = match tokio::time::timeout(ATTEMPT_TIMEOUT, buyer.attempt()).await {
                     Ok(outcome) => outcome,
@@ -277,6 +301,7 @@ pub async fn drive<B: Buyer>(
                     Ok(Take::SoldOut) => {
                         measured.sold_out += 1;
                         measured.first_sold_out.get_or_insert(done - start);
+                        live.sold_out.store(true, Ordering::Relaxed);
                     }
                     Ok(Take::Busy) => measured.busy += 1,
                     Ok(Take::Crashed) => {
@@ -307,15 +332,18 @@ pub async fn drive<B: Buyer>(
             }
         }
     }
-    // The buyers were at it until the deadline at least (the last attempt may end before it,
-    // when its buyer paused after an error).
-    total.window = total.window.max(duration);
+    // Without a "sold out", the buyers were at it until the cap at least (the last attempt may
+    // end before it, when its buyer paused after an error).
+    if total.first_sold_out.is_none() {
+        total.window = total.window.max(cap);
+    }
     // While stock is left, the time since the last sale is a stall too (a lock stuck for good).
     let end_us = u64::try_from(total.window.as_micros()).unwrap_or(u64::MAX);
     let tail_us = match total.first_sold_out {
         Some(_) => 0,
         None => end_us.saturating_sub(live.last_sale_us.load(Ordering::Relaxed)),
     };
+    total.final_stall = Duration::from_micros(tail_us);
     total.longest_stall =
         Duration::from_micros(live.longest_gap_us.load(Ordering::Relaxed).max(tail_us));
     live.stop.store(true, Ordering::Relaxed);
@@ -334,7 +362,7 @@ fn spawn_progress(
     name: String,
     live: Arc<Live>,
     start: Instant,
-    duration: Duration,
+    cap: Duration,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let bar = indicatif::ProgressBar::new_spinner();
@@ -344,9 +372,9 @@ fn spawn_progress(
         );
         while !live.stop.load(Ordering::Relaxed) {
             bar.set_message(format!(
-                "{name}: {:.1}/{:.0} s, {} attempts, {} sold, {} errors",
+                "{name}: {:.1} s (cap {:.0} s), {} attempts, {} sold, {} errors",
                 start.elapsed().as_secs_f64(),
-                duration.as_secs_f64(),
+                cap.as_secs_f64(),
                 live.attempts.load(Ordering::Relaxed),
                 live.sold.load(Ordering::Relaxed),
                 live.errors.load(Ordering::Relaxed),
@@ -389,17 +417,21 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn every_attempt_is_counted_and_timed_until_the_duration_ends() {
-        let left = Arc::new(AtomicU64::new(20));
-        let buyers: Vec<Counter> = (0..4)
+    fn counters(stock: u64, fail_every: u64) -> Vec<Counter> {
+        let left = Arc::new(AtomicU64::new(stock));
+        (0..4)
             .map(|_| Counter {
                 left: Arc::clone(&left),
                 calls: 0,
-                fail_every: 7,
+                fail_every,
             })
-            .collect();
-        let measured = drive(buyers, Duration::from_millis(300), None).await;
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn every_attempt_is_counted_and_timed_until_the_stock_sells_out() {
+        let cap = Duration::from_secs(5);
+        let measured = drive(counters(20, 3), cap, None).await;
         assert_eq!(measured.sold, 20);
         assert_eq!(
             measured.attempts,
@@ -407,12 +439,33 @@ mod tests {
         );
         assert_eq!(measured.latency_us.len(), measured.attempts);
         assert!(measured.errors > 0 && measured.error_samples.len() <= 5);
-        assert!(measured.sold_out > 0);
+        // The first "sold out" stops every buyer after the attempt it has under way.
+        assert!(
+            (1..=4).contains(&measured.sold_out),
+            "{}",
+            measured.sold_out
+        );
         let sold_out_at = measured.first_sold_out.expect("the stock ran out");
         assert!(sold_out_at <= measured.window, "{sold_out_at:?}");
-        assert!(measured.window >= Duration::from_millis(300));
-        assert!(measured.window < Duration::from_millis(300) + ATTEMPT_TIMEOUT);
+        assert!(measured.window < cap / 2, "{:?}", measured.window);
+        assert_eq!(measured.selling(), sold_out_at);
+        let expected = 20.0 / sold_out_at.as_secs_f64();
+        assert!((measured.sold_per_s() - expected).abs() < 1e-6 * expected);
+        assert!(measured.attempts_per_s() > measured.sold_per_s() * 0.5);
         assert!(measured.quantile_ms(0.99) >= 1.0);
+    }
+
+    #[tokio::test]
+    async fn a_stock_that_outlasts_the_cap_is_sold_for_the_cap_and_no_longer() {
+        let cap = Duration::from_millis(300);
+        let measured = drive(counters(1_000_000_000, 7), cap, None).await;
+        assert_eq!((measured.first_sold_out, measured.sold_out), (None, 0));
+        assert!(measured.sold > 0);
+        assert!(measured.window >= cap);
+        assert!(measured.window < cap + ATTEMPT_TIMEOUT);
+        assert_eq!(measured.selling(), measured.window);
+        let expected = measured.sold as f64 / measured.window.as_secs_f64();
+        assert!((measured.sold_per_s() - expected).abs() < 1e-6 * expected);
     }
 
     /// A lock around a counter, the lock's first holder playing `fault`.
@@ -489,6 +542,11 @@ mod tests {
             "{:?} of {:?}",
             crashed.longest_stall,
             crashed.window
+        );
+        assert_eq!(crashed.final_stall, crashed.longest_stall);
+        assert_eq!(
+            (calm.final_stall, slow.final_stall),
+            (Duration::ZERO, Duration::ZERO)
         );
     }
 }

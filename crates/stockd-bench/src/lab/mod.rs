@@ -1,8 +1,11 @@
 //! `stockd bench lab`: the seed's oversell experiment (seed 002) in one command on one machine.
-//! Every variant sells the same stock to the same number of concurrent buyers for the same
-//! duration, each buyer on its own connection looping "try to take one unit"; the lab measures
-//! attempts per second, the p99 of an attempt and errors, and counts the units sold twice over:
-//! the sales the variant told its buyers about, and its own counter read back afterwards.
+//! Every variant sells the same stock to the same number of concurrent buyers, each buyer on its
+//! own connection looping "try to take one unit", until the variant answers "sold out" or a
+//! time cap comes first (reported). The lab measures units sold per second until sold out (the
+//! headline), attempts per second with the refusals beside it, the p99 of an attempt and
+//! errors, and counts the units sold twice over: the sales the variant told its buyers about,
+//! and its own counter read back afterwards. A row is flagged for lost updates (told "yours",
+//! not counted), for units oversold beyond the stock, or for getting stuck with stock left.
 //!
 //! - [`driver`]: the buyer loop, the same for every variant.
 //! - [`servers`]: `redis-server`, PostgreSQL (`initdb`) and `stockd serve`, started on free
@@ -13,8 +16,8 @@
 //!
 //! With a [`Fault`], the lab plays the seed's second act: the first buyer to take a lock is slow
 //! (it pauses for three leases between its read and its write) or crashes (it dies holding the
-//! lock). Only the variants that hold a lock across round trips run then, and the table's stall
-//! column shows what each lock does about it.
+//! lock). Only the variants that hold a lock across round trips run then, and the flags and the
+//! stall column show what each lock does about it.
 
 pub mod driver;
 pub mod postgres;
@@ -113,12 +116,17 @@ impl Variant {
         }
     }
 
-    /// The naive variant is expected to oversell: it is the experiment's control. So is the
-    /// expiring lock when its holder is slow: its lease runs out while the holder is inside,
-    /// which is the seed's case against it.
-    pub fn oversells_by_design(self, fault: Fault) -> bool {
-        self == Variant::RedisNaive
-            || (self == Variant::RedisExpiringLock && fault == Fault::SlowHolder)
+    /// The variants the experiment expects to be flagged, and must catch: the naive one loses
+    /// updates and oversells (it is the control); the expiring lock loses updates when its
+    /// holder is slow (its lease runs out while the holder is inside: the seed's case against
+    /// it); the SETNX lock gets stuck when its holder dies (the seed's case against it).
+    pub fn fails_by_design(self, fault: Fault) -> bool {
+        match self {
+            Variant::RedisNaive => true,
+            Variant::RedisExpiringLock => fault == Fault::SlowHolder,
+            Variant::RedisSetnxLock => fault == Fault::CrashedHolder,
+            _ => false,
+        }
     }
 
     /// Whether the variant holds a lock across round trips, where a holder can be slow or die:
@@ -198,8 +206,8 @@ pub struct LabConfig {
     pub stock: u64,
     /// Concurrent buyers, each with its own connection.
     pub buyers: usize,
-    /// How long each variant runs.
-    pub duration: Duration,
+    /// The time cap of each variant: it runs until it answers "sold out", or this long at most.
+    pub max_duration: Duration,
     pub seed: u64,
     pub variants: Vec<Variant>,
     /// A progress line per variant (drawn only when stderr is a terminal).
@@ -218,20 +226,27 @@ pub struct VariantRun {
     measured: Measured,
     stock: u64,
     /// Units the variant's own counter says were taken (`stock - left`, or `held + sold`).
-    counter_taken: Option<i64>,
+    counter_taken: i64,
     /// Checks of the variant's own verdict that failed (stockd's, read back from the server).
     failed_checks: Vec<String>,
-    note: Option<String>,
 }
 
 impl VariantRun {
-    pub fn new(measured: Measured, stock: u64) -> VariantRun {
+    /// The variant's counter, read back after the run, shows `left` units of `stock`.
+    pub fn counter_left(measured: Measured, stock: u64, left: i64) -> VariantRun {
+        let taken = i64::try_from(stock)
+            .unwrap_or(i64::MAX)
+            .saturating_sub(left);
+        VariantRun::counter_taken(measured, stock, taken)
+    }
+
+    /// The variant's counter, read back after the run, shows `taken` units taken.
+    pub fn counter_taken(measured: Measured, stock: u64, taken: i64) -> VariantRun {
         VariantRun {
             measured,
             stock,
-            counter_taken: None,
+            counter_taken: taken,
             failed_checks: Vec::new(),
-            note: None,
         }
     }
 
@@ -241,78 +256,93 @@ impl VariantRun {
         self
     }
 
-    /// The counter read back shows `left` units.
-    pub fn with_counter_left(self, left: i64) -> VariantRun {
-        let taken = i64::try_from(self.stock)
-            .unwrap_or(i64::MAX)
-            .saturating_sub(left);
-        self.with_counter_taken(taken)
-    }
-
-    pub fn with_counter_taken(mut self, taken: i64) -> VariantRun {
-        self.counter_taken = Some(taken);
-        self
-    }
-
-    pub fn with_note(mut self, note: String) -> VariantRun {
-        self.note = Some(note);
-        self
-    }
-
     fn into_row(self, variant: Variant, fault: Fault) -> Row {
         let measured = &self.measured;
         let stock = i64::try_from(self.stock).unwrap_or(i64::MAX);
         let sold = i64::try_from(measured.sold).unwrap_or(i64::MAX);
         // The worse of what the buyers were told and what the counter says.
-        let worst = sold.max(self.counter_taken.unwrap_or(0));
-        let mut note = self.note;
+        let worst = sold.max(self.counter_taken);
+        let oversold_units = u64::try_from(worst.saturating_sub(stock)).unwrap_or(0);
+        let lost_updates_units =
+            u64::try_from(sold.saturating_sub(self.counter_taken)).unwrap_or(0);
+        let cap_hit = measured.first_sold_out.is_none();
+        // Nothing sold in the last half of the run, and the cap came with stock left.
+        let stuck = cap_hit && measured.final_stall * 2 >= measured.window;
+        let mut flags = Vec::new();
+        if lost_updates_units > 0 {
+            flags.push(Flag::LostUpdates);
+        }
+        if oversold_units > 0 {
+            flags.push(Flag::Oversold);
+        }
+        if stuck {
+            flags.push(Flag::Stuck);
+        }
+        let mut notes = Vec::new();
         if !self.failed_checks.is_empty() {
-            let failed = format!("verdict failed: {}", self.failed_checks.join("; "));
-            note = Some(match note {
-                Some(note) => format!("{note}; {failed}"),
-                None => failed,
-            });
+            notes.push(format!("verdict failed: {}", self.failed_checks.join("; ")));
         }
         if let Some(at) = measured.crashed_at {
-            let crashed = format!(
+            notes.push(format!(
                 "a buyer crashed holding the lock at {:.2} s",
                 at.as_secs_f64()
-            );
-            note = Some(match note {
-                Some(note) => format!("{note}; {crashed}"),
-                None => crashed,
-            });
+            ));
         }
         if measured.errors > 0 {
-            let errors = format!(
+            notes.push(format!(
                 "{} errors, e.g. {}",
                 measured.errors,
                 measured.error_samples.join("; ")
-            );
-            note = Some(match note {
-                Some(note) => format!("{note}; {errors}"),
-                None => errors,
-            });
+            ));
         }
         Row {
             variant: variant.name().to_string(),
-            throughput_per_s: measured.throughput_per_s(),
-            p99_ms: measured.quantile_ms(0.99),
-            oversold_units: u64::try_from(worst.saturating_sub(stock)).unwrap_or(0),
-            errors: measured.errors,
-            attempts: measured.attempts,
-            p50_ms: measured.quantile_ms(0.50),
+            sold_per_s: measured.sold_per_s(),
+            sold_out_ms: measured.first_sold_out.map(|at| at.as_secs_f64() * 1000.0),
+            cap_hit,
             sold_units: measured.sold,
             counter_sold_units: self.counter_taken,
-            sold_out_answers: measured.sold_out,
+            lost_updates_units,
+            oversold_units,
+            flagged: !flags.is_empty(),
+            flags,
+            fails_by_design: variant.fails_by_design(fault),
+            attempts_per_s: measured.attempts_per_s(),
+            attempts: measured.attempts,
             busy: measured.busy,
-            sold_out_ms: measured.first_sold_out.map(|at| at.as_secs_f64() * 1000.0),
+            sold_out_answers: measured.sold_out,
+            errors: measured.errors,
+            p50_ms: measured.quantile_ms(0.50),
+            p99_ms: measured.quantile_ms(0.99),
             longest_stall_ms: measured.longest_stall.as_secs_f64() * 1000.0,
             window_s: measured.window.as_secs_f64(),
-            oversells_by_design: variant.oversells_by_design(fault),
             does: variant.description().to_string(),
             verdict_failed: !self.failed_checks.is_empty(),
-            note,
+            note: (!notes.is_empty()).then(|| notes.join("; ")),
+        }
+    }
+}
+
+/// What a row is flagged for: each is a sale the shop cannot honour, now or later, or a sale
+/// that stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Flag {
+    /// Units told "yours" that the variant's counter does not count: its stock will sell them
+    /// again (the oversell of the future, even when the run ended before it).
+    LostUpdates,
+    /// Units taken beyond the stock, by the answers or by the counter.
+    Oversold,
+    /// The time cap came with stock left and nothing sold in the last half of the run.
+    Stuck,
+}
+
+impl Flag {
+    fn name(self) -> &'static str {
+        match self {
+            Flag::LostUpdates => "lost updates",
+            Flag::Oversold => "oversold",
+            Flag::Stuck => "stuck",
         }
     }
 }
@@ -321,38 +351,60 @@ impl VariantRun {
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
     pub variant: String,
-    /// Attempts per second, whatever their outcome.
-    pub throughput_per_s: f64,
-    /// The 99th percentile of an attempt's latency.
-    pub p99_ms: f64,
-    /// Units taken beyond the stock: the worse of `sold_units` and `counter_sold_units`.
-    pub oversold_units: u64,
-    /// Attempts that failed (no answer, an unexpected answer).
-    pub errors: u64,
-    pub attempts: u64,
-    pub p50_ms: f64,
+    /// Units sold per second until sold out ([`Row::sold_units`] over [`Row::sold_out_ms`], or
+    /// over the whole run when the cap came first): the headline.
+    pub sold_per_s: f64,
+    /// When the first "sold out" answer came, from the start: how long selling the stock took.
+    /// `None` when the time cap came first.
+    pub sold_out_ms: Option<f64>,
+    /// The time cap came before any "sold out" answer.
+    pub cap_hit: bool,
     /// Units the buyers were told are theirs.
     pub sold_units: u64,
     /// Units the variant's own counter says were taken, read back after the run.
-    pub counter_sold_units: Option<i64>,
-    /// Attempts answered "sold out".
-    pub sold_out_answers: u64,
+    pub counter_sold_units: i64,
+    /// Units told "yours" that the counter does not count: `sold_units - counter_sold_units`,
+    /// when positive.
+    pub lost_updates_units: u64,
+    /// Units taken beyond the stock: the worse of `sold_units` and `counter_sold_units`.
+    pub oversold_units: u64,
+    /// Whether any of [`Row::flags`] is set.
+    pub flagged: bool,
+    /// What the row is flagged for: `lost_updates`, `oversold`, `stuck`.
+    pub flags: Vec<Flag>,
+    /// True for the variants the experiment expects to be flagged in this run, and must catch:
+    /// the naive one, the expiring lock under a slow holder, the SETNX lock under a crashed one.
+    pub fails_by_design: bool,
+    /// Attempts per second, whatever their outcome (sold, sold out, lock busy, error).
+    pub attempts_per_s: f64,
+    pub attempts: u64,
     /// Attempts refused because another buyer held the lock.
     pub busy: u64,
-    /// When the first "sold out" came, from the start: how long selling the stock took.
-    pub sold_out_ms: Option<f64>,
+    /// Attempts answered "sold out".
+    pub sold_out_answers: u64,
+    /// Attempts that failed (no answer, an unexpected answer).
+    pub errors: u64,
+    pub p50_ms: f64,
+    /// The 99th percentile of an attempt's latency.
+    pub p99_ms: f64,
     /// The longest time without a sale while stock was left: a lock that got stuck, or kept
     /// every buyer waiting.
     pub longest_stall_ms: f64,
+    /// How long the variant ran: to its last answer after "sold out", or to the cap.
     pub window_s: f64,
-    /// True for the variants that are expected to oversell and must be caught doing it: the
-    /// naive one, and the expiring lock under a slow holder.
-    pub oversells_by_design: bool,
     /// What one attempt does.
     pub does: String,
     /// The variant's own verdict read back from its server failed (stockd's); see the note.
     pub verdict_failed: bool,
     pub note: Option<String>,
+}
+
+impl Row {
+    /// "lost updates, oversold", the flags for people.
+    fn flag_names(&self) -> String {
+        let names: Vec<&str> = self.flags.iter().map(|flag| flag.name()).collect();
+        names.join(", ")
+    }
 }
 
 /// A variant that did not run, and why.
@@ -369,7 +421,8 @@ pub struct Skipped {
 pub struct LabReport {
     pub stock: u64,
     pub buyers: usize,
-    pub duration_s: f64,
+    /// The time cap of each variant (it runs until it sells out, or this long).
+    pub max_duration_s: f64,
     pub seed: u64,
     /// The fault played in the first critical section (`none`, `slow-holder`,
     /// `crashed-holder`).
@@ -386,7 +439,7 @@ impl LabReport {
         LabReport {
             stock: config.stock,
             buyers: config.buyers,
-            duration_s: config.duration.as_secs_f64(),
+            max_duration_s: config.max_duration.as_secs_f64(),
             seed: config.seed,
             fault: config.fault,
             lease_ms: config.lease.as_secs_f64() * 1000.0,
@@ -418,11 +471,11 @@ impl LabReport {
         }
     }
 
-    /// Rows of variants that must never oversell and did.
-    pub fn unexpected_oversells(&self) -> Vec<&Row> {
+    /// Rows flagged (lost updates, oversold, stuck) whose variant must never be.
+    pub fn unexpected_flags(&self) -> Vec<&Row> {
         self.rows
             .iter()
-            .filter(|row| !row.oversells_by_design && row.oversold_units > 0)
+            .filter(|row| row.flagged && !row.fails_by_design)
             .collect()
     }
 
@@ -433,15 +486,59 @@ impl LabReport {
             || self.rows.iter().any(|row| row.verdict_failed)
     }
 
+    /// What fails the lab, one line each: a variant's own verdict that failed, and a row
+    /// flagged that must never be. Empty when the lab passes (skipped variants aside, see
+    /// [`LabReport::any_failed`]).
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for row in self.rows.iter().filter(|row| row.verdict_failed) {
+            problems.push(format!(
+                "{}: {}",
+                row.variant,
+                row.note.as_deref().unwrap_or("its verdict failed")
+            ));
+        }
+        for row in self.unexpected_flags() {
+            let mut what = Vec::new();
+            if row.lost_updates_units > 0 {
+                what.push(format!(
+                    "told buyers {} units were theirs that its counter does not count \
+                     (lost updates)",
+                    row.lost_updates_units
+                ));
+            }
+            if row.oversold_units > 0 {
+                what.push(format!(
+                    "oversold {} units beyond the stock",
+                    row.oversold_units
+                ));
+            }
+            if row.flags.contains(&Flag::Stuck) {
+                what.push(format!(
+                    "got stuck: nothing sold in the last {:.2} s of the {:.1} s cap, stock left",
+                    row.longest_stall_ms / 1000.0,
+                    self.max_duration_s
+                ));
+            }
+            problems.push(format!(
+                "{} {}, and it must never",
+                row.variant,
+                what.join(", ")
+            ));
+        }
+        problems
+    }
+
     /// The table for people.
     pub fn table(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "stockd bench lab: {} units, {} buyers, {:.1} s per variant, seed {}",
+            "stockd bench lab: {} units, {} buyers, each variant until it sells out \
+             (at most {:.1} s), seed {}",
             thousands(self.stock),
             self.buyers,
-            self.duration_s,
+            self.max_duration_s,
             self.seed
         );
         let _ = writeln!(
@@ -460,65 +557,77 @@ impl LabReport {
             .rows
             .iter()
             .find(|row| row.variant == Variant::StockdEmbedded.name())
-            .map(|row| row.throughput_per_s)
+            .map(|row| row.sold_per_s)
             .filter(|rate| *rate > 0.0);
         let _ = writeln!(
             out,
-            "{:<19} {:>11} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>9} {:>9}",
+            "{:<19} {:>9} {:>8} {:>10} {:>8} {:>8} {:>9} {:>8} {:>11} {:>9} {:>8} {:>6} {:>8}",
             "variant",
-            "attempts/s",
+            "sold/s",
             "vs emb.",
-            "p99 ms",
+            "sold out",
             "sold",
             "counter",
+            "lost upd.",
             "oversold",
+            "attempts/s",
+            "busy",
+            "p99 ms",
             "errors",
-            "sold out",
             "stall"
         );
         for row in &self.rows {
             let ratio = embedded.map_or("-".to_string(), |embedded| {
-                format!("{:.2}x", row.throughput_per_s / embedded)
+                format!("{:.2}x", row.sold_per_s / embedded)
             });
-            let counter = row.counter_sold_units.map_or("-".to_string(), |counter| {
-                match u64::try_from(counter) {
-                    Ok(counter) => thousands(counter),
-                    Err(_) => counter.to_string(),
-                }
-            });
-            let sold_out = row
-                .sold_out_ms
-                .map_or("never".to_string(), |ms| format!("{:.2} s", ms / 1000.0));
-            let flag = if row.oversold_units == 0 {
-                ""
-            } else if row.oversells_by_design {
-                "  (oversold, as expected)"
+            let counter = match u64::try_from(row.counter_sold_units) {
+                Ok(counter) => thousands(counter),
+                Err(_) => row.counter_sold_units.to_string(),
+            };
+            let sold_out = row.sold_out_ms.map_or_else(
+                || format!("cap {:.1} s", self.max_duration_s),
+                |ms| format!("{:.2} s", ms / 1000.0),
+            );
+            let flag = if !row.flagged {
+                String::new()
+            } else if row.fails_by_design {
+                format!("  ({}, as expected)", row.flag_names())
             } else {
-                "  OVERSOLD"
+                format!("  {}", row.flag_names().to_uppercase())
             };
             let _ = writeln!(
                 out,
-                "{:<19} {:>11} {:>8} {:>8.2} {:>8} {:>8} {:>9} {:>7} {:>9} {:>9}{flag}",
+                "{:<19} {:>9} {:>8} {:>10} {:>8} {:>8} {:>9} {:>8} {:>11} {:>9} {:>8.2} {:>6} {:>8}{flag}",
                 row.variant,
-                thousands(row.throughput_per_s.round() as u64),
+                thousands(row.sold_per_s.round() as u64),
                 ratio,
-                row.p99_ms,
+                sold_out,
                 thousands(row.sold_units),
                 counter,
+                thousands(row.lost_updates_units),
                 thousands(row.oversold_units),
+                thousands(row.attempts_per_s.round() as u64),
+                thousands(row.busy),
+                row.p99_ms,
                 thousands(row.errors),
-                sold_out,
                 format!("{:.2} s", row.longest_stall_ms / 1000.0),
             );
         }
         let _ = writeln!(out);
         for line in [
-            "attempts/s: attempts of any outcome (sold, sold out, lock busy, error) per second",
+            "sold/s: units sold per second until sold out (over the whole run when the cap came \
+             first); vs emb.: against stockd-embedded",
+            "sold out: when the first \"sold out\" answer came, which ends the variant's run; \
+             \"cap\" when the time cap came first",
             "sold: units the buyers were told are theirs",
             "counter: units the variant's own counter says were taken, read back after the run",
+            "lost upd.: sold minus counter, units told \"yours\" that the counter does not count \
+             (its stock sells them again: the oversell of the future)",
             "oversold: the worse of sold and counter, beyond the stock",
-            "sold out: when the first \"sold out\" answer came (how long selling the stock took)",
-            "stall: the longest time without a sale while stock was left",
+            "attempts/s: attempts of any outcome (sold, sold out, lock busy, error) per second; \
+             busy: attempts refused because another buyer held the lock",
+            "stall: the longest time without a sale while stock was left; stuck: the cap came \
+             with stock left and nothing sold in the last half of the run",
         ] {
             let _ = writeln!(out, "  {line}");
         }
@@ -528,6 +637,16 @@ impl LabReport {
             out,
             "  stockd embedded persistence: its log fsync'd before it answers"
         );
+        for row in self.rows.iter().filter(|row| row.cap_hit) {
+            let _ = writeln!(
+                out,
+                "cap: {} did not sell out within the {:.1} s cap: {} of {} units sold",
+                row.variant,
+                self.max_duration_s,
+                thousands(row.sold_units),
+                thousands(self.stock)
+            );
+        }
         for row in &self.rows {
             if let Some(note) = &row.note {
                 let _ = writeln!(out, "note: {}: {note}", row.variant);
@@ -702,6 +821,7 @@ mod tests {
         );
     }
 
+    /// 100 attempts in 2 s, `sold` of them sales, the first "sold out" at 1.5 s.
     fn measured(sold: u64, errors: u64) -> Measured {
         let mut latency_us = hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap();
         for micros in 1..=100u64 {
@@ -718,46 +838,94 @@ mod tests {
             window: Duration::from_secs(2),
             first_sold_out: Some(Duration::from_millis(1500)),
             longest_stall: Duration::from_millis(20),
+            final_stall: Duration::ZERO,
             crashed_at: None,
         }
     }
 
+    /// `sold` sales and 100 "busy" answers until the 2 s cap; the last sale `final_stall`
+    /// before the end.
+    fn capped(sold: u64, final_stall: Duration) -> Measured {
+        Measured {
+            attempts: sold + 100,
+            sold,
+            sold_out: 0,
+            busy: 100,
+            first_sold_out: None,
+            longest_stall: final_stall,
+            final_stall,
+            ..measured(0, 0)
+        }
+    }
+
     #[test]
-    fn oversold_is_the_worse_of_the_answers_and_the_counter() {
-        // Told 60 buyers yes, the counter went down by 50 only: lost updates.
-        let row = VariantRun::new(measured(60, 0), 50)
-            .with_counter_left(0)
+    fn lost_updates_and_oversold_units_are_counted_apart_and_each_flags_the_row() {
+        // Issue 27's run: the cap came first, 436 told "yours", the counter says 223: nothing
+        // beyond the stock yet, 213 units that the stock will sell again.
+        let row = VariantRun::counter_left(capped(436, Duration::from_millis(10)), 500, 277)
+            .into_row(Variant::RedisExpiringLock, Fault::SlowHolder);
+        assert_eq!((row.sold_units, row.counter_sold_units), (436, 223));
+        assert_eq!((row.lost_updates_units, row.oversold_units), (213, 0));
+        assert_eq!(row.flags, [Flag::LostUpdates]);
+        assert!(row.flagged && row.fails_by_design && row.cap_hit);
+        assert_eq!(row.sold_out_ms, None);
+        assert_eq!(row.sold_per_s, 436.0 / 2.0);
+        // Told 60 buyers yes, the counter went down by 50 only: both.
+        let row = VariantRun::counter_left(measured(60, 0), 50, 0)
             .into_row(Variant::RedisNaive, Fault::None);
-        assert_eq!((row.sold_units, row.counter_sold_units), (60, Some(50)));
-        assert_eq!(row.oversold_units, 10);
-        // Told 50 yes, but the counter went below zero.
-        let row = VariantRun::new(measured(50, 0), 50)
-            .with_counter_left(-3)
+        assert_eq!((row.lost_updates_units, row.oversold_units), (10, 10));
+        assert_eq!(row.flags, [Flag::LostUpdates, Flag::Oversold]);
+        // Told 50 yes, but the counter went below zero: oversold, no update lost.
+        let row = VariantRun::counter_left(measured(50, 0), 50, -3)
             .into_row(Variant::PgUpdate, Fault::None);
-        assert_eq!(row.oversold_units, 3);
-        // Exactly the stock: nothing oversold; errors are counted and explained.
-        let row = VariantRun::new(measured(50, 2), 50)
-            .with_counter_taken(50)
+        assert_eq!((row.lost_updates_units, row.oversold_units), (0, 3));
+        assert_eq!(row.flags, [Flag::Oversold]);
+        assert!(!row.fails_by_design);
+        // Exactly the stock: nothing flagged; errors are counted and explained.
+        let row = VariantRun::counter_taken(measured(50, 2), 50, 50)
             .into_row(Variant::StockdEmbedded, Fault::None);
-        assert_eq!((row.oversold_units, row.errors), (0, 2));
+        assert_eq!((row.lost_updates_units, row.oversold_units), (0, 0));
+        assert_eq!((row.flagged, row.cap_hit, row.errors), (false, false, 2));
         assert!(!row.verdict_failed);
         assert!(row.note.unwrap().contains("error 1"));
-        let row = VariantRun::new(measured(50, 0), 50)
-            .with_counter_taken(50)
+        let row = VariantRun::counter_taken(measured(50, 0), 50, 50)
             .with_failed_checks(vec!["holds: 49 acknowledged, 50 found".into()])
             .into_row(Variant::StockdEmbedded, Fault::None);
         assert!(row.verdict_failed);
         assert!(row.note.unwrap().contains("verdict failed: holds"));
-        assert_eq!(row.throughput_per_s, 50.0);
+        // Sold per second of selling (1.5 s to "sold out"); attempts over the whole run.
+        assert!(
+            (row.sold_per_s - 50.0 / 1.5).abs() < 1e-9,
+            "{}",
+            row.sold_per_s
+        );
+        assert_eq!(row.attempts_per_s, 50.0);
+        assert_eq!(row.sold_out_ms, Some(1500.0));
         assert!((row.p99_ms - 9.9).abs() < 0.01, "{}", row.p99_ms);
     }
 
     #[test]
-    fn the_table_flags_an_oversell_that_was_not_expected_and_names_what_was_skipped() {
+    fn a_run_that_sells_nothing_in_the_last_half_of_its_cap_is_stuck() {
+        let stuck = VariantRun::counter_left(capped(3, Duration::from_millis(1900)), 50, 47)
+            .into_row(Variant::RedisSetnxLock, Fault::CrashedHolder);
+        assert_eq!(stuck.flags, [Flag::Stuck]);
+        assert!(stuck.fails_by_design);
+        // Slow, not stuck: still selling when the cap came.
+        let slow = VariantRun::counter_left(capped(30, Duration::from_millis(50)), 50, 20)
+            .into_row(Variant::PgForUpdate, Fault::None);
+        assert!(slow.cap_hit && !slow.flagged, "{slow:?}");
+        // The same stall on a variant that must never get stuck is not expected.
+        let stuck = VariantRun::counter_left(capped(3, Duration::from_millis(1900)), 50, 47)
+            .into_row(Variant::RedisLeaseLock, Fault::CrashedHolder);
+        assert!(stuck.flagged && !stuck.fails_by_design);
+    }
+
+    #[test]
+    fn the_table_flags_what_was_not_expected_and_names_the_cap_and_what_was_skipped() {
         let config = LabConfig {
             stock: 50,
             buyers: 4,
-            duration: Duration::from_secs(2),
+            max_duration: Duration::from_secs(2),
             seed: 1,
             variants: Variant::ALL.to_vec(),
             progress: false,
@@ -768,21 +936,34 @@ mod tests {
         let mut report = LabReport::new(&config);
         report.record(
             Variant::RedisNaive,
-            Ok(VariantRun::new(measured(60, 0), 50).with_counter_left(0)),
+            Ok(VariantRun::counter_left(measured(60, 0), 50, 0)),
         );
+        // Lost updates only, and the cap came first.
         report.record(
             Variant::RedisLua,
-            Ok(VariantRun::new(measured(51, 0), 50).with_counter_left(0)),
+            Ok(VariantRun::counter_left(
+                capped(40, Duration::from_millis(5)),
+                50,
+                20,
+            )),
         );
         report.record(
             Variant::StockdEmbedded,
-            Ok(VariantRun::new(measured(50, 0), 50).with_counter_taken(50)),
+            Ok(VariantRun::counter_taken(measured(50, 0), 50, 50)),
         );
         report.skip(&[Variant::PgUpdate], "initdb not found");
         report.record(Variant::StockdRedis, Err("stockd did not start".into()));
         let table = report.table();
-        assert!(table.contains("(oversold, as expected)"), "{table}");
-        assert!(table.contains("OVERSOLD"), "{table}");
+        assert!(
+            table.contains("(lost updates, oversold, as expected)"),
+            "{table}"
+        );
+        assert!(table.contains("  LOST UPDATES\n"), "{table}");
+        assert!(table.contains("cap 2.0 s"), "{table}");
+        assert!(
+            table.contains("cap: redis-lua did not sell out within the 2.0 s cap: 40 of 50"),
+            "{table}"
+        );
         assert!(
             table.contains("pg-update: skipped, initdb not found"),
             "{table}"
@@ -793,18 +974,36 @@ mod tests {
         );
         assert!(table.contains("1.00x"), "{table}");
         let unexpected: Vec<&str> = report
-            .unexpected_oversells()
+            .unexpected_flags()
             .iter()
             .map(|row| row.variant.as_str())
             .collect();
         assert_eq!(unexpected, ["redis-lua"]);
+        let problems = report.problems();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with("redis-lua told buyers 10 units were theirs"),
+            "{problems:?}"
+        );
         assert!(report.any_failed());
         let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["max_duration_s"], 2.0);
+        assert_eq!(
+            json["rows"][0]["flags"],
+            serde_json::json!(["lost_updates", "oversold"])
+        );
+        assert_eq!(json["rows"][1]["flagged"], true);
+        assert_eq!(json["rows"][1]["cap_hit"], true);
+        assert_eq!(json["rows"][2]["flags"], serde_json::json!([]));
         for field in [
             "variant",
-            "throughput_per_s",
-            "p99_ms",
+            "sold_per_s",
+            "sold_out_ms",
+            "lost_updates_units",
             "oversold_units",
+            "attempts_per_s",
+            "busy",
+            "p99_ms",
             "errors",
         ] {
             assert!(json["rows"][0].get(field).is_some(), "{field}: {json}");

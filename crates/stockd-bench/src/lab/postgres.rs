@@ -136,7 +136,7 @@ pub async fn run(
                     sku: sku.clone(),
                 });
             }
-            super::driver::drive(buyers, config.duration, progress).await
+            super::driver::drive(buyers, config.max_duration, progress).await
         }
         Variant::PgForUpdate => {
             let mut buyers = Vec::with_capacity(config.buyers);
@@ -158,7 +158,7 @@ pub async fn run(
                     fault: fault.clone(),
                 });
             }
-            super::driver::drive(buyers, config.duration, progress).await
+            super::driver::drive(buyers, config.max_duration, progress).await
         }
         other => return Err(format!("{} is not a PostgreSQL variant", other.name())),
     };
@@ -167,5 +167,5 @@ pub async fn run(
         .await
         .map_err(|error| pg_error("reading the stock back", error))?
         .get(0);
-    Ok(VariantRun::new(measured, config.stock).with_counter_left(left))
+    Ok(VariantRun::counter_left(measured, config.stock, left))
 }

@@ -350,7 +350,7 @@ pub async fn run(
                     stock_key: stock_key.clone(),
                 })
                 .collect();
-            super::driver::drive(buyers, config.duration, progress).await
+            super::driver::drive(buyers, config.max_duration, progress).await
         }
         Variant::RedisSetnxLock | Variant::RedisExpiringLock => {
             let lease = (variant == Variant::RedisExpiringLock).then_some(config.lease);
@@ -364,7 +364,7 @@ pub async fn run(
                     fault: fault.clone(),
                 })
                 .collect();
-            super::driver::drive(buyers, config.duration, progress).await
+            super::driver::drive(buyers, config.max_duration, progress).await
         }
         Variant::RedisLeaseLock => {
             let buyers = connections
@@ -387,7 +387,7 @@ pub async fn run(
                     }
                 })
                 .collect();
-            super::driver::drive(buyers, config.duration, progress).await
+            super::driver::drive(buyers, config.max_duration, progress).await
         }
         Variant::RedisLua => {
             let buyers = connections
@@ -397,7 +397,7 @@ pub async fn run(
                     stock_key: stock_key.clone(),
                 })
                 .collect();
-            super::driver::drive(buyers, config.duration, progress).await
+            super::driver::drive(buyers, config.max_duration, progress).await
         }
         other => return Err(format!("{} is not a Redis variant", other.name())),
     };
@@ -415,7 +415,7 @@ pub async fn run(
     }
     .map_err(|error| redis_error("reading the stock back", error))?;
     let left = left.ok_or("the stock key is gone after the run")?;
-    Ok(VariantRun::new(measured, config.stock).with_counter_left(left))
+    Ok(VariantRun::counter_left(measured, config.stock, left))
 }
 
 #[cfg(test)]

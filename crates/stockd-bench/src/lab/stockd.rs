@@ -85,7 +85,7 @@ pub async fn run(variant: Variant, url: &str, config: &LabConfig) -> Result<Vari
     }
     let measured = super::driver::drive(
         buyers,
-        config.duration,
+        config.max_duration,
         config.progress.then_some(variant.name()),
     )
     .await;
@@ -98,7 +98,5 @@ pub async fn run(variant: Variant, url: &str, config: &LabConfig) -> Result<Vari
         .filter(|check| !check.ok)
         .map(|check| format!("{}: {}", check.name, check.detail))
         .collect();
-    Ok(VariantRun::new(measured, config.stock)
-        .with_counter_taken(committed)
-        .with_failed_checks(failed))
+    Ok(VariantRun::counter_taken(measured, config.stock, committed).with_failed_checks(failed))
 }
