@@ -32,6 +32,7 @@ mod error;
 mod types;
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,6 +56,10 @@ pub const CONNECT_TIMEOUT_MS: u64 = 5_000;
 /// never cut short by the client.
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 
+/// The header by which a server without tokens says it did not check the one sent
+/// (`Stockd-Auth: none`, docs/api.md).
+const TOKEN_UNCHECKED_HEADER: &str = "stockd-auth";
+
 /// How many bytes of a non-JSON error body are kept as the error's message.
 const ERROR_TEXT_LEN_MAX: usize = 512;
 
@@ -67,6 +72,8 @@ pub struct Client {
     base_url: Arc<str>,
     token: Option<Arc<str>>,
     request_timeout: Duration,
+    /// Set once a server answered that it checks no tokens, to a request that sent one.
+    token_unchecked: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for Client {
@@ -106,6 +113,7 @@ impl Client {
             base_url: Arc::from(base_url.trim_end_matches('/')),
             token: token.map(Arc::from),
             request_timeout: Duration::from_millis(REQUEST_TIMEOUT_MS_DEFAULT),
+            token_unchecked: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -113,6 +121,13 @@ impl Client {
     pub fn with_request_timeout_ms(mut self, request_timeout_ms: u64) -> Client {
         self.request_timeout = Duration::from_millis(request_timeout_ms);
         self
+    }
+
+    /// Whether the server answered that it has no tokens and so did not check the one this
+    /// client sends (`Stockd-Auth: none`): anyone who can reach it may do what the token
+    /// would allow. Shared by the clones of this client.
+    pub fn token_unchecked(&self) -> bool {
+        self.token_unchecked.load(Ordering::Relaxed)
     }
 
     /// The base URL requests go to, without trailing slashes.
@@ -326,6 +341,14 @@ impl Client {
         }
         let response = request.send().await?;
         let status = response.status().as_u16();
+        if self.token.is_some()
+            && response
+                .headers()
+                .get(TOKEN_UNCHECKED_HEADER)
+                .is_some_and(|value| value == "none")
+        {
+            self.token_unchecked.store(true, Ordering::Relaxed);
+        }
         let body: Vec<u8> = response.bytes().await?.into();
         let answer = Answer { status, body };
         if (200..300).contains(&status) {

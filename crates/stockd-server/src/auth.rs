@@ -79,6 +79,11 @@ impl Auth {
         }
     }
 
+    /// Whether tokens are configured; without any, every request is served unchecked.
+    pub(crate) fn checks_tokens(&self) -> bool {
+        !self.tokens.is_empty()
+    }
+
     /// Whether the request may reach its handler.
     pub(crate) fn check(
         &self,

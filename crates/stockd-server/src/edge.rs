@@ -1,5 +1,7 @@
 //! The layer every request passes through after routing: it names the route (from axum's
-//! `MatchedPath`), checks the bearer token, and counts and times the request.
+//! `MatchedPath`), checks the bearer token, and counts and times the request. A server without
+//! tokens that is sent one says, in [`TOKEN_UNCHECKED`], that it did not check it: a client
+//! that believes it is authenticating can tell the server lets anyone in.
 //!
 //! One hand-written service instead of several `from_fn` middlewares because this runs on every
 //! request of a benchmarked hot path: no boxed future, no cloned inner service, one `Instant`.
@@ -13,12 +15,20 @@ use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
+use axum::http::{header, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use tower::{Layer, Service};
 
 use crate::auth::{Auth, Target};
 use crate::metrics::{method_slot, ErrorCode, Metrics};
 use crate::routes::RouteId;
+
+/// `Stockd-Auth: none` on the answer to a request that carried `Authorization` when the server
+/// has no tokens: the token was not checked (anyone may call). docs/api.md, "Auth".
+pub(crate) const TOKEN_UNCHECKED: (HeaderName, HeaderValue) = (
+    HeaderName::from_static("stockd-auth"),
+    HeaderValue::from_static("none"),
+);
 
 #[derive(Clone)]
 pub(crate) struct EdgeLayer {
@@ -72,6 +82,8 @@ where
             (Some(_), None) => Target::Unlisted,
         };
         let method = method_slot(request.method());
+        let token_unchecked = !self.layer.auth.checks_tokens()
+            && request.headers().contains_key(header::AUTHORIZATION);
         let state = match self
             .layer
             .auth
@@ -86,6 +98,7 @@ where
             route,
             method,
             started,
+            token_unchecked,
         }
     }
 }
@@ -101,6 +114,7 @@ pub(crate) struct EdgeFuture<F> {
     route: Option<RouteId>,
     method: usize,
     started: Instant,
+    token_unchecked: bool,
 }
 
 impl<F> Future for EdgeFuture<F>
@@ -111,10 +125,14 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let response = match &mut this.state {
+        let mut response = match &mut this.state {
             State::Inner(future) => ready!(Pin::new(future).poll(cx))?,
             State::Denied(response) => response.take().unwrap_or_default(),
         };
+        if this.token_unchecked {
+            let (name, value) = TOKEN_UNCHECKED;
+            response.headers_mut().insert(name, value);
+        }
         this.metrics.record(
             this.route,
             this.method,

@@ -151,7 +151,8 @@ pub struct RunArgs {
     /// Which scenario.
     #[arg(long, value_enum)]
     scenario: ScenarioName,
-    /// Base URL of the server (`http://HOST:PORT`). Several (the flag repeated, or comma
+    /// Base URL of the server (`http://HOST:PORT`, or `https://HOST[:PORT]` through a TLS
+    /// proxy, trusting the system's CAs or SSL_CERT_FILE's). Several (the flag repeated, or comma
     /// separated): a fleet of servers on one backend, the connections spread over them in turn;
     /// set-up and the verdict go through the first.
     #[arg(
@@ -178,8 +179,8 @@ pub struct RunArgs {
     /// How many requests to measure after the warm-up.
     #[arg(long)]
     requests: Option<u64>,
-    /// Requests sent before measuring starts (default 1s; 0 for `team`, whose every request
-    /// counts).
+    /// How long to send requests before measuring starts, a duration (`1s`, `500ms`; default
+    /// 1s; 0 for `team`, whose every request counts).
     #[arg(long, value_parser = parse_duration)]
     warmup: Option<Duration>,
     /// Seed of every random choice (users, pools, shares).

@@ -3,6 +3,7 @@
 
 mod bench;
 mod cli;
+mod help;
 mod logging;
 mod serve;
 mod signals;
@@ -113,6 +114,11 @@ enum Command {
 }
 
 impl Cli {
+    /// The command line as clap parses it and as its help shows ([`help::shaped`]).
+    fn shaped_command() -> clap::Command {
+        help::shaped(Cli::command())
+    }
+
     /// Parses a command line, noting where each client setting came from (a flag, the
     /// environment or the default), so that an error can name the one to change.
     fn read_from<I, T>(args: I) -> Result<Cli, clap::Error>
@@ -120,7 +126,12 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let matches = Cli::command().try_get_matches_from(args)?;
+        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        let command = Cli::shaped_command();
+        let matches = command
+            .clone()
+            .try_get_matches_from(&args)
+            .map_err(|error| help::with_suggestions(error, &command, &args))?;
         let mut cli = Cli::from_arg_matches(&matches)?;
         if let (Some((_, group)), Some(client)) =
             (matches.subcommand(), cli.command.client_args_mut())

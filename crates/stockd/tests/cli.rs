@@ -366,7 +366,28 @@ fn pool_and_hold_commands_against_a_real_server() {
     let bad = server.stockd(&["hold", "list", "--status", "sold"]);
     assert_eq!(bad.code, Some(2), "{}", bad.describe());
     // With --request-id, running the restock again changes nothing; another delta is refused.
+    // The API answers a retry as it answers the first run, so the summary cannot say which of
+    // them added the units, and says neither did twice.
     for _ in 0..2 {
+        let out = server
+            .stockd(&[
+                "pool",
+                "restock",
+                "sku-1",
+                "--delta",
+                "4",
+                "--request-id",
+                "restock-1",
+            ])
+            .ok()
+            .to_owned();
+        assert!(
+            out.starts_with(
+                "pool sku-1 restocked +4 for request restock-1 (once, whether by this run or an \
+                 earlier one with this --request-id): total 12, available 9"
+            ),
+            "{out}"
+        );
         let pool = server
             .stockd(&[
                 "pool",
@@ -401,7 +422,7 @@ fn pool_and_hold_commands_against_a_real_server() {
         .ok()
         .to_owned();
     assert!(
-        out.contains("total 8, available 5, held 0, sold 3"),
+        out.starts_with("pool sku-1 restocked -4: total 8, available 5, held 0, sold 3"),
         "{out}"
     );
 
@@ -668,10 +689,24 @@ fn a_url_without_a_scheme_says_what_to_write_and_where_it_came_from() {
         env.describe()
     );
 
-    let tls = run_env(&[], &["pool", "list", "--url", "https://stock.example:443"]);
-    assert_eq!(tls.code, Some(2), "{}", tls.describe());
+    let other = run_env(&[], &["pool", "list", "--url", "ftp://stock.example:21"]);
+    assert_eq!(other.code, Some(2), "{}", other.describe());
     assert!(
-        tls.stderr.contains("plain HTTP only") && tls.stderr.contains("http://stock.example:443"),
+        other.stderr.contains("only http and https")
+            && other.stderr.contains("write --url http://stock.example:21"),
+        "{}",
+        other.describe()
+    );
+
+    // https is spoken (scripts/tls-proxy.sh goes through a TLS proxy): a server that does not
+    // speak TLS fails the handshake, a transport error (exit 3), not a usage error.
+    let plain = Server::start();
+    let https = plain.url.replace("http://", "https://");
+    let tls = run_env(&[], &["pool", "list", "--url", &https]);
+    assert_eq!(tls.code, Some(3), "{}", tls.describe());
+    assert!(
+        tls.stderr
+            .contains(&format!("error: transport: cannot reach {https}")),
         "{}",
         tls.describe()
     );
@@ -1309,15 +1344,574 @@ fn serve_help_shows_every_variable_and_default() {
             "{variable} is not in serve --help:\n{text}"
         );
     }
-    // Every option but --help says its default.
-    for line in text
-        .lines()
-        .filter(|line| line.trim_start().starts_with("--"))
-    {
-        assert!(line.contains("(default "), "no default: {line}");
+    // Every option but --help says its default (its help may wrap onto the lines after it).
+    let options = options_of(text);
+    for option in options.iter().filter(|option| option.starts_with("--")) {
+        assert!(option.contains("(default "), "no default: {option}");
     }
+    let joined = options.join("\n");
     assert!(
-        text.contains("(default 127.0.0.1:7070;") && text.contains("(default ./stockd-data)"),
+        joined.contains("(default 127.0.0.1:7070;") && joined.contains("(default ./stockd-data)"),
         "{text}"
     );
+}
+
+/// The options of a `--help` text, each with its help joined from the lines it wraps onto:
+/// an option starts at a line whose first word is a flag (`--x`, `-x,`).
+fn options_of(help: &str) -> Vec<String> {
+    let mut options: Vec<String> = Vec::new();
+    let mut in_options = false;
+    for line in help.lines().filter(|line| !line.trim().is_empty()) {
+        let trimmed = line.trim_start();
+        if !line.starts_with(' ') {
+            in_options = line == "Options:";
+            continue;
+        }
+        if !in_options {
+            continue;
+        }
+        if trimmed.starts_with('-') && line.len() - trimmed.len() <= 6 {
+            options.push(trimmed.to_owned());
+        } else if let Some(option) = options.last_mut() {
+            option.push(' ');
+            option.push_str(trimmed);
+        }
+    }
+    options
+}
+
+/// Every command's `--help`: `stockd`, then each subcommand, at any depth.
+fn every_help(env: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut helps = Vec::new();
+    let mut pending: Vec<Vec<String>> = vec![Vec::new()];
+    while let Some(path) = pending.pop() {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let help = run_env(env, &args);
+        let text = help.ok().to_owned();
+        // "Commands:" lists the subcommands, one a line, the name first.
+        let mut in_commands = false;
+        for line in text.lines().filter(|line| !line.trim().is_empty()) {
+            if !line.starts_with(' ') {
+                in_commands = line == "Commands:";
+                continue;
+            }
+            let indent = line.len() - line.trim_start().len();
+            if in_commands && indent == 2 {
+                let name = line.split_whitespace().next().unwrap_or_default();
+                if name != "help" {
+                    pending.push([path.clone(), vec![name.to_owned()]].concat());
+                }
+            }
+        }
+        helps.push((format!("stockd {}", path.join(" ")), text));
+    }
+    helps
+}
+
+#[test]
+fn help_wraps_to_the_terminal_and_shows_no_empty_variables() {
+    let helps = every_help(&[("COLUMNS", "100")]);
+    assert!(helps.len() > 20, "too few commands found: {}", helps.len());
+    for (command, text) in &helps {
+        for line in text.lines() {
+            assert!(
+                line.chars().count() <= 100,
+                "{command} --help has a line over 100 columns:\n{line}"
+            );
+        }
+        assert!(
+            !text.contains("=]"),
+            "{command} --help shows an unset variable:\n{text}"
+        );
+    }
+    // A narrower terminal wraps narrower; a variable that is set shows its value.
+    let narrow = run_env(
+        &[("COLUMNS", "60"), ("STOCKD_URL", "http://10.1.2.3:7070")],
+        &["pool", "--help"],
+    );
+    let text = narrow.ok();
+    assert!(
+        text.lines().all(|line| line.chars().count() <= 60),
+        "{}",
+        narrow.describe()
+    );
+    assert!(
+        text.replace(char::is_whitespace, "")
+            .contains("[env:STOCKD_URL=http://10.1.2.3:7070]"),
+        "{}",
+        narrow.describe()
+    );
+    let serve = run_env(&[("COLUMNS", "100")], &["serve", "--help"]);
+    assert!(
+        serve.ok().contains("[env: STOCKD_BACKEND]"),
+        "{}",
+        serve.describe()
+    );
+    // --warmup takes a duration, and says so.
+    let bench = run_env(&[("COLUMNS", "100")], &["bench", "run", "--help"]);
+    let warmup = options_of(bench.ok())
+        .into_iter()
+        .find(|option| option.starts_with("--warmup"))
+        .expect("bench run has --warmup");
+    assert!(
+        warmup.contains("How long to send requests") && warmup.contains("a duration"),
+        "{warmup}"
+    );
+}
+
+#[test]
+fn a_mistyped_subcommand_gets_the_one_it_looks_like() {
+    for (args, typed, meant) in [
+        (&["hold", "gte", "o-1"][..], "gte", "get"),
+        (&["pool", "lsit"][..], "lsit", "list"),
+        (&["hold", "relase", "o-1"][..], "relase", "release"),
+        (&["hodl", "get", "o-1"][..], "hodl", "hold"),
+        (
+            &["pool", "--url", "http://127.0.0.1:1", "rsetock"][..],
+            "rsetock",
+            "restock",
+        ),
+    ] {
+        let mistyped = run_env(&[], args);
+        assert_eq!(mistyped.code, Some(2), "{}", mistyped.describe());
+        assert!(
+            mistyped
+                .stderr
+                .contains(&format!("unrecognized subcommand '{typed}'"))
+                && mistyped.stderr.contains("  tip: ")
+                && mistyped.stderr.contains(&format!("'{meant}'")),
+            "{}",
+            mistyped.describe()
+        );
+    }
+    // Nothing alike: no tip.
+    let unlike = run_env(&[], &["hold", "frobnicate"]);
+    assert_eq!(unlike.code, Some(2), "{}", unlike.describe());
+    assert!(!unlike.stderr.contains("similar"), "{}", unlike.describe());
+}
+
+/// The head of the answer to `GET path` with these extra header lines.
+fn answer_head(address: &str, path: &str, headers: &str) -> String {
+    let mut stream = TcpStream::connect(address).expect("connect to the server");
+    stream
+        .set_read_timeout(Some(PROBE_TIMEOUT * 10))
+        .expect("set a read timeout");
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {address}\r\n{headers}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).expect("read the answer");
+    let answer = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+    answer
+        .split("\r\n\r\n")
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn a_token_sent_to_a_server_without_tokens_is_warned_about_once() {
+    const WARNING: &str = "has no tokens configured, so the token from";
+    let server = Server::start();
+    let address = server.url.trim_start_matches("http://").to_owned();
+    // The server says so in a header, only when a token came.
+    assert!(
+        answer_head(&address, "/v1/pools", "Authorization: Bearer t-1\r\n")
+            .contains("\r\nstockd-auth: none"),
+        "no Stockd-Auth: none"
+    );
+    assert!(!answer_head(&address, "/v1/pools", "").contains("stockd-auth"));
+
+    let put = server.stockd(&[
+        "pool",
+        "put",
+        "p-1",
+        "--total",
+        "5",
+        "--token",
+        "some-token",
+    ]);
+    assert!(
+        put.ok().starts_with("pool p-1 created"),
+        "{}",
+        put.describe()
+    );
+    assert_eq!(put.stderr.matches(WARNING).count(), 1, "{}", put.describe());
+    assert!(
+        put.stderr.contains(&format!(
+            "warning: {} has no tokens configured, so the token from --token was not checked",
+            server.url
+        )),
+        "{}",
+        put.describe()
+    );
+    // Many requests (the feed's partitions, the newest event, pages): still one warning, naming
+    // where the token came from.
+    server
+        .stockd(&["hold", "reserve", "o-1", "--item", "p-1=1"])
+        .ok();
+    let tail = server.stockd_env(
+        &[("STOCKD_TOKEN", "some-token")],
+        &["events", "tail", "--no-follow"],
+    );
+    assert_eq!(tail.ok().lines().count(), 2, "{}", tail.describe());
+    assert_eq!(
+        tail.stderr.matches(WARNING).count(),
+        1,
+        "{}",
+        tail.describe()
+    );
+    assert!(
+        tail.stderr.contains("the token from STOCKD_TOKEN"),
+        "{}",
+        tail.describe()
+    );
+    // No token, or an empty one: nothing to warn about.
+    for run in [
+        server.stockd(&["pool", "get", "p-1"]),
+        server.stockd_env(&[("STOCKD_TOKEN", "")], &["pool", "get", "p-1"]),
+    ] {
+        run.ok();
+        assert!(!run.stderr.contains("warning"), "{}", run.describe());
+    }
+    // A server with tokens checks them, and says nothing of the kind.
+    let tokens = format!("admin:{ADMIN_SECRET}");
+    let guarded = Server::start_with(&["--tokens", &tokens]);
+    let checked = guarded.stockd(&["pool", "list", "--token", ADMIN_SECRET]);
+    checked.ok();
+    assert!(
+        !checked.stderr.contains("warning"),
+        "{}",
+        checked.describe()
+    );
+    let guarded_address = guarded.url.trim_start_matches("http://").to_owned();
+    let bearer = format!("Authorization: Bearer {ADMIN_SECRET}\r\n");
+    assert!(!answer_head(&guarded_address, "/v1/pools", &bearer).contains("stockd-auth"));
+}
+
+#[test]
+fn events_tail_shows_a_deadline_only_where_one_is_still_to_come() {
+    let server = Server::start();
+    server.stockd(&["pool", "put", "p-1", "--total", "5"]).ok();
+    server
+        .stockd(&["hold", "reserve", "o-1", "--item", "p-1=1", "--confirm"])
+        .ok();
+    server
+        .stockd(&["hold", "reserve", "o-2", "--item", "p-1=1"])
+        .ok();
+    server.stockd(&["hold", "release", "o-2"]).ok();
+    let tail = server.stockd(&["events", "tail", "--no-follow"]);
+    let lines: Vec<&str> = tail.ok().lines().collect();
+    let of = |kind: &str, hold: &str| {
+        lines
+            .iter()
+            .find(|line| line.contains(&format!(" UTC {kind} hold {hold},")))
+            .unwrap_or_else(|| panic!("no {kind} event of {hold}\n{}", tail.describe()))
+            .to_string()
+    };
+    assert!(
+        of("held", "o-1").contains(", expires 20"),
+        "{}",
+        tail.describe()
+    );
+    for (kind, hold) in [("confirmed", "o-1"), ("released", "o-2")] {
+        let line = of(kind, hold);
+        assert!(!line.contains("expires"), "{line}");
+        assert!(line.ends_with("items p-1 x1"), "{line}");
+    }
+}
+
+/// What the README's shell sessions need from this test: README lines it does not run, each
+/// with the reason; each must match a line of the README, so that the list stays true.
+const README_NOT_RUN: [(&str, &str); 7] = [
+    (
+        "cargo install ",
+        "installs a binary: the test runs the one cargo built for it",
+    ),
+    (
+        "cargo build ",
+        "builds: the test runs the binary cargo built for it",
+    ),
+    ("stockd serve", "starts a server: the test started one"),
+    ("scripts/test.sh", "the test command itself"),
+    (
+        "stockd sink postgres ",
+        "needs PostgreSQL: tests/sink.rs runs the sink",
+    ),
+    (
+        "stockd reconcile ",
+        "needs PostgreSQL: tests/sink.rs runs reconcile",
+    ),
+    (
+        "stockd redis accept ",
+        "needs a Redis that lost data: tests/redis_datasets.rs",
+    ),
+];
+
+/// The address the README's sessions talk to, the default of `stockd serve` and `--url`.
+const README_ADDRESS: &str = "127.0.0.1:7070";
+
+/// One command of a README session: its lines, and the output its `#>` lines promise.
+#[derive(Debug)]
+struct Step {
+    command: String,
+    promised: Vec<String>,
+}
+
+/// The commands of the README's ```sh blocks, in order, with what each promises. A command is
+/// a line, or a `for ...; do` line through its `done`; `#>` lines after a command are what it
+/// prints; other comments are prose.
+fn readme_steps(readme: &str) -> Vec<Step> {
+    let mut steps: Vec<Step> = Vec::new();
+    let mut in_block = false;
+    let mut open_loop: Option<String> = None;
+    for line in readme.lines() {
+        if line.starts_with("```") {
+            in_block = line == "```sh";
+            continue;
+        }
+        if !in_block {
+            continue;
+        }
+        let trimmed = line.trim();
+        if let Some(promise) = trimmed.strip_prefix("#>") {
+            let step = steps.last_mut().expect("a #> line follows a command");
+            step.promised.push(promise.trim_start().to_owned());
+            continue;
+        }
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        if let Some(body) = &mut open_loop {
+            body.push('\n');
+            body.push_str(line);
+            if trimmed == "done" {
+                steps.push(Step {
+                    command: open_loop.take().unwrap_or_default(),
+                    promised: Vec::new(),
+                });
+            }
+            continue;
+        }
+        if trimmed.starts_with("for ") {
+            open_loop = Some(line.to_owned());
+            continue;
+        }
+        steps.push(Step {
+            command: line.to_owned(),
+            promised: Vec::new(),
+        });
+    }
+    assert!(open_loop.is_none(), "a README loop never ends");
+    steps
+}
+
+/// `text` with its times for people made alike: `2026-11-26 07:37:32 UTC` (with or without
+/// `.mmm`) becomes `<time>`, and the `(in 59s)`, `(3s ago)` or `(now)` after one `(<when>)`.
+fn without_times(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let shape = b"dddd-dd-dd dd:dd:dd";
+    let mut out = String::new();
+    let mut index = 0;
+    while index < text.len() {
+        let is_time = bytes.len() >= index + shape.len()
+            && shape
+                .iter()
+                .zip(&bytes[index..])
+                .all(|(want, got)| match want {
+                    b'd' => got.is_ascii_digit(),
+                    other => other == got,
+                });
+        if !is_time {
+            let next = text[index..].chars().next().map_or(1, char::len_utf8);
+            out.push_str(&text[index..index + next]);
+            index += next;
+            continue;
+        }
+        index += shape.len();
+        if bytes.get(index) == Some(&b'.') {
+            index += 4;
+        }
+        if text[index..].starts_with(" UTC") {
+            index += 4;
+        }
+        out.push_str("<time>");
+        let rest = &text[index..];
+        if let (true, Some(end)) = (rest.starts_with(" ("), rest.find(')')) {
+            let inside = &rest[2..end];
+            if inside == "now" || inside.starts_with("in ") || inside.ends_with(" ago") {
+                out.push_str(" (<when>)");
+                index += end + 1;
+            }
+        }
+    }
+    out
+}
+
+/// Whether `line` fits `pattern`, where each `...` stands for any text.
+fn line_fits(pattern: &str, line: &str) -> bool {
+    let pieces: Vec<&str> = pattern.split("...").collect();
+    let (first, rest) = pieces
+        .split_first()
+        .expect("split gives one piece at least");
+    let Some(mut remaining) = line.strip_prefix(first) else {
+        return false;
+    };
+    let Some((last, middle)) = rest.split_last() else {
+        return remaining.is_empty();
+    };
+    for piece in middle {
+        match remaining.find(piece) {
+            Some(at) => remaining = &remaining[at + piece.len()..],
+            None => return false,
+        }
+    }
+    remaining.ends_with(last)
+}
+
+/// Whether `lines` fit `promised` line by line; a promised line that is only `...` stands for
+/// any number of lines.
+fn lines_fit(promised: &[String], lines: &[String]) -> bool {
+    match promised.split_first() {
+        None => lines.is_empty(),
+        Some((any, rest)) if any == "..." => {
+            (0..=lines.len()).any(|skip| lines_fit(rest, &lines[skip..]))
+        }
+        Some((pattern, rest)) => lines.split_first().is_some_and(|(line, more)| {
+            line_fits(&without_times(pattern), &without_times(line)) && lines_fit(rest, more)
+        }),
+    }
+}
+
+/// The README's shell sessions, run as written against a live server, one command at a time
+/// through `bash`, from the repository's root, with this build's `stockd` first on PATH: every
+/// command must succeed (exit 0) and print what its `#>` lines promise (stdout, then stderr).
+/// Two things differ from a reader's shell, both explicit: `127.0.0.1:7070`, the address the
+/// sessions use, becomes the test server's; and the variables a session sets (`B=...`,
+/// `export ...`) are set again before each later command, as one shell would keep them. The
+/// lines of [`README_NOT_RUN`] are skipped (each must still be in the README).
+#[test]
+fn the_readmes_sessions_run_as_written() {
+    let readme = include_str!("../../../README.md");
+    let steps = readme_steps(readme);
+    let server = Server::start();
+    let address = server.url.trim_start_matches("http://").to_owned();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the repository's root");
+    let bin = std::path::Path::new(STOCKD)
+        .parent()
+        .expect("the binary's directory")
+        .to_owned();
+    let path = std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .expect("a PATH");
+
+    let mut skip_used = [false; README_NOT_RUN.len()];
+    let mut assignments = String::new();
+    let mut ran = 0;
+    let mut promises_checked = 0;
+    for step in &steps {
+        let first_line = step.command.trim_start();
+        if let Some(rule) = README_NOT_RUN
+            .iter()
+            .position(|(prefix, _)| first_line.starts_with(prefix))
+        {
+            skip_used[rule] = true;
+            assert!(
+                step.promised.is_empty(),
+                "a skipped README line promises output: {}",
+                step.command
+            );
+            continue;
+        }
+        let command = step.command.replace(README_ADDRESS, &address);
+        let script = format!("set -eo pipefail\n{assignments}{command}\n");
+        let output = Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .current_dir(&root)
+            .env("PATH", &path)
+            .env_remove("STOCKD_URL")
+            .env_remove("STOCKD_TOKEN")
+            .env_remove("SSL_CERT_FILE")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run bash");
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        let described = format!(
+            "README: {}\nexit: {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+            step.command,
+            output.status.code()
+        );
+        assert_eq!(output.status.code(), Some(0), "{described}");
+        let lines: Vec<String> = stdout
+            .lines()
+            .chain(stderr.lines())
+            .map(str::to_owned)
+            .collect();
+        if !step.promised.is_empty() {
+            assert!(
+                lines_fit(&step.promised, &lines),
+                "the output is not what the README's #> lines promise:\n{}\n{described}",
+                step.promised.join("\n")
+            );
+            promises_checked += 1;
+        }
+        let is_assignment = first_line
+            .strip_prefix("export ")
+            .unwrap_or(first_line)
+            .split_once('=')
+            .is_some_and(|(name, _)| {
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+            });
+        if is_assignment {
+            assignments.push_str(&command);
+            assignments.push('\n');
+        }
+        ran += 1;
+    }
+    for ((prefix, why), used) in README_NOT_RUN.iter().zip(skip_used) {
+        assert!(
+            used,
+            "no README line starts with {prefix:?} ({why}): update README_NOT_RUN"
+        );
+    }
+    // The curl session and the command line, whole: a block the parser lost would pass.
+    assert!(
+        ran >= 20 && promises_checked >= 17,
+        "ran {ran}, checked {promises_checked}"
+    );
+}
+
+#[test]
+fn readme_output_matching_holds_what_it_promises() {
+    let lines = |text: &str| text.lines().map(str::to_owned).collect::<Vec<_>>();
+    let promise = lines("{\"a\":1,...}\n...\n201");
+    assert!(lines_fit(&promise, &lines("{\"a\":1,\"b\":2}\n201")));
+    assert!(lines_fit(&promise, &lines("{\"a\":1,\"c\":3}\nx\ny\n201")));
+    assert!(!lines_fit(&promise, &lines("{\"a\":2}\n201")));
+    assert!(!lines_fit(&promise, &lines("{\"a\":1}\n200")));
+    assert!(!lines_fit(&promise, &lines("{\"a\":1}\n201\nmore")));
+    assert_eq!(
+        without_times("hold o: held, expires 2026-11-26 07:37:32 UTC (in 59s), x"),
+        "hold o: held, expires <time> (<when>), x"
+    );
+    assert_eq!(
+        without_times("0:17 2026-11-26 07:36:33.161 UTC confirmed (2s ago)"),
+        "0:17 <time> confirmed (2s ago)"
+    );
+    assert!(line_fits(
+        &without_times("hold t: confirmed 2026-11-26 07:36:32 UTC (now), items p x1"),
+        &without_times("hold t: confirmed 2025-01-02 03:04:05 UTC (1s ago), items p x1")
+    ));
+    let steps =
+        readme_steps("```sh\nB=x\n# prose\nfor u in a b; do\n  echo $u\ndone\n#> a\n#> b\n```\n");
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    assert_eq!(steps[1].command, "for u in a b; do\n  echo $u\ndone");
+    assert_eq!(steps[1].promised, ["a", "b"]);
 }

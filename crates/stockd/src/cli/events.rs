@@ -499,7 +499,7 @@ fn event_line(partition: u32, event: &Map<String, Value>, now_ms: u64) -> String
     let fields: Vec<String> = ORDER
         .into_iter()
         .chain(others)
-        .filter_map(|field| Some(field_text(field, event.get(field)?, now_ms)))
+        .filter_map(|field| field_text(kind, field, event.get(field)?, now_ms))
         .collect();
     if !fields.is_empty() {
         let _ = write!(line, " {}", fields.join(", "));
@@ -507,8 +507,16 @@ fn event_line(partition: u32, event: &Map<String, Value>, now_ms: u64) -> String
     line
 }
 
-/// One field of an event for people.
-fn field_text(field: &str, value: &Value, now_ms: u64) -> String {
+/// One field of an event of type `kind` for people; `None` for a field that says nothing to
+/// them there: the deadline a confirmed, released or refunded hold no longer has.
+fn field_text(kind: &str, field: &str, value: &Value, now_ms: u64) -> Option<String> {
+    if field == "expires_at_ms" && matches!(kind, "confirmed" | "released" | "refunded") {
+        return None;
+    }
+    Some(field_text_of(kind, field, value, now_ms))
+}
+
+fn field_text_of(kind: &str, field: &str, value: &Value, now_ms: u64) -> String {
     let plain = |value: &Value| match value {
         Value::String(text) => text.clone(),
         other => other.to_string(),
@@ -532,6 +540,10 @@ fn field_text(field: &str, value: &Value, now_ms: u64) -> String {
         }
         ("created_at_ms", Value::Number(ms)) if ms.as_u64().is_some() => {
             format!("created {}", human::utc_ms(ms.as_u64().unwrap_or(0)))
+        }
+        // An expired hold's deadline passed: "expires ... ago" would read as still to come.
+        ("expires_at_ms", Value::Number(ms)) if ms.as_u64().is_some() && kind == "expired" => {
+            format!("deadline {}", human::when(ms.as_u64().unwrap_or(0), now_ms))
         }
         ("expires_at_ms", Value::Number(ms)) if ms.as_u64().is_some() => {
             format!("expires {}", human::when(ms.as_u64().unwrap_or(0), now_ms))
@@ -752,6 +764,24 @@ mod tests {
             "0:12 2026-11-25 22:06:24.923 UTC held hold claim-1, user ann, \
              items coupon-a x1, b x2, expires 2026-11-25 22:16:24 UTC (in 10m), \
              created 2026-11-25 22:06:24.919 UTC"
+        );
+        // A confirmed hold has no deadline any more; an expired one's has passed.
+        let confirmed = json!({
+            "seq": 14, "at_ms": now_ms, "type": "confirmed", "hold_id": "claim-1", "user": "ann",
+            "items": [{"pool": "coupon-a", "qty": 1}], "expires_at_ms": now_ms + 595_000,
+        });
+        assert_eq!(
+            event_line(0, confirmed.as_object().expect("object"), now_ms),
+            "0:14 2026-11-25 22:06:24.923 UTC confirmed hold claim-1, user ann, items coupon-a x1"
+        );
+        let expired = json!({
+            "seq": 16, "at_ms": now_ms, "type": "expired", "hold_id": "claim-2",
+            "items": [{"pool": "coupon-a", "qty": 1}], "expires_at_ms": now_ms - 2_000,
+        });
+        assert_eq!(
+            event_line(0, expired.as_object().expect("object"), now_ms),
+            "0:16 2026-11-25 22:06:24.923 UTC expired hold claim-2, items coupon-a x1, \
+             deadline 2026-11-25 22:06:22 UTC (2s ago)"
         );
         let restocked = json!({
             "seq": 4, "at_ms": now_ms, "type": "restocked", "pool": "sku-2", "available": 8,

@@ -22,6 +22,7 @@ mod pool;
 use std::fmt::Write as _;
 use std::io::{self, Write as _};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use stockd_client::{Answer, Call, Client, ClientError};
 
@@ -185,28 +186,24 @@ impl ClientArgs {
         Ok(Session {
             client: Client::new(&self.url, self.bearer_token()),
             args: self.clone(),
+            warned_token_unchecked: AtomicBool::new(false),
         })
     }
 }
 
-/// Checks that `url` is something the client can send to: `http://HOST[:PORT][/PREFIX]`.
+/// Checks that `url` is something the client can send to: `http://HOST[:PORT][/PREFIX]`, or
+/// `https://...` (a TLS proxy in front of stockd, docs/security.md).
 /// On failure: what is wrong, and the URL to write instead when one can be guessed.
 fn check_url(url: &str) -> Result<(), (String, Option<String>)> {
-    const SHAPE: &str = "http://HOST:PORT, e.g. http://127.0.0.1:7070";
+    const SHAPE: &str = "http://HOST:PORT or https://HOST[:PORT], e.g. http://127.0.0.1:7070";
     let Some((scheme, rest)) = url.split_once("://") else {
         let instead = format!("http://{}", url.trim_start_matches('/'));
         return Err(("it has no scheme".to_owned(), Some(instead)));
     };
     match scheme {
-        "http" => {}
-        "https" => {
-            let why = "this build of stockd speaks plain HTTP only (no TLS in the client): give \
-                       the server's own address, not the TLS proxy in front of it \
-                       (docs/security.md), for example through an SSH tunnel";
-            return Err((why.to_owned(), Some(format!("http://{rest}"))));
-        }
+        "http" | "https" => {}
         other => {
-            let why = format!("scheme {other:?} is not supported, only http");
+            let why = format!("scheme {other:?} is not supported, only http and https");
             return Err((why, Some(format!("http://{rest}"))));
         }
     }
@@ -253,6 +250,8 @@ pub async fn run(args: &ClientArgs, group: Group) -> ExitCode {
 struct Session {
     client: Client,
     args: ClientArgs,
+    /// Whether the warning that the server checks no tokens was printed (once a command).
+    warned_token_unchecked: AtomicBool,
 }
 
 impl Session {
@@ -271,10 +270,24 @@ impl Session {
 
     /// Sends one request; a failure is reported here and comes back as its exit code.
     async fn send(&self, call: &Call) -> Result<Answer, Exit> {
-        self.client
-            .call(call)
-            .await
-            .map_err(|error| self.report_error(error))
+        let answer = self.client.call(call).await;
+        self.warn_if_token_unchecked();
+        answer.map_err(|error| self.report_error(error))
+    }
+
+    /// Once a command: a token was given, and the server said it has none to check it against
+    /// (`Stockd-Auth: none`), so it serves anyone, which the user believed it did not.
+    fn warn_if_token_unchecked(&self) {
+        if self.client.token_unchecked()
+            && !self.warned_token_unchecked.swap(true, Ordering::Relaxed)
+        {
+            let origin = self.args.token_origin.name("--token", "STOCKD_TOKEN");
+            print_stderr(&format!(
+                "warning: {} has no tokens configured, so the token from {origin} was not \
+                 checked: this server serves anyone who can reach it (docs/security.md)",
+                self.args.url
+            ));
+        }
     }
 
     /// Prints a 2xx answer: the body as received with `--json`, else what `human` makes of it.
@@ -322,11 +335,17 @@ impl Session {
             ClientError::Transport(error) => {
                 let url = &self.args.url;
                 let origin = self.args.url_origin.name("--url", "STOCKD_URL");
+                let why = with_causes(&error);
                 print_stderr(&format!(
-                    "error: transport: cannot reach {url} (from {origin}): {}",
-                    with_causes(&error)
+                    "error: transport: cannot reach {url} (from {origin}): {why}"
                 ));
-                if error.is_connect() {
+                if why.contains("certificate") {
+                    print_stderr(
+                        "hint: the server's TLS certificate is not trusted here; if a private CA \
+                         signed it, set SSL_CERT_FILE to that CA's certificate (a PEM file), \
+                         as for curl and OpenSSL",
+                    );
+                } else if error.is_connect() {
                     print_stderr(
                         "hint: is `stockd serve` running there? Give its address with --url or \
                          STOCKD_URL (http://HOST:PORT)",
@@ -490,11 +509,13 @@ mod tests {
     }
 
     #[test]
-    fn urls_must_be_http_with_a_host() {
+    fn urls_must_be_http_or_https_with_a_host() {
         for good in [
             "http://127.0.0.1:7070",
             "http://stock.internal:7070/",
             "http://[::1]:7070/prefix",
+            "https://stock.example.com",
+            "https://localhost:8443/",
         ] {
             assert_eq!(check_url(good), Ok(()), "{good}");
         }
@@ -502,7 +523,6 @@ mod tests {
             ("127.0.0.1:7070", "no scheme", Some("http://127.0.0.1:7070")),
             ("localhost:7070", "no scheme", Some("http://localhost:7070")),
             ("//host:1", "no scheme", Some("http://host:1")),
-            ("https://h:443", "plain HTTP only", Some("http://h:443")),
             ("ftp://h:1", "scheme \"ftp\"", Some("http://h:1")),
             ("http://", "http://HOST:PORT", None),
             ("http://h:99999", "not a URL", None),

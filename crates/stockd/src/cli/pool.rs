@@ -119,16 +119,11 @@ pub(super) async fn run(session: &Session, command: PoolCommand) -> Exit {
             delta,
             request_id,
         } => {
+            let note = restock_note(delta, request_id.as_deref());
             session
                 .show(
                     Call::restock(&pool, delta, request_id.as_deref()),
-                    |answer| {
-                        Ok(pool_line(
-                            &answer.decode()?,
-                            Some("restocked"),
-                            human::now_ms(),
-                        ))
-                    },
+                    |answer| Ok(pool_line(&answer.decode()?, Some(&note), human::now_ms())),
                 )
                 .await
         }
@@ -139,6 +134,25 @@ pub(super) async fn run(session: &Session, command: PoolCommand) -> Exit {
                 })
                 .await
         }
+    }
+}
+
+/// What a restock's answer says happened. With a request id the answer is the same whether this
+/// run applied the delta or an earlier run with the same id had (a retry changes nothing, and
+/// the API answers both alike), so the note says the delta is applied once, not that this run
+/// added it.
+fn restock_note(delta: i64, request_id: Option<&str>) -> String {
+    let change = if delta > 0 {
+        format!("+{delta}")
+    } else {
+        delta.to_string()
+    };
+    match request_id {
+        None => format!("restocked {change}"),
+        Some(request_id) => format!(
+            "restocked {change} for request {request_id} (once, whether by this run or an \
+             earlier one with this --request-id)"
+        ),
     }
 }
 
@@ -252,6 +266,18 @@ mod tests {
             "pool sku-1: total 100, available 95, held 3, sold 2; per-user limit 2, \
              sale starts 2026-11-25 22:06:24 UTC (in 1m 30s), \
              sale ends 2026-11-26 00:06:24 UTC (in 2h 1m), low-stock threshold 10"
+        );
+    }
+
+    #[test]
+    fn a_restock_with_a_request_id_does_not_claim_this_run_added_it() {
+        assert_eq!(restock_note(3, None), "restocked +3");
+        assert_eq!(restock_note(-2, None), "restocked -2");
+        let note = restock_note(4, Some("po-7781"));
+        assert_eq!(
+            note,
+            "restocked +4 for request po-7781 (once, whether by this run or an earlier one with \
+             this --request-id)"
         );
     }
 
