@@ -87,7 +87,8 @@ impl From<Exit> for ExitCode {
 /// `--json` may also come first (`stockd --json pool get sku-1`, see main.rs).
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct ClientArgs {
-    /// Base URL of the stockd server.
+    /// Base URL of the stockd server: http://HOST:PORT, or https://HOST[:PORT] through a TLS
+    /// proxy (trusting the system's CAs, or SSL_CERT_FILE's when set).
     #[arg(
         long,
         env = "STOCKD_URL",
