@@ -11,6 +11,12 @@ A hold's items must name distinct pools (422 otherwise, docs/api.md). JSON Schem
 that items are not identical (`uniqueItems`), so schemathesis may generate two items of one pool
 with different quantities as "valid". The second hook drops such a later item (never an identical
 one, which is the schema's own violation), in reserve bodies and in batch reserve ops.
+
+The bodies of confirm, release and refund are optional, and a `null` body is the same as none
+(docs/api.md). The document says so in words, not in the schema: a body schema that admits `null`
+(`oneOf: [null, object]`) is what made generated clients send their default argument as the body
+and crash (issue 27). The third hook drops generated `null` bodies of those operations, which
+schemathesis would otherwise send as invalid data that the server rightly accepts.
 """
 
 import schemathesis
@@ -49,3 +55,15 @@ def _distinct_pools(value):
 @schemathesis.hook
 def map_body(context, body):
     return _distinct_pools(_whole_floats_as_integers(body))
+
+
+# The operations whose optional body may be `null` (the same as no body).
+_NULL_AS_NO_BODY = {"confirm_hold", "release_hold", "refund_hold"}
+
+
+@schemathesis.hook
+def filter_body(context, body):
+    operation = context.operation
+    if operation is not None and operation.definition.raw.get("operationId") in _NULL_AS_NO_BODY:
+        return body is not None
+    return True
