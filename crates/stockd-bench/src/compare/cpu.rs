@@ -1,8 +1,10 @@
 //! CPU time around a load, per process: the HTTP server's (`/proc/PID/stat`, all its threads),
 //! its Redis's (`INFO cpu`), the load generator's (this process) and the whole machine's
-//! (`/proc/stat`); what the machine spent beyond those three is "other", which is how a run
-//! disturbed by another process (a build) is recognised. Linux only; elsewhere a sample fails
-//! with the reason and the comparison runs without CPU figures.
+//! (`/proc/stat`). What the machine's processes spent beyond those three is "other", which is
+//! how a run disturbed by another process (a build) is recognised; the kernel's interrupt and
+//! softirq time (on loopback, much of it is the network work of the run's own requests and
+//! answers, charged to no process) is counted apart. Linux only; elsewhere a sample fails with
+//! the reason and the comparison runs without CPU figures.
 
 use serde::Serialize;
 use tokio::time::Instant;
@@ -18,7 +20,7 @@ pub struct Sample {
     server_s: f64,
     redis_s: Option<f64>,
     generator_s: f64,
-    machine_busy_s: f64,
+    machine: Machine,
 }
 
 /// CPU per request of one run, in microseconds, and the rest of the machine's load in cores.
@@ -32,7 +34,10 @@ pub struct CpuPerRequest {
     pub stack_us: f64,
     /// `stockd bench` itself.
     pub load_generator_us: f64,
-    /// Cores the rest of the machine used meanwhile (other processes, interrupts), on average.
+    /// The kernel's interrupts and softirqs, machine-wide (mostly the loopback traffic of the
+    /// run: HTTP, and Redis's round trips), charged to no process.
+    pub interrupts_us: f64,
+    /// Cores the machine's other processes used meanwhile, on average: near 0 in a quiet run.
     pub other_cores: f64,
 }
 
@@ -51,7 +56,7 @@ impl Sample {
             server_s: process_cpu_s(&format!("/proc/{server_pid}/stat"))?,
             redis_s,
             generator_s: process_cpu_s("/proc/self/stat")?,
-            machine_busy_s: machine_busy_s()?,
+            machine: machine_cpu()?,
         })
     }
 
@@ -68,7 +73,9 @@ impl Sample {
             redis_us: redis_s.map(per),
             stack_us: per(server_s + redis_s.unwrap_or(0.0)),
             load_generator_us: per(generator_s),
-            other_cores: ((later.machine_busy_s - self.machine_busy_s - ours_s) / wall_s).max(0.0),
+            interrupts_us: per(later.machine.interrupts_s - self.machine.interrupts_s),
+            other_cores: ((later.machine.processes_s - self.machine.processes_s - ours_s) / wall_s)
+                .max(0.0),
         }
     }
 }
@@ -91,15 +98,22 @@ fn parse_process_stat(text: &str) -> Option<f64> {
     Some((utime + stime) as f64 / TICKS_PER_S)
 }
 
-/// The machine's busy CPU time in seconds: every field of `/proc/stat`'s `cpu` line but idle,
-/// iowait and steal (time the hypervisor gave to someone else).
-fn machine_busy_s() -> Result<f64, String> {
+/// The machine's CPU seconds from `/proc/stat`'s `cpu` line, all cores: what processes ran
+/// (user, nice, system) and what interrupts and softirqs took (irq, softirq). Idle, iowait and
+/// steal (time the hypervisor gave to someone else) are neither.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Machine {
+    processes_s: f64,
+    interrupts_s: f64,
+}
+
+fn machine_cpu() -> Result<Machine, String> {
     let text = std::fs::read_to_string("/proc/stat")
         .map_err(|error| format!("cannot read /proc/stat: {error}"))?;
     parse_machine_stat(&text).ok_or_else(|| "/proc/stat has no cpu line".to_string())
 }
 
-fn parse_machine_stat(text: &str) -> Option<f64> {
+fn parse_machine_stat(text: &str) -> Option<Machine> {
     let line = text.lines().find(|line| line.starts_with("cpu "))?;
     let fields: Vec<u64> = line
         .split_whitespace()
@@ -107,14 +121,13 @@ fn parse_machine_stat(text: &str) -> Option<f64> {
         .map(|field| field.parse().ok())
         .collect::<Option<_>>()?;
     // user nice system idle iowait irq softirq steal (guest time is inside user already).
-    let busy: u64 = fields
-        .iter()
-        .take(8)
-        .enumerate()
-        .filter(|(index, _)| !matches!(index, 3 | 4 | 7))
-        .map(|(_, ticks)| ticks)
-        .sum();
-    Some(busy as f64 / TICKS_PER_S)
+    let [user, nice, system, _idle, _iowait, irq, softirq, ..] = fields[..] else {
+        return None;
+    };
+    Some(Machine {
+        processes_s: (user + nice + system) as f64 / TICKS_PER_S,
+        interrupts_s: (irq + softirq) as f64 / TICKS_PER_S,
+    })
 }
 
 /// Redis's own CPU seconds (`used_cpu_sys + used_cpu_user`: every thread of redis-server, not
@@ -153,10 +166,13 @@ mod tests {
     }
 
     #[test]
-    fn the_machine_line_leaves_out_idle_iowait_and_steal() {
+    fn the_machine_line_splits_processes_from_interrupts_and_leaves_out_idle_and_steal() {
         let text = "cpu  100 5 50 9000 40 3 7 500 0 0\ncpu0 50 2 25 4500 20 1 3 250 0 0\n";
-        // user 100 + nice 5 + system 50 + irq 3 + softirq 7 ticks.
-        assert_eq!(parse_machine_stat(text), Some(1.65));
+        // user 100 + nice 5 + system 50 ticks; irq 3 + softirq 7 ticks.
+        let machine = parse_machine_stat(text).unwrap();
+        assert_eq!(machine.processes_s, 1.55);
+        assert_eq!(machine.interrupts_s, 0.1);
+        assert_eq!(parse_machine_stat("cpu  1 2 3\n"), None);
     }
 
     #[test]
@@ -169,7 +185,10 @@ mod tests {
     #[test]
     fn this_process_and_the_machine_can_be_read() {
         let own = process_cpu_s("/proc/self/stat").unwrap();
-        let machine = machine_busy_s().unwrap();
-        assert!(own >= 0.0 && machine >= own, "{own} {machine}");
+        let machine = machine_cpu().unwrap();
+        assert!(
+            own >= 0.0 && machine.processes_s >= own,
+            "{own} {machine:?}"
+        );
     }
 }

@@ -226,7 +226,7 @@ impl CompareReport {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "  {:<16} {:>11} {:>8} {:>8}  {:>9} {:>9} {:>9} {:>9} {:>6}  verdict",
+            "  {:<16} {:>11} {:>8} {:>8}  {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}  verdict",
             "stack",
             "requests/s",
             "p50 ms",
@@ -235,18 +235,19 @@ impl CompareReport {
             "redis",
             "stack",
             "load gen",
+            "irq",
             "other"
         );
         let _ = writeln!(
             out,
-            "  {:<16} {:>11} {:>8} {:>8}  {:>9} {:>9} {:>9} {:>9} {:>6}",
-            "", "", "", "", "µs/req", "µs/req", "µs/req", "µs/req", "cores"
+            "  {:<16} {:>11} {:>8} {:>8}  {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",
+            "", "", "", "", "µs/req", "µs/req", "µs/req", "µs/req", "µs/req", "cores"
         );
         for row in &self.rows {
             let cpu = |value: Option<f64>| value.map_or("-".to_string(), |us| format!("{us:.1}"));
             let _ = writeln!(
                 out,
-                "  {:<16} {:>11.0} {:>8.2} {:>8.2}  {:>9} {:>9} {:>9} {:>9} {:>6}  {}, sold {}",
+                "  {:<16} {:>11.0} {:>8.2} {:>8.2}  {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}  {}, sold {}",
                 row.stack.name(),
                 row.throughput_per_s,
                 row.p50_ms,
@@ -255,6 +256,7 @@ impl CompareReport {
                 cpu(row.cpu.and_then(|cpu| cpu.redis_us)),
                 cpu(row.cpu.map(|cpu| cpu.stack_us)),
                 cpu(row.cpu.map(|cpu| cpu.load_generator_us)),
+                cpu(row.cpu.map(|cpu| cpu.interrupts_us)),
                 row.cpu
                     .map_or("-".to_string(), |cpu| format!("{:.2}", cpu.other_cores)),
                 if row.report.verdict.ok {
