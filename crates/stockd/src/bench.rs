@@ -51,6 +51,10 @@ pub struct CompareArgs {
     /// HTTP worker threads of every server (default: `stockd serve`'s, one per core but one).
     #[arg(long)]
     worker_threads: Option<usize>,
+    /// When each Redis fsyncs its AOF: everysec (most deployments') or always (what stockd asks
+    /// of its Redis: as durable as the embedded engine).
+    #[arg(long, value_enum, default_value = "everysec")]
+    appendfsync: AppendFsyncName,
     /// Run only these stacks (stockd-embedded, stockd-redis, seeds-stack; comma-separated).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -60,6 +64,14 @@ pub struct CompareArgs {
     /// No progress line, even on a terminal.
     #[arg(long)]
     quiet: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AppendFsyncName {
+    /// fsync once a second: a machine crash may lose the last second of acknowledged sales.
+    Everysec,
+    /// fsync before answering.
+    Always,
 }
 
 #[derive(Debug, clap::Args)]
@@ -415,6 +427,10 @@ impl CompareArgs {
             warmup: self.warmup,
             seed: self.seed,
             worker_threads: worker_threads(self.worker_threads)?,
+            appendfsync: match self.appendfsync {
+                AppendFsyncName::Everysec => stockd_bench::compare::AppendFsync::Everysec,
+                AppendFsyncName::Always => stockd_bench::compare::AppendFsync::Always,
+            },
             stockd_executable,
             progress: !self.quiet && std::io::stderr().is_terminal(),
         })

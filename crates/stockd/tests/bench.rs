@@ -269,7 +269,8 @@ async fn the_seeds_stack_sells_exactly_its_stock_beside_stockd_in_one_comparison
             "8",
             "--worker-threads",
             "1",
-        ]);
+        ])
+        .args(["--appendfsync", "always"]);
     let output = tokio::task::spawn_blocking(move || command.output().expect("stockd bench runs"))
         .await
         .unwrap();
@@ -309,6 +310,8 @@ async fn the_seeds_stack_sells_exactly_its_stock_beside_stockd_in_one_comparison
         );
     }
     assert_eq!(report["worker_threads"], 1);
+    let persistence = report["redis_persistence"].as_str().unwrap();
+    assert!(persistence.contains("appendfsync always"), "{persistence}");
     let ratios: Vec<&str> = report["ratios"]
         .as_array()
         .unwrap()
