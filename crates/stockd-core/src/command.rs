@@ -121,10 +121,13 @@ pub enum Command {
 /// A successful answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
-    /// `created` is true when the command created the pool.
+    /// `created` is true when the command created the pool. `replayed` is true when the command
+    /// was a restock retried with the request id of one already applied: it changed nothing
+    /// (and wrote no record), the pool is as it is now. Only a restock ever sets it.
     Pool {
         pool: PoolView,
         created: bool,
+        replayed: bool,
     },
     PoolList {
         pools: Vec<PoolView>,

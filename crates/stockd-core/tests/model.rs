@@ -285,6 +285,7 @@ fn generator_reaches_the_interesting_cases() {
         "restock -> insufficient_stock",
         "restock -> invalid_request",
         "restock_request_id -> ok",
+        "restock_request_id -> ok (replay)",
         "restock_request_id -> insufficient_stock",
         "restock_request_id -> request_id_conflict",
         "delete_pool -> ok",

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use stockd_core::{
     Command, Error, EventKind, HoldId, HoldItem, HoldStatus, LockName, LockRequest, OwnerId,
-    PoolId, PoolSpec, Reply, ReserveRequest,
+    PoolId, PoolSpec, Reply, RequestId, ReserveRequest,
 };
 use stockd_engine::{Engine, EngineConfig, ManualClock};
 
@@ -611,6 +611,64 @@ async fn a_batch_parks_behind_its_waiting_command_and_resumes_in_order() {
         Ok(Reply::Pool { pool, .. }) => assert_eq!((pool.available, pool.held), (0, 1)),
         other => panic!("get pool: {other:?}"),
     }
+    engine.shutdown().await;
+}
+
+/// A restock retried with its request id is answered as a replay (the pool as it is, marked
+/// `replayed`) and writes nothing to the log, before a crash and after the recovery that rebuilt
+/// the remembered id from the log; the first run is not a replay, and a conflict is still 409.
+#[tokio::test]
+async fn a_restock_retried_before_and_after_a_restart_is_a_replay_that_writes_nothing() {
+    let restock = |delta| Command::Restock {
+        pool: pool("sku"),
+        delta,
+        request_id: Some(RequestId::parse("po-1").unwrap()),
+    };
+    let total_and_replayed = |outcome: Result<Reply, Error>| match outcome {
+        Ok(Reply::Pool {
+            pool,
+            created: false,
+            replayed,
+        }) => (pool.total, replayed),
+        other => panic!("restock: {other:?}"),
+    };
+    let h = Harness::new();
+    let engine = h.open();
+    one(&engine, put("sku", 10)).await.unwrap();
+    let first = one(&engine, restock(5)).await;
+    assert_eq!(total_and_replayed(first), (15, false));
+    let records = counter(&engine, "wal_records_total");
+    let retry = one(&engine, restock(5)).await;
+    assert_eq!(total_and_replayed(retry), (15, true));
+    assert_eq!(
+        counter(&engine, "wal_records_total"),
+        records,
+        "a replay writes nothing"
+    );
+    let events = engine.events(0, 0, 1000, 0).await.unwrap().events;
+    // Dropped without shutdown: recovery replays the log, which remembers the id.
+    drop(engine);
+
+    let engine = h.open();
+    let records = counter(&engine, "wal_records_total");
+    let retry = one(&engine, restock(5)).await;
+    assert_eq!(total_and_replayed(retry), (15, true));
+    let conflict = one(&engine, restock(4)).await;
+    assert_eq!(
+        conflict.map_err(|error| error.code()),
+        Err("request_id_conflict")
+    );
+    assert_eq!(
+        counter(&engine, "wal_records_total"),
+        records,
+        "a replay writes nothing"
+    );
+    assert_eq!(
+        engine.events(0, 0, 1000, 0).await.unwrap().events,
+        events,
+        "neither adds an event"
+    );
+    assert_eq!(pool_counts(&engine, "sku").await, (15, 15, 0, 0));
     engine.shutdown().await;
 }
 

@@ -316,10 +316,12 @@ impl Model {
         })
     }
 
-    fn pool_reply(&self, id: &PoolId, created: bool) -> Outcome {
+    /// `replayed`: a restock retried with its request id, which changed nothing.
+    fn pool_reply(&self, id: &PoolId, created: bool, replayed: bool) -> Outcome {
         Ok(Reply::Pool {
             pool: self.pool_view(id).unwrap(),
             created,
+            replayed,
         })
     }
 
@@ -441,6 +443,7 @@ impl Model {
                 Some(view) => Ok(Reply::Pool {
                     pool: view,
                     created: false,
+                    replayed: false,
                 }),
                 None => Err(Error::PoolNotFound { pool: pool.clone() }),
             }),
@@ -506,7 +509,7 @@ impl Model {
         let created = !self.pools.contains_key(id);
         if !created {
             if if_absent {
-                return self.pool_reply(id, false);
+                return self.pool_reply(id, false, false);
             }
             let committed = self.held(id) + self.sold(id);
             if spec.total < committed {
@@ -545,11 +548,12 @@ impl Model {
                 self.emit_low_stock(now_ms, id);
             }
         }
-        self.pool_reply(id, created)
+        self.pool_reply(id, created, false)
     }
 
     /// With a request id remembered (within the hold retention of its restock): the same pool
-    /// and delta answer the pool as it is, anything else is a conflict; nothing changes.
+    /// and delta answer the pool as it is, marked replayed; anything else is a conflict;
+    /// nothing changes.
     fn restock(
         &mut self,
         id: &PoolId,
@@ -578,7 +582,7 @@ impl Model {
             if !self.pools.contains_key(id) {
                 return Err(Error::PoolNotFound { pool: id.clone() });
             }
-            return self.pool_reply(id, false);
+            return self.pool_reply(id, false, true);
         }
         if !self.pools.contains_key(id) {
             return Err(Error::PoolNotFound { pool: id.clone() });
@@ -607,7 +611,7 @@ impl Model {
                 .insert(request_id.clone(), (id.clone(), delta, now_ms));
         }
         self.low_stock_if_crossed(now_ms, id, before);
-        self.pool_reply(id, false)
+        self.pool_reply(id, false, false)
     }
 
     fn delete_pool(&mut self, id: &PoolId, now_ms: u64) -> Outcome {

@@ -356,6 +356,7 @@ fn result_name(command: &Command, outcome: &Outcome) -> &'static str {
             "ok (replay)"
         }
         Ok(Reply::Pool { created: true, .. }) => "ok (created)",
+        Ok(Reply::Pool { replayed: true, .. }) => "ok (replay)",
         Ok(Reply::PoolList { next: Some(_), .. }) | Ok(Reply::HoldList { next: Some(_), .. }) => {
             "ok (more)"
         }
@@ -374,8 +375,13 @@ fn brief(outcome: &Outcome) -> String {
             hold.expires_at_ms,
             hold.finished_at_ms
         ),
-        Ok(Reply::Pool { pool, created }) => format!(
-            "pool {}: total {} available {} held {} sold {} (created {created})",
+        Ok(Reply::Pool {
+            pool,
+            created,
+            replayed,
+        }) => format!(
+            "pool {}: total {} available {} held {} sold {} (created {created}, replayed \
+             {replayed})",
             pool.pool, pool.total, pool.available, pool.held, pool.sold
         ),
         Ok(Reply::PoolList { pools, next }) => format!(

@@ -496,6 +496,13 @@ fn op(waits: bool) -> impl Strategy<Value = Op> {
         4 => put_pool_op(0..POOLS.len()),
         2 => (pool(), -5..=5i64, prop::option::of(0..REQUEST_IDS.len()))
             .prop_map(|(pool, delta, request)| Op::Restock { pool, delta, request }),
+        // The same restock again: each request id with a pool and delta of its own, so that
+        // retries (replays) come often, not only when a random delta happens to match.
+        1 => (0..REQUEST_IDS.len()).prop_map(|request| Op::Restock {
+            pool: request % POOLS.len(),
+            delta: 3,
+            request: Some(request),
+        }),
         2 => pool().prop_map(|pool| Op::DeletePool { pool }),
         1 => pool().prop_map(|pool| Op::GetPool { pool }),
         1 => (0..LIST_PREFIXES.len(), prop::option::of(0..LIST_AFTERS.len()), 0..=3usize)

@@ -194,8 +194,9 @@ function S.pool_json(pool)
     })
 end
 
-function S.pool_reply(pool, created)
-    return { kind = 'pool', json = S.pool_json(pool), created = created }
+-- replayed: a restock retried with the request id of one already applied (nothing changed).
+function S.pool_reply(pool, created, replayed)
+    return { kind = 'pool', json = S.pool_json(pool), created = created, replayed = replayed }
 end
 
 function S.usage_get(pool_id, user)
@@ -386,7 +387,8 @@ function S.reply_json(reply)
         return '{"hold":' .. reply.json .. ',"created":' .. (reply.created and 'true' or 'false')
             .. apply .. '}'
     elseif reply.kind == 'pool' then
-        return '{"pool":' .. reply.json .. ',"created":' .. (reply.created and 'true' or 'false') .. '}'
+        return '{"pool":' .. reply.json .. ',"created":' .. (reply.created and 'true' or 'false')
+            .. ',"replayed":' .. (reply.replayed and 'true' or 'false') .. '}'
     elseif reply.kind == 'pools' then
         return '{"pools":[' .. table.concat(reply.list, ',') .. '],"more":'
             .. (reply.more and 'true' or 'false') .. '}'

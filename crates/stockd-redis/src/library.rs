@@ -1,5 +1,5 @@
 //! The Lua function library: the second implementation of stockd-core's rules, loaded into every
-//! Redis primary as library `stockd_v3` (`LIBRARY_NAME`).
+//! Redis primary as library `stockd_v4` (`LIBRARY_NAME`).
 //!
 //! The files under `lua/` mirror `stockd-core/src/state/` file for file (`state.lua`,
 //! `apply.lua`, `waiters.lua`, `tick.lua`, `cmd/<command>.lua`); `cross.lua` (the cross-partition
@@ -14,7 +14,7 @@
 /// of another version.
 macro_rules! library_name {
     () => {
-        "stockd_v3"
+        "stockd_v4"
     };
 }
 
@@ -30,7 +30,10 @@ pub const FN_ACCEPT: &str = concat!(library_name!(), "_accept");
 /// (`source_hash`). Append-only once a name has landed on main (and so may run in a fleet): a
 /// test holds the source to the hash of its name, so a changed Lua without a new name fails the
 /// build's tests. `stockd_v1` and `stockd_v2` predate the hash.
-pub const RELEASED: &[(&str, u64)] = &[("stockd_v3", 16873764098804715861)];
+pub const RELEASED: &[(&str, u64)] = &[
+    ("stockd_v3", 16873764098804715861),
+    ("stockd_v4", 486842820378311793),
+];
 
 /// The library's source files, in load order: the state and its transitions first (they
 /// define the tables the others add to), then one file per command, mirroring

@@ -267,6 +267,8 @@ pub struct DecodeError(pub String);
 struct PoolAnswer {
     pool: PoolView,
     created: bool,
+    /// A restock retried with its request id: nothing changed (`cmd/restock.lua`).
+    replayed: bool,
 }
 
 #[derive(Deserialize)]
@@ -419,6 +421,7 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
         return Ok(Answer::Done(Ok(Reply::Pool {
             pool: answer.pool,
             created: answer.created,
+            replayed: answer.replayed,
         })));
     }
     let number = |name: &str| object.get(name).and_then(Value::as_u64);

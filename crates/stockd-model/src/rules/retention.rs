@@ -6,7 +6,7 @@
 use stockd_core::{Error, EventKind, HoldStatus, PoolSpec, Reply};
 
 use super::commands::*;
-use super::{Driver, Scenario, CONFIG, T0};
+use super::{Done, Driver, Scenario, CONFIG, T0};
 
 /// The retention scenarios, by name.
 pub const SCENARIOS: &[(&str, Scenario)] = &[
@@ -177,6 +177,18 @@ fn forgotten_confirmed_hold_still_counts_against_the_limit(t: &mut Driver) {
     );
 }
 
+/// A restock's answer: the pool's (total, available) and whether it was a replay.
+fn restocked(done: &Done) -> ((u64, u64), bool) {
+    match done.outcome() {
+        Ok(Reply::Pool {
+            pool,
+            created: false,
+            replayed,
+        }) => ((pool.total, pool.available), *replayed),
+        other => panic!("expected the pool, got {other:?}"),
+    }
+}
+
 fn a_restock_retried_with_its_request_id_adds_once(t: &mut Driver) {
     t.run(put_pool("p", 10), T0).ok();
     let first = t.run(restock_once("p", 5, "r1"), T0).ok();
@@ -185,20 +197,27 @@ fn a_restock_retried_with_its_request_id_adds_once(t: &mut Driver) {
         first.events[0].request_id.as_ref().map(|id| id.as_str()),
         Some("r1")
     );
-    // Meanwhile the pool changes; the retry answers it as it is now, and changes nothing.
+    assert_eq!(
+        restocked(&first),
+        ((15, 15), false),
+        "the first one applies"
+    );
+    // Meanwhile the pool changes; the retry answers it as it is now, says it is a replay, and
+    // changes nothing.
     t.run(restock("p", 1), T0 + 1).ok();
     let retry = t.run(restock_once("p", 5, "r1"), T0 + 2);
     assert!(retry.events.is_empty());
-    match retry.outcome() {
-        Ok(Reply::Pool { pool, created }) => {
-            assert!(!created);
-            assert_eq!((pool.total, pool.available), (16, 16));
-        }
-        other => panic!("expected the pool, got {other:?}"),
-    }
-    // Without a request id every restock adds.
-    t.run(restock("p", 1), T0 + 3).ok();
-    assert_eq!(t.pool("p").total, 17);
+    assert_eq!(restocked(&retry), ((16, 16), true));
+    // A conflict is still a conflict, not a replay.
+    assert_eq!(
+        t.run(restock_once("p", 6, "r1"), T0 + 2).error_code(),
+        Some("request_id_conflict")
+    );
+    // Without a request id every restock adds, and none is a replay.
+    let plain = t.run(restock("p", 1), T0 + 3).ok();
+    assert_eq!(restocked(&plain), ((17, 17), false));
+    let again = t.run(restock("p", 1), T0 + 3).ok();
+    assert_eq!(restocked(&again), ((18, 18), false));
 }
 
 fn a_request_id_with_another_delta_or_pool_is_a_conflict(t: &mut Driver) {
@@ -249,6 +268,7 @@ fn a_request_id_is_forgotten_after_the_hold_retention(t: &mut Driver) {
         let last_kept_ms = start + retention - 1;
         let retry = t.run(restock_once(&pool, 5, &id), last_kept_ms);
         assert!(retry.events.is_empty(), "kept until retention");
+        assert_eq!(restocked(&retry), ((15, 15), true), "kept until retention");
         assert_eq!(
             t.run(restock_once(&pool, 4, &id), last_kept_ms)
                 .error_code(),
@@ -260,6 +280,7 @@ fn a_request_id_is_forgotten_after_the_hold_retention(t: &mut Driver) {
         }
         let again = t.run(restock_once(&pool, 4, &id), start + retention).ok();
         assert_eq!(again.kinds(), [EventKind::Restocked], "a new restock");
+        assert_eq!(restocked(&again), ((19, 19), false), "a new restock");
         assert_eq!(t.pool(&pool).total, 19);
         start += retention + 1;
     }

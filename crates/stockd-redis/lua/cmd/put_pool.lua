@@ -8,7 +8,7 @@ C.put_pool = function(a)
     local pool = S.pool_get(id)
     local created = pool == nil
     if pool and a[7] == '1' then
-        return S.pool_reply(pool, false)
+        return S.pool_reply(pool, false, false)
     end
     if pool and total < pool.held + pool.sold then
         return S.error('total_below_committed', { { 'pool', id, 's' }, { 'total', total, 'n' },
@@ -45,5 +45,5 @@ C.put_pool = function(a)
         S.emit_low_stock(pool)
     end
     if pool.available > before then S.note_freed_pool(id) end
-    return S.pool_reply(pool, created)
+    return S.pool_reply(pool, created, false)
 end

@@ -8,7 +8,7 @@ C.get_pool = function(a)
     if not pool then
         return S.error('pool_not_found', { { 'pool', a[1], 's' } })
     end
-    return S.pool_reply(pool, false)
+    return S.pool_reply(pool, false, false)
 end
 
 -- list_pools PREFIX AFTER LIMIT: up to LIMIT pools of this partition with id >= PREFIX (> AFTER

@@ -27,7 +27,8 @@ C.restock = function(a)
     if request_id then
         local first = S.restock_request_get(request_id)
         if first then
-            -- A retry changes nothing; the id with another pool or delta is a conflict.
+            -- A retry changes nothing and says it is one (replayed); the id with another pool
+            -- or delta is a conflict.
             if first.pool ~= id or first.delta ~= delta then
                 return S.request_id_conflict(request_id, first)
             end
@@ -35,7 +36,7 @@ C.restock = function(a)
             if not pool then
                 return S.error('pool_not_found', { { 'pool', id, 's' } })
             end
-            return S.pool_reply(pool, false)
+            return S.pool_reply(pool, false, true)
         end
     end
     local pool = S.pool_get(id)
@@ -65,7 +66,7 @@ C.restock = function(a)
     S.emit('restocked', fields)
     if S.low_stock_crossed(pool, before) then S.emit_low_stock(pool) end
     if pool.available > before then S.note_freed_pool(id) end
-    return S.pool_reply(pool, false)
+    return S.pool_reply(pool, false, false)
 end
 
 -- restock_seen REQUEST_ID POOL DELTA: on a dataset of several partitions, a restock first asks

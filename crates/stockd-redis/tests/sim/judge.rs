@@ -711,7 +711,7 @@ fn outcome(result: &Result<Outcome, BackendError>) -> HistoryOutcome {
             if *created { 201 } else { 200 },
             serde_json::to_value(hold).expect("a hold serialises"),
         ),
-        Ok(Ok(Reply::Pool { pool, created })) => (
+        Ok(Ok(Reply::Pool { pool, created, .. })) => (
             if *created { 201 } else { 200 },
             serde_json::to_value(pool).expect("a pool serialises"),
         ),

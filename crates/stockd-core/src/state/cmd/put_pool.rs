@@ -27,6 +27,7 @@ impl State {
                 return Ok(Reply::Pool {
                     pool: view,
                     created: false,
+                    replayed: false,
                 });
             }
             Some(existing) => {
@@ -54,6 +55,7 @@ impl State {
         Ok(Reply::Pool {
             pool: view,
             created,
+            replayed: false,
         })
     }
 }

@@ -32,6 +32,7 @@ impl State {
             .map(|pool| Reply::Pool {
                 pool,
                 created: false,
+                replayed: false,
             })
             .ok_or(Error::PoolNotFound { pool })
     }

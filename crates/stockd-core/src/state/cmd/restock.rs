@@ -5,9 +5,9 @@
 //! change a counter itself; `apply_record` does, from the record.
 //!
 //! With a request id it first looks the id up: a retry (same pool and delta) answers the pool
-//! as it is now and writes nothing; the id with another pool or delta is a conflict. The id is
-//! remembered only by the record of a restock that succeeded, so a refused restock leaves it
-//! new.
+//! as it is now, marked `replayed` so that the caller can tell it from the first application,
+//! and writes nothing; the id with another pool or delta is a conflict. The id is remembered
+//! only by the record of a restock that succeeded, so a refused restock leaves it new.
 //!
 //! Its Lua twin is `crates/stockd-redis/lua/cmd/restock.lua`.
 
@@ -44,6 +44,7 @@ impl State {
                 return Ok(Reply::Pool {
                     pool: view,
                     created: false,
+                    replayed: true,
                 });
             }
         }
@@ -79,6 +80,7 @@ impl State {
         Ok(Reply::Pool {
             pool: view,
             created: false,
+            replayed: false,
         })
     }
 }
