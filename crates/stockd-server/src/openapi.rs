@@ -1235,6 +1235,32 @@ mod tests {
         operations
     }
 
+    /// The header the server adds to a restock's retry (`reply::REPLAYED`) is documented on the
+    /// restock's 200, and on no other success: a generated client can read it there.
+    #[test]
+    fn the_replayed_header_is_documented_on_the_restock_only() {
+        let document = document_json();
+        let (name, value) = crate::reply::REPLAYED;
+        let mut documented = Vec::new();
+        for (method, path, operation) in operations(&document) {
+            for (status, response) in operation["responses"].as_object().unwrap() {
+                let headers = response["headers"].as_object();
+                for (header, spec) in headers.into_iter().flatten() {
+                    if header.eq_ignore_ascii_case(name.as_str()) {
+                        assert_eq!(spec["schema"]["type"], "string", "{header}");
+                        let description = spec["description"].as_str().unwrap_or_default();
+                        assert!(
+                            description.contains(&format!("`{}`", value.to_str().unwrap())),
+                            "{description}"
+                        );
+                        documented.push(format!("{method} {path} {status}"));
+                    }
+                }
+            }
+        }
+        assert_eq!(documented, ["POST /v1/pools/{pool}/restock 200"]);
+    }
+
     /// The error codes a documented response allows, read back from its schema.
     fn codes_of(document: &Value, response: &Value) -> Vec<String> {
         let schema = &response["content"]["application/json"]["schema"];

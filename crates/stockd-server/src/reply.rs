@@ -3,10 +3,12 @@
 //!
 //! This module chooses each reply's status and its body among the wire types ([`crate::wire`]),
 //! and owns the `json` helper that writes any body. It must never look at what the reply means
-//! beyond choosing 200/201/204: the data comes from the core's views as they are.
+//! beyond choosing 200/201/204 and the one header a reply carries: [`REPLAYED`] on a restock
+//! retried with its request id, whose status and body the contract fixes as the first run's.
+//! The data comes from the core's views as they are.
 
 use axum::body::Body;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use serde::{Serialize, Serializer};
 use stockd_core::{HoldStatus, HoldView, Reply};
@@ -14,6 +16,15 @@ use stockd_core::{HoldStatus, HoldView, Reply};
 use crate::wire;
 
 const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+/// `Stockd-Replayed: true` on the answer to a restock retried with its request id: an earlier
+/// call applied it and this one changed nothing. The status and body are the first run's (the
+/// contract says so), so this header is the only way a client can tell. docs/api.md, "POST
+/// /v1/pools/{pool}/restock".
+pub(crate) const REPLAYED: (HeaderName, HeaderValue) = (
+    HeaderName::from_static("stockd-replayed"),
+    HeaderValue::from_static("true"),
+);
 
 /// Most bodies (a pool, a hold) fit in this, so the buffer is allocated once.
 const BODY_CAPACITY_BYTES: usize = 256;
@@ -123,7 +134,12 @@ pub(crate) fn response(reply: &Reply) -> Response {
             .insert(header::CONTENT_TYPE, APPLICATION_JSON);
         return response;
     }
-    json(status, &ReplyBody(reply))
+    let mut response = json(status, &ReplyBody(reply));
+    if let Reply::Pool { replayed: true, .. } = reply {
+        let (name, value) = REPLAYED;
+        response.headers_mut().insert(name, value);
+    }
+    response
 }
 
 /// Writes a hold as JSON: byte for byte what serde_json writes for [`wire::HoldObject`] (a
@@ -272,5 +288,45 @@ mod tests {
         });
         assert_eq!(response.status(), StatusCode::CREATED);
         assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+    }
+
+    /// A restock's retry answers as its first run did (200, the pool) plus `Stockd-Replayed`,
+    /// which no other answer carries.
+    #[tokio::test]
+    async fn only_a_replayed_restock_says_so_in_a_header() {
+        use stockd_core::PoolView;
+        let pool = PoolView {
+            pool: PoolId::parse("p").unwrap(),
+            total: 5,
+            available: 5,
+            held: 0,
+            sold: 0,
+            per_user_limit: None,
+            starts_at_ms: None,
+            ends_at_ms: None,
+            low_stock_threshold: None,
+            partition: 0,
+        };
+        let mut answers = Vec::new();
+        for (created, replayed) in [(false, false), (false, true), (true, false)] {
+            let response = response(&Reply::Pool {
+                pool: pool.clone(),
+                created,
+                replayed,
+            });
+            let status = response.status();
+            let header = response.headers().get("Stockd-Replayed").cloned();
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            answers.push((status, header, body));
+        }
+        let (applied, replay, created) = (&answers[0], &answers[1], &answers[2]);
+        assert_eq!(applied.1, None);
+        assert_eq!(created.1, None);
+        assert_eq!(replay.1, Some(REPLAYED.1));
+        assert_eq!(REPLAYED.0.as_str(), "stockd-replayed");
+        assert_eq!((replay.0, &replay.2), (applied.0, &applied.2));
+        assert_eq!(replay.0, StatusCode::OK);
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! A case is data: a list of steps, each a request (method, path, JSON body) with the expected
 //! status and an expected *subset* of the answer (see `support::match_subset`: generated fields
-//! can be left out, `$any`/`$now`/`$save:NAME`/`$same:NAME` markers cover the rest). Every case
+//! can be left out, `$any`/`$now`/`$save:NAME`/`$same:NAME` markers cover the rest), and whether
+//! the answer carries `Stockd-Replayed: true` (only a restock's retry may). Every case
 //! gets a fresh five-byte id prefix, substituted for `{p}` in paths and bodies, so all cases of a
 //! group share one server and run concurrently without touching each other's pools or holds. A
 //! group runs all its cases and reports every failing one, not only the first.
@@ -38,6 +39,8 @@ const EXPIRY_LAG_MAX_MS: u64 = 1_000;
 const POLL_SLACK_MS: u64 = 500;
 /// The body limit: over 1 MiB is 413.
 const BODY_LIMIT_BYTES: usize = 1024 * 1024;
+/// The header on the answer to a restock retried with its request id (and on no other answer).
+const REPLAYED_HEADER: &str = "stockd-replayed";
 
 // =============================================================================================
 // The case model
@@ -83,6 +86,9 @@ struct Step {
     action: Action,
     status: u16,
     expect: Value,
+    /// The answer carries `Stockd-Replayed: true` (a restock retried with its request id);
+    /// every other answer must not carry that header.
+    replayed: bool,
 }
 
 /// Which servers a case applies to, by their event-feed partition count P.
@@ -172,7 +178,19 @@ impl Case {
             action,
             status,
             expect,
+            replayed: false,
         });
+        self
+    }
+
+    /// The last step's answer says it was a replay: `Stockd-Replayed: true`.
+    fn replayed(mut self) -> Case {
+        let step = self.steps.last_mut().expect("a step to mark");
+        assert!(
+            matches!(step.action, Action::Request { .. }),
+            "only a request's answer has headers"
+        );
+        step.replayed = true;
         self
     }
 
@@ -325,6 +343,7 @@ impl Case {
             action,
             status: 200,
             expect,
+            replayed: false,
         });
         self
     }
@@ -344,6 +363,7 @@ impl Case {
             action: Action::Events,
             status: 200,
             expect,
+            replayed: false,
         });
         self
     }
@@ -353,6 +373,7 @@ impl Case {
             action: Action::WaitPast { var },
             status: 200,
             expect: Value::Null,
+            replayed: false,
         });
         self
     }
@@ -525,8 +546,8 @@ async fn run_step(
                 Auth::Header(value) => Some(value.to_string()),
             };
             let before_ms = now_ms();
-            let reply = api
-                .send_with_authorization(
+            let (status, headers, body) = api
+                .send_with_headers(
                     authorization.as_deref(),
                     method,
                     &path,
@@ -539,7 +560,16 @@ async fn run_step(
                 before_ms,
                 after_ms: now_ms(),
             };
-            check_reply(&what, step.status, &expect, reply, vars, window)
+            let replayed = headers.get_all(REPLAYED_HEADER).iter().collect::<Vec<_>>();
+            let expected: &[&str] = if step.replayed { &["true"] } else { &[] };
+            if replayed != expected {
+                return Err(format!(
+                    "{what}\n    expected {REPLAYED_HEADER} {expected:?}, got {replayed:?} \
+                     (status {status}: {})",
+                    short(&body)
+                ));
+            }
+            check_reply(&what, step.status, &expect, (status, body), vars, window)
         }
         Action::Poll { path, within_ms } => {
             let path = fill_path(path, prefix, vars, partitions);
@@ -962,17 +992,23 @@ fn pool_cases() -> Vec<Case> {
             .get_pool("{p}-a", counts(10, 10, 0, 0))
             .restock("{p}-a", -10, 200, counts(0, 0, 0, 0))
             .restock("{p}-a", 1, 200, counts(1, 1, 0, 0)),
-        case("restock: a retry with its request_id changes nothing and answers the pool as it is now")
+        case("restock: a retry with its request_id changes nothing and answers the pool as it is now, with Stockd-Replayed: true")
             .put_pool("{p}-a", json!({"total": 10}), 201, counts(10, 10, 0, 0))
             .restock_with("{p}-a", json!({"delta": 5, "request_id": "{p}-r"}), 200, json!({"pool": "{p}-a", "total": 15, "available": 15}))
             .reserve(json!({"hold_id": "{p}-h", "items": [{"pool": "{p}-a", "qty": 4}]}), 201, status("held"))
-            .restock_with("{p}-a", json!({"delta": 5, "request_id": "{p}-r"}), 200, counts(15, 11, 4, 0))
-            .restock_with("{p}-a", json!({"delta": 5, "request_id": "{p}-r"}), 200, counts(15, 11, 4, 0))
-            .get_pool("{p}-a", counts(15, 11, 4, 0))
+            .restock_with("{p}-a", json!({"delta": 5, "request_id": "{p}-r"}), 200, counts(15, 11, 4, 0)).replayed()
+            .restock_with("{p}-a", json!({"delta": 5, "request_id": "{p}-r"}), 200, counts(15, 11, 4, 0)).replayed()
+            .restock_with("{p}-a", json!({"delta": 6, "request_id": "{p}-r"}), 409, err("request_id_conflict"))
+            .restock_with("{p}-a", json!({"delta": 5, "request_id": "{p}-r2"}), 200, counts(20, 16, 4, 0))
+            .restock("{p}-a", 5, 200, counts(25, 21, 4, 0))
+            .restock_with("{p}-a", json!({"delta": 5, "request_id": "{p}-r2"}), 200, counts(25, 21, 4, 0)).replayed()
+            .get_pool("{p}-a", counts(25, 21, 4, 0))
             .events(json!([
                 ev("pool_upserted", json!({"pool": "{p}-a"})),
                 ev("restocked", json!({"pool": "{p}-a", "delta": 5, "total": 15, "available": 15, "request_id": "{p}-r"})),
                 ev("held", json!({"hold_id": "{p}-h"})),
+                ev("restocked", json!({"pool": "{p}-a", "delta": 5, "total": 20, "available": 16, "request_id": "{p}-r2"})),
+                ev("restocked", json!({"pool": "{p}-a", "delta": 5, "total": 25, "available": 21})),
             ])),
         case("restock: a request_id with another delta or on another pool is 409 request_id_conflict, nothing changes")
             .put_pool("{p}-a", json!({"total": 10}), 201, counts(10, 10, 0, 0))
@@ -1017,7 +1053,7 @@ fn pool_cases() -> Vec<Case> {
             .restock_with("{p}-nope", json!({"delta": 5, "request_id": "{p}-r2"}), 404, err("pool_not_found"))
             .restock("{p}-a", 10, 200, counts(13, 13, 0, 0))
             .restock_with("{p}-a", json!({"delta": -5, "request_id": "{p}-r"}), 200, counts(8, 8, 0, 0))
-            .restock_with("{p}-a", json!({"delta": -5, "request_id": "{p}-r"}), 200, counts(8, 8, 0, 0))
+            .restock_with("{p}-a", json!({"delta": -5, "request_id": "{p}-r"}), 200, counts(8, 8, 0, 0)).replayed()
             .restock_with("{p}-a", json!({"delta": 1, "request_id": "{p}-r2"}), 200, counts(9, 9, 0, 0))
             .get_pool("{p}-a", counts(9, 9, 0, 0)),
         case("restock: a missing pool is 404 pool_not_found")

@@ -1,8 +1,9 @@
 //! A restock retried after the server that ran it died (fault points compiled into test builds
 //! only: `cargo test --features fault-injection`). Two stockd servers share one Redis (or one
 //! Redis Cluster); the first dies right after the library call that wrote the restock, before
-//! it answers. The client retries on the second with the same request id: 200, and the stock is
-//! added exactly once, with exactly one `restocked` event.
+//! it answers. The client retries on the second with the same request id: 200 with
+//! `Stockd-Replayed: true`, and the stock is added exactly once, with exactly one `restocked`
+//! event.
 
 #![cfg(feature = "fault-injection")]
 
@@ -56,14 +57,30 @@ async fn a_restock_retried_on_another_server_adds_once(backend: Arc<dyn TestBack
     // The restock was written before the server died.
     assert_eq!(survivor.pool("rf-a").await["total"], json!(15));
 
+    // The first answer the client gets says the restock was a retry: it was applied before.
     for _ in 0..2 {
-        let (status, pool) = survivor
-            .call("POST", "/v1/pools/rf-a/restock", Some(body.clone()))
-            .await;
+        let authorization = survivor
+            .default_token()
+            .map(|token| format!("Bearer {token}"));
+        let (status, headers, pool) = survivor
+            .send_with_headers(
+                authorization.as_deref(),
+                "POST",
+                "/v1/pools/rf-a/restock",
+                Some(serde_json::to_vec(&body).unwrap()),
+                Some("application/json"),
+            )
+            .await
+            .expect("the survivor answers");
         assert_eq!(
             (status, &pool["total"], &pool["available"]),
             (200, &json!(15), &json!(15)),
             "{pool}"
+        );
+        assert_eq!(
+            headers.get("stockd-replayed").map(|value| value.as_bytes()),
+            Some(&b"true"[..]),
+            "{headers:?}"
         );
     }
     let (status, refused) = survivor

@@ -48,13 +48,18 @@ pub(crate) async fn put_pool(
     tag = "pools",
     summary = "Change total and available by a delta (admin)",
     description = "With a `request_id`, a retry (the same id, pool and delta) changes nothing \
-                   and answers 200 with the pool as it is now; the id with another delta or \
-                   pool is 409 `request_id_conflict`. Ids are remembered for the hold \
-                   retention from the restock; a refused restock is not remembered.",
+                   and answers 200 with the pool as it is now, like the first run, plus the \
+                   header `Stockd-Replayed: true`, which only a retry carries; the id with \
+                   another delta or pool is 409 `request_id_conflict`. Ids are remembered for \
+                   the hold retention from the restock; a refused restock is not remembered.",
     params(("pool" = String, Path, description = "Pool id")),
     request_body = RestockBody,
     responses(
-        (status = 200, description = "Restocked (a retry of a request id is a no-op)", body = PoolObject),
+        (status = 200, description = "Restocked, or a retry of a request id (a no-op, with \
+                                      `Stockd-Replayed: true`)", body = PoolObject,
+            headers(("Stockd-Replayed" = String, description = "`true` when this call was a \
+                     retry of a restock an earlier call with the same `request_id` applied: \
+                     nothing changed. Absent when this call applied the delta."))),
         (status = 404, description = "`pool_not_found`", body = ErrorBody),
         (status = 409, description = "`insufficient_stock` for a negative delta, `request_id_conflict`", body = ErrorBody),
         (status = 422, description = "`invalid_request`", body = ErrorBody),

@@ -868,6 +868,21 @@ impl Api {
         body: Option<Vec<u8>>,
         content_type: Option<&str>,
     ) -> Result<Reply, String> {
+        let (status, _, body) = self
+            .send_with_headers(authorization, method, path, body, content_type)
+            .await?;
+        Ok((status, body))
+    }
+
+    /// Like [`Api::send_with_authorization`], with the answer's headers.
+    pub async fn send_with_headers(
+        &self,
+        authorization: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        content_type: Option<&str>,
+    ) -> Result<(u16, reqwest::header::HeaderMap, Value), String> {
         let method = reqwest::Method::from_bytes(method.as_bytes())
             .map_err(|error| format!("bad method {method:?}: {error}"))?;
         let mut request = self
@@ -887,11 +902,12 @@ impl Api {
             .await
             .map_err(|error| format!("transport error: {error:?}"))?;
         let status = response.status().as_u16();
+        let headers = response.headers().clone();
         let bytes = response
             .bytes()
             .await
             .map_err(|error| format!("reading body: {error:?}"))?;
-        Ok((status, parse_body(&bytes)))
+        Ok((status, headers, parse_body(&bytes)))
     }
 
     /// GET a pool and return its object, panicking unless the answer is 200.
