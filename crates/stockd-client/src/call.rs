@@ -34,11 +34,16 @@ pub struct Call {
     pub(crate) wait_ms: u64,
 }
 
-/// A 2xx answer: its status and its body exactly as the server sent it.
+/// A 2xx answer: its status and its body exactly as the server sent it, and what its headers
+/// say that the status and body cannot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
     pub status: u16,
     pub body: Vec<u8>,
+    /// The server said `Stockd-Replayed: true`: this was a restock retried with the request id
+    /// of one an earlier call applied, and nothing changed (its status and body are the first
+    /// run's).
+    pub replayed: bool,
 }
 
 impl Answer {

@@ -60,6 +60,10 @@ pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 /// (`Stockd-Auth: none`, docs/api.md).
 const TOKEN_UNCHECKED_HEADER: &str = "stockd-auth";
 
+/// The header by which a server says a restock was a retry that changed nothing
+/// (`Stockd-Replayed: true`, docs/api.md).
+const REPLAYED_HEADER: &str = "stockd-replayed";
+
 /// How many bytes of a non-JSON error body are kept as the error's message.
 const ERROR_TEXT_LEN_MAX: usize = 512;
 
@@ -150,17 +154,18 @@ impl Client {
     }
 
     /// `POST /v1/pools/{pool}/restock`: moves total and available by `delta` (may be negative).
-    /// With a `request_id`, a retry (same pool and delta) changes nothing and answers the pool
-    /// as it is now; the id with another pool or delta is `request_id_conflict`.
+    /// Returns the pool and whether this call applied the delta; `false` means a restock with
+    /// the same `request_id` (same pool and delta) was already applied by an earlier call (the
+    /// server's `Stockd-Replayed: true`), nothing changed, and the pool is returned as it is
+    /// now. The id with another pool or delta is `request_id_conflict`.
     pub async fn restock(
         &self,
         pool: &str,
         delta: i64,
         request_id: Option<&str>,
-    ) -> Result<PoolView> {
-        self.call(&Call::restock(pool, delta, request_id))
-            .await?
-            .decode()
+    ) -> Result<(PoolView, bool)> {
+        let answer = self.call(&Call::restock(pool, delta, request_id)).await?;
+        Ok((answer.decode()?, !answer.replayed))
     }
 
     /// `GET /v1/pools/{pool}`.
@@ -349,8 +354,16 @@ impl Client {
         {
             self.token_unchecked.store(true, Ordering::Relaxed);
         }
+        let replayed = response
+            .headers()
+            .get(REPLAYED_HEADER)
+            .is_some_and(|value| value == "true");
         let body: Vec<u8> = response.bytes().await?.into();
-        let answer = Answer { status, body };
+        let answer = Answer {
+            status,
+            body,
+            replayed,
+        };
         if (200..300).contains(&status) {
             Ok(answer)
         } else {

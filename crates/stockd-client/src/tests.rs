@@ -36,15 +36,27 @@ impl Seen {
 
 /// Serves one connection per canned `(status, body)` answer, in order, then stops.
 fn responder(answers: Vec<(u16, &'static str)>) -> (String, mpsc::Receiver<Seen>) {
+    responder_with_headers(
+        answers
+            .into_iter()
+            .map(|(status, body)| (status, body, ""))
+            .collect(),
+    )
+}
+
+/// [`responder`] whose answers also carry header lines (`"name: value\r\n"` each, or "").
+fn responder_with_headers(
+    answers: Vec<(u16, &'static str, &'static str)>,
+) -> (String, mpsc::Receiver<Seen>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
     let base_url = format!("http://{}", listener.local_addr().expect("local addr"));
     let (sender, receiver) = mpsc::channel();
     thread::spawn(move || {
-        for (status, body) in answers {
+        for (status, body, headers) in answers {
             let Ok((stream, _)) = listener.accept() else {
                 return;
             };
-            let seen = answer_one(stream, status, body);
+            let seen = answer_one(stream, status, body, headers);
             if sender.send(seen).is_err() {
                 return;
             }
@@ -53,7 +65,7 @@ fn responder(answers: Vec<(u16, &'static str)>) -> (String, mpsc::Receiver<Seen>
     (base_url, receiver)
 }
 
-fn answer_one(stream: TcpStream, status: u16, body: &str) -> Seen {
+fn answer_one(stream: TcpStream, status: u16, body: &str, extra_headers: &str) -> Seen {
     let mut reader = BufReader::new(stream.try_clone().expect("clone stream"));
     let mut request_line = String::new();
     reader.read_line(&mut request_line).expect("request line");
@@ -87,7 +99,7 @@ fn answer_one(stream: TcpStream, status: u16, body: &str) -> Seen {
     };
     let response = format!(
         "HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\
-         connection: close\r\n\r\n{body}",
+         {extra_headers}connection: close\r\n\r\n{body}",
         body.len()
     );
     stream
@@ -225,6 +237,39 @@ async fn malformed_base_url_is_a_transport_error() {
     let client = Client::new("not a url", None);
     let error = client.healthz().await.expect_err("bad url");
     assert!(matches!(error, ClientError::Transport(_)), "{error:?}");
+}
+
+#[tokio::test]
+async fn a_restock_is_applied_unless_the_server_says_it_was_replayed() {
+    let (base_url, seen) = responder_with_headers(vec![
+        (200, POOL, ""),
+        (200, POOL, "Stockd-Replayed: true\r\n"),
+        (200, POOL, "Stockd-Replayed: true\r\n"),
+    ]);
+    let client = Client::new(&base_url, None);
+    let (pool, applied) = client
+        .restock("sku-1", 4, Some("po-1"))
+        .await
+        .expect("restock");
+    assert!(applied);
+    assert_eq!(pool.total, 100);
+    let request = seen.recv().expect("request");
+    assert_eq!(request.target, "/v1/pools/sku-1/restock");
+    assert_eq!(request.json(), json!({"delta": 4, "request_id": "po-1"}));
+    let (pool, applied) = client
+        .restock("sku-1", 4, Some("po-1"))
+        .await
+        .expect("restock");
+    assert!(!applied, "the server said it was a retry");
+    assert_eq!(pool.total, 100);
+    seen.recv().expect("request");
+    // The answer as received carries it too (what the command line reads).
+    let answer = client
+        .call(&Call::restock("sku-1", 4, Some("po-1")))
+        .await
+        .expect("200");
+    assert!(answer.replayed);
+    assert_eq!(answer.body, POOL.as_bytes());
 }
 
 #[tokio::test]
@@ -366,6 +411,7 @@ async fn call_keeps_the_answer_and_the_error_bytes_as_received() {
     let answer = client.call(&Call::get_pool("sku-1")).await.expect("200");
     assert_eq!(answer.status, 200);
     assert_eq!(answer.body, pool_as_sent.as_bytes());
+    assert!(!answer.replayed, "no Stockd-Replayed header");
     let pool: PoolView = answer.decode().expect("a pool");
     assert_eq!(pool.total, 100);
     seen.recv().expect("request");

@@ -365,41 +365,40 @@ fn pool_and_hold_commands_against_a_real_server() {
     // A status that is not one is refused before anything is sent (usage, exit 2).
     let bad = server.stockd(&["hold", "list", "--status", "sold"]);
     assert_eq!(bad.code, Some(2), "{}", bad.describe());
-    // With --request-id, running the restock again changes nothing; another delta is refused.
-    // The API answers a retry as it answers the first run, so the summary cannot say which of
-    // them added the units, and says neither did twice.
+    // With --request-id, running the restock again changes nothing and says so (the server's
+    // Stockd-Replayed: true); only the run that applied it says "restocked". Another delta is
+    // refused.
+    let restock_once = |extra: &[&'static str]| {
+        let mut args = vec![
+            "pool",
+            "restock",
+            "sku-1",
+            "--delta",
+            "4",
+            "--request-id",
+            "restock-1",
+        ];
+        args.extend_from_slice(extra);
+        server.stockd(&args)
+    };
+    let out = restock_once(&[]).ok().to_owned();
+    assert!(
+        out.starts_with(
+            "pool sku-1 restocked +4 for request restock-1: total 12, available 9, held 0, sold 3"
+        ),
+        "{out}"
+    );
     for _ in 0..2 {
-        let out = server
-            .stockd(&[
-                "pool",
-                "restock",
-                "sku-1",
-                "--delta",
-                "4",
-                "--request-id",
-                "restock-1",
-            ])
-            .ok()
-            .to_owned();
+        let out = restock_once(&[]).ok().to_owned();
         assert!(
             out.starts_with(
-                "pool sku-1 restocked +4 for request restock-1 (once, whether by this run or an \
-                 earlier one with this --request-id): total 12, available 9"
+                "pool sku-1: restock +4 for request restock-1 was already applied (nothing \
+                 changed); now total 12, available 9, held 0, sold 3"
             ),
             "{out}"
         );
-        let pool = server
-            .stockd(&[
-                "pool",
-                "restock",
-                "sku-1",
-                "--delta",
-                "4",
-                "--request-id",
-                "restock-1",
-                "--json",
-            ])
-            .ok_json();
+        // --json prints the server's body as received: the pool as it is now.
+        let pool = restock_once(&["--json"]).ok_json();
         assert_eq!(
             (pool["total"].as_u64(), pool["available"].as_u64()),
             (Some(12), Some(9)),

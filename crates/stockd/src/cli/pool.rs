@@ -119,11 +119,18 @@ pub(super) async fn run(session: &Session, command: PoolCommand) -> Exit {
             delta,
             request_id,
         } => {
-            let note = restock_note(delta, request_id.as_deref());
             session
                 .show(
                     Call::restock(&pool, delta, request_id.as_deref()),
-                    |answer| Ok(pool_line(&answer.decode()?, Some(&note), human::now_ms())),
+                    |answer| {
+                        Ok(restock_line(
+                            &answer.decode()?,
+                            delta,
+                            request_id.as_deref(),
+                            answer.replayed,
+                            human::now_ms(),
+                        ))
+                    },
                 )
                 .await
         }
@@ -137,22 +144,36 @@ pub(super) async fn run(session: &Session, command: PoolCommand) -> Exit {
     }
 }
 
-/// What a restock's answer says happened. With a request id the answer is the same whether this
-/// run applied the delta or an earlier run with the same id had (a retry changes nothing, and
-/// the API answers both alike), so the note says the delta is applied once, not that this run
-/// added it.
-fn restock_note(delta: i64, request_id: Option<&str>) -> String {
+/// What a restock's answer says happened: `restocked` only when this call applied the delta.
+/// A retry with the request id of a restock already applied answers as the first run did (200,
+/// the pool as it is now) plus `Stockd-Replayed: true` (`replayed`): then nothing changed, and
+/// the line says the delta was applied before.
+fn restock_line(
+    view: &PoolView,
+    delta: i64,
+    request_id: Option<&str>,
+    replayed: bool,
+    now_ms: u64,
+) -> String {
     let change = if delta > 0 {
         format!("+{delta}")
     } else {
         delta.to_string()
     };
-    match request_id {
-        None => format!("restocked {change}"),
-        Some(request_id) => format!(
-            "restocked {change} for request {request_id} (once, whether by this run or an \
-             earlier one with this --request-id)"
+    match (request_id, replayed) {
+        (Some(request_id), true) => format!(
+            "pool {}: restock {change} for request {request_id} was already applied (nothing \
+             changed); now {}",
+            view.pool,
+            pool_numbers(view, now_ms)
         ),
+        (Some(request_id), false) => pool_line(
+            view,
+            Some(&format!("restocked {change} for request {request_id}")),
+            now_ms,
+        ),
+        // Only a restock with a request id can be a replay.
+        (None, _) => pool_line(view, Some(&format!("restocked {change}")), now_ms),
     }
 }
 
@@ -163,9 +184,15 @@ fn pool_line(view: &PoolView, note: Option<&str>, now_ms: u64) -> String {
     if let Some(note) = note {
         let _ = write!(line, " {note}");
     }
-    let _ = write!(
-        line,
-        ": total {}, available {}, held {}, sold {}",
+    let _ = write!(line, ": {}", pool_numbers(view, now_ms));
+    line
+}
+
+/// `total 100, available 95, held 3, sold 2; per-user limit 2, ...`: a pool's counts, then its
+/// rules, the sale window's times relative to `now_ms`.
+fn pool_numbers(view: &PoolView, now_ms: u64) -> String {
+    let mut line = format!(
+        "total {}, available {}, held {}, sold {}",
         view.total, view.available, view.held, view.sold
     );
     let rules: Vec<String> = [
@@ -270,14 +297,26 @@ mod tests {
     }
 
     #[test]
-    fn a_restock_with_a_request_id_does_not_claim_this_run_added_it() {
-        assert_eq!(restock_note(3, None), "restocked +3");
-        assert_eq!(restock_note(-2, None), "restocked -2");
-        let note = restock_note(4, Some("po-7781"));
+    fn a_restock_says_restocked_only_when_this_run_applied_it() {
+        let pool = view("sku-2", 12, 12, 0, 0);
+        let line =
+            |delta, request_id, replayed| restock_line(&pool, delta, request_id, replayed, 0);
         assert_eq!(
-            note,
-            "restocked +4 for request po-7781 (once, whether by this run or an earlier one with \
-             this --request-id)"
+            line(3, None, false),
+            "pool sku-2 restocked +3: total 12, available 12, held 0, sold 0"
+        );
+        assert_eq!(
+            line(-2, None, false),
+            "pool sku-2 restocked -2: total 12, available 12, held 0, sold 0"
+        );
+        assert_eq!(
+            line(4, Some("po-7781"), false),
+            "pool sku-2 restocked +4 for request po-7781: total 12, available 12, held 0, sold 0"
+        );
+        assert_eq!(
+            line(4, Some("po-7781"), true),
+            "pool sku-2: restock +4 for request po-7781 was already applied (nothing changed); \
+             now total 12, available 12, held 0, sold 0"
         );
     }
 
