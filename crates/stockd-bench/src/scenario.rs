@@ -534,17 +534,6 @@ impl Run {
             )
         })
     }
-
-    /// Holds and units created by the run (for `batch`: holds per second).
-    pub fn created(&self) -> (u64, u64) {
-        let ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
-        let units = ledger
-            .created
-            .iter()
-            .flat_map(|sent| sent.units.iter().map(|&(_, qty)| qty))
-            .sum();
-        (ledger.created.len() as u64, units)
-    }
 }
 
 /// Creates the pools `scenario` runs on, named after the run; returns their names and the units
