@@ -138,7 +138,7 @@ kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
 # most the lab takes) never run out here: at 100,000 attempts/s that is almost three hours.
 LAB_STATUS=0
 target/release/stockd bench lab --quiet --only pg-update,stockd-embedded \
-    --buyers "$CONNECTIONS" --stock 1000000000 --duration "${DURATION}s" \
+    --buyers "$CONNECTIONS" --stock 1000000000 --max-duration "${DURATION}s" \
     --json "$OUT/lab.json" > "$WORK/lab.txt" || LAB_STATUS=$?
 if [ ! -s "$OUT/lab.json" ]; then
     echo "stockd bench lab failed (exit $LAB_STATUS) without a report:" >&2

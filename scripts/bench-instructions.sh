@@ -8,8 +8,9 @@
 #           the core, the log records' encoding, the feed's append; not the fsync, which is the
 #           log stage's, nor the HTTP server's work).
 # Usage: scripts/bench-instructions.sh [HOLDS] [HOLD_PATH_BINARY...]
-#   defaults: 200,000 holds, the release build of the example (built if missing). Give copies
-#   of earlier builds to compare them; the first is the baseline of the ratios.
+#   defaults: 200,000 holds, the profiling build of the example (`--profile profiling`: the
+#   release build with the symbols callgrind needs to find the functions it counts; built if
+#   missing). Give copies of earlier builds to compare them; the first is the baseline of the ratios.
 #   HOLD_PREFIX=... sets the ids' prefix (default `order-`, then the hold's number): stockd
 #   bench's ids (HOLD_PREFIX=bench-0123456789ab-) share 19 bytes, more than the hold index's
 #   16-byte heads.
@@ -24,8 +25,8 @@ source scripts/bench-lib.sh
 need valgrind
 BINARIES=("$@")
 if [ ${#BINARIES[@]} -eq 0 ]; then
-    cargo build --release -q -p stockd-engine --example hold_path
-    BINARIES=(target/release/examples/hold_path)
+    cargo build --profile profiling -q -p stockd-engine --example hold_path
+    BINARIES=(target/profiling/examples/hold_path)
 fi
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT

@@ -13,9 +13,11 @@
 # document must match every answer; it needs python3 with venv and PyPI access); last, Python and
 # TypeScript clients generated from that document run a scenario against a live server.
 # Tests start their own stockd, redis-server and postgres processes on free loopback ports, and
-# drive the web console in a headless Chromium; this script installs what they need
-# (redis-server, postgresql, chromium and chromium-driver from Debian's packages) when it is
-# missing.
+# drive the web console in a headless Chromium; this script and the scripts it calls install
+# what they need when it is missing: redis-server, postgresql, chromium, chromium-driver,
+# prometheus, nginx, openssl, systemd (for systemd-analyze), nodejs and npm from Debian's
+# packages; schemathesis, openapi-python-client and prometheus_client from PyPI and the
+# TypeScript tools from npm, into target/ (PyPI and npm access needed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/bench-lib.sh

@@ -1,5 +1,5 @@
 //! A second decoder of stockd's HTTP requests, written from the contract
-//! (the API contract, CONTRACT.md) and kept deliberately simple: it predicts, for one request, either
+//! (the API contract, docs/api.md) and kept deliberately simple: it predicts, for one request, either
 //! the refusal the edge must answer (and that the backend is not called), or exactly the call the
 //! server must make to the backend. The `decode_request` target compares the prediction with what
 //! the server really did.

@@ -99,7 +99,8 @@ enum Command {
         #[command(subcommand)]
         command: cli::EventsCommand,
     },
-    /// Load a running stockd and check its numbers afterwards.
+    /// Measure: load a running stockd and check its numbers (run), the oversell lab (lab),
+    /// stockd beside the seeds' own stack (compare).
     Bench {
         #[command(subcommand)]
         command: bench::BenchCommand,
@@ -248,7 +249,7 @@ fn main() -> ExitCode {
         eprintln!(
             "error: --json before the command applies to the client commands (pool, hold, lock, batch, \
              events); \
-             `stockd bench` takes its own --json FILE after `run` or `lab`"
+             `stockd bench` takes its own --json FILE after `run`, `lab` or `compare`"
         );
         return cli::Exit::Usage.into();
     }

@@ -21,7 +21,8 @@ pub enum SinkCommand {
 /// Where stockd and PostgreSQL are; shared by the sink and reconcile.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Endpoints {
-    /// Base URL of a stockd server (any server of a fleet).
+    /// Base URL of a stockd server (any server of a fleet), http:// or https:// (the system's
+    /// CAs are trusted; SSL_CERT_FILE or SSL_CERT_DIR replace them).
     #[arg(long, env = "STOCKD_URL", default_value = "http://127.0.0.1:7070")]
     url: String,
     /// Bearer token for stockd (a client token is enough).
