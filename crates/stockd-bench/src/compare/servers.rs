@@ -177,12 +177,7 @@ impl Server {
 
     /// The last lines of the process's output, for a reason.
     fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text
-            .lines()
-            .filter(|line| !line.trim().is_empty())
-            .collect();
-        lines[lines.len().saturating_sub(3)..].join(" | ")
+        crate::lab::servers::log_tail(&self.log)
     }
 }
 

@@ -131,13 +131,18 @@ impl Process {
 
     /// The last lines of the process's output, for a reason.
     fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text
-            .lines()
-            .filter(|line| !line.trim().is_empty())
-            .collect();
-        lines[lines.len().saturating_sub(3)..].join(" | ")
+        log_tail(&self.log)
     }
+}
+
+/// The last three non-empty lines of a server's log, joined, to say why it stopped.
+pub fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    lines[lines.len().saturating_sub(3)..].join(" | ")
 }
 
 impl Drop for Process {
