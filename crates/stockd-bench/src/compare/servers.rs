@@ -6,25 +6,18 @@
 //! Their Redis servers are the oversell lab's ([`crate::lab::servers::RedisServer`]), used as
 //! they are. This module never touches a server it did not start.
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
-use tokio::time::Instant;
+use std::path::Path;
+use std::process::Command;
 
 use crate::http::{Connection, Endpoint, Request};
-use crate::lab::servers::free_port;
+use crate::lab::servers::{free_port, port_taken, wait_http_ready, Process};
 
-/// How long a server may take to answer after it was started.
-const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// Start attempts when the free port picked was taken before the server bound it.
 const START_ATTEMPTS: usize = 5;
 
 /// An HTTP server of the comparison's own, killed on drop.
 pub struct Server {
-    child: Child,
-    log: PathBuf,
+    process: Process,
     pub port: u16,
 }
 
@@ -110,51 +103,15 @@ impl Server {
                 }
             }
             command.env("STOCKD_LOG", "warn");
-            let log = dir.join(format!("{name}.log"));
-            let out = File::create(&log)
-                .map_err(|error| format!("cannot create {}: {error}", log.display()))?;
-            let err = out
-                .try_clone()
-                .map_err(|error| format!("cannot open {}: {error}", log.display()))?;
-            command
-                .stdin(Stdio::null())
-                .stdout(Stdio::from(out))
-                .stderr(Stdio::from(err));
-            let child = command
-                .spawn()
-                .map_err(|error| format!("cannot start {name}: {error}"))?;
-            let mut server = Server { child, log, port };
-            match server.wait_ready(ready_path).await {
+            let process = Process::spawn(command, dir.join(format!("{name}.log")), None)?;
+            let mut server = Server { process, port };
+            match wait_http_ready(&mut server.process, port, ready_path).await {
                 Ok(()) => return Ok(server),
-                Err(reason) if reason.to_ascii_lowercase().contains("in use") => last = reason,
+                Err(reason) if port_taken(&reason) => last = reason,
                 Err(reason) => return Err(format!("{name} did not start: {reason}")),
             }
         }
         Err(format!("{name} did not start: {last}"))
-    }
-
-    async fn wait_ready(&mut self, path: &str) -> Result<(), String> {
-        let endpoint = Endpoint::parse(&self.url(), None)?;
-        let mut connection = Connection::new(&endpoint)?;
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Some(reason) = self.exited() {
-                return Err(reason);
-            }
-            if let Ok(answer) = connection.send(&Request::get(path)).await {
-                if answer.status == 200 {
-                    return Ok(());
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "{path} not 200 within {} s: {}",
-                    READY_TIMEOUT.as_secs(),
-                    self.log_tail()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
     }
 
     pub fn url(&self) -> String {
@@ -163,27 +120,6 @@ impl Server {
 
     /// The process id, to read its CPU time from `/proc`.
     pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// `Some(reason)` once the process has exited.
-    pub fn exited(&mut self) -> Option<String> {
-        match self.child.try_wait() {
-            Ok(Some(status)) => Some(format!("exited ({status}): {}", self.log_tail())),
-            Ok(None) => None,
-            Err(error) => Some(format!("cannot be waited for: {error}")),
-        }
-    }
-
-    /// The last lines of the process's output, for a reason.
-    fn log_tail(&self) -> String {
-        crate::lab::servers::log_tail(&self.log)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.pid()
     }
 }

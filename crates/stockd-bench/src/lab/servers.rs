@@ -88,15 +88,15 @@ pub fn find_in_path(name: &str, path: Option<&OsStr>) -> Option<PathBuf> {
 }
 
 /// A child process, stopped on drop: by `stop_signal` first when it has one (then killed if it
-/// has not exited within 5 s), else killed.
-struct Process {
+/// has not exited within 5 s), else killed. `stockd bench compare`'s servers are these too.
+pub(crate) struct Process {
     child: Child,
     log: PathBuf,
     stop_signal: Option<&'static str>,
 }
 
 impl Process {
-    fn spawn(
+    pub(crate) fn spawn(
         mut command: Command,
         log: PathBuf,
         stop_signal: Option<&'static str>,
@@ -120,8 +120,12 @@ impl Process {
         })
     }
 
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// `Some(reason)` once the process has exited.
-    fn exited(&mut self) -> Option<String> {
+    pub(crate) fn exited(&mut self) -> Option<String> {
         match self.child.try_wait() {
             Ok(Some(status)) => Some(format!("exited ({status}): {}", self.log_tail())),
             Ok(None) => None,
@@ -129,20 +133,15 @@ impl Process {
         }
     }
 
-    /// The last lines of the process's output, for a reason.
+    /// The last three non-empty lines of the process's output, joined, for a reason.
     fn log_tail(&self) -> String {
-        log_tail(&self.log)
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .collect();
+        lines[lines.len().saturating_sub(3)..].join(" | ")
     }
-}
-
-/// The last three non-empty lines of a server's log, joined, to say why it stopped.
-pub fn log_tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text
-        .lines()
-        .filter(|line| !line.trim().is_empty())
-        .collect();
-    lines[lines.len().saturating_sub(3)..].join(" | ")
 }
 
 impl Drop for Process {
@@ -173,7 +172,7 @@ impl Drop for Process {
 }
 
 /// Whether a start failed because the port was taken (then a new port is worth a try).
-fn port_taken(reason: &str) -> bool {
+pub(crate) fn port_taken(reason: &str) -> bool {
     let reason = reason.to_ascii_lowercase();
     reason.contains("address already in use") || reason.contains("could not bind")
 }
@@ -580,7 +579,7 @@ impl StockdServer {
                 command.args(["--backend", backend]);
             }
             let mut process = Process::spawn(command, dir.join("stockd.log"), None)?;
-            match wait_stockd(&mut process, port).await {
+            match wait_http_ready(&mut process, port, "/readyz").await {
                 Ok(()) => {
                     return Ok(StockdServer {
                         _process: process,
@@ -599,7 +598,13 @@ impl StockdServer {
     }
 }
 
-async fn wait_stockd(process: &mut Process, port: u16) -> Result<(), String> {
+/// Waits until the HTTP server `process` started on `port` answers `path` with 200; its log's
+/// last lines when it exits first or the time runs out.
+pub(crate) async fn wait_http_ready(
+    process: &mut Process,
+    port: u16,
+    path: &str,
+) -> Result<(), String> {
     let endpoint = Endpoint::parse(&format!("http://127.0.0.1:{port}"), None)?;
     let mut connection = Connection::new(&endpoint)?;
     let deadline = Instant::now() + READY_TIMEOUT;
@@ -607,14 +612,14 @@ async fn wait_stockd(process: &mut Process, port: u16) -> Result<(), String> {
         if let Some(reason) = process.exited() {
             return Err(reason);
         }
-        if let Ok(answer) = connection.send(&Request::get("/readyz")).await {
+        if let Ok(answer) = connection.send(&Request::get(path)).await {
             if answer.status == 200 {
                 return Ok(());
             }
         }
         if Instant::now() >= deadline {
             return Err(format!(
-                "/readyz not 200 within {} s: {}",
+                "{path} not 200 within {} s: {}",
                 READY_TIMEOUT.as_secs(),
                 process.log_tail()
             ));
