@@ -6,6 +6,8 @@
 //!
 //! No dependencies: this crate is the contract's list of doors, nothing more.
 
+pub mod exposition;
+
 /// Every path of the API, exactly as the server matches it; `{name}` is one path segment.
 pub mod paths {
     pub const HEALTHZ: &str = "/healthz";

@@ -16,7 +16,6 @@ mod conn;
 mod dto;
 mod edge;
 mod error;
-pub mod exposition;
 mod http_errors;
 mod json;
 mod metrics;
@@ -36,6 +35,8 @@ use stockd_core::Backend;
 pub use auth::Role;
 pub use conn::ConnectionLimits;
 pub use json::Api;
+/// The `/metrics` text formats: in `stockd-api`, which the sink's `/metrics` shares.
+pub use stockd_api::exposition;
 
 /// Largest request body accepted by default (1 MiB); larger bodies get 413 `payload_too_large`.
 pub const BODY_LIMIT_BYTES_DEFAULT: usize = 1 << 20;

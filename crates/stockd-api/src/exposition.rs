@@ -6,6 +6,9 @@
 //! matches `# TYPE` to sample names, finds no samples named `x`, and reads `x_total` as untyped.
 //! So the classic format is made from the OpenMetrics text by [`to_classic`], and
 //! [`negotiate`] picks the format by the scraper's `Accept` header, as Prometheus does.
+//!
+//! It is part of the contract, not of the server: stockd's `/metrics` and the sink's speak it
+//! alike, and this pure text work is all either needs of it.
 
 /// A text exposition format, with its content type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
