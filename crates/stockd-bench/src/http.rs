@@ -4,7 +4,7 @@
 //! Written on the bare socket, with `httparse` (the parser hyper itself uses) reading each
 //! answer's head. The generator shares the machine with the server it measures, and hyper's
 //! client connection cost about 14,000 instructions per request, as much as the server's own
-//! HTTP stack (`docs/benchmarks.md`, "Fourth steps"): CPU taken from the server. A load
+//! HTTP stack (`docs/benchmarks.md`, "What was tried"): CPU taken from the server. A load
 //! generator needs only a sliver of HTTP/1.1, the way wrk and redis-benchmark do it: requests it
 //! writes itself, one at a time, and answers framed by `Content-Length`, which is how stockd
 //! frames every answer. Anything else (a chunked or close-delimited body, an interim answer,

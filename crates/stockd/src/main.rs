@@ -26,8 +26,8 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// Keeps the memory the process frees rather than giving it back to the OS a second later,
 /// unless the operator set MIMALLOC_PURGE_DELAY. Under load, memory given back was soon needed
 /// again and came back through page faults, each zeroing a fresh huge page, about nine in ten
-/// of the server's page faults, on the writer thread too (docs/benchmarks.md, "Seventh
-/// steps"). The retained state only grows until retention trims it, so what this keeps is
+/// of the server's page faults, on the writer thread too (docs/benchmarks.md, "What was
+/// tried"). The retained state only grows until retention trims it, so what this keeps is
 /// the transient buffers' high-water mark (docs/operations.md).
 fn keep_freed_memory() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
@@ -178,7 +178,7 @@ impl Command {
 /// everything already queued. When a crowd's requests arrive together, the I/O driver wakes
 /// their connections in arrival order, and the LIFO slot then lets the latest of them reach the
 /// writer first: a buyer who came later wins the race. `stockd bench`'s team race measures it
-/// (`race_order`; docs/benchmarks.md, "Sixth steps"): with the slot, some loser was overtaken by
+/// (`race_order`; docs/benchmarks.md, "Arrival order"): with the slot, some loser was overtaken by
 /// a later winner in 28 of 42 races; with it off in the server, in 6 of 42. Only `serve` turns
 /// it off: the load generator's own scheduling is not what it measures, and off there it gave
 /// the race a worse tail. The switch is one of tokio's unstable settings, so the workspace
@@ -204,7 +204,7 @@ compile_error!(
 /// and at least one. The engine's writer thread decides every change and waits for its fsync:
 /// while it is preempted, no request anywhere is answered, so it gets a core of its own.
 ///
-/// Measured on 2 cores (docs/benchmarks.md, "Eighth steps"), one worker against two: the team
+/// Measured on 2 cores (docs/benchmarks.md, "Worker threads"), one worker against two: the team
 /// race at 1,000 connections lost its slow mode (p99 96-263 ms in 5 of 6 runs with two, 43-55
 /// ms in all of them with one), CPU per request fell from 21.0-23.1 to 17.5-17.6 µs and context
 /// switches per request from 0.28-0.30 to 0.05-0.07; the writer's group grew from 31-33
