@@ -19,6 +19,7 @@
 
 pub mod clock;
 mod feed;
+mod frame_codec;
 #[cfg(test)]
 mod sim;
 mod stats;
@@ -63,7 +64,8 @@ pub struct EngineConfig {
     pub batch_commands_max: usize,
     /// Longest the writer waits, after a group commit answered many requests, for their
     /// clients' next requests to arrive so that one fsync covers them again (0: never waits).
-    /// The wait is also never longer than the last fsync took; see `writer::Gather`.
+    /// The wait is also never longer than the last fsync took; see
+    /// `writer::group_commit::Gather`.
     pub group_commit_wait_max: std::time::Duration,
 }
 
@@ -676,11 +678,10 @@ fn rebuild(
     let mut replayed = 0u64;
     let mut last_at_ms = None;
     for (_lsn, payload) in &recovered.records {
-        let records: Vec<stockd_core::Record> =
-            postcard::from_bytes(payload).map_err(|source| EngineError::Decode {
-                what: "log record",
-                source,
-            })?;
+        let records = frame_codec::decode_frame(payload).map_err(|source| EngineError::Decode {
+            what: "log record",
+            source,
+        })?;
         for record in &records {
             state.apply_record(record, &mut new_events);
         }
