@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
 
+use crate::shared::Shared;
 use crate::wire::Op;
-use crate::Shared;
 
 /// What happens to one call, decided before it is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,8 +17,8 @@ use stockd_core::{BackendError, Error, HoldItem, HoldView, Outcome, ReserveReque
 
 use crate::fault;
 use crate::keys;
+use crate::shared::Shared;
 use crate::wire::{self, Answer, Op, Route};
-use crate::Shared;
 
 fn unexpected(answer: &Answer) -> BackendError {
     BackendError::Unavailable(format!("unexpected answer from Redis: {answer:?}"))

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use redis::Value;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+use crate::shared::Shared;
 use crate::wire::Op;
-use crate::Shared;
 use stockd_core::BackendError;
 
 /// Commands one call carries at most; more wait for the next call. Bounds a call's time inside

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use tokio::sync::Notify;
 
+use crate::shared::Shared;
 use crate::wire::Op;
-use crate::Shared;
 
 /// The wake-up channel of the dataset whose marker is `marker` (main.lua's `S.wake_channel`).
 pub fn channel(marker: &str) -> String {

@@ -1,0 +1,83 @@
+//! The event feed: a page of a partition's events after a seq (`LIBRARY_events`, read-only),
+//! and the long-poll that waits for newer events (told by the seqs this server sees, its own
+//! calls' and the wake-ups'). Events are read as the library wrote them; it must never make up
+//! or reorder one.
+
+use std::time::Duration;
+
+use redis::Value;
+use stockd_core::{BackendError, Error, Event, EventPage};
+
+use crate::backend::RedisBackend;
+use crate::call::{into_array, refusal, CallError};
+use crate::{dispatch, library};
+
+impl RedisBackend {
+    async fn read_events(
+        &self,
+        partition: u32,
+        after: u64,
+        limit: usize,
+    ) -> Result<Result<EventPage, Error>, BackendError> {
+        let shared = &self.shared;
+        let mut cmd = shared.call_args(library::FN_EVENTS, partition);
+        cmd.arg(after).arg(limit);
+        let value = shared
+            .link
+            .fcall(&cmd)
+            .await
+            .map_err(|e| CallError::Redis(e).into_backend_error())?;
+        let mut values = into_array(value).map_err(CallError::into_backend_error)?;
+        if values.len() < 2 {
+            return Err(refusal(values.pop().unwrap_or(Value::Nil)).into_backend_error());
+        }
+        let mut rest = values.split_off(2);
+        let (Value::Int(seq), Value::Int(oldest)) = (&values[0], &values[1]) else {
+            return Err(refusal(values.swap_remove(0)).into_backend_error());
+        };
+        let (seq, oldest) = (*seq as u64, *oldest as u64);
+        shared.saw_seq(partition, seq);
+        // `after` may be u64::MAX (nothing can come after it): `after + 1` would wrap.
+        if oldest > 0 && after.saturating_add(1) < oldest {
+            return Ok(Err(Error::EventsExpired {
+                after,
+                oldest_seq: oldest,
+            }));
+        }
+        let texts = dispatch::answers(std::mem::take(&mut rest))?;
+        let events = texts
+            .iter()
+            .map(|text| serde_json::from_str::<Event>(text))
+            .collect::<Result<Vec<Event>, _>>()
+            .map_err(|e| BackendError::Unavailable(format!("unreadable event: {e}")))?;
+        let next_after = events.last().map_or(after, |event| event.seq);
+        Ok(Ok(EventPage { events, next_after }))
+    }
+
+    /// Events after `after`; when there are none yet, waits up to `wait_ms` for newer ones.
+    pub(crate) async fn events_after(
+        &self,
+        partition: u32,
+        after: u64,
+        limit: usize,
+        wait_ms: u64,
+    ) -> Result<Result<EventPage, Error>, BackendError> {
+        let mut newer = self.shared.seq_watch[partition as usize].subscribe();
+        let page = self.read_events(partition, after, limit).await?;
+        let waiting = matches!(&page, Ok(page) if page.events.is_empty()) && wait_ms > 0;
+        if !waiting {
+            return Ok(page);
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+        let arrived = tokio::time::timeout_at(deadline, async {
+            newer.wait_for(|seq| *seq > after).await.is_ok()
+        })
+        .await
+        .unwrap_or(false);
+        if arrived {
+            self.read_events(partition, after, limit).await
+        } else {
+            Ok(page)
+        }
+    }
+}
