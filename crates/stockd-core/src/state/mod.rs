@@ -12,17 +12,20 @@
 //! This file holds the data (what a snapshot is), `execute` (validate, then dispatch), the
 //! views, and the small helpers every decision shares. Each command's decision lives in a file
 //! of its own under `cmd/`, beside its Lua twin in the Redis library; `apply` is the single
-//! mutation path, `tick` what time does, `waiters` the parked requests, and `invariants` the
-//! checks run after every batch.
+//! mutation path, `tick` what time does, `waiters` the parked requests, `invariants` the
+//! checks run after every batch, and `snapshot` the formats a snapshot is written and read in.
 
 mod apply;
 mod cmd;
 mod hold_index;
 mod invariants;
 mod sharded;
+pub mod snapshot;
 mod tick;
 mod time_queue;
 mod waiters;
+
+pub use snapshot::SnapshotV3;
 
 use cmd::reads::HoldFilter;
 use hold_index::HoldIndex;
@@ -170,55 +173,6 @@ impl Default for Snapshot {
             next_generation: 1,
             next_fence_token: 1,
             restock_requests: HashMap::new(),
-        }
-    }
-}
-
-/// The state as snapshot formats 2 and 3 stored it, before restocks had request ids: every
-/// field of [`Snapshot`] up to `next_fence_token`, in the same order (postcard is positional).
-/// An engine reads it to open a data directory of an earlier release.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SnapshotV3 {
-    pools: BTreeMap<PoolId, Pool>,
-    holds: ShardedMap<HoldId, Box<Hold>>,
-    locks: HashMap<LockName, Lock>,
-    next_seq: u64,
-    next_generation: u64,
-    next_fence_token: u64,
-}
-
-impl From<SnapshotV3> for Snapshot {
-    fn from(old: SnapshotV3) -> Self {
-        let SnapshotV3 {
-            pools,
-            holds,
-            locks,
-            next_seq,
-            next_generation,
-            next_fence_token,
-        } = old;
-        Snapshot {
-            pools,
-            holds,
-            locks,
-            next_seq,
-            next_generation,
-            next_fence_token,
-            restock_requests: HashMap::new(),
-        }
-    }
-}
-
-impl From<&Snapshot> for SnapshotV3 {
-    /// What an earlier release would have written (for tests of the reading path).
-    fn from(snapshot: &Snapshot) -> Self {
-        SnapshotV3 {
-            pools: snapshot.pools.clone(),
-            holds: snapshot.holds.clone(),
-            locks: snapshot.locks.clone(),
-            next_seq: snapshot.next_seq,
-            next_generation: snapshot.next_generation,
-            next_fence_token: snapshot.next_fence_token,
         }
     }
 }

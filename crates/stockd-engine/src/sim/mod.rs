@@ -831,7 +831,7 @@ impl Sim {
             // After a few failed attempts the disk stops failing calls, as a replaced one would.
             self.disk.set_faults_enabled(attempt < 3);
             let failed_calls_before = self.disk.counts().failed_calls;
-            let opened = crate::recover(
+            let opened = crate::recovery::recover(
                 self.config.clone(),
                 self.clock.clone(),
                 Arc::new(self.disk.clone()),

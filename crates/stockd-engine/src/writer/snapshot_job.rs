@@ -13,7 +13,9 @@ use std::time::Instant;
 
 use super::{LogJob, Writer};
 use crate::storage::{Fs, Storage};
-use crate::{encode_snapshot, Shared};
+use stockd_core::state::snapshot::encode_snapshot;
+
+use crate::Shared;
 
 /// Where snapshot builds run.
 pub enum SnapshotRunner {
@@ -47,7 +49,7 @@ impl SnapshotJob {
         // Clears the in-flight flag however the build ends, a panic included.
         let _in_flight = FlagGuard(self.in_flight);
         let started = Instant::now();
-        let built = crate::build_snapshot(
+        let built = crate::recovery::build_snapshot(
             &*self.fs,
             &self.dir,
             self.up_to_lsn,

@@ -1,0 +1,502 @@
+//! The snapshot formats: what a snapshot payload is, byte for byte, in this release and in the
+//! earlier releases whose data directories must still open.
+//!
+//! A payload is the postcard encoding of a format tag, the durable state ([`Snapshot`]) and the
+//! retained event feed. This module owns the tags, [`encode_snapshot`], [`decode_snapshot`] and
+//! the shapes of the older formats with their upgrades to the current one. postcard is not
+//! self-describing, so the tag is what keeps a payload from being misread: this module must
+//! never change the shape of a format once released (a change is a new tag, and the old one
+//! gets a reader here), and never read a payload whose tag it does not know. It does no I/O:
+//! the engine's storage writes and reads the bytes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+use serde::{Deserialize, Serialize};
+
+use super::sharded::ShardedMap;
+use super::{Hold, Lock, Pool, Snapshot, State};
+use crate::command::HoldItem;
+use crate::ids::{HoldId, LockName, PoolId, RequestId, UserId};
+use crate::record::{Event, EventKind};
+
+/// Tags the payload layout of a snapshot. Change it whenever the serialised shape of the core's
+/// state or of an event changes, so an older snapshot is refused clearly instead of being
+/// misread (postcard is not self-describing). Distinctive on purpose: an untagged payload
+/// starts with a small count. Format 3 added `restock` to events (refund without restock);
+/// format 4 added restock request ids to the state and `request_id` to events; format 5 added
+/// `created_at_ms` to events (held).
+pub const SNAPSHOT_FORMAT: u32 = 0x5354_4B05;
+
+/// The previous release's format, still read: a data directory it wrote must open. Its state
+/// is the current one, its events have no `created_at_ms` ([`EventV4`]).
+pub const SNAPSHOT_FORMAT_V4: u32 = 0x5354_4B04;
+
+/// The format before that, still read: its state has no restock request ids ([`SnapshotV3`]),
+/// its events no `request_id` ([`EventV3`]).
+pub const SNAPSHOT_FORMAT_V3: u32 = 0x5354_4B03;
+
+/// The format before that, still read: its events have no `restock` either ([`EventV2`]).
+pub const SNAPSHOT_FORMAT_V2: u32 = 0x5354_4B02;
+
+/// Why a snapshot payload cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The tag is a known format but the bytes do not decode as it.
+    #[error("cannot decode snapshot: {0}")]
+    Decode(#[from] postcard::Error),
+    /// The tag is none of the formats this release reads.
+    #[error("snapshot payload format {found:#x} is not a supported one")]
+    Format { found: u32 },
+}
+
+/// The on-disk shape of a snapshot, as written: the core's durable state plus the retained
+/// event feed.
+#[derive(Serialize)]
+struct SnapshotRef<'a> {
+    format: u32,
+    state: &'a Snapshot,
+    events: Vec<&'a Event>,
+}
+
+/// A snapshot of any format, as read: that format's state and events.
+#[derive(Deserialize)]
+struct SnapshotFile<S, E> {
+    format: u32,
+    state: S,
+    events: Vec<E>,
+}
+
+/// Encodes `state` and the retained `events` as a payload of the current format.
+pub fn encode_snapshot<'a>(state: &State, events: impl Iterator<Item = &'a Event>) -> Vec<u8> {
+    let snapshot = SnapshotRef {
+        format: SNAPSHOT_FORMAT,
+        state: state.snapshot(),
+        events: events.collect(),
+    };
+    postcard::to_allocvec(&snapshot).expect("serialising to memory cannot fail")
+}
+
+/// Decodes a payload of the current format or of format 4, 3 or 2 into the current state and
+/// events.
+pub fn decode_snapshot(bytes: &[u8]) -> Result<(Snapshot, Vec<Event>), SnapshotError> {
+    // The tag is checked first: an untagged or older payload may not decode at all.
+    let format = postcard::take_from_bytes::<u32>(bytes).map(|(format, _)| format);
+    match format {
+        Ok(SNAPSHOT_FORMAT) => decode_as::<Snapshot, Event>(bytes, SNAPSHOT_FORMAT),
+        Ok(SNAPSHOT_FORMAT_V4) => decode_as::<Snapshot, EventV4>(bytes, SNAPSHOT_FORMAT_V4),
+        Ok(SNAPSHOT_FORMAT_V3) => decode_as::<SnapshotV3, EventV3>(bytes, SNAPSHOT_FORMAT_V3),
+        Ok(SNAPSHOT_FORMAT_V2) => decode_as::<SnapshotV3, EventV2>(bytes, SNAPSHOT_FORMAT_V2),
+        _ => Err(SnapshotError::Format {
+            found: format.unwrap_or(0),
+        }),
+    }
+}
+
+/// Decodes `bytes` as the format whose state is `S` and events `E`, and upgrades both.
+fn decode_as<S, E>(bytes: &[u8], format: u32) -> Result<(Snapshot, Vec<Event>), SnapshotError>
+where
+    S: for<'de> Deserialize<'de> + Into<Snapshot>,
+    E: for<'de> Deserialize<'de> + Into<Event>,
+{
+    let file: SnapshotFile<S, E> = postcard::from_bytes(bytes)?;
+    debug_assert_eq!(file.format, format);
+    let events = file.events.into_iter().map(Into::into).collect();
+    Ok((file.state.into(), events))
+}
+
+/// The state as snapshot formats 2 and 3 stored it, before restocks had request ids: every
+/// field of [`Snapshot`] up to `next_fence_token`, in the same order (postcard is positional).
+/// An engine reads it to open a data directory of an earlier release.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotV3 {
+    pools: BTreeMap<PoolId, Pool>,
+    holds: ShardedMap<HoldId, Box<Hold>>,
+    locks: HashMap<LockName, Lock>,
+    next_seq: u64,
+    next_generation: u64,
+    next_fence_token: u64,
+}
+
+impl From<SnapshotV3> for Snapshot {
+    fn from(old: SnapshotV3) -> Self {
+        let SnapshotV3 {
+            pools,
+            holds,
+            locks,
+            next_seq,
+            next_generation,
+            next_fence_token,
+        } = old;
+        Snapshot {
+            pools,
+            holds,
+            locks,
+            next_seq,
+            next_generation,
+            next_fence_token,
+            restock_requests: HashMap::new(),
+        }
+    }
+}
+
+impl From<&Snapshot> for SnapshotV3 {
+    /// What an earlier release would have written (for tests of the reading path).
+    fn from(snapshot: &Snapshot) -> Self {
+        SnapshotV3 {
+            pools: snapshot.pools.clone(),
+            holds: snapshot.holds.clone(),
+            locks: snapshot.locks.clone(),
+            next_seq: snapshot.next_seq,
+            next_generation: snapshot.next_generation,
+            next_fence_token: snapshot.next_fence_token,
+        }
+    }
+}
+
+// Each older event is the one before it plus the field its format added, nested: postcard
+// writes a struct as its fields one after the other with nothing around them, so a nested
+// struct has exactly the bytes of the flat one it stands for.
+
+/// An event as format 2 stored it: every field of [`Event`] up to `expires_at_ms`, in the same
+/// order (postcard is positional).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventV2 {
+    pub seq: u64,
+    pub at_ms: u64,
+    pub kind: EventKind,
+    pub pool: Option<PoolId>,
+    pub hold_id: Option<HoldId>,
+    pub user: Option<UserId>,
+    pub items: Option<Arc<[HoldItem]>>,
+    pub available: Option<u64>,
+    pub total: Option<u64>,
+    pub delta: Option<i64>,
+    pub low_stock_threshold: Option<u64>,
+    pub expires_at_ms: Option<u64>,
+}
+
+/// An event as format 3 stored it: format 2's, then `restock`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventV3 {
+    pub v2: EventV2,
+    pub restock: Option<bool>,
+}
+
+/// An event as format 4 stored it: format 3's, then `request_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventV4 {
+    pub v3: EventV3,
+    pub request_id: Option<RequestId>,
+}
+
+impl From<EventV2> for EventV3 {
+    fn from(v2: EventV2) -> Self {
+        // Before format 3 every refund put its units back.
+        let restock = (v2.kind == EventKind::Refunded).then_some(true);
+        EventV3 { v2, restock }
+    }
+}
+
+impl From<EventV3> for EventV4 {
+    fn from(v3: EventV3) -> Self {
+        // Before format 4 no restock named a request id.
+        EventV4 {
+            v3,
+            request_id: None,
+        }
+    }
+}
+
+impl From<EventV4> for Event {
+    fn from(old: EventV4) -> Self {
+        let EventV4 {
+            v3: EventV3 { v2, restock },
+            request_id,
+        } = old;
+        let EventV2 {
+            seq,
+            at_ms,
+            kind,
+            pool,
+            hold_id,
+            user,
+            items,
+            available,
+            total,
+            delta,
+            low_stock_threshold,
+            expires_at_ms,
+        } = v2;
+        Event {
+            seq,
+            at_ms,
+            kind,
+            pool,
+            hold_id,
+            user,
+            items,
+            available,
+            total,
+            delta,
+            low_stock_threshold,
+            expires_at_ms,
+            restock,
+            request_id,
+            // The engine creates a hold when it emits its `held` event.
+            created_at_ms: (kind == EventKind::Held).then_some(at_ms),
+        }
+    }
+}
+
+impl From<EventV3> for Event {
+    fn from(old: EventV3) -> Self {
+        EventV4::from(old).into()
+    }
+}
+
+impl From<EventV2> for Event {
+    fn from(old: EventV2) -> Self {
+        EventV3::from(old).into()
+    }
+}
+
+impl From<&Event> for EventV4 {
+    /// What format 4 would have stored of `event` (for tests of the reading path): all but
+    /// `created_at_ms`.
+    fn from(event: &Event) -> Self {
+        EventV4 {
+            v3: EventV3 {
+                v2: EventV2 {
+                    seq: event.seq,
+                    at_ms: event.at_ms,
+                    kind: event.kind,
+                    pool: event.pool.clone(),
+                    hold_id: event.hold_id.clone(),
+                    user: event.user.clone(),
+                    items: event.items.clone(),
+                    available: event.available,
+                    total: event.total,
+                    delta: event.delta,
+                    low_stock_threshold: event.low_stock_threshold,
+                    expires_at_ms: event.expires_at_ms,
+                },
+                restock: event.restock,
+            },
+            request_id: event.request_id.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{Command, PoolSpec, ReserveRequest};
+    use crate::state::{Effects, StateConfig, Step};
+
+    const T0: u64 = 1_700_000_000_000;
+
+    fn reserve(n: usize) -> Command {
+        Command::Reserve(ReserveRequest {
+            hold_id: HoldId::parse(&format!("h{n}")).unwrap(),
+            user: None,
+            items: vec![HoldItem {
+                pool: PoolId::parse("p").unwrap(),
+                qty: 1,
+            }]
+            .into(),
+            ttl_ms: 60_000,
+            confirm: false,
+            wait_ms: 0,
+        })
+    }
+
+    /// A pool of 5 units.
+    fn put_pool(pool: &PoolId) -> Command {
+        Command::PutPool {
+            pool: pool.clone(),
+            spec: PoolSpec {
+                total: 5,
+                ..PoolSpec::default()
+            },
+            if_absent: false,
+        }
+    }
+
+    /// A state that ran `commands` (each must succeed) at `T0`, and the events they made.
+    fn state_after(commands: &[Command]) -> (State, Vec<Event>) {
+        let mut state = State::new(StateConfig::default());
+        let mut effects = Effects::default();
+        for command in commands {
+            assert!(matches!(
+                state.execute(command.clone(), T0, &mut effects),
+                Step::Done(Ok(_))
+            ));
+        }
+        (state, effects.events)
+    }
+
+    /// A pool with one hold, and its events.
+    fn one_hold() -> (State, Vec<Event>) {
+        state_after(&[put_pool(&PoolId::parse("p").unwrap()), reserve(1)])
+    }
+
+    /// A refund event, as an old format would have stored one.
+    fn refunded(restock: Option<bool>) -> EventV3 {
+        let mut v2 = EventV4::from(&Event::new(99, T0, EventKind::Refunded))
+            .v3
+            .v2;
+        v2.hold_id = Some(HoldId::parse("h0").unwrap());
+        v2.expires_at_ms = Some(T0);
+        EventV3 { v2, restock }
+    }
+
+    /// Decodes `payload` into a state, checked against `state` it was written from.
+    fn reopened(payload: &[u8], written: &State) -> (State, Vec<Event>) {
+        let (snapshot, events) = decode_snapshot(payload).unwrap();
+        let state = State::from_snapshot(StateConfig::default(), snapshot);
+        assert_eq!(state.pool_count(), written.pool_count());
+        assert_eq!(state.hold_count(), written.hold_count());
+        assert_eq!(state.next_seq(), written.next_seq());
+        (state, events)
+    }
+
+    /// A data directory of an earlier release holds format 2 snapshots: they still open, and
+    /// their refunded events read as refunds with restock (the only kind there was).
+    #[test]
+    fn a_format_2_snapshot_still_opens() {
+        let (state, events) = one_hold();
+        let old_events: Vec<EventV2> = events
+            .iter()
+            .map(|event| EventV4::from(event).v3.v2)
+            .chain(std::iter::once(refunded(None).v2))
+            .collect();
+        let payload = postcard::to_allocvec(&(
+            SNAPSHOT_FORMAT_V2,
+            SnapshotV3::from(state.snapshot()),
+            &old_events,
+        ))
+        .unwrap();
+        let (_, feed) = reopened(&payload, &state);
+        assert_eq!(feed.len(), events.len() + 1);
+        let seqs = |events: &[Event]| events.iter().map(|e| e.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(&feed[..events.len()]), seqs(&events));
+        assert!(feed.iter().take(events.len()).all(|e| e.restock.is_none()));
+        assert_eq!(feed.last().unwrap().restock, Some(true));
+    }
+
+    /// A data directory of the release before request ids holds format 3 snapshots: they still
+    /// open, with no request id remembered, and their events keep their `restock`.
+    #[test]
+    fn a_format_3_snapshot_still_opens() {
+        let pool = PoolId::parse("p").unwrap();
+        let (state, events) = one_hold();
+        let old_events: Vec<EventV3> = events
+            .iter()
+            .map(|event| EventV4::from(event).v3)
+            .chain(std::iter::once(refunded(Some(false))))
+            .collect();
+        let payload = postcard::to_allocvec(&(
+            SNAPSHOT_FORMAT_V3,
+            SnapshotV3::from(state.snapshot()),
+            &old_events,
+        ))
+        .unwrap();
+        let (mut reopened, feed) = reopened(&payload, &state);
+        assert_eq!(feed.len(), events.len() + 1);
+        assert_eq!(feed.last().unwrap().restock, Some(false));
+        assert!(feed.iter().all(|e| e.request_id.is_none()));
+        // No request id is remembered: a restock naming one is a new restock.
+        let restock = Command::Restock {
+            pool: pool.clone(),
+            delta: 2,
+            request_id: Some(RequestId::parse("r").unwrap()),
+        };
+        let mut effects = Effects::default();
+        assert!(matches!(
+            reopened.execute(restock, T0 + 1, &mut effects),
+            Step::Done(Ok(_))
+        ));
+        assert_eq!(effects.records.len(), 1);
+        assert_eq!(reopened.pool(&pool).unwrap().total, 7);
+    }
+
+    /// A data directory of the release before `created_at_ms` on events holds format 4
+    /// snapshots: they still open, and their `held` events get the hold's created_at_ms, which
+    /// the engine's `held` event's at_ms is.
+    #[test]
+    fn a_format_4_snapshot_still_opens() {
+        let (state, events) = one_hold();
+        let old_events: Vec<EventV4> = events.iter().map(EventV4::from).collect();
+        let payload =
+            postcard::to_allocvec(&(SNAPSHOT_FORMAT_V4, state.snapshot(), &old_events)).unwrap();
+        let (_, feed) = reopened(&payload, &state);
+        assert_eq!(feed, events);
+        assert!(feed
+            .iter()
+            .any(|e| e.kind == EventKind::Held && e.created_at_ms == Some(e.at_ms)));
+    }
+
+    /// The nested older events are the flat shapes their releases wrote: the same bytes.
+    #[test]
+    fn a_nested_old_event_has_the_bytes_of_the_flat_one() {
+        let (_, events) = one_hold();
+        let held = events.iter().find(|e| e.kind == EventKind::Held).unwrap();
+        let v4 = EventV4::from(held);
+        let flat = (
+            (held.seq, held.at_ms, held.kind, &held.pool, &held.hold_id),
+            (
+                &held.user,
+                &held.items,
+                held.available,
+                held.total,
+                held.delta,
+            ),
+            (held.low_stock_threshold, held.expires_at_ms),
+            (held.restock, &held.request_id),
+        );
+        assert_eq!(
+            postcard::to_allocvec(&v4).unwrap(),
+            postcard::to_allocvec(&flat).unwrap()
+        );
+    }
+
+    /// A snapshot keeps the request ids it was written with: a retry after a restart from it
+    /// changes nothing.
+    #[test]
+    fn a_snapshot_keeps_restock_request_ids() {
+        let pool = PoolId::parse("p").unwrap();
+        let restock = Command::Restock {
+            pool: pool.clone(),
+            delta: 2,
+            request_id: Some(RequestId::parse("r").unwrap()),
+        };
+        let (state, events) = state_after(&[put_pool(&pool), restock.clone()]);
+        let payload = encode_snapshot(&state, events.iter());
+        let (mut reopened, feed) = reopened(&payload, &state);
+        assert_eq!(
+            feed.last().unwrap().request_id.as_ref().map(|r| r.as_str()),
+            Some("r")
+        );
+        let mut effects = Effects::default();
+        assert!(matches!(
+            reopened.execute(restock, T0 + 1, &mut effects),
+            Step::Done(Ok(_))
+        ));
+        assert!(effects.records.is_empty());
+        assert_eq!(reopened.pool(&pool).unwrap().total, 7);
+    }
+
+    #[test]
+    fn a_snapshot_of_another_format_is_refused_not_misread() {
+        let state = State::new(StateConfig::default());
+        let untagged = postcard::to_allocvec(&(state.snapshot(), Vec::<Event>::new())).unwrap();
+        assert!(matches!(
+            decode_snapshot(&untagged),
+            Err(SnapshotError::Format { .. })
+        ));
+        let tagged = encode_snapshot(&state, std::iter::empty());
+        assert!(decode_snapshot(&tagged).is_ok());
+    }
+}
