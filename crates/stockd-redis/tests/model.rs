@@ -13,12 +13,8 @@
 //! background sweeper is off and the target sweeps every partition (`sweep_now`, the sweeper's
 //! own code) right after moving the clock, as `State::tick` runs after time passes.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command as Process, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use stockd_core::limits::EVENT_LIMIT_MAX;
@@ -28,95 +24,8 @@ use stockd_model::{self as model, Views, CONFIG, START_MS};
 use stockd_redis::{RedisBackend, RedisConfig, TestClock};
 use tokio::runtime::Runtime;
 
-/// A `redis-server` child on a free loopback port, in a directory of its own; killed on drop.
-struct RedisServer {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl RedisServer {
-    const READY_TIMEOUT: Duration = Duration::from_secs(10);
-
-    fn start() -> RedisServer {
-        RedisServer::start_with(&[])
-    }
-
-    /// A Redis Cluster of this one node, which owns every slot.
-    fn start_cluster() -> RedisServer {
-        let server = RedisServer::start_with(&["--cluster-enabled", "yes"]);
-        let port = server.port.to_string();
-        let cli = |args: &[&str]| {
-            let output = Process::new("redis-cli")
-                .args(["-p", &port])
-                .args(args)
-                .output()
-                .expect("redis-cli (scripts/test.sh installs it)");
-            String::from_utf8_lossy(&output.stdout).into_owned()
-        };
-        assert!(cli(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]).contains("OK"));
-        let deadline = Instant::now() + Self::READY_TIMEOUT;
-        while !cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
-            assert!(
-                Instant::now() < deadline,
-                "the one-node cluster did not come up"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
-    }
-
-    fn start_with(args: &[&str]) -> RedisServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free loopback port")
-            .port();
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let child = Process::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(args)
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server (scripts/test.sh installs it)");
-        let server = RedisServer {
-            child,
-            port,
-            _dir: dir,
-        };
-        // Polls until it answers: the process is up, not guessed with a sleep.
-        let deadline = Instant::now() + Self::READY_TIMEOUT;
-        while !server.answers_ping() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
-    }
-
-    fn answers_ping(&self) -> bool {
-        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
-        };
-        let mut reply = [0u8; 7];
-        stream.write_all(b"PING\r\n").is_ok()
-            && stream.read_exact(&mut reply).is_ok()
-            && &reply == b"+PONG\r\n"
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+mod common;
+use common::RedisProcess;
 
 /// A backend on an emptied Redis (a one-node cluster when `partitions` > 1), with the
 /// retention of `config`, no background sweeper, and a test clock that starts at `start_ms` and
@@ -336,7 +245,7 @@ fn matches_model(url: &str, partitions: u32, cases: u32) {
 /// default; `PROPTEST_CASES` changes the count).
 #[test]
 fn redis_matches_model() {
-    let server = RedisServer::start();
+    let server = RedisProcess::start(&[]);
     matches_model(&server.url(), 1, 64);
 }
 
@@ -344,7 +253,7 @@ fn redis_matches_model() {
 /// partitions, so most of its holds span several and go through the cross-partition protocol.
 #[test]
 fn redis_cluster_of_16_partitions_matches_model() {
-    let server = RedisServer::start_cluster();
+    let server = RedisProcess::start_one_node_cluster();
     matches_model(&server.url(), 16, 16);
 }
 
@@ -472,7 +381,7 @@ impl Parking for RedisParking {
 /// `State` and on the engine), on a single Redis.
 #[test]
 fn redis_follows_the_rule_scenarios() {
-    let server = RedisServer::start();
+    let server = RedisProcess::start(&[]);
     follows_the_rule_scenarios(&server.url(), 1, &[]);
 }
 
@@ -484,7 +393,7 @@ fn redis_follows_the_rule_scenarios() {
 /// Redis's real clock (the test clock stands still meanwhile).
 #[test]
 fn redis_cluster_of_16_partitions_follows_the_rule_scenarios() {
-    let server = RedisServer::start_cluster();
+    let server = RedisProcess::start_one_node_cluster();
     follows_the_rule_scenarios(
         &server.url(),
         16,

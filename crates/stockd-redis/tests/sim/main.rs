@@ -54,6 +54,8 @@
 //! traces every library call and prints whole traces. docs/testing.md has the commands and the
 //! last long run's figures.
 
+#[path = "../common/mod.rs"]
+mod common;
 mod deploy;
 mod faults;
 mod judge;
