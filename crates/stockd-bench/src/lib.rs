@@ -6,6 +6,7 @@
 //! - [`load`]: the driver, closed or open loop (wrk2-style schedule, latency from the intended
 //!   send time), HDR histograms per run and per second, the progress line.
 //! - [`scenario`]: flash, team, cart, lifecycle and batch: set-up, requests, verdict.
+//! - [`paths`]: the API's paths, made from `stockd_api`'s operations.
 //! - [`race`]: the team race's order: whether the buyers who came first won.
 //! - [`report`]: the table, the JSON document and the SVG plot.
 //! - [`lab`]: `stockd bench lab`, the oversell experiment: naive Redis, locks, Lua, PostgreSQL
@@ -21,6 +22,7 @@ pub mod compare;
 pub mod http;
 pub mod lab;
 pub mod load;
+pub mod paths;
 pub mod race;
 pub mod report;
 pub mod scenario;
@@ -62,7 +64,7 @@ fn run_id(seed: u64) -> String {
 async fn check_health(endpoints: &[Endpoint], urls: &[String]) -> Result<(), String> {
     for (endpoint, url) in endpoints.iter().zip(urls) {
         let health = scenario::Admin::new(endpoint)?
-            .send(&http::Request::get("/healthz"))
+            .get(stockd_api::HEALTHZ, &[])
             .await
             .map_err(|error| format!("{url}: not reachable: {error}"))?;
         if health.status != 200 {
@@ -122,7 +124,7 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
 /// or `None` when it has no writer of its own (a Redis backend) or `/metrics` does not answer.
 /// With a fleet, this is the first server's.
 async fn writer_groups(admin: &mut scenario::Admin) -> Option<u64> {
-    let answer = admin.send(&http::Request::get("/metrics")).await.ok()?;
+    let answer = admin.get(stockd_api::METRICS, &[]).await.ok()?;
     if answer.status != 200 {
         return None;
     }

@@ -27,6 +27,7 @@ use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use stockd_api::paths;
 
 /// The seeds' check-and-deduct (seed 000's "Lua variant", seed 004's stock check reduced to
 /// the stock): `KEYS[1]` the pool's counter, `ARGV[1]` the units asked. 1: sold; 0: not enough
@@ -86,10 +87,10 @@ pub async fn router(redis_url: &str, worker_threads: usize) -> Result<Router, St
         worker_threads,
     };
     Ok(Router::new()
-        .route("/healthz", get(healthz))
-        .route("/v1/pools/{pool}", get(get_pool).put(put_pool))
-        .route("/v1/holds", post(reserve))
-        .route("/v1/holds/{hold_id}", get(get_hold))
+        .route(paths::HEALTHZ, get(healthz))
+        .route(paths::POOL, get(get_pool).put(put_pool))
+        .route(paths::HOLDS, post(reserve))
+        .route(paths::HOLD, get(get_hold))
         .fallback(not_routed)
         .with_state(service))
 }
@@ -337,10 +338,10 @@ async fn reserve(State(mut service): State<Service>, body: Bytes) -> Response {
 mod tests {
     use std::time::Duration;
 
-    use http::Method;
+    use stockd_api::{self as api, Operation};
 
     use super::*;
-    use crate::http::{Connection, Endpoint, Request};
+    use crate::http::{Connection, Endpoint};
     use crate::lab::servers::{LabDir, RedisServer};
     use crate::load::{self, LoadConfig, Pace};
     use crate::scenario::{Admin, Run, Scenario};
@@ -393,21 +394,19 @@ mod tests {
         assert_eq!((pool.total, pool.available, pool.sold), (200, 0, 200));
     }
 
-    /// One request; its status and body as text. `Value::Null`: no body (a GET).
+    /// One request of `operation` on the path its `values` make; its status and body as
+    /// text. `Value::Null`: no body (a GET).
     async fn send(
         connection: &mut Connection,
-        method: Method,
-        path: &str,
+        operation: Operation,
+        values: &[&str],
         body: Value,
     ) -> (u16, String) {
-        let request = if body.is_null() {
-            Request {
-                method,
-                ..Request::get(path)
-            }
-        } else {
-            Request::json(method, path, &body)
+        let body = match body {
+            Value::Null => Bytes::new(),
+            body => Bytes::from(body.to_string()),
         };
+        let request = crate::paths::request(operation, values, body);
         let answer = connection.send(&request).await.unwrap();
         (
             answer.status,
@@ -422,41 +421,41 @@ mod tests {
         let connection = &mut connection;
         let (status, text) = send(
             connection,
-            Method::PUT,
-            "/v1/pools/p",
+            api::PUT_POOL,
+            &["p"],
             json!({"total": 5, "per_user_limit": 2}),
         )
         .await;
         assert_eq!(status, 422, "{text}");
         assert!(text.contains("per_user_limit not supported"), "{text}");
-        let (status, _) = send(connection, Method::PUT, "/v1/pools/p", json!({"total": 5})).await;
+        let (status, _) = send(connection, api::PUT_POOL, &["p"], json!({"total": 5})).await;
         assert_eq!(status, 201);
         let two_items = json!({"hold_id": "h", "confirm": true,
             "items": [{"pool": "p", "qty": 1}, {"pool": "q", "qty": 1}]});
-        let (status, text) = send(connection, Method::POST, "/v1/holds", two_items).await;
+        let (status, text) = send(connection, api::RESERVE, &[], two_items).await;
         assert_eq!(status, 422, "{text}");
         assert!(text.contains("one item"), "{text}");
         let unconfirmed = json!({"hold_id": "h", "items": [{"pool": "p", "qty": 1}]});
-        let (status, text) = send(connection, Method::POST, "/v1/holds", unconfirmed).await;
+        let (status, text) = send(connection, api::RESERVE, &[], unconfirmed).await;
         assert_eq!(status, 422, "{text}");
         assert!(text.contains("no holds"), "{text}");
         // No idempotency: the same hold_id sells twice.
         let sale = json!({"hold_id": "h", "confirm": true, "items": [{"pool": "p", "qty": 2}]});
         for _ in 0..2 {
-            let (status, text) = send(connection, Method::POST, "/v1/holds", sale.clone()).await;
+            let (status, text) = send(connection, api::RESERVE, &[], sale.clone()).await;
             assert_eq!(status, 201, "{text}");
         }
-        let (status, text) = send(connection, Method::POST, "/v1/holds", sale).await;
+        let (status, text) = send(connection, api::RESERVE, &[], sale).await;
         assert_eq!(status, 409, "{text}");
         assert!(text.contains("insufficient_stock"), "{text}");
-        let (status, text) = send(connection, Method::GET, "/v1/pools/p", Value::Null).await;
+        let (status, text) = send(connection, api::GET_POOL, &["p"], Value::Null).await;
         assert_eq!(status, 200, "{text}");
         let view: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
             view,
             json!({"pool": "p", "total": 5, "available": 1, "held": 0, "sold": 4})
         );
-        let (status, text) = send(connection, Method::GET, "/v1/holds/h", Value::Null).await;
+        let (status, text) = send(connection, api::GET_HOLD, &["h"], Value::Null).await;
         assert_eq!(status, 404, "{text}");
     }
 }

@@ -31,7 +31,7 @@ impl Server {
         worker_threads: usize,
     ) -> Result<Server, String> {
         let mut attempt = 0;
-        Server::start(dir, "stockd", "/readyz", |port| {
+        Server::start(dir, "stockd", stockd_api::paths::READYZ, |port| {
             attempt += 1;
             let mut command = Command::new(executable);
             command
@@ -55,7 +55,7 @@ impl Server {
         redis_url: &str,
         worker_threads: usize,
     ) -> Result<Server, String> {
-        let server = Server::start(dir, "seeds-stack", "/healthz", |port| {
+        let server = Server::start(dir, "seeds-stack", stockd_api::paths::HEALTHZ, |port| {
             let mut command = Command::new(executable);
             command.args([
                 "bench",
@@ -72,7 +72,7 @@ impl Server {
         .await?;
         let endpoint = Endpoint::parse(&server.url(), None)?;
         let health = Connection::new(&endpoint)?
-            .send(&Request::get("/healthz"))
+            .send(&Request::get(stockd_api::paths::HEALTHZ))
             .await?;
         let workers = health
             .json()

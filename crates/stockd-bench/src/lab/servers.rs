@@ -579,7 +579,7 @@ impl StockdServer {
                 command.args(["--backend", backend]);
             }
             let mut process = Process::spawn(command, dir.join("stockd.log"), None)?;
-            match wait_http_ready(&mut process, port, "/readyz").await {
+            match wait_http_ready(&mut process, port, stockd_api::paths::READYZ).await {
                 Ok(()) => {
                     return Ok(StockdServer {
                         _process: process,

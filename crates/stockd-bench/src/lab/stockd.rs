@@ -70,7 +70,9 @@ pub async fn run(variant: Variant, url: &str, config: &LabConfig) -> Result<Vari
     for worker in 0..config.buyers {
         let mut connection = Connection::new(&endpoint)?;
         // Connected before the clock starts, as every other variant's buyers are.
-        let answer = connection.send(&Request::get("/healthz")).await?;
+        let answer = connection
+            .send(&Request::get(stockd_api::paths::HEALTHZ))
+            .await?;
         if answer.status != 200 {
             return Err(format!("{url}/healthz answered {}", answer.status));
         }
