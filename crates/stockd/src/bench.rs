@@ -442,39 +442,11 @@ impl CompareArgs {
 async fn run_compare(args: CompareArgs) -> ExitCode {
     let config = match args.config() {
         Ok(config) => config,
-        Err(why) => {
-            eprintln!("error: {why}");
-            return ExitCode::from(2);
-        }
+        Err(why) => return usage(&why),
     };
-    let report = tokio::select! {
-        report = stockd_bench::compare::run(&config) => report,
-        () = crate::signals::stop_requested() => {
-            eprintln!("interrupted: the comparison's servers are stopped and their files removed");
-            return ExitCode::from(130);
-        }
-    };
-    let to_stdout_json = args.json.as_deref() == Some(std::path::Path::new("-"));
-    if !to_stdout_json {
-        print!("{}", report.table());
-    }
-    if let Some(path) = &args.json {
-        if let Err(why) = write_json(&report, path) {
-            eprintln!("error: {why}");
-            return ExitCode::from(1);
-        }
-    }
-    for failed in &report.failed {
-        eprintln!("error: {}: {}", failed.stack.name(), failed.reason);
-    }
-    for row in report.rows.iter().filter(|row| !row.report.verdict.ok) {
-        eprintln!("error: {}: its verdict failed", row.stack.name());
-    }
-    if report.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
+    let stopped = "the comparison's servers are stopped and their files removed";
+    let report = stockd_bench::compare::run(&config);
+    show_stoppable(report, stopped, args.json.as_deref()).await
 }
 
 /// Serves the seeds' stack on a runtime of its own (as many worker threads as asked, which the
@@ -482,10 +454,7 @@ async fn run_compare(args: CompareArgs) -> ExitCode {
 async fn run_seeds_stack(args: SeedsStackArgs) -> ExitCode {
     let worker_threads = match worker_threads(args.worker_threads) {
         Ok(threads) => threads,
-        Err(why) => {
-            eprintln!("error: {why}");
-            return ExitCode::from(2);
-        }
+        Err(why) => return usage(&why),
     };
     let settings = stockd_bench::seeds_stack::Settings {
         listen: args.listen,
@@ -563,39 +532,149 @@ impl LabArgs {
 async fn run_lab(args: LabArgs) -> ExitCode {
     let config = match args.config() {
         Ok(config) => config,
-        Err(why) => {
-            eprintln!("error: {why}");
-            return ExitCode::from(2);
-        }
+        Err(why) => return usage(&why),
     };
-    let report = tokio::select! {
-        report = stockd_bench::lab::run(&config) => report,
+    let stopped = "the lab's servers are stopped and its files removed";
+    let report = stockd_bench::lab::run(&config);
+    show_stoppable(report, stopped, args.json.as_deref()).await
+}
+
+/// Bad flags: said on stderr, exit 2 (nothing ran).
+fn usage(why: &str) -> ExitCode {
+    eprintln!("error: {why}");
+    ExitCode::from(2)
+}
+
+/// A bench command's report, as every bench command shows it ([`show`]).
+trait Shown: serde::Serialize {
+    /// The table people read, on stdout unless the JSON goes there.
+    fn table(&self) -> String;
+    /// What the table says beyond its rows, for stderr when the table is not printed.
+    fn aside(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// What went wrong, each printed as an `error:` line.
+    fn errors(&self) -> Vec<String>;
+    /// Whether the command exits 0.
+    fn passed(&self) -> bool;
+    /// The run drawn over time, for `--plot`; only `bench run` has one.
+    fn svg(&self) -> Option<String> {
+        None
+    }
+}
+
+impl Shown for stockd_bench::lab::LabReport {
+    fn table(&self) -> String {
+        self.table()
+    }
+
+    fn aside(&self) -> Vec<String> {
+        // What did not run, and why.
+        self.skipped
+            .iter()
+            .map(|skipped| {
+                let what = if skipped.failed { "failed" } else { "skipped" };
+                format!("{}: {what}, {}", skipped.variant, skipped.reason)
+            })
+            .collect()
+    }
+
+    fn errors(&self) -> Vec<String> {
+        self.problems()
+    }
+
+    fn passed(&self) -> bool {
+        self.problems().is_empty() && !self.any_failed()
+    }
+}
+
+impl Shown for stockd_bench::compare::CompareReport {
+    fn table(&self) -> String {
+        self.table()
+    }
+
+    fn errors(&self) -> Vec<String> {
+        let failed = self
+            .failed
+            .iter()
+            .map(|failed| format!("{}: {}", failed.stack.name(), failed.reason));
+        let verdicts = (self.rows.iter())
+            .filter(|row| !row.report.verdict.ok)
+            .map(|row| format!("{}: its verdict failed", row.stack.name()));
+        failed.chain(verdicts).collect()
+    }
+
+    fn passed(&self) -> bool {
+        self.ok()
+    }
+}
+
+impl Shown for stockd_bench::Report {
+    fn table(&self) -> String {
+        self.table()
+    }
+
+    fn errors(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn passed(&self) -> bool {
+        self.verdict.ok
+    }
+
+    fn svg(&self) -> Option<String> {
+        Some(self.svg())
+    }
+}
+
+/// Runs a measurement that starts servers of its own (`lab`, `compare`) and shows its report;
+/// Ctrl-C or SIGTERM stops it, and dropping it stops its servers and removes their files
+/// (`stopped` says so), exit 130.
+async fn show_stoppable(
+    report: impl std::future::Future<Output = impl Shown>,
+    stopped: &str,
+    json: Option<&std::path::Path>,
+) -> ExitCode {
+    tokio::select! {
+        report = report => show(&report, json, None),
         () = crate::signals::stop_requested() => {
-            eprintln!("interrupted: the lab's servers are stopped and its files removed");
-            return ExitCode::from(130);
-        }
-    };
-    let to_stdout_json = args.json.as_deref() == Some(std::path::Path::new("-"));
-    if !to_stdout_json {
-        print!("{}", report.table());
-    } else {
-        // The table is not printed: say on stderr what did not run, and why.
-        for skipped in &report.skipped {
-            let what = if skipped.failed { "failed" } else { "skipped" };
-            eprintln!("{}: {what}, {}", skipped.variant, skipped.reason);
+            eprintln!("interrupted: {stopped}");
+            ExitCode::from(130)
         }
     }
-    if let Some(path) = &args.json {
-        if let Err(why) = write_json(&report, path) {
+}
+
+/// Shows a report: the table on stdout (or, with `--json -`, the JSON there and the table's
+/// asides on stderr), the JSON to its file, the plot to its file, then the errors; exit 0 when
+/// it passed, 1 when not or when a file cannot be written.
+fn show(
+    report: &impl Shown,
+    json: Option<&std::path::Path>,
+    plot: Option<&std::path::Path>,
+) -> ExitCode {
+    if json == Some(std::path::Path::new("-")) {
+        for aside in report.aside() {
+            eprintln!("{aside}");
+        }
+    } else {
+        print!("{}", report.table());
+    }
+    if let Some(path) = json {
+        if let Err(why) = write_json(report, path) {
             eprintln!("error: {why}");
             return ExitCode::from(1);
         }
     }
-    let problems = report.problems();
-    for problem in &problems {
-        eprintln!("error: {problem}");
+    if let (Some(path), Some(svg)) = (plot, report.svg()) {
+        if let Err(error) = std::fs::write(path, svg) {
+            eprintln!("error: cannot write {}: {error}", path.display());
+            return ExitCode::from(1);
+        }
     }
-    if problems.is_empty() && !report.any_failed() {
+    for error in report.errors() {
+        eprintln!("error: {error}");
+    }
+    if report.passed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -618,38 +697,14 @@ fn write_json(report: &impl serde::Serialize, path: &std::path::Path) -> Result<
 async fn run_scenario(args: RunArgs) -> ExitCode {
     let config = match args.config() {
         Ok(config) => config,
+        Err(why) => return usage(&why),
+    };
+    match stockd_bench::run(config).await {
+        Ok(report) => show(&report, args.json.as_deref(), args.plot.as_deref()),
         Err(why) => {
             eprintln!("error: {why}");
-            return ExitCode::from(2);
+            ExitCode::from(1)
         }
-    };
-    let report = match stockd_bench::run(config).await {
-        Ok(report) => report,
-        Err(why) => {
-            eprintln!("error: {why}");
-            return ExitCode::from(1);
-        }
-    };
-    let to_stdout_json = args.json.as_deref() == Some(std::path::Path::new("-"));
-    if !to_stdout_json {
-        print!("{}", report.table());
-    }
-    if let Some(path) = &args.json {
-        if let Err(why) = write_json(&report, path) {
-            eprintln!("error: {why}");
-            return ExitCode::from(1);
-        }
-    }
-    if let Some(path) = &args.plot {
-        if let Err(error) = std::fs::write(path, report.svg()) {
-            eprintln!("error: cannot write {}: {error}", path.display());
-            return ExitCode::from(1);
-        }
-    }
-    if report.verdict.ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
     }
 }
 
