@@ -6,6 +6,7 @@ mod cli;
 mod help;
 mod logging;
 mod serve;
+mod settings;
 mod signals;
 mod sink;
 
@@ -200,35 +201,33 @@ compile_error!(
      `--cfg tokio_unstable` to RUSTFLAGS when you set them"
 );
 
-/// `serve`'s HTTP worker threads when --worker-threads is not given: one per core but one,
-/// and at least one. The engine's writer thread decides every change and waits for its fsync:
-/// while it is preempted, no request anywhere is answered, so it gets a core of its own.
-///
-/// Measured on 2 cores (docs/benchmarks.md, "Worker threads"), one worker against two: the team
-/// race at 1,000 connections lost its slow mode (p99 96-263 ms in 5 of 6 runs with two, 43-55
-/// ms in all of them with one), CPU per request fell from 21.0-23.1 to 17.5-17.6 µs and context
-/// switches per request from 0.28-0.30 to 0.05-0.07; the writer's group grew from 31-33
-/// requests per fsync to 42-44.
-fn serve_worker_threads(cores: usize) -> usize {
-    cores.saturating_sub(1).max(1)
+/// A command line ready to run: `serve` with its settings read (before its runtime starts, as
+/// its worker threads are one of them), or another command.
+enum Ready {
+    Serve(serve::Settings),
+    Other(Command),
 }
 
-/// The async runtime `command` runs on. Worker threads: one per core by default; `serve` takes
-/// --worker-threads, checked by clap (flag or STOCKD_WORKER_THREADS), or leaves the writer its
-/// core ([`serve_worker_threads`]), and the other commands honour the variable when it is a
-/// number above 0, as they always did. `serve` alone keeps arrival order
+impl Ready {
+    /// Reads `serve`'s settings; a bad one is a usage error, said before anything starts.
+    fn from(command: Command) -> Result<Ready, String> {
+        match command {
+            Command::Serve(args) => Ok(Ready::Serve(args.settings()?)),
+            command => Ok(Ready::Other(command)),
+        }
+    }
+}
+
+/// The async runtime `ready` runs on. Worker threads: one per core by default; `serve` takes
+/// its setting (--worker-threads, STOCKD_WORKER_THREADS or the config file's, else it leaves the
+/// writer its core: [`settings::serve_worker_threads`]), and the other commands honour the
+/// variable when it is a number above 0, as they always did. `serve` alone keeps arrival order
 /// ([`keep_arrival_order`]).
-fn runtime_for(command: &Command) -> tokio::runtime::Builder {
+fn runtime_for(ready: &Ready) -> tokio::runtime::Builder {
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    let worker_threads = match command {
-        Command::Serve(args) => Some(args.worker_threads.map_or_else(
-            || {
-                let cores = std::thread::available_parallelism().map_or(1, usize::from);
-                serve_worker_threads(cores)
-            },
-            usize::from,
-        )),
-        _ => std::env::var("STOCKD_WORKER_THREADS")
+    let worker_threads = match ready {
+        Ready::Serve(settings) => Some(settings.worker_threads),
+        Ready::Other(_) => std::env::var("STOCKD_WORKER_THREADS")
             .ok()
             .and_then(|value| value.parse::<usize>().ok())
             .filter(|&threads| threads > 0),
@@ -236,7 +235,7 @@ fn runtime_for(command: &Command) -> tokio::runtime::Builder {
     if let Some(threads) = worker_threads {
         runtime.worker_threads(threads);
     }
-    if matches!(command, Command::Serve(_)) {
+    if matches!(ready, Ready::Serve(_)) {
         keep_arrival_order(&mut runtime);
     }
     runtime
@@ -257,7 +256,14 @@ fn main() -> ExitCode {
         eprintln!("error: {why}");
         return cli::Exit::Usage.into();
     }
-    let mut runtime = runtime_for(&cli.command);
+    let ready = match Ready::from(cli.command) {
+        Ok(ready) => ready,
+        Err(why) => {
+            eprintln!("error: {why}");
+            return cli::Exit::Usage.into();
+        }
+    };
+    let mut runtime = runtime_for(&ready);
     let runtime = match runtime.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -265,9 +271,13 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let command = match ready {
+        Ready::Serve(settings) => return runtime.block_on(serve::run(settings)),
+        Ready::Other(command) => command,
+    };
     runtime.block_on(async {
-        match cli.command {
-            Command::Serve(args) => serve::run(args).await,
+        match command {
+            Command::Serve(_) => unreachable!("serve is Ready::Serve"),
             Command::Redis { command } => serve::run_redis(command).await,
             Command::Bench { command } => bench::run(command).await,
             Command::Sink { command } => sink::run(command).await,
@@ -294,6 +304,7 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::serve_worker_threads;
 
     #[test]
     fn freed_memory_is_kept_and_the_option_is_mimallocs_purge_delay() {
@@ -335,10 +346,9 @@ mod tests {
         })
     }
 
-    fn command(args: &[&str]) -> Command {
-        Cli::read_from(std::iter::once("stockd").chain(args.iter().copied()))
-            .unwrap()
-            .command
+    fn ready(args: &[&str]) -> Ready {
+        let cli = Cli::read_from(std::iter::once("stockd").chain(args.iter().copied())).unwrap();
+        Ready::from(cli.command).unwrap()
     }
 
     /// `serve` runs three tasks woken one after another in that order. With tokio's LIFO slot
@@ -346,17 +356,12 @@ mod tests {
     #[test]
     fn serve_runs_woken_tasks_in_the_order_they_were_woken() {
         assert_eq!(
-            order_of_three_woken(runtime_for(&command(&["serve"]))),
+            order_of_three_woken(runtime_for(&ready(&["serve"]))),
             [0, 1, 2],
             "woken tasks ran out of order: serve's runtime has tokio's LIFO slot on"
         );
         assert_eq!(
-            order_of_three_woken(runtime_for(&command(&[
-                "bench",
-                "run",
-                "--scenario",
-                "team"
-            ]))),
+            order_of_three_woken(runtime_for(&ready(&["bench", "run", "--scenario", "team"]))),
             [2, 0, 1]
         );
     }
@@ -370,7 +375,7 @@ mod tests {
         assert_eq!(serve_worker_threads(2), 1);
         assert_eq!(serve_worker_threads(16), 15);
         let workers = |args: &[&str]| {
-            let runtime = runtime_for(&command(args)).build().unwrap();
+            let runtime = runtime_for(&ready(args)).build().unwrap();
             runtime.metrics().num_workers()
         };
         let cores = std::thread::available_parallelism().map_or(1, usize::from);

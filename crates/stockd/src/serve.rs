@@ -1,23 +1,20 @@
-//! `stockd serve`: settings from flags, environment and a config file, then the engine and the
-//! HTTP server, until SIGTERM or SIGINT.
+//! `stockd serve`: the settings (declared in settings.rs: flags, environment and a config file)
+//! turned into the backend's and the server's configuration, then the engine and the HTTP
+//! server, until SIGTERM or SIGINT.
 //!
-//! Precedence is flag > environment > config file > default. This module wires pieces together;
-//! it must never decide anything about stock.
+//! This module wires pieces together; it must never decide anything about stock.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
 use stockd_core::{Backend, StateConfig};
 use stockd_engine::{Engine, EngineConfig, SystemClock};
 use stockd_redis::{RedisBackend, RedisConfig, StartError, StartingBackend, Target};
-use stockd_server::{ConnectionLimits, Role, ServerConfig, BODY_TIMEOUT_DEFAULT};
+use stockd_server::{ConnectionLimits, Role, ServerConfig};
 
-pub const LISTEN_DEFAULT: &str = "127.0.0.1:7070";
-pub const DATA_DIR_DEFAULT: &str = "./stockd-data";
+pub use crate::settings::ServeArgs;
 
 /// The listening socket. Its accept queue is as deep as the kernel allows
 /// (`net.core.somaxconn`, 4096 on current Linux): a sale opens a thousand connections in the same
@@ -41,160 +38,6 @@ fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener
 /// Request bodies above this are refused with 413.
 pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
 
-/// Environment variables `stockd serve` reads that have no flag; shown under `serve --help`.
-const ENVIRONMENT_HELP: &str = "\
-Environment without a flag:
-  STOCKD_LOG=FILTER         what to log, as a tracing filter (default info; e.g. warn, or
-                            info,stockd_server=debug)
-  STOCKD_LOG_FORMAT=FORMAT  text (default; coloured only on a terminal, never with NO_COLOR
-                            set) or json (one object a line, for log shippers)
-
-Flags win over the environment, which wins over the --config file, which wins over the
-defaults. A flag shown with [env: STOCKD_...] may be given as that variable instead.";
-
-#[derive(Debug, clap::Args)]
-#[command(after_help = ENVIRONMENT_HELP)]
-pub struct ServeArgs {
-    /// Where the data lives: `embedded` (this process, its --data-dir), or
-    /// `redis://[:PASSWORD@]HOST:PORT[/DB]` (one Redis primary shared by any number of servers),
-    /// or `redis+cluster://HOST:PORT,HOST:PORT,...` (default embedded).
-    #[arg(long, env = "STOCKD_BACKEND", value_name = "BACKEND")]
-    pub backend: Option<String>,
-    /// Event feed partitions of a Redis Cluster dataset, fixed when the dataset is made
-    /// (default 16 on a Cluster; a single Redis and the embedded engine have 1).
-    #[arg(long, env = "STOCKD_REDIS_PARTITIONS", value_name = "N")]
-    pub redis_partitions: Option<u32>,
-    /// Address to listen on, an IP address and port; host names are not resolved (default
-    /// 127.0.0.1:7070; 0.0.0.0:PORT for every interface, which needs --tokens).
-    #[arg(long, env = "STOCKD_LISTEN", value_name = "IP:PORT", value_parser = parse_listen)]
-    pub listen: Option<SocketAddr>,
-    /// Directory of the write-ahead log and snapshots of the embedded engine (default
-    /// ./stockd-data).
-    #[arg(long, env = "STOCKD_DATA_DIR", value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
-    /// TOML config file (default none). Keys: backend, redis_partitions, listen, data_dir,
-    /// tokens (a list of "role:secret"), hold_retention_ms, confirmed_retention_ms,
-    /// event_retention_max, snapshot_every_records, max_connections, header_timeout_ms,
-    /// body_timeout_ms, idle_timeout_ms, write_timeout_ms, max_header_bytes.
-    #[arg(long, env = "STOCKD_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Bearer tokens as `role:secret` pairs separated by commas, roles admin and client,
-    /// secrets of 8 bytes or more (default none: no auth, and only a loopback --listen).
-    #[arg(
-        long,
-        env = "STOCKD_TOKENS",
-        hide_env_values = true,
-        value_name = "ROLE:SECRET,..."
-    )]
-    pub tokens: Option<String>,
-    /// Serve without tokens on a non-loopback address (default off; never do this in
-    /// production).
-    #[arg(long)]
-    pub insecure_no_auth: bool,
-    /// How long released, expired and refunded holds are kept, for idempotent retries
-    /// (default 86400000, 24 h). On Redis, the dataset's: stored when it is made.
-    #[arg(long, env = "STOCKD_HOLD_RETENTION_MS", value_name = "MS")]
-    pub hold_retention_ms: Option<u64>,
-    /// How long confirmed holds are kept, the refund window (default 604800000, 7 days). On
-    /// Redis, the dataset's: stored when it is made.
-    #[arg(long, env = "STOCKD_CONFIRMED_RETENTION_MS", value_name = "MS")]
-    pub confirmed_retention_ms: Option<u64>,
-    /// Events kept for the feed; a consumer further behind gets 410 events_expired (default
-    /// 1000000). On Redis, the dataset's: stored when it is made.
-    #[arg(long, env = "STOCKD_EVENT_RETENTION_MAX", value_name = "N")]
-    pub event_retention_max: Option<usize>,
-    /// Log records between snapshots of the embedded engine (default 1000000).
-    #[arg(long, env = "STOCKD_SNAPSHOT_EVERY_RECORDS", value_name = "N")]
-    pub snapshot_every_records: Option<u64>,
-    /// Connections open at once; past it, new ones wait in the listen backlog. Keep it under
-    /// the process's open-files limit, `ulimit -n` (default 10000).
-    #[arg(long, env = "STOCKD_MAX_CONNECTIONS", value_name = "N")]
-    pub max_connections: Option<usize>,
-    /// How long a request head may take to arrive from its first byte, and a new connection to
-    /// send its first request, before the connection is closed (default 10000).
-    #[arg(long, env = "STOCKD_HEADER_TIMEOUT_MS", value_name = "MS")]
-    pub header_timeout_ms: Option<u64>,
-    /// How long a request body may take to arrive in full once its head has; slower gets 408
-    /// request_timeout and the connection is closed (default 10000).
-    #[arg(long, env = "STOCKD_BODY_TIMEOUT_MS", value_name = "MS")]
-    pub body_timeout_ms: Option<u64>,
-    /// How long a keep-alive connection may wait for its next request (default 60000).
-    #[arg(long, env = "STOCKD_IDLE_TIMEOUT_MS", value_name = "MS")]
-    pub idle_timeout_ms: Option<u64>,
-    /// How long a write may stay blocked on a client that does not read (default 10000).
-    #[arg(long, env = "STOCKD_WRITE_TIMEOUT_MS", value_name = "MS")]
-    pub write_timeout_ms: Option<u64>,
-    /// Largest request head, request line and headers, in bytes; larger gets 431 (default
-    /// 16384).
-    #[arg(long, env = "STOCKD_MAX_HEADER_BYTES", value_name = "BYTES")]
-    pub max_header_bytes: Option<usize>,
-    /// HTTP worker threads (default one per core but one, at least one: the engine's writer
-    /// thread keeps a core). Not a config file key: the threads start before the file is read.
-    #[arg(
-        long,
-        env = "STOCKD_WORKER_THREADS",
-        value_name = "N",
-        value_parser = clap::value_parser!(u16).range(1..=WORKER_THREADS_MAX)
-    )]
-    pub worker_threads: Option<u16>,
-}
-
-/// More HTTP worker threads than this is a typo, not a machine.
-const WORKER_THREADS_MAX: i64 = 1024;
-
-/// Parses `--listen` / `STOCKD_LISTEN` / the config file's `listen`: an IP address and port.
-///
-/// Host names are not resolved, on purpose: whether the address is loopback decides whether
-/// stockd may serve without tokens, and `localhost` or a host name can resolve to another
-/// address than the one meant (IPv6 only, a public address). The error says what to write.
-pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
-    if let Ok(address) = text.parse::<SocketAddr>() {
-        return Ok(address);
-    }
-    let (host, port_text) = text.rsplit_once(':').unwrap_or(("", text));
-    let port = port_text.parse::<u16>().ok();
-    let suggested_port = port.map_or_else(|| "7070".to_owned(), |port| port.to_string());
-    let why = if host.parse::<std::net::Ipv6Addr>().is_ok() {
-        format!("an IPv6 address takes brackets: [{host}]:{suggested_port}")
-    } else if host.is_empty() {
-        "an IP address and a port are needed, as IP:PORT".to_owned()
-    } else if port.is_none() {
-        format!("{port_text:?} is not a port number (0 to 65535)")
-    } else {
-        format!(
-            "{host:?} is not an IP address, and host names are not resolved (the address \
-             decides whether stockd may serve without tokens)"
-        )
-    };
-    let port = suggested_port;
-    Err(format!(
-        "{why}; write 127.0.0.1:{port} (this machine only), 0.0.0.0:{port} (every \
-         interface; needs --tokens) or [::1]:{port} (IPv6 loopback)"
-    ))
-}
-
-/// The config file. Every key is optional; unknown keys are refused so typos are caught.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    backend: Option<String>,
-    redis_partitions: Option<u32>,
-    /// Parsed with [`parse_listen`], for the same message as the flag's.
-    listen: Option<String>,
-    data_dir: Option<PathBuf>,
-    tokens: Option<Vec<String>>,
-    hold_retention_ms: Option<u64>,
-    confirmed_retention_ms: Option<u64>,
-    event_retention_max: Option<usize>,
-    snapshot_every_records: Option<u64>,
-    max_connections: Option<usize>,
-    header_timeout_ms: Option<u64>,
-    body_timeout_ms: Option<u64>,
-    idle_timeout_ms: Option<u64>,
-    write_timeout_ms: Option<u64>,
-    max_header_bytes: Option<usize>,
-}
-
 /// Which backend, with its settings.
 #[derive(Debug)]
 pub enum BackendSettings {
@@ -210,6 +53,8 @@ pub struct Settings {
     pub insecure_no_auth: bool,
     pub body_timeout: Duration,
     pub connections: ConnectionLimits,
+    /// HTTP worker threads of the runtime main.rs builds.
+    pub worker_threads: usize,
 }
 
 impl std::fmt::Debug for Settings {
@@ -225,42 +70,8 @@ impl std::fmt::Debug for Settings {
             .field("insecure_no_auth", &self.insecure_no_auth)
             .field("body_timeout", &self.body_timeout)
             .field("connections", &self.connections)
+            .field("worker_threads", &self.worker_threads)
             .finish()
-    }
-}
-
-/// Timeouts are 100 ms to 1 hour.
-const TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=3_600_000;
-const MAX_CONNECTIONS_RANGE: std::ops::RangeInclusive<usize> = 1..=1_000_000;
-const MAX_HEADER_BYTES_RANGE: std::ops::RangeInclusive<usize> = 1024..=1024 * 1024;
-
-/// A timeout setting: the first source that has it, checked, or the default.
-fn timeout(name: &str, value: Option<u64>, default: Duration) -> Result<Duration, String> {
-    match value {
-        None => Ok(default),
-        Some(ms) if TIMEOUT_MS_RANGE.contains(&ms) => Ok(Duration::from_millis(ms)),
-        Some(ms) => Err(format!(
-            "{name} must be from {} to {} (milliseconds), got {ms}",
-            TIMEOUT_MS_RANGE.start(),
-            TIMEOUT_MS_RANGE.end()
-        )),
-    }
-}
-
-fn within(
-    name: &str,
-    value: Option<usize>,
-    range: std::ops::RangeInclusive<usize>,
-    default: usize,
-) -> Result<usize, String> {
-    match value {
-        None => Ok(default),
-        Some(n) if range.contains(&n) => Ok(n),
-        Some(n) => Err(format!(
-            "{name} must be from {} to {}, got {n}",
-            range.start(),
-            range.end()
-        )),
     }
 }
 
@@ -281,66 +92,29 @@ fn parse_token(entry: &str) -> Result<(String, Role), String> {
 }
 
 impl ServeArgs {
-    pub fn settings(self) -> Result<Settings, String> {
-        let file = match &self.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                toml::from_str::<FileConfig>(&text)
-                    .map_err(|e| format!("config {}: {e}", path.display()))?
-            }
-            None => FileConfig::default(),
-        };
-        let file_listen = match &file.listen {
-            Some(text) => Some(parse_listen(text).map_err(|why| {
-                let path = self.config.as_deref().unwrap_or(std::path::Path::new("?"));
-                format!("config {}: listen = {text:?}: {why}", path.display())
-            })?),
-            None => None,
-        };
-        let listen = self
-            .listen
-            .or(file_listen)
-            .unwrap_or_else(|| LISTEN_DEFAULT.parse().expect("valid default"));
-        let data_dir = self
-            .data_dir
-            .or(file.data_dir)
-            .unwrap_or_else(|| PathBuf::from(DATA_DIR_DEFAULT));
-        let token_entries: Vec<String> = match self.tokens {
-            Some(list) => list
-                .split(',')
-                .filter(|s| !s.trim().is_empty())
-                .map(str::to_string)
-                .collect(),
-            None => file.tokens.unwrap_or_default(),
-        };
-        let tokens = token_entries
+    /// The settings from every source ([`crate::settings`]), and what they make: the backend's
+    /// configuration, the tokens, the connection limits.
+    pub fn settings(&self) -> Result<Settings, String> {
+        let values = self.read()?;
+        let tokens = values
+            .tokens
+            .0
             .iter()
             .map(|entry| parse_token(entry))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut engine = EngineConfig::new(data_dir);
-        let defaults = StateConfig::default();
+        let mut engine = EngineConfig::new(values.data_dir);
         engine.state = StateConfig {
-            hold_retention_ms: self
-                .hold_retention_ms
-                .or(file.hold_retention_ms)
-                .unwrap_or(defaults.hold_retention_ms),
-            confirmed_retention_ms: self
-                .confirmed_retention_ms
-                .or(file.confirmed_retention_ms)
-                .unwrap_or(defaults.confirmed_retention_ms),
+            hold_retention_ms: values.hold_retention_ms,
+            confirmed_retention_ms: values.confirmed_retention_ms,
         };
-        if let Some(n) = self.event_retention_max.or(file.event_retention_max) {
-            engine.event_retention_max = n;
-        }
-        if let Some(n) = self.snapshot_every_records.or(file.snapshot_every_records) {
-            engine.snapshot_every_records = n.max(1);
-        }
-        let backend = match self.backend.or(file.backend).as_deref() {
-            None | Some("embedded") => BackendSettings::Embedded(engine),
-            Some(url) => {
+        engine.event_retention_max = values.event_retention_max;
+        // 0 is taken as 1, as it always was.
+        engine.snapshot_every_records = values.snapshot_every_records.max(1);
+        let backend = match values.backend.as_str() {
+            "embedded" => BackendSettings::Embedded(engine),
+            url => {
                 let mut redis = RedisConfig::new(Target::parse(url)?);
-                if let Some(partitions) = self.redis_partitions.or(file.redis_partitions) {
+                if let Some(partitions) = values.redis_partitions {
                     redis.partitions = partitions;
                 }
                 redis.validate()?;
@@ -350,60 +124,28 @@ impl ServeArgs {
                 BackendSettings::Redis(redis)
             }
         };
-        let limits = ConnectionLimits::default();
         let connections = ConnectionLimits {
-            max_connections: within(
-                "max_connections",
-                self.max_connections.or(file.max_connections),
-                MAX_CONNECTIONS_RANGE,
-                limits.max_connections,
-            )?,
-            header_timeout: timeout(
-                "header_timeout_ms",
-                self.header_timeout_ms.or(file.header_timeout_ms),
-                limits.header_timeout,
-            )?,
-            idle_timeout: timeout(
-                "idle_timeout_ms",
-                self.idle_timeout_ms.or(file.idle_timeout_ms),
-                limits.idle_timeout,
-            )?,
-            write_timeout: timeout(
-                "write_timeout_ms",
-                self.write_timeout_ms.or(file.write_timeout_ms),
-                limits.write_timeout,
-            )?,
-            max_header_bytes: within(
-                "max_header_bytes",
-                self.max_header_bytes.or(file.max_header_bytes),
-                MAX_HEADER_BYTES_RANGE,
-                limits.max_header_bytes,
-            )?,
+            max_connections: values.max_connections,
+            header_timeout: Duration::from_millis(values.header_timeout_ms),
+            idle_timeout: Duration::from_millis(values.idle_timeout_ms),
+            write_timeout: Duration::from_millis(values.write_timeout_ms),
+            max_header_bytes: values.max_header_bytes,
         };
-        let body_timeout = timeout(
-            "body_timeout_ms",
-            self.body_timeout_ms.or(file.body_timeout_ms),
-            BODY_TIMEOUT_DEFAULT,
-        )?;
         Ok(Settings {
-            listen,
+            listen: values.listen,
             backend,
             tokens,
-            insecure_no_auth: self.insecure_no_auth,
-            body_timeout,
+            insecure_no_auth: values.insecure_no_auth,
+            body_timeout: Duration::from_millis(values.body_timeout_ms),
             connections,
+            worker_threads: values.worker_threads,
         })
     }
 }
 
-pub async fn run(args: ServeArgs) -> ExitCode {
-    let settings = match args.settings() {
-        Ok(settings) => settings,
-        Err(why) => {
-            eprintln!("error: {why}");
-            return ExitCode::from(2);
-        }
-    };
+/// Serves with `settings` (read before the runtime started: its worker threads are one of
+/// them) until SIGTERM or SIGINT.
+pub async fn run(settings: Settings) -> ExitCode {
     if settings.tokens.is_empty()
         && !settings.listen.ip().is_loopback()
         && !settings.insecure_no_auth
@@ -563,6 +305,8 @@ async fn open_engine(config: EngineConfig) -> Result<Engine, ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::{parse_listen, DATA_DIR_DEFAULT, LISTEN_DEFAULT};
+    use stockd_server::BODY_TIMEOUT_DEFAULT;
 
     #[test]
     fn token_entries() {
@@ -642,6 +386,28 @@ mod tests {
         std::fs::write(&path, "listen = \"127.0.0.1:7171\"\n").expect("write the config");
         let settings = settings(&["--config", path.to_str().expect("UTF-8")]).unwrap();
         assert_eq!(settings.listen, ([127, 0, 0, 1], 7171).into());
+    }
+
+    #[test]
+    fn worker_threads_come_from_the_flag_or_the_config_file_and_are_checked() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("stockd.toml");
+        let config = path.to_str().expect("UTF-8");
+        std::fs::write(&path, "worker_threads = 3\n").expect("write the config");
+        assert_eq!(settings(&["--config", config]).unwrap().worker_threads, 3);
+        let flag_wins = settings(&["--config", config, "--worker-threads", "2"]).unwrap();
+        assert_eq!(flag_wins.worker_threads, 2);
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let default = settings(&[]).unwrap().worker_threads;
+        assert_eq!(default, crate::settings::serve_worker_threads(cores));
+        for bad in ["0", "1025"] {
+            std::fs::write(&path, format!("worker_threads = {bad}\n")).expect("write the config");
+            let error = settings(&["--config", config]).unwrap_err();
+            assert_eq!(
+                error,
+                format!("worker_threads must be from 1 to 1024, got {bad}")
+            );
+        }
     }
 
     /// Every setting's help says its default, and the defaults said are the ones the code
