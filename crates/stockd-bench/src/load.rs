@@ -80,7 +80,7 @@ pub struct LoadConfig {
 }
 
 /// Latencies are recorded in microseconds, up to an hour, at 3 significant digits.
-fn histogram() -> Histogram<u64> {
+pub(crate) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
 }
 

@@ -500,27 +500,14 @@ mod tests {
 
     #[test]
     fn ticks_are_round_steps_that_cover_the_largest_value() {
-        assert_eq!(
-            Ticks::over(1234.0, 5),
-            Ticks {
-                step: 500.0,
-                top: 1500.0
-            }
-        );
-        assert_eq!(
-            Ticks::over(10.0, 10),
-            Ticks {
-                step: 1.0,
-                top: 10.0
-            }
-        );
-        assert_eq!(
-            Ticks::over(0.0, 5),
-            Ticks {
-                step: 0.2,
-                top: 1.0
-            }
-        );
+        // (largest value, steps at most, step, top)
+        for (max, steps, step, top) in [
+            (1234.0, 5, 500.0, 1500.0),
+            (10.0, 10, 1.0, 10.0),
+            (0.0, 5, 0.2, 1.0),
+        ] {
+            assert_eq!(Ticks::over(max, steps), Ticks { step, top }, "{max}");
+        }
         let small = Ticks::over(0.37, 5);
         assert_eq!(small.step, 0.1);
         assert!((small.top - 0.4).abs() < 1e-9, "{small:?}");
@@ -531,27 +518,13 @@ mod tests {
             .collect();
         assert_eq!(labels, ["0", "500", "1000", "1500"]);
         // Seconds: whole steps, however short the window.
-        assert_eq!(
-            Ticks::whole(1.0, 10),
-            Ticks {
-                step: 1.0,
-                top: 1.0
-            }
-        );
-        assert_eq!(
-            Ticks::whole(3.0, 10),
-            Ticks {
-                step: 1.0,
-                top: 3.0
-            }
-        );
-        assert_eq!(
-            Ticks::whole(60.0, 10),
-            Ticks {
-                step: 10.0,
-                top: 60.0
-            }
-        );
+        for (max, steps, step, top) in [
+            (1.0, 10, 1.0, 1.0),
+            (3.0, 10, 1.0, 3.0),
+            (60.0, 10, 10.0, 60.0),
+        ] {
+            assert_eq!(Ticks::whole(max, steps), Ticks { step, top }, "{max}");
+        }
         // Never more steps than asked, whatever the value.
         for max in [0.001, 0.7, 3.0, 9.99, 42.0, 99_999.0, 1e9] {
             let ticks = Ticks::over(max, 5);

@@ -130,6 +130,11 @@ fn refusal(status: StatusCode, code: &str, message: String) -> Response {
     (status, Json(json!({ "error": code, "message": message }))).into_response()
 }
 
+/// 422 `invalid_request`: what the seeds' stack cannot read or does not do.
+fn invalid(message: String) -> Response {
+    refusal(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
+}
+
 fn unavailable(error: redis::RedisError) -> Response {
     refusal(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -176,13 +181,7 @@ async fn put_pool(
 ) -> Response {
     let body: Value = match serde_json::from_slice(&body) {
         Ok(body) => body,
-        Err(error) => {
-            return refusal(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_request",
-                format!("the body is not JSON: {error}"),
-            )
-        }
+        Err(error) => return invalid(format!("the body is not JSON: {error}")),
     };
     let fields = body.as_object().map(|fields| {
         fields
@@ -193,22 +192,14 @@ async fn put_pool(
     });
     let (Some(total), Some(unsupported)) = (body["total"].as_i64().filter(|&n| n >= 0), fields)
     else {
-        return refusal(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_request",
-            "the body is {\"total\": N}, N at least 0".into(),
-        );
+        return invalid("the body is {\"total\": N}, N at least 0".into());
     };
     if !unsupported.is_empty() {
-        return refusal(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_request",
-            format!(
-                "the seeds' stack keeps one counter per pool and nothing else: {} not \
+        return invalid(format!(
+            "the seeds' stack keeps one counter per pool and nothing else: {} not \
                  supported (run the flash scenario with --per-user-limit 0)",
-                unsupported.join(", ")
-            ),
-        );
+            unsupported.join(", ")
+        ));
     }
     let set: Result<(), _> = redis::cmd("MSET")
         .arg(stock_key(&pool))
@@ -278,25 +269,13 @@ struct Sold<'a> {
 async fn reserve(State(mut service): State<Service>, body: Bytes) -> Response {
     let hold: HoldBody = match serde_json::from_slice(&body) {
         Ok(hold) => hold,
-        Err(error) => {
-            return refusal(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_request",
-                format!("{error}"),
-            )
-        }
+        Err(error) => return invalid(format!("{error}")),
     };
     let [item] = hold.items.as_slice() else {
-        return refusal(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_request",
-            "the seeds' check-and-deduct takes one item (one pool) per request".into(),
-        );
+        return invalid("the seeds' check-and-deduct takes one item (one pool) per request".into());
     };
     if !hold.confirm {
-        return refusal(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_request",
+        return invalid(
             "the seeds' stack has no holds: every deduction is a sale, send confirm: true".into(),
         );
     }

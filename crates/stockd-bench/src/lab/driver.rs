@@ -168,8 +168,7 @@ impl Measured {
             busy: 0,
             errors: 0,
             error_samples: Vec::new(),
-            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3)
-                .expect("valid histogram bounds"),
+            latency_us: crate::load::histogram(),
             window: Duration::ZERO,
             first_sold_out: None,
             longest_stall: Duration::ZERO,

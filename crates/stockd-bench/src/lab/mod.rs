@@ -695,11 +695,7 @@ pub async fn run(config: &LabConfig) -> LabReport {
 
     let redis_variants = of(Family::Redis);
     if !redis_variants.is_empty() {
-        let server = match dir.subdir("redis") {
-            Ok(path) => RedisServer::start(&path).await,
-            Err(reason) => Err(reason),
-        };
-        match server {
+        match async { RedisServer::start(&dir.subdir("redis")?).await }.await {
             Ok(server) => {
                 for variant in redis_variants {
                     report.record(variant, redis::run(variant, &server, config).await);
@@ -713,15 +709,12 @@ pub async fn run(config: &LabConfig) -> LabReport {
     if !postgres_variants.is_empty() {
         // The buyers, the lab's own connection, and a few to spare.
         let max_connections = config.buyers + 10;
-        let server = match dir.subdir("postgres") {
-            Ok(path) => Postgres::start(&path, max_connections).await,
-            Err(reason) => Err(reason),
+        let server = async {
+            let server = Postgres::start(&dir.subdir("postgres")?, max_connections).await?;
+            postgres::set_up(&server).await?;
+            Ok::<_, String>(server)
         };
-        let server = match server {
-            Ok(server) => postgres::set_up(&server).await.map(|()| server),
-            Err(reason) => Err(reason),
-        };
-        match server {
+        match server.await {
             Ok(server) => {
                 for variant in postgres_variants {
                     report.record(variant, postgres::run(variant, &server, config).await);

@@ -423,12 +423,33 @@ mod tests {
     use super::*;
     use crate::lab::servers::LabDir;
 
-    #[tokio::test]
-    async fn the_watchdog_keeps_a_lease_alive_while_it_is_held_and_stops_after() {
+    /// A Redis server of its own (gone with the directory and server returned), and two
+    /// connections to it: the buyer's and another.
+    async fn two_connections() -> (
+        LabDir,
+        RedisServer,
+        MultiplexedConnection,
+        MultiplexedConnection,
+    ) {
         let dir = LabDir::create().unwrap();
         let server = RedisServer::start(dir.path()).await.unwrap();
-        let mut connection = server.connect().await.unwrap();
-        let mut other = server.connect().await.unwrap();
+        let connection = server.connect().await.unwrap();
+        let other = server.connect().await.unwrap();
+        (dir, server, connection, other)
+    }
+
+    /// Who holds the lock at `key` now, if anyone.
+    async fn lock_owner(connection: &mut MultiplexedConnection, key: &str) -> Option<String> {
+        redis::cmd("GET")
+            .arg(key)
+            .query_async(connection)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_watchdog_keeps_a_lease_alive_while_it_is_held_and_stops_after() {
+        let (_dir, _server, mut connection, mut other) = two_connections().await;
         let lock = LeaseLock {
             key: "lab:test:lock".into(),
             lease: Duration::from_millis(300),
@@ -445,11 +466,7 @@ mod tests {
             .is_none());
         // Three leases long: only the watchdog keeps it.
         tokio::time::sleep(Duration::from_millis(900)).await;
-        let owner: Option<String> = redis::cmd("GET")
-            .arg(&lock.key)
-            .query_async(&mut other)
-            .await
-            .unwrap();
+        let owner = lock_owner(&mut other, &lock.key).await;
         assert_eq!(owner.as_deref(), Some("mine"));
         lock.release(&mut connection, held).await.unwrap();
         // Released: free for the next buyer, whose lease runs out once its watchdog is gone.
@@ -460,20 +477,13 @@ mod tests {
             .expect("a released lock is free");
         drop(theirs);
         tokio::time::sleep(Duration::from_millis(600)).await;
-        let owner: Option<String> = redis::cmd("GET")
-            .arg(&lock.key)
-            .query_async(&mut connection)
-            .await
-            .unwrap();
+        let owner = lock_owner(&mut connection, &lock.key).await;
         assert_eq!(owner, None, "the lease outlived its dropped holder");
     }
 
     #[tokio::test]
     async fn a_lease_that_ran_out_is_not_released_and_says_so() {
-        let dir = LabDir::create().unwrap();
-        let server = RedisServer::start(dir.path()).await.unwrap();
-        let mut connection = server.connect().await.unwrap();
-        let mut other = server.connect().await.unwrap();
+        let (_dir, _server, mut connection, mut other) = two_connections().await;
         let lock = LeaseLock {
             key: "lab:test:lock".into(),
             lease: Duration::from_millis(300),
@@ -496,11 +506,7 @@ mod tests {
             .unwrap();
         let why = lock.release(&mut connection, held).await.unwrap_err();
         assert!(why.contains("lease ran out"), "{why}");
-        let owner: Option<String> = redis::cmd("GET")
-            .arg(&lock.key)
-            .query_async(&mut other)
-            .await
-            .unwrap();
+        let owner = lock_owner(&mut other, &lock.key).await;
         assert_eq!(
             owner.as_deref(),
             Some("theirs"),

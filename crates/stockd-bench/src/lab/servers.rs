@@ -259,21 +259,16 @@ async fn redis_connect(port: u16) -> Result<redis::aio::MultiplexedConnection, S
 }
 
 async fn wait_redis(process: &mut Process, port: u16) -> Result<(), String> {
-    let deadline = Instant::now() + READY_TIMEOUT;
+    let mut starting = Starting::new(process);
     loop {
-        if let Some(reason) = process.exited() {
-            return Err(reason);
-        }
+        starting.exited()?;
         if let Ok(mut connection) = redis_connect(port).await {
             let pong: Result<String, _> = redis::cmd("PING").query_async(&mut connection).await;
             if pong.is_ok() {
                 return Ok(());
             }
         }
-        if Instant::now() >= deadline {
-            return Err(format!("no PONG within {} s", READY_TIMEOUT.as_secs()));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        starting.not_yet("no PONG", false).await?;
     }
 }
 
@@ -522,24 +517,15 @@ async fn postgres_connect(port: u16) -> Result<tokio_postgres::Client, String> {
 }
 
 async fn wait_postgres(process: &mut Process, port: u16) -> Result<(), String> {
-    let deadline = Instant::now() + READY_TIMEOUT;
+    let mut starting = Starting::new(process);
     loop {
-        if let Some(reason) = process.exited() {
-            return Err(reason);
-        }
+        starting.exited()?;
         if let Ok(client) = postgres_connect(port).await {
             if client.simple_query("SELECT 1").await.is_ok() {
                 return Ok(());
             }
         }
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "no connection within {} s: {}",
-                READY_TIMEOUT.as_secs(),
-                process.log_tail()
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        starting.not_yet("no connection", true).await?;
     }
 }
 
@@ -607,24 +593,58 @@ pub(crate) async fn wait_http_ready(
 ) -> Result<(), String> {
     let endpoint = Endpoint::parse(&format!("http://127.0.0.1:{port}"), None)?;
     let mut connection = Connection::new(&endpoint)?;
-    let deadline = Instant::now() + READY_TIMEOUT;
+    let mut starting = Starting::new(process);
     loop {
-        if let Some(reason) = process.exited() {
-            return Err(reason);
-        }
+        starting.exited()?;
         if let Ok(answer) = connection.send(&Request::get(path)).await {
             if answer.status == 200 {
                 return Ok(());
             }
         }
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "{path} not 200 within {} s: {}",
-                READY_TIMEOUT.as_secs(),
-                process.log_tail()
-            ));
+        starting.not_yet(&format!("{path} not 200"), true).await?;
+    }
+}
+
+/// A server process on its way up, probed until it is ready: between probes, whether it has
+/// exited, and whether the time to be ready ([`READY_TIMEOUT`]) has run out.
+struct Starting<'a> {
+    process: &'a mut Process,
+    deadline: Instant,
+}
+
+impl<'a> Starting<'a> {
+    fn new(process: &'a mut Process) -> Starting<'a> {
+        Starting {
+            process,
+            deadline: Instant::now() + READY_TIMEOUT,
+        }
+    }
+
+    /// The reason the process exited, as an error, if it has.
+    fn exited(&mut self) -> Result<(), String> {
+        match self.process.exited() {
+            Some(reason) => Err(reason),
+            None => Ok(()),
+        }
+    }
+
+    /// After a probe that failed: once the time has run out, an error saying `not_ready`
+    /// (with the log's last lines when `with_log`); before, a moment's pause until the next
+    /// probe.
+    async fn not_yet(&mut self, not_ready: &str, with_log: bool) -> Result<(), String> {
+        if Instant::now() >= self.deadline {
+            let seconds = READY_TIMEOUT.as_secs();
+            return Err(if with_log {
+                format!(
+                    "{not_ready} within {seconds} s: {}",
+                    self.process.log_tail()
+                )
+            } else {
+                format!("{not_ready} within {seconds} s")
+            });
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+        Ok(())
     }
 }
 
