@@ -21,7 +21,10 @@ pub mod view;
 
 pub use backend::{Backend, BackendError, BackendFuture, BackendStats, EventPage, HistogramStats};
 pub use command::{Command, HoldItem, LockRequest, Outcome, PoolSpec, Reply, ReserveRequest};
-pub use error::Error;
+pub use error::{
+    DetailField, DetailKind, DetailType, DetailValue, Error, ErrorKind, ErrorSpec,
+    FromDetailsError, ERRORS,
+};
 pub use ids::{HoldId, IdError, LockName, OwnerId, PoolId, RequestId, UserId};
 pub use record::{Change, Event, EventKind, Record};
 pub use state::{Effects, Snapshot, SnapshotV3, State, StateConfig, Step, WaiterId};
