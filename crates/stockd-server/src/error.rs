@@ -2,7 +2,9 @@
 //!
 //! [`ApiError`] wraps every core [`Error`] and adds the failures only the HTTP edge can have
 //! (malformed JSON, oversized body, unknown route, auth, an unreachable backend). Each variant has
-//! exactly one status; the body is always `{"error": code, "message": text, ...details}`. Nothing
+//! exactly one row: a core error's is the core's table (`stockd_core::ERRORS`: code, status,
+//! details), an edge error's is [`EDGE_ERRORS`] here; the status, the code and the body's details
+//! are read from it. The body is always `{"error": code, "message": text, ...details}`. Nothing
 //! else in this crate picks an error status, and nothing here may map an error to a 500: a request
 //! that fails is the client's doing (4xx) or the backend's (503).
 
@@ -12,7 +14,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
-use stockd_core::{BackendError, Error};
+use stockd_core::{BackendError, DetailField, DetailKind, DetailValue, Error, ErrorSpec};
 
 use crate::reply;
 
@@ -46,70 +48,141 @@ pub enum ApiError {
     PartitionRequired { partitions: u32 },
 }
 
+const fn edge(
+    code: &'static str,
+    status: u16,
+    fields: &'static [DetailField],
+    meaning: &'static str,
+) -> ErrorSpec {
+    ErrorSpec {
+        code,
+        status,
+        fields,
+        meaning,
+    }
+}
+
+/// `name`: an integer `>= min`.
+const fn int(name: &'static str, min: u64) -> DetailField {
+    DetailField {
+        name,
+        kind: DetailKind::Int { min },
+    }
+}
+
+pub(crate) const INVALID_JSON: ErrorSpec = edge(
+    "invalid_json",
+    400,
+    &[],
+    "the body is not well-formed JSON, or could not be read",
+);
+pub(crate) const UNAUTHORIZED: ErrorSpec =
+    edge("unauthorized", 401, &[], "missing or unknown bearer token");
+pub(crate) const FORBIDDEN: ErrorSpec = edge(
+    "forbidden",
+    403,
+    &[],
+    "the token's role may not do this (pool writes need admin)",
+);
+pub(crate) const NOT_FOUND: ErrorSpec = edge("not_found", 404, &[], "no route has this path");
+pub(crate) const METHOD_NOT_ALLOWED: ErrorSpec = edge(
+    "method_not_allowed",
+    405,
+    &[],
+    "the path exists, not with this method (header Allow)",
+);
+pub(crate) const REQUEST_TIMEOUT: ErrorSpec = edge(
+    "request_timeout",
+    408,
+    &[int("timeout_ms", 0)],
+    "the body did not arrive in full within the body timeout; the connection is closed",
+);
+pub(crate) const PAYLOAD_TOO_LARGE: ErrorSpec = edge(
+    "payload_too_large",
+    413,
+    &[int("limit_bytes", 0)],
+    "the body is over the limit",
+);
+pub(crate) const PARTITION_REQUIRED: ErrorSpec = edge(
+    "partition_required",
+    422,
+    &[int("partitions", 1)],
+    "the feed has several partitions and none was named",
+);
+pub(crate) const BACKEND_UNAVAILABLE: ErrorSpec = edge(
+    "backend_unavailable",
+    503,
+    &[],
+    "the backend is unreachable or unsure: no change is claimed",
+);
+
+/// The errors only the HTTP edge can have; with the core's (`stockd_core::ERRORS`), every error
+/// the server sends.
+pub(crate) const EDGE_ERRORS: &[ErrorSpec] = &[
+    INVALID_JSON,
+    UNAUTHORIZED,
+    FORBIDDEN,
+    NOT_FOUND,
+    METHOD_NOT_ALLOWED,
+    REQUEST_TIMEOUT,
+    PAYLOAD_TOO_LARGE,
+    PARTITION_REQUIRED,
+    BACKEND_UNAVAILABLE,
+];
+
 impl ApiError {
     /// A 422 `invalid_request` with `message`.
     pub fn invalid(message: impl Into<String>) -> Self {
         ApiError::Core(Error::invalid(message))
     }
 
-    pub fn status(&self) -> StatusCode {
+    /// This error's row: the core's table for a core error, [`EDGE_ERRORS`] for the others. The
+    /// match is exhaustive: a new edge error does not compile until it has its row.
+    pub(crate) fn spec(&self) -> &'static ErrorSpec {
         match self {
-            ApiError::Core(error) => core_status(error),
-            ApiError::InvalidJson(_) => StatusCode::BAD_REQUEST,
-            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
-            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden => StatusCode::FORBIDDEN,
-            ApiError::BackendUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::PartitionRequired { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Core(error) => error.spec(),
+            ApiError::InvalidJson(_) => &INVALID_JSON,
+            ApiError::PayloadTooLarge { .. } => &PAYLOAD_TOO_LARGE,
+            ApiError::RequestTimeout { .. } => &REQUEST_TIMEOUT,
+            ApiError::NotFound { .. } => &NOT_FOUND,
+            ApiError::MethodNotAllowed => &METHOD_NOT_ALLOWED,
+            ApiError::Unauthorized => &UNAUTHORIZED,
+            ApiError::Forbidden => &FORBIDDEN,
+            ApiError::BackendUnavailable(_) => &BACKEND_UNAVAILABLE,
+            ApiError::PartitionRequired { .. } => &PARTITION_REQUIRED,
         }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        // Every row's status is a valid 4xx or 503 (tested); the fallback is never taken.
+        StatusCode::from_u16(self.spec().status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
     }
 
     /// The `error` field of the body.
     pub fn code(&self) -> &'static str {
-        match self {
-            ApiError::Core(error) => error.code(),
-            ApiError::InvalidJson(_) => "invalid_json",
-            ApiError::PayloadTooLarge { .. } => "payload_too_large",
-            ApiError::RequestTimeout { .. } => "request_timeout",
-            ApiError::NotFound { .. } => "not_found",
-            ApiError::MethodNotAllowed => "method_not_allowed",
-            ApiError::Unauthorized => "unauthorized",
-            ApiError::Forbidden => "forbidden",
-            ApiError::BackendUnavailable(_) => "backend_unavailable",
-            ApiError::PartitionRequired { .. } => "partition_required",
-        }
+        self.spec().code
     }
-}
 
-/// The status of a core refusal. The match is exhaustive on purpose: a new core error does not
-/// compile until someone decides its status here.
-fn core_status(error: &Error) -> StatusCode {
-    match error {
-        Error::InvalidRequest { .. } | Error::UserRequired { .. } => {
-            StatusCode::UNPROCESSABLE_ENTITY
-        }
-        Error::PoolNotFound { .. } | Error::HoldNotFound { .. } => StatusCode::NOT_FOUND,
-        Error::SaleNotStarted { .. }
-        | Error::SaleEnded { .. }
-        | Error::InsufficientStock { .. }
-        | Error::UserLimitExceeded { .. }
-        | Error::TotalBelowCommitted { .. }
-        | Error::PoolHasActiveHolds { .. }
-        | Error::PoolDeleted { .. }
-        | Error::HoldIdConflict { .. }
-        | Error::HoldExpired { .. }
-        | Error::HoldReleased { .. }
-        | Error::HoldConfirmed { .. }
-        | Error::HoldRefunded { .. }
-        | Error::HoldNotConfirmed { .. }
-        | Error::RequestIdConflict { .. }
-        | Error::LockHeld { .. }
-        | Error::NotLockOwner => StatusCode::CONFLICT,
-        // The consumer's position is gone for good: 410, not a retryable conflict.
-        Error::EventsExpired { .. } => StatusCode::GONE,
+    /// The body's details, next to `error` and `message`: the row's detail fields with this
+    /// error's values.
+    fn details(&self) -> Vec<(&'static DetailField, DetailValue<'_>)> {
+        let values = match self {
+            ApiError::Core(error) => return error.details().collect(),
+            ApiError::PayloadTooLarge { limit_bytes } => {
+                vec![DetailValue::Unsigned(*limit_bytes as u64)]
+            }
+            ApiError::RequestTimeout { timeout_ms } => vec![DetailValue::Unsigned(*timeout_ms)],
+            ApiError::PartitionRequired { partitions } => {
+                vec![DetailValue::Unsigned(u64::from(*partitions))]
+            }
+            ApiError::InvalidJson(_)
+            | ApiError::NotFound { .. }
+            | ApiError::MethodNotAllowed
+            | ApiError::Unauthorized
+            | ApiError::Forbidden
+            | ApiError::BackendUnavailable(_) => Vec::new(),
+        };
+        self.spec().fields.iter().zip(values).collect()
     }
 }
 
@@ -168,100 +241,14 @@ impl Serialize for Message<'_> {
     }
 }
 
-/// A core error's details, written flat next to `error` and `message`: the contract's names for
-/// them, here and not in the core, so that the core's types are not the wire format. The match
-/// is exhaustive: a new refusal does not compile until its details are decided.
-fn core_details<M: SerializeMap>(error: &Error, map: &mut M) -> Result<(), M::Error> {
-    match error {
-        Error::InvalidRequest { .. } | Error::NotLockOwner => {}
-        Error::PoolNotFound { pool }
-        | Error::UserRequired { pool }
-        | Error::PoolDeleted { pool } => map.serialize_entry("pool", pool)?,
-        Error::SaleNotStarted { pool, starts_at_ms } => {
-            map.serialize_entry("pool", pool)?;
-            map.serialize_entry("starts_at_ms", starts_at_ms)?;
-        }
-        Error::SaleEnded { pool, ends_at_ms } => {
-            map.serialize_entry("pool", pool)?;
-            map.serialize_entry("ends_at_ms", ends_at_ms)?;
-        }
-        Error::InsufficientStock {
-            pool,
-            available,
-            requested,
-        } => {
-            map.serialize_entry("pool", pool)?;
-            map.serialize_entry("available", available)?;
-            map.serialize_entry("requested", requested)?;
-        }
-        Error::UserLimitExceeded {
-            pool,
-            limit,
-            used,
-            requested,
-        } => {
-            map.serialize_entry("pool", pool)?;
-            map.serialize_entry("limit", limit)?;
-            map.serialize_entry("used", used)?;
-            map.serialize_entry("requested", requested)?;
-        }
-        Error::TotalBelowCommitted {
-            pool,
-            total,
-            committed,
-        } => {
-            map.serialize_entry("pool", pool)?;
-            map.serialize_entry("total", total)?;
-            map.serialize_entry("committed", committed)?;
-        }
-        Error::PoolHasActiveHolds { pool, held } => {
-            map.serialize_entry("pool", pool)?;
-            map.serialize_entry("held", held)?;
-        }
-        Error::HoldNotFound { hold_id }
-        | Error::HoldIdConflict { hold_id }
-        | Error::HoldExpired { hold_id }
-        | Error::HoldReleased { hold_id }
-        | Error::HoldConfirmed { hold_id }
-        | Error::HoldRefunded { hold_id }
-        | Error::HoldNotConfirmed { hold_id } => map.serialize_entry("hold_id", hold_id)?,
-        Error::RequestIdConflict {
-            request_id,
-            pool,
-            delta,
-        } => {
-            map.serialize_entry("request_id", request_id)?;
-            map.serialize_entry("pool", pool)?;
-            map.serialize_entry("delta", delta)?;
-        }
-        Error::LockHeld { expires_at_ms } => map.serialize_entry("expires_at_ms", expires_at_ms)?,
-        Error::EventsExpired { after, oldest_seq } => {
-            map.serialize_entry("after", after)?;
-            map.serialize_entry("oldest_seq", oldest_seq)?;
-        }
-    }
-    Ok(())
-}
-
-/// The error body. Core errors carry their details; edge errors carry a code and a message
-/// (and `limit_bytes` for 413, `partitions` for `partition_required`).
+/// The error body: the code, the message, and the row's details flat next to them.
 impl Serialize for ApiError {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("error", self.code())?;
         map.serialize_entry("message", &Message(self))?;
-        match self {
-            ApiError::Core(error) => core_details(error, &mut map)?,
-            ApiError::PayloadTooLarge { limit_bytes } => {
-                map.serialize_entry("limit_bytes", limit_bytes)?;
-            }
-            ApiError::PartitionRequired { partitions } => {
-                map.serialize_entry("partitions", partitions)?;
-            }
-            ApiError::RequestTimeout { timeout_ms } => {
-                map.serialize_entry("timeout_ms", timeout_ms)?;
-            }
-            _ => {}
+        for (field, value) in self.details() {
+            map.serialize_entry(field.name, &value)?;
         }
         map.end()
     }
@@ -289,136 +276,57 @@ impl IntoResponse for ApiError {
 
 #[cfg(test)]
 mod tests {
-    use stockd_core::{HoldId, PoolId};
+    use stockd_core::ERRORS;
 
     use super::*;
 
-    fn pool() -> PoolId {
-        PoolId::parse("sku-1").unwrap()
-    }
-
-    fn hold() -> HoldId {
-        HoldId::parse("order-1").unwrap()
-    }
-
-    /// Every core error variant with the status the contract gives it.
-    fn core_table() -> Vec<(Error, u16)> {
-        vec![
-            (Error::invalid("bad"), 422),
-            (Error::UserRequired { pool: pool() }, 422),
-            (Error::PoolNotFound { pool: pool() }, 404),
-            (Error::HoldNotFound { hold_id: hold() }, 404),
-            (
-                Error::SaleNotStarted {
-                    pool: pool(),
-                    starts_at_ms: 5,
-                },
-                409,
-            ),
-            (
-                Error::SaleEnded {
-                    pool: pool(),
-                    ends_at_ms: 5,
-                },
-                409,
-            ),
-            (
-                Error::InsufficientStock {
-                    pool: pool(),
-                    available: 1,
-                    requested: 2,
-                },
-                409,
-            ),
-            (
-                Error::UserLimitExceeded {
-                    pool: pool(),
-                    limit: 1,
-                    used: 1,
-                    requested: 1,
-                },
-                409,
-            ),
-            (
-                Error::TotalBelowCommitted {
-                    pool: pool(),
-                    total: 1,
-                    committed: 2,
-                },
-                409,
-            ),
-            (
-                Error::PoolHasActiveHolds {
-                    pool: pool(),
-                    held: 1,
-                },
-                409,
-            ),
-            (Error::PoolDeleted { pool: pool() }, 409),
-            (Error::HoldIdConflict { hold_id: hold() }, 409),
-            (Error::HoldExpired { hold_id: hold() }, 409),
-            (Error::HoldReleased { hold_id: hold() }, 409),
-            (Error::HoldConfirmed { hold_id: hold() }, 409),
-            (Error::HoldRefunded { hold_id: hold() }, 409),
-            (Error::HoldNotConfirmed { hold_id: hold() }, 409),
-            (
-                Error::RequestIdConflict {
-                    request_id: stockd_core::RequestId::parse("r").unwrap(),
-                    pool: pool(),
-                    delta: 3,
-                },
-                409,
-            ),
-            (Error::LockHeld { expires_at_ms: 9 }, 409),
-            (Error::NotLockOwner, 409),
-            (
-                Error::EventsExpired {
-                    after: 0,
-                    oldest_seq: 3,
-                },
-                410,
-            ),
-        ]
-    }
-
+    /// Every core error, built from its row with a value of each field's kind, answers the
+    /// row's status with a flat body: the code, the message, and exactly the row's details.
     #[test]
-    fn every_core_error_has_its_status_and_a_flat_body() {
-        for (error, status) in core_table() {
+    fn every_core_error_has_its_rows_status_and_a_flat_body() {
+        for spec in ERRORS {
+            let error = Error::from_details(spec.code, |_, kind| {
+                Some(match kind {
+                    DetailKind::Message | DetailKind::Id => DetailValue::Text("x-1"),
+                    DetailKind::Int { min } => DetailValue::Unsigned(min + 2),
+                    DetailKind::Delta => DetailValue::Signed(-2),
+                })
+            })
+            .unwrap();
             let api = ApiError::Core(error.clone());
-            assert_eq!(api.status().as_u16(), status, "{}", error.code());
+            assert_eq!(api.status().as_u16(), spec.status, "{}", spec.code);
             let body = serde_json::to_value(&api).unwrap();
-            assert_eq!(body["error"], error.code());
+            assert_eq!(body["error"], spec.code);
             assert_eq!(body["message"], error.to_string());
-            // Details sit next to the code, not nested: the contract's table of details.
-            let expected: &[&str] = match error.code() {
-                "invalid_request" | "not_lock_owner" => &[],
-                "pool_not_found" | "user_required" | "pool_deleted" => &["pool"],
-                "sale_not_started" => &["pool", "starts_at_ms"],
-                "sale_ended" => &["pool", "ends_at_ms"],
-                "insufficient_stock" => &["pool", "available", "requested"],
-                "user_limit_exceeded" => &["pool", "limit", "used", "requested"],
-                "total_below_committed" => &["pool", "total", "committed"],
-                "pool_has_active_holds" => &["pool", "held"],
-                "lock_held" => &["expires_at_ms"],
-                "events_expired" => &["after", "oldest_seq"],
-                "request_id_conflict" => &["request_id", "pool", "delta"],
-                code if code.starts_with("hold_") => &["hold_id"],
-                code => panic!("{code}: no details in the contract's table"),
-            };
             let mut keys: Vec<&str> = body
                 .as_object()
                 .unwrap()
                 .keys()
                 .map(String::as_str)
-                .filter(|key| !["error", "message"].contains(key))
                 .collect();
+            let mut expected = vec!["error", "message"];
+            expected.extend(spec.details().map(|field| field.name));
             keys.sort_unstable();
-            let mut expected = expected.to_vec();
             expected.sort_unstable();
-            assert_eq!(keys, expected, "{}", error.code());
+            assert_eq!(keys, expected, "{}", spec.code);
             for key in keys {
-                assert!(!body[key].is_null(), "{} {key}", error.code());
+                assert!(!body[key].is_null(), "{} {key}", spec.code);
             }
+        }
+    }
+
+    /// A status the server can send is a 4xx or a 503, never a 500; codes are distinct.
+    #[test]
+    fn every_row_has_a_4xx_or_503_and_its_own_code() {
+        let all: Vec<&ErrorSpec> = ERRORS.iter().chain(EDGE_ERRORS).collect();
+        for (index, spec) in all.iter().enumerate() {
+            let status = StatusCode::from_u16(spec.status).unwrap();
+            assert!(
+                status.is_client_error() || status == StatusCode::SERVICE_UNAVAILABLE,
+                "{}",
+                spec.code
+            );
+            assert!(all[index + 1..].iter().all(|other| other.code != spec.code));
         }
     }
 

@@ -23,7 +23,7 @@ use crate::error::ApiError;
 use crate::json::{BodyBytes, NoQuery};
 use crate::reply::{self, ReplyBody};
 use crate::syntax;
-use crate::wire::{BatchResponse, ErrorBody};
+use crate::wire::BatchResponse;
 
 #[utoipa::path(
     post,
@@ -35,7 +35,6 @@ use crate::wire::{BatchResponse, ErrorBody};
     request_body = BatchBody,
     responses(
         (status = 200, description = "One result per op, in order", body = BatchResponse),
-        (status = 422, description = "`invalid_request`: not 1..=1000 ops", body = ErrorBody),
     )
 )]
 pub(crate) async fn batch(

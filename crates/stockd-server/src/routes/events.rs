@@ -17,7 +17,7 @@ use crate::dto::EventsQuery;
 use crate::error::ApiError;
 use crate::json::{NoQuery, QueryParams};
 use crate::reply;
-use crate::wire::{ErrorBody, EventObject, EventPage as WireEventPage, EventPartitions};
+use crate::wire::{EventObject, EventPage as WireEventPage, EventPartitions};
 
 /// How much of a refused `partition` value is echoed in the message.
 const ECHO_CHARS_MAX: usize = 32;
@@ -35,12 +35,6 @@ const ECHO_CHARS_MAX: usize = 32;
     params(EventsQuery),
     responses(
         (status = 200, description = "One page", body = WireEventPage),
-        (status = 410, description = "`events_expired`: events after `after` are no longer \
-                                      kept; `oldest_seq` is the oldest kept", body = ErrorBody,
-         example = json!({"error": "events_expired", "message": "events after 0 are no longer kept; the oldest kept is 7: repair your copy (for example with a reconcile), then resume from after=6", "after": 0, "oldest_seq": 7})),
-        (status = 422, description = "`invalid_request` (a parameter out of range, a partition \
-                                      outside 0..P-1), or `partition_required` (P > 1 and no \
-                                      `partition`)", body = ErrorBody),
     )
 )]
 pub(crate) async fn events(

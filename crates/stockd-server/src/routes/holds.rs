@@ -11,7 +11,7 @@ use stockd_core::{Command, HoldId};
 use super::{paths, App};
 use crate::dto::{ExtendBody, HoldBody, ListHoldsQuery, RefundBody};
 use crate::json::{EmptyBody, JsonBody, NoQuery, OptionalBody, PathId, QueryParams};
-use crate::wire::{EmptyObject, ErrorBody, HoldList, HoldObject};
+use crate::wire::{EmptyObject, HoldList, HoldObject};
 
 #[utoipa::path(
     post,
@@ -24,11 +24,6 @@ use crate::wire::{EmptyObject, ErrorBody, HoldList, HoldObject};
     responses(
         (status = 201, description = "Reserved (or reserved and confirmed)", body = HoldObject),
         (status = 200, description = "Replay of an earlier reserve", body = HoldObject),
-        (status = 404, description = "`pool_not_found`", body = ErrorBody),
-        (status = 409, description = "`insufficient_stock`, `user_limit_exceeded`, \
-                                      `sale_not_started`, `sale_ended`, `hold_id_conflict`",
-         body = ErrorBody),
-        (status = 422, description = "`invalid_request`, `user_required`", body = ErrorBody),
     )
 )]
 pub(crate) async fn reserve(
@@ -52,7 +47,6 @@ pub(crate) async fn reserve(
     params(ListHoldsQuery),
     responses(
         (status = 200, description = "One page", body = HoldList),
-        (status = 422, description = "`invalid_request`", body = ErrorBody),
     )
 )]
 pub(crate) async fn list_holds(
@@ -70,7 +64,6 @@ pub(crate) async fn list_holds(
     params(("hold_id" = String, Path, description = "Hold id")),
     responses(
         (status = 200, description = "The hold", body = HoldObject),
-        (status = 404, description = "`hold_not_found`", body = ErrorBody),
     )
 )]
 pub(crate) async fn get_hold(
@@ -90,9 +83,6 @@ pub(crate) async fn get_hold(
     request_body(content = Option<EmptyObject>, description = "Empty, or `{}`"),
     responses(
         (status = 200, description = "Confirmed (repeating is a no-op)", body = HoldObject),
-        (status = 404, description = "`hold_not_found`", body = ErrorBody),
-        (status = 409, description = "`hold_expired`, `hold_released`, `hold_refunded`",
-         body = ErrorBody),
     )
 )]
 pub(crate) async fn confirm_hold(
@@ -113,8 +103,6 @@ pub(crate) async fn confirm_hold(
     request_body(content = Option<EmptyObject>, description = "Empty, or `{}`"),
     responses(
         (status = 200, description = "Released, or already expired", body = HoldObject),
-        (status = 404, description = "`hold_not_found`", body = ErrorBody),
-        (status = 409, description = "`hold_confirmed`, `hold_refunded`", body = ErrorBody),
     )
 )]
 pub(crate) async fn release_hold(
@@ -135,10 +123,6 @@ pub(crate) async fn release_hold(
     request_body = ExtendBody,
     responses(
         (status = 200, description = "Extended", body = HoldObject),
-        (status = 404, description = "`hold_not_found`", body = ErrorBody),
-        (status = 409, description = "`hold_expired`, `hold_confirmed`, `hold_released`, \
-                                      `hold_refunded`", body = ErrorBody),
-        (status = 422, description = "`invalid_request`", body = ErrorBody),
     )
 )]
 pub(crate) async fn extend_hold(
@@ -167,9 +151,6 @@ pub(crate) async fn extend_hold(
                  `{\"restock\": bool}` (default true)"),
     responses(
         (status = 200, description = "Refunded (repeating is a no-op)", body = HoldObject),
-        (status = 404, description = "`hold_not_found`", body = ErrorBody),
-        (status = 409, description = "`hold_not_confirmed`, `pool_deleted`", body = ErrorBody),
-        (status = 422, description = "`invalid_request`", body = ErrorBody),
     )
 )]
 pub(crate) async fn refund_hold(

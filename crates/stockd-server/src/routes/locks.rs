@@ -10,7 +10,7 @@ use stockd_core::{Command, LockName, LockRequest};
 use super::{paths, App};
 use crate::dto::{LockAcquireBody, LockReleaseBody, LockRenewBody};
 use crate::json::{JsonBody, NoQuery, PathId};
-use crate::wire::{ErrorBody, LockGrant, LockReleased};
+use crate::wire::{LockGrant, LockReleased};
 
 #[utoipa::path(
     post,
@@ -21,8 +21,6 @@ use crate::wire::{ErrorBody, LockGrant, LockReleased};
     request_body = LockAcquireBody,
     responses(
         (status = 200, description = "Acquired", body = LockGrant),
-        (status = 409, description = "`lock_held` (with `expires_at_ms`)", body = ErrorBody),
-        (status = 422, description = "`invalid_request`", body = ErrorBody),
     )
 )]
 pub(crate) async fn acquire_lock(
@@ -49,8 +47,6 @@ pub(crate) async fn acquire_lock(
     request_body = LockRenewBody,
     responses(
         (status = 200, description = "Renewed", body = LockGrant),
-        (status = 409, description = "`not_lock_owner`", body = ErrorBody),
-        (status = 422, description = "`invalid_request`", body = ErrorBody),
     )
 )]
 pub(crate) async fn renew_lock(
@@ -77,8 +73,6 @@ pub(crate) async fn renew_lock(
     request_body = LockReleaseBody,
     responses(
         (status = 200, description = "Released", body = LockReleased),
-        (status = 409, description = "`not_lock_owner`", body = ErrorBody),
-        (status = 422, description = "`invalid_request`", body = ErrorBody),
     )
 )]
 pub(crate) async fn release_lock(

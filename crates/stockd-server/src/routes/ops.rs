@@ -13,7 +13,7 @@ use crate::error::ApiError;
 use crate::exposition::negotiate;
 use crate::json::NoQuery;
 use crate::reply;
-use crate::wire::{ErrorBody, ReadyBody, StatusBody};
+use crate::wire::{ReadyBody, StatusBody};
 
 #[utoipa::path(
     get,
@@ -36,7 +36,6 @@ pub(crate) async fn healthz(_: NoQuery) -> Response {
     responses(
         (status = 200, description = "Ready, with warnings about the backend's set-up", body = ReadyBody,
          example = json!({"status": "ready", "warnings": []})),
-        (status = 503, description = "`backend_unavailable`", body = ErrorBody),
     )
 )]
 pub(crate) async fn readyz(State(app): State<App>, _: NoQuery) -> Response {

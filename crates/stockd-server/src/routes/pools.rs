@@ -10,7 +10,7 @@ use stockd_core::{Command, PoolId};
 use super::{paths, App};
 use crate::dto::{ListPoolsQuery, PoolBody, PutPoolQuery, RestockBody};
 use crate::json::{JsonBody, NoQuery, PathId, QueryParams};
-use crate::wire::{ErrorBody, PoolList, PoolObject};
+use crate::wire::{PoolList, PoolObject};
 
 #[utoipa::path(
     put,
@@ -24,8 +24,6 @@ use crate::wire::{ErrorBody, PoolList, PoolObject};
     responses(
         (status = 201, description = "Created", body = PoolObject),
         (status = 200, description = "Replaced, or present with `if_absent=true`", body = PoolObject),
-        (status = 409, description = "`total_below_committed`", body = ErrorBody),
-        (status = 422, description = "`invalid_request`", body = ErrorBody),
     )
 )]
 pub(crate) async fn put_pool(
@@ -60,9 +58,6 @@ pub(crate) async fn put_pool(
             headers(("Stockd-Replayed" = String, description = "`true` when this call was a \
                      retry of a restock an earlier call with the same `request_id` applied: \
                      nothing changed. Absent when this call applied the delta."))),
-        (status = 404, description = "`pool_not_found`", body = ErrorBody),
-        (status = 409, description = "`insufficient_stock` for a negative delta, `request_id_conflict`", body = ErrorBody),
-        (status = 422, description = "`invalid_request`", body = ErrorBody),
     )
 )]
 pub(crate) async fn restock_pool(
@@ -82,7 +77,6 @@ pub(crate) async fn restock_pool(
     params(("pool" = String, Path, description = "Pool id")),
     responses(
         (status = 200, description = "The pool", body = PoolObject),
-        (status = 404, description = "`pool_not_found`", body = ErrorBody),
     )
 )]
 pub(crate) async fn get_pool(
@@ -101,7 +95,6 @@ pub(crate) async fn get_pool(
     params(ListPoolsQuery),
     responses(
         (status = 200, description = "One page", body = PoolList),
-        (status = 422, description = "`invalid_request`", body = ErrorBody),
     )
 )]
 pub(crate) async fn list_pools(
@@ -121,8 +114,6 @@ pub(crate) async fn list_pools(
     params(("pool" = String, Path, description = "Pool id")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 404, description = "`pool_not_found`", body = ErrorBody),
-        (status = 409, description = "`pool_has_active_holds`", body = ErrorBody),
     )
 )]
 pub(crate) async fn delete_pool(
