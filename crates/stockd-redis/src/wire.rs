@@ -6,7 +6,9 @@
 
 use serde::Deserialize;
 use serde_json::Value;
-use stockd_core::{Command, Error, HoldId, HoldItem, HoldView, PoolId, PoolView, Reply, RequestId};
+use stockd_core::{
+    Command, DetailKind, DetailValue, Error, HoldId, HoldItem, HoldView, PoolView, Reply,
+};
 
 /// One command as the library's `call` takes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -447,84 +449,16 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
     Err(DecodeError(text.to_string()))
 }
 
-/// The core's error for a code and its detail fields.
+/// The core's error for a code and its detail fields, read by the core's table of errors: each
+/// field by its name and kind (the message of `invalid_request` is the answer's `message`).
 fn error(code: &str, value: &Value) -> Result<Error, DecodeError> {
-    let missing = || DecodeError(format!("error {code} without its details: {value}"));
-    let text = |name: &str| value.get(name).and_then(Value::as_str).ok_or_else(missing);
-    let number = |name: &str| value.get(name).and_then(Value::as_u64).ok_or_else(missing);
-    let pool = || -> Result<PoolId, DecodeError> {
-        PoolId::parse(text("pool")?).map_err(|e| DecodeError(e.to_string()))
-    };
-    let hold_id = || -> Result<HoldId, DecodeError> {
-        HoldId::parse(text("hold_id")?).map_err(|e| DecodeError(e.to_string()))
-    };
-    Ok(match code {
-        "invalid_request" => Error::invalid(text("message")?),
-        "pool_not_found" => Error::PoolNotFound { pool: pool()? },
-        "user_required" => Error::UserRequired { pool: pool()? },
-        "sale_not_started" => Error::SaleNotStarted {
-            pool: pool()?,
-            starts_at_ms: number("starts_at_ms")?,
-        },
-        "sale_ended" => Error::SaleEnded {
-            pool: pool()?,
-            ends_at_ms: number("ends_at_ms")?,
-        },
-        "insufficient_stock" => Error::InsufficientStock {
-            pool: pool()?,
-            available: number("available")?,
-            requested: number("requested")?,
-        },
-        "user_limit_exceeded" => Error::UserLimitExceeded {
-            pool: pool()?,
-            limit: number("limit")?,
-            used: number("used")?,
-            requested: number("requested")?,
-        },
-        "total_below_committed" => Error::TotalBelowCommitted {
-            pool: pool()?,
-            total: number("total")?,
-            committed: number("committed")?,
-        },
-        "pool_has_active_holds" => Error::PoolHasActiveHolds {
-            pool: pool()?,
-            held: number("held")?,
-        },
-        "pool_deleted" => Error::PoolDeleted { pool: pool()? },
-        "hold_not_found" => Error::HoldNotFound {
-            hold_id: hold_id()?,
-        },
-        "hold_id_conflict" => Error::HoldIdConflict {
-            hold_id: hold_id()?,
-        },
-        "hold_expired" => Error::HoldExpired {
-            hold_id: hold_id()?,
-        },
-        "hold_released" => Error::HoldReleased {
-            hold_id: hold_id()?,
-        },
-        "hold_confirmed" => Error::HoldConfirmed {
-            hold_id: hold_id()?,
-        },
-        "hold_refunded" => Error::HoldRefunded {
-            hold_id: hold_id()?,
-        },
-        "hold_not_confirmed" => Error::HoldNotConfirmed {
-            hold_id: hold_id()?,
-        },
-        "lock_held" => Error::LockHeld {
-            expires_at_ms: number("expires_at_ms")?,
-        },
-        "not_lock_owner" => Error::NotLockOwner,
-        "request_id_conflict" => Error::RequestIdConflict {
-            request_id: RequestId::parse(text("request_id")?)
-                .map_err(|e| DecodeError(e.to_string()))?,
-            pool: pool()?,
-            delta: value
-                .get("delta")
-                .and_then(Value::as_i64)
-                .ok_or_else(missing)?,
-        },
-        other => return Err(DecodeError(format!("unknown error code {other}"))),
+    Error::from_details(code, |name, kind| {
+        let field = value.get(name)?;
+        match kind {
+            DetailKind::Message | DetailKind::Id => field.as_str().map(DetailValue::Text),
+            DetailKind::Int { .. } => field.as_u64().map(DetailValue::Unsigned),
+            DetailKind::Delta => field.as_i64().map(DetailValue::Signed),
+        }
     })
+    .map_err(|e| DecodeError(format!("{e}: {value}")))
 }
