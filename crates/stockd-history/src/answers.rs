@@ -3,6 +3,10 @@
 //! applied before the request was sent and the first event surely applied after its answer came
 //! back. A change the request made itself is held to its own event. Unknown outcomes (and 503s)
 //! are not checked here; they only widen what the feed may contain (`replay.rs`).
+//!
+//! The error codes and statuses below are written out on purpose, not taken from the core's
+//! table of errors (`stockd_core::ERRORS`): this checker is an independent oracle of the
+//! contract, so a code or status changed by mistake in the table shows up here as a violation.
 
 use serde_json::Value;
 
