@@ -94,8 +94,8 @@ end
 
 -- A finished hold is kept for its retention: past it, it is gone for every command (S.hold_get
 -- forgets it by the call's clock, as the core does), and the key's expiry frees the memory an
--- hour later (a duration, so it does not depend on which clock `now` came from).
-S.FORGOTTEN_KEY_MARGIN_MS = 3600000
+-- hour later (S.FORGOTTEN_KEY_MARGIN_MS, library.rs: a duration, so it does not depend on which
+-- clock `now` came from).
 
 function S.hold_finish(hold, status, finished_at_ms)
     hold.status = status

@@ -23,13 +23,9 @@
 -- ordered. Every step names its attempt, and every participant refuses a step of an attempt
 -- other than the one it holds: a late step of an old attempt changes nothing.
 
-S.PENDING_TIMEOUT_MS = 10000
-S.APPLY_GRACE_MS = 2000
--- How long after a part takes units, and then how often, its home is asked whether it still
--- owns it (the orphan sweep: only a home that lost data can fail that).
-S.PART_CHECK_MS = 60000
--- Parts checked per sweep call, and roll-forwards and roll-backs reported per sweep call.
-S.CROSS_DUE_MAX = 100
+-- The protocol's timings (S.PENDING_TIMEOUT_MS, S.APPLY_GRACE_MS, S.PART_CHECK_MS: how long
+-- after a part takes units, and then how often, its home is asked whether it still owns it) and
+-- S.CROSS_DUE_MAX (work per sweep call) are library.rs's, where the tests read them too.
 
 -- An attempt's rank: its number. Attempts written by stockd_v2 (`PARTITION.N`, ordered only
 -- within one home) rank 0, below every later attempt.

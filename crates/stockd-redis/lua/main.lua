@@ -9,14 +9,14 @@
 -- Returns { next_seq, rev, reply_1, ..., reply_n } with '~' for a command not run, or
 -- { '!' .. why } when the dataset is not the one the server knows (nothing was read or written).
 -- CALL_ID (Redis Cluster, where the client resends a call whose connection broke): a call seen
--- before answers what it answered then, instead of running twice.
+-- before (within S.CALL_MEMORY_MS, library.rs) answers what it answered then, instead of running
+-- twice.
 --
 -- `rev` (meta) counts the calls that changed something, evented or not (a lock acquisition, a
 -- cross-partition step, a parked waiter): REV_FLOOR is the highest this server saw, so a Redis
 -- that lost any change is refused ('dataset_regressed'), not only one that lost an event. A call
 -- of reads only (and a sweep that found nothing to do) changes neither `rev` nor any key: an idle
 -- fleet writes nothing.
-S.CALL_MEMORY_MS = 60000
 -- Ops that change nothing but what time alone would (a lazy expiry writes events, and counts
 -- through them): a call made only of these bumps no `rev` and is not remembered by CALL_ID.
 S.READ_OPS = { get_pool = true, get_hold = true, list_pools = true, list_holds = true,
@@ -89,21 +89,29 @@ local function call(keys, argv)
 end
 
 -- FCALL_RO LIBRARY_events 1 META PARTITION DATASET SEQ_FLOOR AFTER LIMIT
--- Returns { '!' .. why } or { next_seq, oldest_kept_seq, json_1, ..., json_n } with the events
--- of seq > AFTER; oldest_kept_seq is 0 when nothing is kept.
+-- Returns { '!' .. why }; or { next_seq, oldest_kept_seq } when an event after AFTER is no
+-- longer kept (the stream, trimmed to the retention, starts past AFTER + 1: the feed answers
+-- events_expired); or { next_seq, 0, json_1, ..., json_n } with the events of seq > AFTER, at
+-- most LIMIT. Mirrors stockd-engine's feed, which decides the same for the embedded backend.
 local function events(keys, argv)
     S.begin(keys[1], { argv[1], argv[2], argv[3], '0', '0', '0', '0' })
     local refused = S.check_dataset()
     if refused then return { '!' .. refused } end
     local stream = S.key('events')
+    local seq = tonumber(redis.call('HGET', S.meta, 'seq') or '0')
+    local after = tonumber(argv[4])
     local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', '1')
-    local oldest = 0
-    if #first > 0 then oldest = tonumber(string.match(first[1][1], '^0%-(%d+)$')) end
-    local out = { tonumber(redis.call('HGET', S.meta, 'seq') or '0'), oldest }
+    if #first > 0 then
+        local oldest = tonumber(string.match(first[1][1], '^0%-(%d+)$'))
+        -- An AFTER of 2^53 or more (as a double, AFTER + 1 may round to it) is past every seq:
+        -- nothing after it was ever dropped.
+        if after + 1 < oldest then return { seq, oldest } end
+    end
+    local out = { seq, 0 }
     -- Seqs stay below 2^53 (exact in a double): no event comes after a larger AFTER, and XRANGE
     -- cannot start after the largest stream id (AFTER = 2^64 - 1) at all.
     local entries = {}
-    if tonumber(argv[4]) < S.SEQ_LIMIT then
+    if after < S.SEQ_LIMIT then
         entries = redis.call('XRANGE', stream, '(0-' .. argv[4], '+', 'COUNT', argv[5])
     end
     for _, entry in ipairs(entries) do out[#out + 1] = entry[2][2] end

@@ -2,19 +2,14 @@
 -- hold records, finding and settling a hold, replies. Mirrors stockd-core src/state/mod.rs (the
 -- state, views, settle); the transitions that change records are apply.lua's. The two tables
 -- every file adds to, S (helpers and the per-call context) and C (commands by op name, each
--- returning a reply table, see S.reply_json), and the limits the library shares with stockd-core
--- (S.TOTAL_MAX, S.WAITERS_PER_KEY_MAX, S.HOLD_LIST_EXAMINED_MAX, S.SEQ_LIMIT) are defined before
--- this file by library.rs, from stockd-core's limits.rs: each limit is declared once.
+-- returning a reply table, see S.reply_json), and every number the library is written with (the
+-- limits it shares with stockd-core, S.TOTAL_MAX, S.WAITERS_PER_KEY_MAX,
+-- S.HOLD_LIST_EXAMINED_MAX, S.SEQ_LIMIT, from stockd-core's limits.rs; and its own bounds and
+-- timings, S.EXPIRIES_PER_SWEEP_MAX, S.PENDING_TIMEOUT_MS and the others) are defined before this
+-- file by library.rs: each is declared once, there.
 --
 -- Every number written to Redis or into a reply goes through S.int (string.format '%d'):
 -- Lua 5.1 prints doubles with 14 significant digits, which would round a 16-digit time.
-
--- The Redis library's own bounds (the core's tick has its own, larger ones: one Redis call must
--- stay short, since nothing else runs on that primary meanwhile).
-S.EXPIRIES_PER_SWEEP_MAX = 1000
-
--- Hold records forgotten past retention per sweep.
-S.FORGETS_PER_SWEEP_MAX = 1000
 
 function S.int(n)
     return string.format('%d', n)
@@ -326,8 +321,7 @@ end
 -- The entry is written (or looked up, by every command that names the hold) at most a hold's
 -- longest lifetime before the hold finishes (HOLD_TTL_MS_MAX, 24 h: an extend goes through it
 -- too), and the hold is kept a retention after that, the hold or the confirmed one, whichever is
--- longer: the entry lives that long, and an hour more.
-S.DIR_EXTRA_MS = 86400000 + 3600000
+-- longer: the entry lives that long, and an hour more (S.DIR_EXTRA_MS, library.rs).
 
 function S.dir_ttl_ms()
     return math.max(S.hold_retention_ms, S.confirmed_retention_ms) + S.DIR_EXTRA_MS

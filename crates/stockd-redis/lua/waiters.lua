@@ -8,9 +8,7 @@
 -- back are offered to waiters first, inside the very call that freed them; the server that
 -- parked the request is woken over pub/sub and collects the answer with `wait_end`. A waiter
 -- past its deadline is skipped (its server's last attempt decides), and one whose server died
--- is forgotten when its hash expires, a minute after its deadline.
-
-S.WAITER_GRACE_MS = 60000
+-- is forgotten when its hash expires, a minute after its deadline (S.WAITER_GRACE_MS, library.rs).
 
 -- Whether a queue has room; a full queue is first cleared of waiters already gone.
 function S.waiter_room(queue)
@@ -89,36 +87,36 @@ local function serve_pool_waiters(pools)
     end
 end
 
--- The first live waiter of a freed lock gets it; the rest keep waiting.
-local function serve_lock_waiters(name)
-    local queue = S.key('lockq', name)
+-- Calls serve(ticket, words) for each waiter of `queue` in ticket order that is not past its
+-- deadline, until serve returns true; a waiter gone (its hash expired) or already answered
+-- leaves the queue on the way.
+local function serve_queue(queue, serve)
     for _, ticket in ipairs(redis.call('ZRANGE', queue, '0', '-1')) do
         local waiter = redis.call('HMGET', S.key('waiter', ticket), 'k', 'w', 'd', 'r')
         if not waiter[1] or waiter[4] then
             redis.call('ZREM', queue, ticket)
         elseif tonumber(waiter[3]) > S.now then
-            local words = split(waiter[2])
-            local reply = S.try_lock_acquire(words)
-            if reply.code == 'lock_held' then return end
-            answer(ticket, 'lock', words, reply)
-            return
+            if serve(ticket, split(waiter[2])) then return end
         end
     end
+end
+
+-- The first live waiter of a freed lock gets it; the rest keep waiting.
+local function serve_lock_waiters(name)
+    serve_queue(S.key('lockq', name), function(ticket, words)
+        local reply = S.try_lock_acquire(words)
+        if reply.code ~= 'lock_held' then answer(ticket, 'lock', words, reply) end
+        return true
+    end)
 end
 
 -- Answers the reserves parked for a hold that now exists: each a retry of the reserve that
 -- created it (a replay) or another request with its id (a conflict), as try_reserve says.
 local function serve_hold_waiters(hold_id)
-    local queue = S.key('holdq', hold_id)
-    for _, ticket in ipairs(redis.call('ZRANGE', queue, '0', '-1')) do
-        local waiter = redis.call('HMGET', S.key('waiter', ticket), 'k', 'w', 'd', 'r')
-        if not waiter[1] or waiter[4] then
-            redis.call('ZREM', queue, ticket)
-        elseif tonumber(waiter[3]) > S.now then
-            local words = split(waiter[2])
-            answer(ticket, 'stock', words, S.try_reserve((S.parse_reserve(words, 1))))
-        end
-    end
+    serve_queue(S.key('holdq', hold_id), function(ticket, words)
+        answer(ticket, 'stock', words, S.try_reserve((S.parse_reserve(words, 1))))
+        return false
+    end)
 end
 
 -- Notes that a hold parked reserves wait for was just created (apply's Held, S.take_units).

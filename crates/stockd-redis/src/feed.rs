@@ -13,6 +13,8 @@ use crate::call::{into_array, refusal, CallError};
 use crate::{dispatch, library};
 
 impl RedisBackend {
+    /// One page of `LIBRARY_events`: the events after `after`, or `events_expired` when the
+    /// library finds one of them no longer kept.
     async fn read_events(
         &self,
         partition: u32,
@@ -32,16 +34,17 @@ impl RedisBackend {
             return Err(refusal(values.pop().unwrap_or(Value::Nil)).into_backend_error());
         }
         let mut rest = values.split_off(2);
-        let (Value::Int(seq), Value::Int(oldest)) = (&values[0], &values[1]) else {
+        let (Value::Int(seq), Value::Int(expired_oldest)) = (&values[0], &values[1]) else {
             return Err(refusal(values.swap_remove(0)).into_backend_error());
         };
-        let (seq, oldest) = (*seq as u64, *oldest as u64);
+        let (seq, expired_oldest) = (*seq as u64, *expired_oldest as u64);
         shared.saw_seq(partition, seq);
-        // `after` may be u64::MAX (nothing can come after it): `after + 1` would wrap.
-        if oldest > 0 && after.saturating_add(1) < oldest {
+        // The library decided that an event after `after` is gone (it answers the oldest seq it
+        // keeps instead of 0); this only says so in the core's words.
+        if expired_oldest > 0 {
             return Ok(Err(Error::EventsExpired {
                 after,
-                oldest_seq: oldest,
+                oldest_seq: expired_oldest,
             }));
         }
         let texts = dispatch::answers(std::mem::take(&mut rest))?;

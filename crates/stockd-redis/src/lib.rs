@@ -1,7 +1,7 @@
 //! The Redis backend of stockd: any number of stateless `stockd serve` processes in front of one
 //! Redis behave as one server.
 //!
-//! Every state change is one atomic call into the function library `stockd_v4` (`lua/`), which
+//! Every state change is one atomic call into the function library `stockd_v5` (`lua/`), which
 //! mirrors stockd-core's rules file for file; the Rust side validates commands
 //! (`Command::validate`, before any lookup), frames them, batches concurrent requests into one
 //! call per partition ([`dispatch`]), waits for parked requests (woken over pub/sub), reads the

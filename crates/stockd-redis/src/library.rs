@@ -1,10 +1,13 @@
 //! The Lua function library: the second implementation of stockd-core's rules, loaded into every
-//! Redis primary as library `stockd_v4` (`LIBRARY_NAME`).
+//! Redis primary as library `stockd_v5` (`LIBRARY_NAME`).
 //!
 //! The files under `lua/` mirror `stockd-core/src/state/` file for file (`state.lua`,
 //! `apply.lua`, `waiters.lua`, `tick.lua`, `cmd/<command>.lua`); `cross.lua` (the cross-partition
 //! protocol) and `main.lua` (entry points) are Redis's own. They are concatenated here in a fixed
-//! order into one library, since a Redis function library is one source. This module only assembles and names it; it decides nothing.
+//! order into one library, since a Redis function library is one source, after a prelude that
+//! writes every number the library is written with (`constants`: the limits it shares with
+//! stockd-core, from `stockd_core::limits`, and its own bounds and timings, declared here so that
+//! tests read the same values). This module only assembles and names it; it decides nothing.
 
 /// The library's name, which every function name carries. A server refuses a dataset whose
 /// marker names a layout it does not know. A release that changes any line of the Lua ships it
@@ -14,7 +17,7 @@
 /// of another version.
 macro_rules! library_name {
     () => {
-        "stockd_v4"
+        "stockd_v5"
     };
 }
 
@@ -33,65 +36,115 @@ pub const FN_ACCEPT: &str = concat!(library_name!(), "_accept");
 pub const RELEASED: &[(&str, u64)] = &[
     ("stockd_v3", 16873764098804715861),
     ("stockd_v4", 486842820378311793),
+    ("stockd_v5", 12826422988549671740),
 ];
+
+/// `(name, text)` of each file under `lua/`, the text compiled in.
+macro_rules! lua_sources {
+    ($($file:literal),* $(,)?) => {
+        [$(($file, include_str!(concat!("../lua/", $file)))),*]
+    };
+}
 
 /// The library's source files, in load order: the state and its transitions first (they
 /// define the tables the others add to), then one file per command, mirroring
 /// `stockd-core/src/state/` file for file, then the Redis-only protocol and entry points.
-pub const SOURCES: [(&str, &str); 18] = [
-    ("state.lua", include_str!("../lua/state.lua")),
-    ("apply.lua", include_str!("../lua/apply.lua")),
-    ("waiters.lua", include_str!("../lua/waiters.lua")),
-    ("tick.lua", include_str!("../lua/tick.lua")),
-    ("cmd/put_pool.lua", include_str!("../lua/cmd/put_pool.lua")),
-    ("cmd/restock.lua", include_str!("../lua/cmd/restock.lua")),
-    (
-        "cmd/delete_pool.lua",
-        include_str!("../lua/cmd/delete_pool.lua"),
-    ),
-    ("cmd/reads.lua", include_str!("../lua/cmd/reads.lua")),
-    ("cmd/reserve.lua", include_str!("../lua/cmd/reserve.lua")),
-    ("cmd/confirm.lua", include_str!("../lua/cmd/confirm.lua")),
-    ("cmd/release.lua", include_str!("../lua/cmd/release.lua")),
-    ("cmd/refund.lua", include_str!("../lua/cmd/refund.lua")),
-    ("cmd/extend.lua", include_str!("../lua/cmd/extend.lua")),
-    (
-        "cmd/lock_acquire.lua",
-        include_str!("../lua/cmd/lock_acquire.lua"),
-    ),
-    (
-        "cmd/lock_renew.lua",
-        include_str!("../lua/cmd/lock_renew.lua"),
-    ),
-    (
-        "cmd/lock_release.lua",
-        include_str!("../lua/cmd/lock_release.lua"),
-    ),
-    ("cross.lua", include_str!("../lua/cross.lua")),
-    ("main.lua", include_str!("../lua/main.lua")),
+pub const SOURCES: [(&str, &str); 18] = lua_sources![
+    "state.lua",
+    "apply.lua",
+    "waiters.lua",
+    "tick.lua",
+    "cmd/put_pool.lua",
+    "cmd/restock.lua",
+    "cmd/delete_pool.lua",
+    "cmd/reads.lua",
+    "cmd/reserve.lua",
+    "cmd/confirm.lua",
+    "cmd/release.lua",
+    "cmd/refund.lua",
+    "cmd/extend.lua",
+    "cmd/lock_acquire.lua",
+    "cmd/lock_renew.lua",
+    "cmd/lock_release.lua",
+    "cross.lua",
+    "main.lua",
 ];
 
-/// What the library defines before its files: its name (every function is named from it), the
-/// two tables every file adds to, and the limits it shares with stockd-core, written from
-/// `stockd_core::limits` so that each is declared once.
-fn prelude() -> String {
+// The library's own bounds and timings: no other part of stockd has them, but tests (the
+// simulation moves its clock past them) must know them, so they are declared here and written
+// into the library like the limits it shares with the core (`prelude`).
+
+/// Holds one sweep call expires at most (the core's tick has its own, larger bound: one Redis
+/// call must stay short, since nothing else runs on that primary meanwhile).
+pub const EXPIRIES_PER_SWEEP_MAX: u64 = 1_000;
+/// Hold records forgotten past retention per sweep call.
+pub const FORGETS_PER_SWEEP_MAX: u64 = 1_000;
+/// How long after its retention a forgotten hold's key still takes memory (its expiry, a
+/// duration, so that it does not depend on which clock `now` came from).
+pub const FORGOTTEN_KEY_MARGIN_MS: u64 = 3_600_000;
+/// How much longer than the longer retention a hold's directory entry lives: the hold's longest
+/// lifetime before it finishes (`HOLD_TTL_MS_MAX`, an extend goes through the entry too) and an
+/// hour more.
+pub const DIR_EXTRA_MS: u64 = stockd_core::limits::HOLD_TTL_MS_MAX + 3_600_000;
+/// How long a call's answer is kept under its call id, so that a Cluster client sending the call
+/// twice gets the first answer instead of running it twice.
+pub const CALL_MEMORY_MS: u64 = 60_000;
+/// How long after its deadline a parked waiter's record is kept (its server may be collecting
+/// the answer; one whose server died is forgotten then).
+pub const WAITER_GRACE_MS: u64 = 60_000;
+/// A cross-partition reserve still `pending` (or `aborting`) this long is rolled back by a
+/// sweeper: its server died or lost its way.
+pub const PENDING_TIMEOUT_MS: u64 = 10_000;
+/// A decided cross-partition transition not yet applied to every part this long is rolled
+/// forward by a sweeper.
+pub const APPLY_GRACE_MS: u64 = 2_000;
+/// How long after a part takes units, and then how often, its home is asked whether it still
+/// owns it (the orphan sweep: only a home that lost data can fail that).
+pub const PART_CHECK_MS: u64 = 60_000;
+/// Parts checked, and roll-forwards and roll-backs reported, per sweep call.
+pub const CROSS_DUE_MAX: u64 = 100;
+
+/// Every number the library is written with, as `S.NAME = value` before its files: the limits
+/// it shares with stockd-core, from `stockd_core::limits`, and its own bounds above, so that
+/// each is declared once.
+fn constants() -> [(&'static str, u64); 14] {
     use stockd_core::limits;
-    format!(
+    [
+        ("TOTAL_MAX", limits::TOTAL_MAX),
+        ("WAITERS_PER_KEY_MAX", limits::WAITERS_PER_KEY_MAX as u64),
+        (
+            "HOLD_LIST_EXAMINED_MAX",
+            limits::HOLD_LIST_EXAMINED_MAX as u64,
+        ),
+        // Every counter (event seqs, lock tokens, attempts) stays below 2^53, where Lua's
+        // doubles hold integers exactly: one past the largest time the API takes.
+        ("SEQ_LIMIT", limits::TIME_MS_MAX + 1),
+        ("EXPIRIES_PER_SWEEP_MAX", EXPIRIES_PER_SWEEP_MAX),
+        ("FORGETS_PER_SWEEP_MAX", FORGETS_PER_SWEEP_MAX),
+        ("FORGOTTEN_KEY_MARGIN_MS", FORGOTTEN_KEY_MARGIN_MS),
+        ("DIR_EXTRA_MS", DIR_EXTRA_MS),
+        ("CALL_MEMORY_MS", CALL_MEMORY_MS),
+        ("WAITER_GRACE_MS", WAITER_GRACE_MS),
+        ("PENDING_TIMEOUT_MS", PENDING_TIMEOUT_MS),
+        ("APPLY_GRACE_MS", APPLY_GRACE_MS),
+        ("PART_CHECK_MS", PART_CHECK_MS),
+        ("CROSS_DUE_MAX", CROSS_DUE_MAX),
+    ]
+}
+
+/// What the library defines before its files: its name (every function is named from it), the
+/// two tables every file adds to, and every number it is written with (`constants`).
+fn prelude() -> String {
+    let mut text = format!(
         "#!lua name={LIBRARY_NAME}\n\
          local LIBRARY = '{LIBRARY_NAME}'\n\
          local S = {{}}\n\
-         local C = {{}}\n\
-         S.TOTAL_MAX = {}\n\
-         S.WAITERS_PER_KEY_MAX = {}\n\
-         S.HOLD_LIST_EXAMINED_MAX = {}\n\
-         S.SEQ_LIMIT = {}\n",
-        limits::TOTAL_MAX,
-        limits::WAITERS_PER_KEY_MAX,
-        limits::HOLD_LIST_EXAMINED_MAX,
-        // Every counter (event seqs, lock tokens, attempts) stays below 2^53, where Lua's
-        // doubles hold integers exactly: one past the largest time the API takes.
-        limits::TIME_MS_MAX + 1,
-    )
+         local C = {{}}\n"
+    );
+    for (name, value) in constants() {
+        text.push_str(&format!("S.{name} = {value}\n"));
+    }
+    text
 }
 
 /// The whole library as `FUNCTION LOAD` takes it.
@@ -137,20 +190,65 @@ mod tests {
         );
     }
 
+    /// The values the library is written with, by name, as its prelude sets them.
+    fn injected() -> std::collections::HashMap<String, u64> {
+        prelude()
+            .lines()
+            .filter_map(|line| line.strip_prefix("S."))
+            .map(|line| {
+                let (name, value) = line.split_once(" = ").expect("S.NAME = VALUE");
+                (name.to_string(), value.parse().expect("an integer"))
+            })
+            .collect()
+    }
+
     #[test]
-    fn the_shared_limits_are_declared_once_from_the_core() {
-        let prelude = prelude();
-        for line in prelude.lines().filter(|line| line.starts_with("S.")) {
-            let (name, value) = line.split_once(" = ").expect("S.NAME = VALUE");
-            assert!(value.parse::<u64>().is_ok(), "{line}");
+    fn every_constant_is_declared_once_outside_the_lua() {
+        let injected = injected();
+        assert_eq!(injected.len(), constants().len(), "a name twice");
+        for name in injected.keys() {
             for (file, body) in SOURCES {
                 assert!(
-                    !body.contains(&format!("{name} =")),
-                    "{file} declares {name} again; it comes from stockd_core::limits"
+                    !body.contains(&format!("S.{name} =")),
+                    "{file} declares S.{name} again; it comes from library.rs"
                 );
             }
         }
-        assert!(prelude.contains(&format!("S.TOTAL_MAX = {}", stockd_core::limits::TOTAL_MAX)));
+    }
+
+    #[test]
+    fn the_injected_values_are_the_rust_constants() {
+        use stockd_core::limits;
+        let injected = injected();
+        let expected = [
+            ("TOTAL_MAX", limits::TOTAL_MAX),
+            ("WAITERS_PER_KEY_MAX", limits::WAITERS_PER_KEY_MAX as u64),
+            (
+                "HOLD_LIST_EXAMINED_MAX",
+                limits::HOLD_LIST_EXAMINED_MAX as u64,
+            ),
+            ("SEQ_LIMIT", 1 << 53),
+            ("EXPIRIES_PER_SWEEP_MAX", EXPIRIES_PER_SWEEP_MAX),
+            ("FORGETS_PER_SWEEP_MAX", FORGETS_PER_SWEEP_MAX),
+            ("FORGOTTEN_KEY_MARGIN_MS", FORGOTTEN_KEY_MARGIN_MS),
+            ("DIR_EXTRA_MS", limits::HOLD_TTL_MS_MAX + 3_600_000),
+            ("CALL_MEMORY_MS", CALL_MEMORY_MS),
+            ("WAITER_GRACE_MS", WAITER_GRACE_MS),
+            ("PENDING_TIMEOUT_MS", PENDING_TIMEOUT_MS),
+            ("APPLY_GRACE_MS", APPLY_GRACE_MS),
+            ("PART_CHECK_MS", PART_CHECK_MS),
+            ("CROSS_DUE_MAX", CROSS_DUE_MAX),
+        ];
+        assert_eq!(injected.len(), expected.len());
+        for (name, value) in expected {
+            assert_eq!(injected.get(name), Some(&value), "S.{name}");
+        }
+        // The library refers to each by name.
+        let source = source();
+        for name in injected.keys() {
+            let body = &source[source.find("-- ==== ").expect("the files")..];
+            assert!(body.contains(&format!("S.{name}")), "S.{name} unused");
+        }
     }
 
     #[test]

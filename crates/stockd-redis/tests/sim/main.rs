@@ -11,8 +11,8 @@
 //! servers (at once, or some a few milliseconds late), confirms, releases, refunds with and
 //! without restock, restocks with request ids, restocks that make a pool's stock flicker,
 //! reads, sweeps, a server killed and replaced, pauses, joins, and time moving (sometimes past
-//! the 10 s after which sweepers roll back an unfinished cross-partition reserve). On a
-//! Cluster, a third of the seeds are storms: copies of cross-partition holds over a scarce pool
+//! `library::PENDING_TIMEOUT_MS`, after which sweepers roll back an unfinished cross-partition
+//! reserve). On a Cluster, a third of the seeds are storms: copies of cross-partition holds over a scarce pool
 //! whose stock flickers, the schedule that once oversold. Every client retries a 503 on the
 //! next server, with the same request. Around every library call of every server, the seed's
 //! faults ([`faults`], through the `call-faults` hook of `RedisConfig`): a delay (which

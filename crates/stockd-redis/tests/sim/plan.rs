@@ -3,6 +3,7 @@
 //! pure function of the seed: the same seed always makes the same plan, whatever Redis does.
 
 use stockd_redis::keys;
+use stockd_redis::library::PENDING_TIMEOUT_MS;
 
 /// The test clock's first phase (any fixed instant: Redis never reads its own clock here).
 pub const START_MS: u64 = 1_700_000_000_000;
@@ -456,15 +457,7 @@ impl Workload {
                     ms: rng.range(0, 4),
                 },
                 85..=90 => Step::Join,
-                _ => Step::Time {
-                    ms: if rng.chance(200) {
-                        // Past the pending timeout (10 s): sweepers roll back unfinished
-                        // reserves while copies and retries may still be at work.
-                        rng.range(10_000, 12_500)
-                    } else {
-                        rng.range(100, 1_500)
-                    },
-                },
+                _ => time_step(rng, 200),
             };
             steps.push(step);
         }
@@ -569,13 +562,7 @@ impl Workload {
                         ms: rng.range(0, 10),
                     },
                     80..=91 => Step::Join,
-                    _ => Step::Time {
-                        ms: if rng.chance(300) {
-                            rng.range(10_000, 12_500)
-                        } else {
-                            rng.range(100, 1_500)
-                        },
-                    },
+                    _ => time_step(rng, 300),
                 });
             }
         }
@@ -584,5 +571,18 @@ impl Workload {
             holds,
             steps,
         }
+    }
+}
+
+/// The clock moves 100 ms to 1.5 s, or (`per_mille` times in 1000) past the pending timeout of
+/// the cross-partition protocol, so that sweepers roll back unfinished reserves while copies and
+/// retries may still be at work.
+fn time_step(rng: &mut Rng, per_mille: u64) -> Step {
+    Step::Time {
+        ms: if rng.chance(per_mille) {
+            rng.range(PENDING_TIMEOUT_MS, PENDING_TIMEOUT_MS + 2_500)
+        } else {
+            rng.range(100, 1_500)
+        },
     }
 }

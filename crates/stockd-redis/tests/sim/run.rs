@@ -20,6 +20,7 @@ use stockd_core::{
     ReserveRequest, UserId,
 };
 use stockd_redis::call_faults::CallFaultsHook;
+use stockd_redis::library::{APPLY_GRACE_MS, PART_CHECK_MS, PENDING_TIMEOUT_MS};
 use stockd_redis::{RedisBackend, RedisConfig, Target, TestClock};
 use tokio::task::JoinHandle;
 
@@ -29,9 +30,17 @@ use crate::plan::{Plan, Step, START_MS};
 
 /// Sends of one request at most: the first and this many retries after a 503.
 const RETRIES: usize = 3;
-/// How far each quiescing round moves the clock: past the pending timeout (10 s), the apply
-/// grace (2 s) and the orphaned parts' check (60 s) of lua/cross.lua.
-pub const QUIESCE_STEP_MS: u64 = 75_000;
+/// How far each quiescing round moves the clock: past every timing of the cross-partition
+/// protocol (the pending timeout, the apply grace and the orphaned parts' check), with room.
+pub const QUIESCE_STEP_MS: u64 =
+    max(PENDING_TIMEOUT_MS, max(APPLY_GRACE_MS, PART_CHECK_MS)) + 15_000;
+const fn max(a: u64, b: u64) -> u64 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
 /// Quiescing rounds at most (each: the clock moves, every live server sweeps).
 const QUIESCE_ROUNDS_MAX: usize = 4;
 /// Lines of the run kept to print when a seed fails (all of them with
