@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use stockd_bench::{LoadConfig, Pace, RunConfig, Scenario};
 
+use crate::connection::{Connection, ForBench};
+
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
     /// Run a scenario against a running stockd (any backend), then check the server's numbers.
@@ -163,20 +165,8 @@ pub struct RunArgs {
     /// Which scenario.
     #[arg(long, value_enum)]
     scenario: ScenarioName,
-    /// Base URL of the server (`http://HOST:PORT`, or `https://HOST[:PORT]` through a TLS
-    /// proxy, trusting the system's CAs or SSL_CERT_FILE's). Several (the flag repeated, or comma
-    /// separated): a fleet of servers on one backend, the connections spread over them in turn;
-    /// set-up and the verdict go through the first.
-    #[arg(
-        long,
-        env = "STOCKD_URL",
-        default_value = "http://127.0.0.1:7070",
-        value_delimiter = ','
-    )]
-    url: Vec<String>,
-    /// Bearer token; an admin token when the server has tokens (the bench creates its pools).
-    #[arg(long, env = "STOCKD_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    #[command(flatten)]
+    connection: Connection<ForBench>,
     /// Connections, each with one request in flight at a time.
     #[arg(long, default_value_t = 50)]
     connections: usize,
@@ -344,12 +334,13 @@ impl RunArgs {
                 self.connections
             ));
         }
-        if self.connections < self.url.len() {
+        let urls = &self.connection.urls;
+        if self.connections < urls.len() {
             return Err(format!(
                 "--connections {} is fewer than the {} servers given with --url: each server \
                  needs at least one connection",
                 self.connections,
-                self.url.len()
+                urls.len()
             ));
         }
         // A team run is finite: every buyer tries once.
@@ -364,8 +355,8 @@ impl RunArgs {
             Duration::from_secs(1)
         });
         Ok(RunConfig {
-            urls: self.url.clone(),
-            token: self.token.clone(),
+            urls: urls.clone(),
+            token: self.connection.bearer_token(),
             scenario,
             load: LoadConfig {
                 connections: self.connections,

@@ -3,6 +3,7 @@
 
 mod bench;
 mod cli;
+mod connection;
 mod help;
 mod logging;
 mod serve;
@@ -121,8 +122,7 @@ impl Cli {
         help::shaped(Cli::command())
     }
 
-    /// Parses a command line, noting where each client setting came from (a flag, the
-    /// environment or the default), so that an error can name the one to change.
+    /// Parses a command line; a mistyped subcommand gets the ones it looks like.
     fn read_from<I, T>(args: I) -> Result<Cli, clap::Error>
     where
         I: IntoIterator<Item = T>,
@@ -134,13 +134,7 @@ impl Cli {
             .clone()
             .try_get_matches_from(&args)
             .map_err(|error| help::with_suggestions(error, &command, &args))?;
-        let mut cli = Cli::from_arg_matches(&matches)?;
-        if let (Some((_, group)), Some(client)) =
-            (matches.subcommand(), cli.command.client_args_mut())
-        {
-            client.note_origins(group);
-        }
-        Ok(cli)
+        Cli::from_arg_matches(&matches)
     }
 }
 
@@ -155,21 +149,6 @@ impl Command {
                 | Command::Batch { .. }
                 | Command::Events { .. }
         )
-    }
-
-    fn client_args_mut(&mut self) -> Option<&mut cli::ClientArgs> {
-        match self {
-            Command::Pool { client, .. }
-            | Command::Hold { client, .. }
-            | Command::Lock { client, .. }
-            | Command::Batch { client, .. }
-            | Command::Events { client, .. } => Some(client),
-            Command::Serve(_)
-            | Command::Redis { .. }
-            | Command::Bench { .. }
-            | Command::Sink { .. }
-            | Command::Reconcile(_) => None,
-        }
     }
 }
 

@@ -4,12 +4,12 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use stockd_client::Client;
 use stockd_sink::follow::{self, SinkConfig};
 use stockd_sink::metrics::{self, Metrics};
 use stockd_sink::{reconcile, schema};
 
 use crate::cli::Exit;
+use crate::connection::{Connection, ForSink};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum SinkCommand {
@@ -21,13 +21,8 @@ pub enum SinkCommand {
 /// Where stockd and PostgreSQL are; shared by the sink and reconcile.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Endpoints {
-    /// Base URL of a stockd server (any server of a fleet), http:// or https:// (the system's
-    /// CAs are trusted; SSL_CERT_FILE or SSL_CERT_DIR replace them).
-    #[arg(long, env = "STOCKD_URL", default_value = "http://127.0.0.1:7070")]
-    url: String,
-    /// Bearer token for stockd (a client token is enough).
-    #[arg(long, env = "STOCKD_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    #[command(flatten)]
+    connection: Connection<ForSink>,
     /// PostgreSQL connection string: `postgres://USER:PASSWORD@HOST:PORT/DB` or
     /// `host=... port=... user=... dbname=...` (no TLS: run the sink next to the database or
     /// through a local TLS tunnel).
@@ -40,14 +35,6 @@ pub struct Endpoints {
 }
 
 impl Endpoints {
-    fn client(&self, request_timeout_ms: Option<u64>) -> Client {
-        let client = Client::new(&self.url, self.token.clone().filter(|t| !t.is_empty()));
-        match request_timeout_ms {
-            Some(ms) => client.with_request_timeout_ms(ms),
-            None => client,
-        }
-    }
-
     fn check(&self) -> Result<(), String> {
         schema::check_name(&self.schema).map_err(|error| format!("--schema: {error}"))?;
         tokio_postgres_config(&self.dsn)
@@ -125,7 +112,7 @@ pub async fn run(command: SinkCommand) -> ExitCode {
         backoff_max: Duration::from_millis(args.backoff_max_ms),
         progress_every: Duration::from_secs(args.progress_every_s),
     };
-    let stockd = args.endpoints.client(None);
+    let stockd = args.endpoints.connection.client();
     tokio::select! {
         ended = follow::run(stockd, config, metrics) => match ended {
             Ok(()) => Exit::Success.into(),
@@ -164,7 +151,7 @@ pub async fn reconcile(args: ReconcileArgs) -> ExitCode {
         eprintln!("error: {why}");
         return Exit::Usage.into();
     }
-    let stockd = args.endpoints.client(None);
+    let stockd = args.endpoints.connection.client();
     let mut db = match follow::connect(&args.endpoints.dsn).await {
         Ok(db) => db,
         Err(error) => {

@@ -26,6 +26,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use stockd_client::{Answer, Call, Client, ClientError};
 
+use crate::connection::{Connection, ForClient};
+
 pub use batch::BatchArgs;
 pub use events::EventsCommand;
 pub use hold::HoldCommand;
@@ -81,69 +83,17 @@ impl From<Exit> for ExitCode {
     }
 }
 
-/// Where the server is and how to talk to it; shared by every client command.
+/// Where the server is and how to talk to it, and how to print; shared by every client command.
 ///
 /// The flags are global so that they may follow the subcommand (`stockd pool get sku-1 --json`);
 /// `--json` may also come first (`stockd --json pool get sku-1`, see main.rs).
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct ClientArgs {
-    /// Base URL of the stockd server: http://HOST:PORT, or https://HOST[:PORT] through a TLS
-    /// proxy (trusting the system's CAs, or SSL_CERT_FILE's when set).
-    #[arg(
-        long,
-        env = "STOCKD_URL",
-        default_value = "http://127.0.0.1:7070",
-        global = true
-    )]
-    pub url: String,
-    /// Bearer token (an admin token for pool writes).
-    #[arg(long, env = "STOCKD_TOKEN", hide_env_values = true, global = true)]
-    pub token: Option<String>,
+    #[command(flatten)]
+    pub connection: Connection<ForClient>,
     /// Print the server's JSON answer exactly as received instead of a summary.
     #[arg(long, global = true)]
     pub json: bool,
-    /// Where `url` came from, for error messages.
-    #[arg(skip)]
-    pub url_origin: Origin,
-    /// Where `token` came from, for error messages.
-    #[arg(skip)]
-    pub token_origin: Origin,
-}
-
-/// Where a setting came from, so that a message names the one to change.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Origin {
-    #[default]
-    Default,
-    Flag,
-    Environment,
-}
-
-impl Origin {
-    fn of(matches: &clap::ArgMatches, id: &str) -> Origin {
-        match matches.value_source(id) {
-            Some(clap::parser::ValueSource::CommandLine) => Origin::Flag,
-            Some(clap::parser::ValueSource::EnvVariable) => Origin::Environment,
-            _ => Origin::Default,
-        }
-    }
-
-    /// `--url`, `STOCKD_URL` or `the default --url`.
-    fn name(self, flag: &str, variable: &str) -> String {
-        match self {
-            Origin::Flag => flag.to_owned(),
-            Origin::Environment => variable.to_owned(),
-            Origin::Default => format!("the default {flag}"),
-        }
-    }
-
-    /// How to give `value` to this setting: `--url VALUE` or `STOCKD_URL=VALUE`.
-    fn assignment(self, flag: &str, variable: &str, value: &str) -> String {
-        match self {
-            Origin::Environment => format!("{variable}={value}"),
-            Origin::Flag | Origin::Default => format!("{flag} {value}"),
-        }
-    }
 }
 
 impl ClientArgs {
@@ -153,39 +103,23 @@ impl ClientArgs {
         self
     }
 
-    /// Notes where `--url` and `--token` came from; `matches` are the command group's.
-    pub fn note_origins(&mut self, matches: &clap::ArgMatches) {
-        self.url_origin = Origin::of(matches, "url");
-        self.token_origin = Origin::of(matches, "token");
-    }
-
-    /// The token to send: an empty STOCKD_TOKEN means "no token", not "send an empty bearer
-    /// token".
-    fn bearer_token(&self) -> Option<String> {
-        self.token.clone().filter(|token| !token.is_empty())
-    }
-
     /// The client these flags describe, or why the URL cannot be one (a usage error: nothing
     /// was sent).
     fn session(&self) -> Result<Session, String> {
-        check_url(&self.url).map_err(|(why, instead)| {
-            let origin = self.url_origin;
+        let connection = &self.connection;
+        check_url(connection.url()).map_err(|(why, instead)| {
             let mut message = format!(
                 "{} is {:?}: {why}",
-                origin.name("--url", "STOCKD_URL"),
-                self.url
+                connection.url_source(),
+                connection.url()
             );
             if let Some(instead) = instead {
-                let _ = write!(
-                    message,
-                    "; write {}",
-                    origin.assignment("--url", "STOCKD_URL", &instead)
-                );
+                let _ = write!(message, "; write {}", connection.url_instead(&instead));
             }
             message
         })?;
         Ok(Session {
-            client: Client::new(&self.url, self.bearer_token()),
+            client: connection.client(),
             args: self.clone(),
             warned_token_unchecked: AtomicBool::new(false),
         })
@@ -282,11 +216,12 @@ impl Session {
         if self.client.token_unchecked()
             && !self.warned_token_unchecked.swap(true, Ordering::Relaxed)
         {
-            let origin = self.args.token_origin.name("--token", "STOCKD_TOKEN");
+            let connection = &self.args.connection;
             print_stderr(&format!(
-                "warning: {} has no tokens configured, so the token from {origin} was not \
-                 checked: this server serves anyone who can reach it (docs/security.md)",
-                self.args.url
+                "warning: {} has no tokens configured, so the token from {} was not checked: \
+                 this server serves anyone who can reach it (docs/security.md)",
+                connection.url(),
+                connection.token_source()
             ));
         }
     }
@@ -334,8 +269,8 @@ impl Session {
                 Exit::of_status(status)
             }
             ClientError::Transport(error) => {
-                let url = &self.args.url;
-                let origin = self.args.url_origin.name("--url", "STOCKD_URL");
+                let url = self.args.connection.url();
+                let origin = self.args.connection.url_source();
                 let why = with_causes(&error);
                 print_stderr(&format!(
                     "error: transport: cannot reach {url} (from {origin}): {why}"
@@ -357,11 +292,11 @@ impl Session {
             ClientError::Decode(error) => {
                 print_stderr(&format!(
                     "error: decode: unreadable answer from {}: {error}",
-                    self.args.url
+                    self.args.connection.url()
                 ));
                 print_stderr(&format!(
                     "hint: is {} the address of a stockd server? (--url or STOCKD_URL)",
-                    self.args.url
+                    self.args.connection.url()
                 ));
                 Exit::NoAnswer
             }
@@ -389,8 +324,8 @@ impl Session {
             }
             _ => {}
         }
-        let origin = self.args.token_origin.name("--token", "STOCKD_TOKEN");
-        match (status, self.args.bearer_token()) {
+        let origin = self.args.connection.token_source();
+        match (status, self.args.connection.bearer_token()) {
             (401, None) => Some(
                 "this server needs a bearer token: pass --token TOKEN or set STOCKD_TOKEN (an \
                  admin token for pool writes, a client token for the rest)"
@@ -484,6 +419,7 @@ mod tests {
     use stockd_client::HoldItem;
 
     use super::*;
+    use crate::connection::Origin;
 
     /// Parses `stockd ARGS` with the binary's own command line (main.rs).
     fn parse(args: &[&str]) -> Result<crate::Cli, clap::Error> {
@@ -537,23 +473,15 @@ mod tests {
     #[test]
     fn the_origin_of_url_and_token_is_noted() {
         let (client, _) = pool(&["pool", "get", "p", "--url", "http://a:1", "--token", "t"]);
+        let connection = client.connection;
         assert_eq!(
-            (client.url_origin, client.token_origin),
-            (Origin::Flag, Origin::Flag)
+            (connection.url_source(), connection.token_source()),
+            ("--url".to_owned(), "--token".to_owned())
         );
         let (client, _) = pool(&["pool", "--url", "http://a:1", "get", "p"]);
-        assert_eq!(client.url_origin, Origin::Flag);
-        assert_eq!(Origin::Flag.name("--url", "STOCKD_URL"), "--url");
+        assert_eq!(client.connection.url_origin, Origin::Flag);
         assert_eq!(
-            Origin::Environment.name("--url", "STOCKD_URL"),
-            "STOCKD_URL"
-        );
-        assert_eq!(
-            Origin::Environment.assignment("--url", "STOCKD_URL", "http://h:1"),
-            "STOCKD_URL=http://h:1"
-        );
-        assert_eq!(
-            Origin::Default.assignment("--url", "STOCKD_URL", "http://h:1"),
+            client.connection.url_instead("http://h:1"),
             "--url http://h:1"
         );
     }
@@ -733,8 +661,8 @@ mod tests {
             }
         );
         assert!(client.json);
-        assert_eq!(client.url, "http://10.0.0.1:7070");
-        assert_eq!(client.token.as_deref(), Some("t"));
+        assert_eq!(client.connection.url(), "http://10.0.0.1:7070");
+        assert_eq!(client.connection.token.as_deref(), Some("t"));
 
         let (client, _) = pool(&["pool", "--json", "list", "--limit", "10"]);
         assert!(client.json);
