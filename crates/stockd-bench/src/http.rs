@@ -55,6 +55,12 @@ impl std::fmt::Debug for Tls {
 }
 
 impl Endpoint {
+    /// `http://host:port` or `https://host:port`: the server's URL, for a client of its own.
+    pub fn base_url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.authority)
+    }
+
     /// Parses `http://host:port` or `https://host[:port]` (a trailing `/` is fine; no path).
     pub fn parse(url: &str, token: Option<String>) -> Result<Endpoint, String> {
         const SHAPE: &str = "expected http://HOST:PORT or https://HOST[:PORT]";

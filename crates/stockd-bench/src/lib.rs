@@ -64,7 +64,7 @@ fn run_id(seed: u64) -> String {
 async fn check_health(endpoints: &[Endpoint], urls: &[String]) -> Result<(), String> {
     for (endpoint, url) in endpoints.iter().zip(urls) {
         let health = scenario::Admin::new(endpoint)?
-            .get(stockd_api::HEALTHZ, &[])
+            .send(&stockd_client::Call::healthz())
             .await
             .map_err(|error| format!("{url}: not reachable: {error}"))?;
         if health.status != 200 {
@@ -124,7 +124,7 @@ pub async fn run(config: RunConfig) -> Result<Report, String> {
 /// or `None` when it has no writer of its own (a Redis backend) or `/metrics` does not answer.
 /// With a fleet, this is the first server's.
 async fn writer_groups(admin: &mut scenario::Admin) -> Option<u64> {
-    let answer = admin.get(stockd_api::METRICS, &[]).await.ok()?;
+    let answer = admin.send(&stockd_client::Call::metrics()).await.ok()?;
     if answer.status != 200 {
         return None;
     }

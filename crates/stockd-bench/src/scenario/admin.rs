@@ -1,68 +1,69 @@
-//! Sequential requests for a run's set-up and read-back, on a connection of their own: they
-//! retry what a dropped connection or a 503 cut short, since a verdict must not fail on one
-//! lost answer. Every path comes from `stockd_api`'s operations. This module never judges an
-//! answer beyond reading it: the verdict does that.
+//! Sequential requests for a run's set-up and read-back: calls of `stockd-client`, whose every
+//! request is built from `stockd_api`'s operations, retried when a dropped connection or a 503
+//! cut them short, since a verdict must not fail on one lost answer. (The load itself goes
+//! through the bench's own connections, [`crate::http`], for speed.) This module never judges
+//! an answer beyond reading it: the verdict does that.
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use serde_json::Value;
-use stockd_api as api;
+use stockd_client::{Call, Client, ClientError, PoolSpecBody};
 
-use crate::http::{Answer, Connection, Endpoint, Request};
-use crate::paths;
+use crate::http::{Answer, Endpoint};
 
 /// Sequential requests for set-up and read-back.
 pub struct Admin {
-    connection: Connection,
+    client: Client,
 }
 
 impl Admin {
     pub fn new(endpoint: &Endpoint) -> Result<Admin, String> {
         Ok(Admin {
-            connection: Connection::new(endpoint)?,
+            client: Client::new(&endpoint.base_url(), endpoint.token.clone()),
         })
     }
 
-    pub async fn send(&mut self, request: &Request) -> Result<Answer, String> {
+    /// Sends `call`; its answer, whatever its status, unless five tries in a row found no
+    /// server or a 503.
+    pub async fn send(&mut self, call: &Call) -> Result<Answer, String> {
         // Read-back must not fail on one dropped connection: retry reads and idempotent writes.
         let mut last = String::new();
         for _ in 0..5 {
-            match self.connection.send(request).await {
-                Ok(answer) if answer.status == 503 => {
-                    last = format!("503: {}", String::from_utf8_lossy(&answer.body));
+            match self.client.call(call).await {
+                Ok(answer) => {
+                    return Ok(Answer {
+                        status: answer.status,
+                        body: answer.body.into(),
+                    })
                 }
-                Ok(answer) => return Ok(answer),
-                Err(error) => last = error,
+                Err(ClientError::Api {
+                    status: 503,
+                    raw_body,
+                    ..
+                }) => last = format!("503: {}", String::from_utf8_lossy(&raw_body)),
+                Err(ClientError::Api {
+                    status, raw_body, ..
+                }) => {
+                    return Ok(Answer {
+                        status,
+                        body: raw_body.into(),
+                    })
+                }
+                Err(error) => last = error.to_string(),
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         Err(last)
     }
 
-    /// [`Admin::send`] of `operation`, a `GET`, on the path its `values` make.
-    pub async fn get(
-        &mut self,
-        operation: api::Operation,
-        values: &[&str],
-    ) -> Result<Answer, String> {
-        debug_assert_eq!(operation.method, "GET");
-        self.send(&paths::request(operation, values, Bytes::new()))
-            .await
-    }
-
     /// Creates or replaces `pool`; returns the pool view the server answered with.
     pub async fn put_pool(
         &mut self,
         pool: &str,
-        body: Value,
+        spec: &PoolSpecBody,
         if_absent: bool,
     ) -> Result<Value, String> {
-        let mut request = paths::request(api::PUT_POOL, &[pool], Bytes::from(body.to_string()));
-        if if_absent {
-            request.path.push_str("?if_absent=true");
-        }
-        let answer = self.send(&request).await?;
+        let answer = self.send(&Call::put_pool(pool, spec, if_absent)).await?;
         match answer.status {
             200 | 201 => answer.json().ok_or_else(|| {
                 format!(
@@ -84,8 +85,7 @@ impl Admin {
 
     /// Deletes `pool` (one the run created and does not use).
     pub async fn delete_pool(&mut self, pool: &str) -> Result<(), String> {
-        let request = paths::request(api::DELETE_POOL, &[pool], Bytes::new());
-        let answer = self.send(&request).await?;
+        let answer = self.send(&Call::delete_pool(pool)).await?;
         match answer.status {
             // 404: a retried delete whose first answer was lost.
             204 | 404 => Ok(()),
@@ -99,7 +99,7 @@ impl Admin {
     /// How many partitions the server's backend has (`GET /v1/events/partitions`): 1 on the
     /// embedded engine and on one Redis, the configured count on a Redis Cluster.
     pub async fn partitions(&mut self) -> Result<u64, String> {
-        let answer = self.get(api::EVENT_PARTITIONS, &[]).await?;
+        let answer = self.send(&Call::partitions()).await?;
         answer
             .json()
             .filter(|_| answer.status == 200)
@@ -114,7 +114,7 @@ impl Admin {
     }
 
     pub async fn pool(&mut self, pool: &str) -> Result<PoolState, String> {
-        let answer = self.get(api::GET_POOL, &[pool]).await?;
+        let answer = self.send(&Call::get_pool(pool)).await?;
         let body = answer
             .json()
             .filter(|_| answer.status == 200)
@@ -139,7 +139,7 @@ impl Admin {
         &mut self,
         hold_id: &str,
     ) -> Result<Option<(String, Option<String>)>, String> {
-        let answer = self.get(api::GET_HOLD, &[hold_id]).await?;
+        let answer = self.send(&Call::get_hold(hold_id)).await?;
         match answer.status {
             200 => {
                 let body = answer.json().unwrap_or_default();

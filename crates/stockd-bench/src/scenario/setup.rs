@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use serde_json::json;
+use stockd_client::PoolSpecBody;
 
 use super::{Admin, Scenario};
 
@@ -41,17 +41,16 @@ pub(super) async fn create_pools(
         Scenario::Batch { .. } => (vec![format!("{run_id}-batch")], vec![BIG_STOCK]),
     };
     for (pool, &units) in pools.iter().zip(&stock) {
-        let mut body = json!({ "total": units });
-        if let Scenario::Flash {
-            per_user_limit: Some(limit),
-            ..
-        } = scenario
-        {
-            body["per_user_limit"] = json!(limit);
-        }
+        let spec = PoolSpecBody {
+            per_user_limit: match scenario {
+                Scenario::Flash { per_user_limit, .. } => *per_user_limit,
+                _ => None,
+            },
+            ..PoolSpecBody::with_total(units)
+        };
         // Teams are set up as many services would: create if absent, never overwrite.
         let if_absent = matches!(scenario, Scenario::Team { .. });
-        admin.put_pool(pool, body, if_absent).await?;
+        admin.put_pool(pool, &spec, if_absent).await?;
     }
     Ok((pools, stock))
 }
@@ -86,7 +85,7 @@ async fn pools_in_distinct_partitions(
     for candidate in 0..count.saturating_mul(SPREAD_TRIES_PER_POOL) {
         let pool = format!("{run_id}-cart-{candidate}");
         let view = admin
-            .put_pool(&pool, json!({ "total": stock }), false)
+            .put_pool(&pool, &PoolSpecBody::with_total(stock), false)
             .await?;
         let partition = view["partition"].as_u64().ok_or_else(|| {
             format!("setting up pool {pool}: the pool view has no partition: {view}")
