@@ -20,13 +20,31 @@ use stockd_server::{ConnectionLimits, BODY_TIMEOUT_DEFAULT};
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:7070";
 pub const DATA_DIR_DEFAULT: &str = "./stockd-data";
 
+/// A setting's allowed values, and the unit its error message names.
+struct Bounds<T> {
+    range: RangeInclusive<T>,
+    unit: &'static str,
+}
+
 /// Timeouts are 100 ms to 1 hour.
-const TIMEOUT_MS_RANGE: RangeInclusive<u64> = 100..=3_600_000;
-const MAX_CONNECTIONS_RANGE: RangeInclusive<usize> = 1..=1_000_000;
-const MAX_HEADER_BYTES_RANGE: RangeInclusive<usize> = 1024..=1024 * 1024;
+const TIMEOUT_MS: Bounds<u64> = Bounds {
+    range: 100..=3_600_000,
+    unit: " (milliseconds)",
+};
+const MAX_CONNECTIONS: Bounds<usize> = Bounds {
+    range: 1..=1_000_000,
+    unit: "",
+};
+const MAX_HEADER_BYTES: Bounds<usize> = Bounds {
+    range: 1024..=1024 * 1024,
+    unit: "",
+};
 /// More HTTP worker threads than this is a typo, not a machine.
 const WORKER_THREADS_MAX: u64 = 1024;
-const WORKER_THREADS_RANGE: RangeInclusive<usize> = 1..=WORKER_THREADS_MAX as usize;
+const WORKER_THREADS: Bounds<usize> = Bounds {
+    range: 1..=WORKER_THREADS_MAX as usize,
+    unit: "",
+};
 
 /// Environment variables `stockd serve` reads that have no flag; shown under `serve --help`.
 const ENVIRONMENT_HELP: &str = "\
@@ -46,7 +64,7 @@ defaults. A flag shown with [env: STOCKD_...] may be given as that variable inst
 ///     arg: [clap's attributes besides `long` and `help`],
 ///     key: name ["note for --config's list"] [from FileType, by parse],   (a config-file key)
 ///     default: expression,               (else the value stays an Option)
-///     range: RangeInclusive [, unit " (milliseconds)"],
+///     range: Bounds,                     (the allowed values)
 ///     help: "text, {} standing for the default",
 ///     showing: expression,               (optional: what {} stands for instead of the default)
 /// }
@@ -61,7 +79,7 @@ macro_rules! serve_settings {
             arg: [$($arg:tt)*],
             $(key: $key:ident $($note:literal)? $(from $file_ty:ty, by $parse:path)?,)?
             $(default: $default:expr,)?
-            $(range: $range:expr $(, unit $unit:literal)?,)?
+            $(range: $bounds:expr,)?
             help: $help:literal,
             $(showing: $shown:expr,)?
         }
@@ -111,7 +129,7 @@ macro_rules! serve_settings {
                             )?,
                         };
                     )?
-                    $(check_range(stringify!($name), $name.as_ref(), $range, concat!("" $(, $unit)?))?;)?
+                    $(check_range(stringify!($name), $name.as_ref(), &$bounds)?;)?
                     $(let $name = $name.unwrap_or_else(|| $default);)?
                 )*
                 Ok(Values { $($name),* })
@@ -139,16 +157,14 @@ macro_rules! serve_settings {
 
 serve_settings! {
     backend: String {
-        arg: [env = "STOCKD_BACKEND", value_name = "BACKEND"],
-        key: backend,
+        arg: [env = "STOCKD_BACKEND", value_name = "BACKEND"], key: backend,
         default: "embedded".to_owned(),
         help: "Where the data lives: `embedded` (this process, its --data-dir), or \
                `redis://[:PASSWORD@]HOST:PORT[/DB]` (one Redis primary shared by any number of \
                servers), or `redis+cluster://HOST:PORT,HOST:PORT,...` (default {})",
     }
     redis_partitions: u32 {
-        arg: [env = "STOCKD_REDIS_PARTITIONS", value_name = "N"],
-        key: redis_partitions,
+        arg: [env = "STOCKD_REDIS_PARTITIONS", value_name = "N"], key: redis_partitions,
         help: "Event feed partitions of a Redis Cluster dataset, fixed when the dataset is made \
                (default {} on a Cluster; a single Redis and the embedded engine have 1)",
         showing: stockd_redis::CLUSTER_PARTITIONS_DEFAULT,
@@ -161,8 +177,7 @@ serve_settings! {
                (default {}; 0.0.0.0:PORT for every interface, which needs --tokens)",
     }
     data_dir: PathBuf {
-        arg: [env = "STOCKD_DATA_DIR", value_name = "DIR"],
-        key: data_dir,
+        arg: [env = "STOCKD_DATA_DIR", value_name = "DIR"], key: data_dir,
         default: PathBuf::from(DATA_DIR_DEFAULT),
         help: "Directory of the write-ahead log and snapshots of the embedded engine \
                (default {})",
@@ -194,8 +209,7 @@ serve_settings! {
                production)",
     }
     hold_retention_ms: u64 {
-        arg: [env = "STOCKD_HOLD_RETENTION_MS", value_name = "MS"],
-        key: hold_retention_ms,
+        arg: [env = "STOCKD_HOLD_RETENTION_MS", value_name = "MS"], key: hold_retention_ms,
         default: HOLD_RETENTION_MS_DEFAULT,
         help: "How long released, expired and refunded holds are kept, for idempotent retries \
                (default {}, 24 h). On Redis, the dataset's: stored when it is made",
@@ -208,62 +222,48 @@ serve_settings! {
                Redis, the dataset's: stored when it is made",
     }
     event_retention_max: usize {
-        arg: [env = "STOCKD_EVENT_RETENTION_MAX", value_name = "N"],
-        key: event_retention_max,
+        arg: [env = "STOCKD_EVENT_RETENTION_MAX", value_name = "N"], key: event_retention_max,
         default: stockd_redis::EVENT_RETENTION_MAX_DEFAULT,
         help: "Events kept for the feed; a consumer further behind gets 410 events_expired \
                (default {}). On Redis, the dataset's: stored when it is made",
     }
     snapshot_every_records: u64 {
-        arg: [env = "STOCKD_SNAPSHOT_EVERY_RECORDS", value_name = "N"],
-        key: snapshot_every_records,
+        arg: [env = "STOCKD_SNAPSHOT_EVERY_RECORDS", value_name = "N"], key: snapshot_every_records,
         default: EngineConfig::new(DATA_DIR_DEFAULT).snapshot_every_records,
         help: "Log records between snapshots of the embedded engine (default {})",
     }
     max_connections: usize {
-        arg: [env = "STOCKD_MAX_CONNECTIONS", value_name = "N"],
-        key: max_connections,
-        default: ConnectionLimits::default().max_connections,
-        range: MAX_CONNECTIONS_RANGE,
+        arg: [env = "STOCKD_MAX_CONNECTIONS", value_name = "N"], key: max_connections,
+        default: ConnectionLimits::default().max_connections, range: MAX_CONNECTIONS,
         help: "Connections open at once; past it, new ones wait in the listen backlog. Keep it \
                under the process's open-files limit, `ulimit -n` (default {})",
     }
     header_timeout_ms: u64 {
-        arg: [env = "STOCKD_HEADER_TIMEOUT_MS", value_name = "MS"],
-        key: header_timeout_ms,
-        default: millis(ConnectionLimits::default().header_timeout),
-        range: TIMEOUT_MS_RANGE, unit " (milliseconds)",
+        arg: [env = "STOCKD_HEADER_TIMEOUT_MS", value_name = "MS"], key: header_timeout_ms,
+        default: millis(ConnectionLimits::default().header_timeout), range: TIMEOUT_MS,
         help: "How long a request head may take to arrive from its first byte, and a new \
                connection to send its first request, before the connection is closed \
                (default {})",
     }
     body_timeout_ms: u64 {
-        arg: [env = "STOCKD_BODY_TIMEOUT_MS", value_name = "MS"],
-        key: body_timeout_ms,
-        default: millis(BODY_TIMEOUT_DEFAULT),
-        range: TIMEOUT_MS_RANGE, unit " (milliseconds)",
+        arg: [env = "STOCKD_BODY_TIMEOUT_MS", value_name = "MS"], key: body_timeout_ms,
+        default: millis(BODY_TIMEOUT_DEFAULT), range: TIMEOUT_MS,
         help: "How long a request body may take to arrive in full once its head has; slower \
                gets 408 request_timeout and the connection is closed (default {})",
     }
     idle_timeout_ms: u64 {
-        arg: [env = "STOCKD_IDLE_TIMEOUT_MS", value_name = "MS"],
-        key: idle_timeout_ms,
-        default: millis(ConnectionLimits::default().idle_timeout),
-        range: TIMEOUT_MS_RANGE, unit " (milliseconds)",
+        arg: [env = "STOCKD_IDLE_TIMEOUT_MS", value_name = "MS"], key: idle_timeout_ms,
+        default: millis(ConnectionLimits::default().idle_timeout), range: TIMEOUT_MS,
         help: "How long a keep-alive connection may wait for its next request (default {})",
     }
     write_timeout_ms: u64 {
-        arg: [env = "STOCKD_WRITE_TIMEOUT_MS", value_name = "MS"],
-        key: write_timeout_ms,
-        default: millis(ConnectionLimits::default().write_timeout),
-        range: TIMEOUT_MS_RANGE, unit " (milliseconds)",
+        arg: [env = "STOCKD_WRITE_TIMEOUT_MS", value_name = "MS"], key: write_timeout_ms,
+        default: millis(ConnectionLimits::default().write_timeout), range: TIMEOUT_MS,
         help: "How long a write may stay blocked on a client that does not read (default {})",
     }
     max_header_bytes: usize {
-        arg: [env = "STOCKD_MAX_HEADER_BYTES", value_name = "BYTES"],
-        key: max_header_bytes,
-        default: ConnectionLimits::default().max_header_bytes,
-        range: MAX_HEADER_BYTES_RANGE,
+        arg: [env = "STOCKD_MAX_HEADER_BYTES", value_name = "BYTES"], key: max_header_bytes,
+        default: ConnectionLimits::default().max_header_bytes, range: MAX_HEADER_BYTES,
         help: "Largest request head, request line and headers, in bytes; larger gets 431 \
                (default {})",
     }
@@ -278,7 +278,7 @@ serve_settings! {
         default: serve_worker_threads(
             std::thread::available_parallelism().map_or(1, usize::from),
         ),
-        range: WORKER_THREADS_RANGE,
+        range: WORKER_THREADS,
         help: "HTTP worker threads (default one per core but one, at least one: the engine's \
                writer thread keeps a core)",
     }
@@ -298,9 +298,9 @@ fn millis(duration: std::time::Duration) -> u64 {
 fn check_range<T: PartialOrd + Display>(
     name: &str,
     value: Option<&T>,
-    range: RangeInclusive<T>,
-    unit: &str,
+    bounds: &Bounds<T>,
 ) -> Result<(), String> {
+    let Bounds { range, unit } = bounds;
     match value {
         Some(value) if !range.contains(value) => Err(format!(
             "{name} must be from {} to {}{unit}, got {value}",
