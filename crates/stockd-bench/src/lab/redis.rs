@@ -438,6 +438,20 @@ mod tests {
         (dir, server, connection, other)
     }
 
+    /// The lock under test, with a 300 ms lease, acquired on `connection` as "mine".
+    async fn acquired_as_mine(connection: &mut MultiplexedConnection) -> (LeaseLock, Held) {
+        let lock = LeaseLock {
+            key: "lab:test:lock".into(),
+            lease: Duration::from_millis(300),
+        };
+        let held = lock
+            .try_acquire(connection, "mine".into())
+            .await
+            .unwrap()
+            .expect("a free lock is acquired");
+        (lock, held)
+    }
+
     /// Who holds the lock at `key` now, if anyone.
     async fn lock_owner(connection: &mut MultiplexedConnection, key: &str) -> Option<String> {
         redis::cmd("GET")
@@ -450,15 +464,7 @@ mod tests {
     #[tokio::test]
     async fn the_watchdog_keeps_a_lease_alive_while_it_is_held_and_stops_after() {
         let (_dir, _server, mut connection, mut other) = two_connections().await;
-        let lock = LeaseLock {
-            key: "lab:test:lock".into(),
-            lease: Duration::from_millis(300),
-        };
-        let held = lock
-            .try_acquire(&mut connection, "mine".into())
-            .await
-            .unwrap()
-            .expect("a free lock is acquired");
+        let (lock, held) = acquired_as_mine(&mut connection).await;
         assert!(lock
             .try_acquire(&mut other, "theirs".into())
             .await
@@ -484,15 +490,7 @@ mod tests {
     #[tokio::test]
     async fn a_lease_that_ran_out_is_not_released_and_says_so() {
         let (_dir, _server, mut connection, mut other) = two_connections().await;
-        let lock = LeaseLock {
-            key: "lab:test:lock".into(),
-            lease: Duration::from_millis(300),
-        };
-        let held = lock
-            .try_acquire(&mut connection, "mine".into())
-            .await
-            .unwrap()
-            .unwrap();
+        let (lock, held) = acquired_as_mine(&mut connection).await;
         // Someone deletes it by hand (a stuck-lock "fix"), and another buyer takes it.
         redis::cmd("DEL")
             .arg(&lock.key)
