@@ -924,17 +924,11 @@ fn error_schema(spec: &ErrorSpec) -> RefOr<Schema> {
     .into()
 }
 
-/// The row of `table` for the API's operation `method` on `route`.
-fn row<T>(
-    table: &'static [(api::Operation, T)],
-    route: RouteId,
-    method: &Method,
-) -> Option<&'static T> {
+/// The row of `table` for `operation`.
+fn row<T>(table: &'static [(api::Operation, T)], operation: api::Operation) -> Option<&'static T> {
     table
         .iter()
-        .find(|(operation, _)| {
-            operation.method == method.as_str() && operation.path == route.path()
-        })
+        .find(|(key, _)| *key == operation)
         .map(|(_, value)| value)
 }
 
@@ -945,12 +939,22 @@ fn exact_operation(
     problems: &mut Vec<String>,
 ) {
     let what = format!("{method} {}", route.path());
+    // The API's operation this is (the route table's), the key of the tables.
+    let Some(this) = route
+        .operations()
+        .iter()
+        .copied()
+        .find(|operation| operation.method == method.as_str())
+    else {
+        problems.push(format!("{what}: the route table has no such operation"));
+        return;
+    };
     // Open routes opt out of the global bearer requirement with `security: [{}]`.
     if route.is_open() != operation.security.is_some() {
         problems.push(format!("{what}: security does not match the auth rules"));
     }
     // Parameters.
-    let query_rules = row(QUERY_RULES, route, method).map_or(&[][..], |rules| *rules);
+    let query_rules = row(QUERY_RULES, this).map_or(&[][..], |rules| *rules);
     for parameter in operation.parameters.iter_mut().flatten() {
         let name = parameter.name.clone();
         let rule = match parameter.parameter_in {
@@ -1004,7 +1008,7 @@ fn exact_operation(
     }
     // Responses: the annotated successes, then every error status from the tables (the one
     // list of an operation's errors: the annotations name none).
-    let Some(particular) = row(OPERATION_ERRORS, route, method) else {
+    let Some(particular) = row(OPERATION_ERRORS, this) else {
         problems.push(format!("{what}: no entry in OPERATION_ERRORS"));
         return;
     };

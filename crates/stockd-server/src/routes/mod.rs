@@ -24,6 +24,7 @@ use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter};
 use axum::Router;
+use stockd_api as api;
 use stockd_core::{Backend, Command, Reply};
 
 use crate::auth::Auth;
@@ -43,19 +44,25 @@ pub(crate) mod paths {
     pub const CONSOLE_ASSET: &str = "/ui/assets/{file}";
 }
 
-/// Declares the route table: each route once, with its path, who may call it, and its handler
-/// per method. Everything else that lists routes is generated from it: [`RouteId`] (the metrics'
-/// route label, [`RouteId::from_path`] for the edge), the access rules [`RouteId::access`] and
+/// Declares the route table: each route once, with who may call it and its handler per
+/// operation. An API route names its operations ([`stockd_api`]: each one's method and path,
+/// declared there once and shared with the client), so the table restates neither; the
+/// console's files, which are not API, have their path and method here. Everything else that
+/// lists routes is generated from it: [`RouteId`] (the metrics' route label,
+/// [`RouteId::from_path`] for the edge), the access rules [`RouteId::access`] and
 /// [`RouteId::is_admin_only`] (auth), the router ([`add_routes`]), and the OpenAPI document's
 /// operations (`api_handlers!`, which hands the API routes' handlers to `openapi.rs`). A new
 /// route is one line here (and its handler); a route missing from the table does not exist.
 macro_rules! route_table {
     (
         api { $(
-            $id:ident $path:path => { $( $method:ident $(($role:ident))? => $handler:path ),+ $(,)? }
+            $id:ident => {
+                $first:ident $(($first_role:ident))? => $first_handler:path
+                $(, $operation:ident $(($role:ident))? => $handler:path )* $(,)?
+            }
         ),+ $(,)? }
         open { $(
-            $open_id:ident $open_path:path => { $( $open_method:ident => $open_handler:path ),+ $(,)? }
+            $open_id:ident => { $open_operation:ident => $open_handler:path $(,)? }
         ),+ $(,)? }
         console { $(
             $console_id:ident $console_path:path => { $( $console_method:ident => $console_handler:path ),+ $(,)? }
@@ -76,10 +83,11 @@ macro_rules! route_table {
                 $(RouteId::$console_id,)+
             ];
 
+            /// The path template: an API route's is its operations' (all the same, tested).
             pub(crate) fn path(self) -> &'static str {
                 match self {
-                    $(RouteId::$open_id => $open_path,)+
-                    $(RouteId::$id => $path,)+
+                    $(RouteId::$open_id => api::$open_operation.path,)+
+                    $(RouteId::$id => api::$first.path,)+
                     $(RouteId::$console_id => $console_path,)+
                 }
             }
@@ -97,20 +105,31 @@ macro_rules! route_table {
                 }
             }
 
-            /// The methods this route serves (checked against the API's operations).
-            #[cfg(test)]
-            pub(crate) fn methods(self) -> &'static [&'static str] {
+            /// The API's operations this route serves (none for the console's files).
+            pub(crate) fn operations(self) -> &'static [api::Operation] {
                 match self {
-                    $(RouteId::$open_id => &[$(stringify!($open_method)),+],)+
-                    $(RouteId::$id => &[$(stringify!($method)),+],)+
-                    $(RouteId::$console_id => &[$(stringify!($console_method)),+],)+
+                    $(RouteId::$open_id => &[api::$open_operation],)+
+                    $(RouteId::$id => &[api::$first $(, api::$operation)*],)+
+                    $(RouteId::$console_id => &[],)+
+                }
+            }
+
+            /// The methods this route serves.
+            #[cfg(test)]
+            pub(crate) fn methods(self) -> Vec<&'static str> {
+                match self {
+                    $(RouteId::$console_id => vec![$(stringify!($console_method)),+],)+
+                    _ => self.operations().iter().map(|operation| operation.method).collect(),
                 }
             }
 
             /// Whether `method` on this route needs an admin token.
             pub(crate) fn is_admin_only(self, method: &Method) -> bool {
                 match self {
-                    $(RouteId::$id => false $(|| (*method == Method::$method && role!($($role)?)))+,)+
+                    $(RouteId::$id => {
+                        (method.as_str() == api::$first.method && role!($($first_role)?))
+                            $(|| (method.as_str() == api::$operation.method && role!($($role)?)))*
+                    })+
                     _ => false,
                 }
             }
@@ -119,8 +138,16 @@ macro_rules! route_table {
         /// Every route of the table on `router`, each method to its handler.
         fn add_routes(router: Router<App>) -> Router<App> {
             router
-                $(.route($open_path, MethodRouter::new() $(.on(MethodFilter::$open_method, $open_handler))+))+
-                $(.route($path, MethodRouter::new() $(.on(MethodFilter::$method, $handler))+))+
+                $(.route(
+                    api::$open_operation.path,
+                    MethodRouter::new().on(method_filter(&api::$open_operation), $open_handler),
+                ))+
+                $(.route(
+                    api::$first.path,
+                    MethodRouter::new()
+                        .on(method_filter(&api::$first), $first_handler)
+                        $(.on(method_filter(&api::$operation), $handler))*,
+                ))+
                 $(.route($console_path, MethodRouter::new() $(.on(MethodFilter::$console_method, $console_handler))+))+
         }
 
@@ -128,11 +155,19 @@ macro_rules! route_table {
         /// (the open and the token routes; not the console's files).
         macro_rules! api_handlers {
             ($callback:ident) => {
-                $callback!($($($open_handler,)+)+ $($($handler,)+)+);
+                $callback!($($open_handler,)+ $($first_handler, $($handler,)*)+);
             };
         }
         pub(crate) use api_handlers;
     };
+}
+
+/// The router's filter for `operation`'s method.
+fn method_filter(operation: &api::Operation) -> MethodFilter {
+    Method::from_bytes(operation.method.as_bytes())
+        .ok()
+        .and_then(|method| MethodFilter::try_from(method).ok())
+        .expect("stockd_api's operations use the standard methods (GET, PUT, POST, DELETE)")
 }
 
 /// `admin` in the table: the method needs an admin token.
@@ -159,31 +194,31 @@ pub(crate) enum Access {
 
 route_table! {
     api {
-        Pools paths::POOLS => { GET => pools::list_pools },
-        Pool paths::POOL => {
-            PUT(admin) => pools::put_pool,
-            GET => pools::get_pool,
-            DELETE(admin) => pools::delete_pool,
+        Pools => { LIST_POOLS => pools::list_pools },
+        Pool => {
+            PUT_POOL(admin) => pools::put_pool,
+            GET_POOL => pools::get_pool,
+            DELETE_POOL(admin) => pools::delete_pool,
         },
-        PoolRestock paths::POOL_RESTOCK => { POST(admin) => pools::restock_pool },
-        Holds paths::HOLDS => { GET => holds::list_holds, POST => holds::reserve },
-        Hold paths::HOLD => { GET => holds::get_hold },
-        HoldConfirm paths::HOLD_CONFIRM => { POST => holds::confirm_hold },
-        HoldRelease paths::HOLD_RELEASE => { POST => holds::release_hold },
-        HoldExtend paths::HOLD_EXTEND => { POST => holds::extend_hold },
-        HoldRefund paths::HOLD_REFUND => { POST => holds::refund_hold },
-        Batch paths::BATCH => { POST => batch::batch },
-        Events paths::EVENTS => { GET => events::events },
-        EventPartitions paths::EVENT_PARTITIONS => { GET => events::partitions },
-        LockAcquire paths::LOCK_ACQUIRE => { POST => locks::acquire_lock },
-        LockRenew paths::LOCK_RENEW => { POST => locks::renew_lock },
-        LockRelease paths::LOCK_RELEASE => { POST => locks::release_lock },
+        PoolRestock => { RESTOCK(admin) => pools::restock_pool },
+        Holds => { LIST_HOLDS => holds::list_holds, RESERVE => holds::reserve },
+        Hold => { GET_HOLD => holds::get_hold },
+        HoldConfirm => { CONFIRM => holds::confirm_hold },
+        HoldRelease => { RELEASE => holds::release_hold },
+        HoldExtend => { EXTEND => holds::extend_hold },
+        HoldRefund => { REFUND => holds::refund_hold },
+        Batch => { BATCH => batch::batch },
+        Events => { EVENTS => events::events },
+        EventPartitions => { EVENT_PARTITIONS => events::partitions },
+        LockAcquire => { LOCK_ACQUIRE => locks::acquire_lock },
+        LockRenew => { LOCK_RENEW => locks::renew_lock },
+        LockRelease => { LOCK_RELEASE => locks::release_lock },
     }
     open {
-        Healthz paths::HEALTHZ => { GET => ops::healthz },
-        Readyz paths::READYZ => { GET => ops::readyz },
-        Metrics paths::METRICS => { GET => ops::metrics },
-        OpenApi paths::OPENAPI => { GET => ops::openapi_json },
+        Healthz => { HEALTHZ => ops::healthz },
+        Readyz => { READYZ => ops::readyz },
+        Metrics => { METRICS => ops::metrics },
+        OpenApi => { OPENAPI => ops::openapi_json },
     }
     console {
         Console paths::CONSOLE => { GET => console::redirect },
@@ -333,13 +368,28 @@ mod tests {
     }
 
     /// The API routes of the table are exactly the API's operations, which the client also
-    /// builds its calls from: neither can gain or lose one alone.
+    /// builds its calls from: neither can gain or lose one alone. A route's operations share its
+    /// path, and each is served once.
     #[test]
     fn the_api_routes_are_the_shared_operations() {
+        for route in RouteId::ALL {
+            for operation in route.operations() {
+                assert_eq!(operation.path, route.path(), "{route:?}");
+            }
+            let mut methods = route.methods();
+            methods.sort_unstable();
+            methods.dedup();
+            assert_eq!(methods.len(), route.methods().len(), "{route:?}");
+        }
         let mut served: Vec<(&str, &str)> = RouteId::ALL
             .iter()
             .filter(|route| route.access() != Access::Console)
-            .flat_map(|route| route.methods().iter().map(|method| (*method, route.path())))
+            .flat_map(|route| {
+                route
+                    .methods()
+                    .into_iter()
+                    .map(|method| (method, route.path()))
+            })
             .collect();
         let mut operations: Vec<(&str, &str)> = stockd_api::OPERATIONS
             .iter()
