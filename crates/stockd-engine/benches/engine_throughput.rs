@@ -14,38 +14,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use stockd_core::{
-    Command, Effects, HoldId, HoldItem, PoolId, PoolSpec, ReserveRequest, State, StateConfig,
-};
-use stockd_engine::{Engine, EngineConfig, SystemClock};
+use stockd_core::{Command, Effects, State, StateConfig};
+
+use hot_pool::{engine_without_snapshots, put_pool};
+
+mod hot_pool;
 
 const BATCH: usize = 1_000;
 const SUBMITTERS: usize = 4;
 
-fn put_pool() -> Command {
-    Command::PutPool {
-        pool: PoolId::parse("hot").unwrap(),
-        spec: PoolSpec {
-            total: stockd_core::limits::TOTAL_MAX,
-            ..PoolSpec::default()
-        },
-        if_absent: false,
-    }
-}
-
 fn claim(n: u64) -> Command {
-    Command::Reserve(ReserveRequest {
-        hold_id: HoldId::parse(&format!("order-{n}")).unwrap(),
-        user: None,
-        items: vec![HoldItem {
-            pool: PoolId::parse("hot").unwrap(),
-            qty: 1,
-        }]
-        .into(),
-        ttl_ms: 600_000,
-        confirm: true,
-        wait_ms: 0,
-    })
+    hot_pool::claim(&format!("order-{n}"), None)
 }
 
 fn bench(c: &mut Criterion) {
@@ -82,10 +61,7 @@ fn bench(c: &mut Criterion) {
     });
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = EngineConfig::new(dir.path());
-    config.snapshot_every_records = u64::MAX;
-    let engine = Engine::open(config, Arc::new(SystemClock)).unwrap();
+    let (engine, _dir) = engine_without_snapshots();
     runtime.block_on(engine.execute(vec![put_pool()])).unwrap();
     let next = Arc::new(AtomicU64::new(0));
     group.bench_function("engine_wal", |b| {

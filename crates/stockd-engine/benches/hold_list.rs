@@ -12,10 +12,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use stockd_core::{
-    Command, Effects, HoldId, HoldItem, HoldStatus, PoolId, PoolSpec, Reply, ReserveRequest, State,
-    StateConfig, Step, UserId,
-};
+use stockd_core::{Command, Effects, HoldStatus, PoolId, Reply, State, StateConfig, Step, UserId};
+
+use hot_pool::{claim, put_pool};
+
+mod hot_pool;
 
 const HOLDS: u64 = 1_000_000;
 const USERS: u64 = 1_000;
@@ -28,37 +29,12 @@ fn hold_id(n: u64) -> String {
 fn filled_state() -> State {
     let mut state = State::new(StateConfig::default());
     let mut effects = Effects::default();
-    state.execute(
-        Command::PutPool {
-            pool: PoolId::parse("hot").unwrap(),
-            spec: PoolSpec {
-                total: stockd_core::limits::TOTAL_MAX,
-                ..PoolSpec::default()
-            },
-            if_absent: false,
-        },
-        1,
-        &mut effects,
-    );
+    state.execute(put_pool(), 1, &mut effects);
     let started = Instant::now();
     for n in 0..HOLDS {
         effects.clear();
-        state.execute(
-            Command::Reserve(ReserveRequest {
-                hold_id: HoldId::parse(&hold_id(n)).unwrap(),
-                user: Some(UserId::parse(&format!("user-{}", n % USERS)).unwrap()),
-                items: vec![HoldItem {
-                    pool: PoolId::parse("hot").unwrap(),
-                    qty: 1,
-                }]
-                .into(),
-                ttl_ms: 600_000,
-                confirm: true,
-                wait_ms: 0,
-            }),
-            2,
-            &mut effects,
-        );
+        let user = format!("user-{}", n % USERS);
+        state.execute(claim(&hold_id(n), Some(&user)), 2, &mut effects);
     }
     eprintln!(
         "{} retained holds made in {:.1} s",

@@ -10,28 +10,20 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stockd_core::{Command, HoldId, HoldItem, PoolId, PoolSpec, ReserveRequest};
-use stockd_engine::{Engine, EngineConfig, SystemClock};
+use stockd_core::Command;
+
+use hot_pool::{engine_without_snapshots, put_pool};
+
+#[path = "../benches/hot_pool/mod.rs"]
+mod hot_pool;
 
 const BATCH: u64 = 1_000;
 const REPORTED: Duration = Duration::from_millis(30);
 
 fn claim(n: u64) -> Command {
-    Command::Reserve(ReserveRequest {
-        hold_id: HoldId::parse(&format!("order-{n}")).expect("valid id"),
-        user: None,
-        items: vec![HoldItem {
-            pool: PoolId::parse("hot").expect("valid id"),
-            qty: 1,
-        }]
-        .into(),
-        ttl_ms: 600_000,
-        confirm: true,
-        wait_ms: 0,
-    })
+    hot_pool::claim(&format!("order-{n}"), None)
 }
 
 fn main() {
@@ -40,21 +32,10 @@ fn main() {
         None => 4_000_000,
     };
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let mut config = EngineConfig::new(dir.path());
     // Snapshots are a pause of their own kind (another thread); this measures growth alone.
-    config.snapshot_every_records = u64::MAX;
-    let engine = Engine::open(config, Arc::new(SystemClock)).expect("engine");
+    let (engine, _dir) = engine_without_snapshots();
     runtime.block_on(async {
-        let pool = Command::PutPool {
-            pool: PoolId::parse("hot").expect("valid id"),
-            spec: PoolSpec {
-                total: stockd_core::limits::TOTAL_MAX,
-                ..PoolSpec::default()
-            },
-            if_absent: false,
-        };
-        engine.execute(vec![pool]).await.expect("pool");
+        engine.execute(vec![put_pool()]).await.expect("pool");
         let started = Instant::now();
         let (mut longest, mut reported) = (Duration::ZERO, 0);
         let mut made = 0;

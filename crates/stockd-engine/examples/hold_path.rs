@@ -15,39 +15,17 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use std::sync::Arc;
+use stockd_core::{Command, Effects, State, StateConfig};
 
-use stockd_core::{
-    Command, Effects, HoldId, HoldItem, PoolId, PoolSpec, ReserveRequest, State, StateConfig,
-};
-use stockd_engine::{Engine, EngineConfig, SystemClock};
+use hot_pool::{engine_without_snapshots, put_pool};
+
+#[path = "../benches/hot_pool/mod.rs"]
+mod hot_pool;
 
 const BATCH: u64 = 1_000;
 
-fn put_pool() -> Command {
-    Command::PutPool {
-        pool: PoolId::parse("hot").expect("valid id"),
-        spec: PoolSpec {
-            total: stockd_core::limits::TOTAL_MAX,
-            ..PoolSpec::default()
-        },
-        if_absent: false,
-    }
-}
-
 fn claim(prefix: &str, n: u64) -> Command {
-    Command::Reserve(ReserveRequest {
-        hold_id: HoldId::parse(&format!("{prefix}{n}")).expect("valid id"),
-        user: None,
-        items: vec![HoldItem {
-            pool: PoolId::parse("hot").expect("valid id"),
-            qty: 1,
-        }]
-        .into(),
-        ttl_ms: 600_000,
-        confirm: true,
-        wait_ms: 0,
-    })
+    hot_pool::claim(&format!("{prefix}{n}"), None)
 }
 
 fn batches(holds: u64, prefix: &str) -> impl Iterator<Item = Vec<Command>> + '_ {
@@ -73,10 +51,7 @@ fn core(holds: u64, prefix: &str) {
 
 fn engine(holds: u64, prefix: &str) {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let mut config = EngineConfig::new(dir.path());
-    config.snapshot_every_records = u64::MAX;
-    let engine = Engine::open(config, Arc::new(SystemClock)).expect("engine");
+    let (engine, _dir) = engine_without_snapshots();
     runtime.block_on(async {
         engine.execute(vec![put_pool()]).await.expect("pool");
         for batch in batches(holds, prefix) {

@@ -5,10 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use stockd_core::{
-    Command, Error, EventKind, HoldId, HoldItem, HoldStatus, LockName, LockRequest, OwnerId,
-    PoolId, PoolSpec, Reply, RequestId, ReserveRequest,
+    Command, Error, EventKind, HoldId, HoldItem, HoldStatus, LockName, LockRequest, Outcome,
+    OwnerId, PoolId, PoolSpec, Reply, RequestId, ReserveRequest,
 };
 use stockd_engine::{Engine, EngineConfig, ManualClock};
+use tokio::task::JoinHandle;
 
 const T0: u64 = 1_700_000_000_000;
 
@@ -45,6 +46,14 @@ fn reserve(id: &str, pool_id: &str, qty: u64, ttl_ms: u64, wait_ms: u64) -> Comm
     })
 }
 
+fn confirm(id: &str) -> Command {
+    Command::Confirm { hold_id: hold(id) }
+}
+
+fn release(id: &str) -> Command {
+    Command::Release { hold_id: hold(id) }
+}
+
 struct Harness {
     dir: tempfile::TempDir,
     clock: Arc<ManualClock>,
@@ -70,6 +79,42 @@ impl Harness {
 
 async fn one(engine: &Engine, command: Command) -> Result<Reply, Error> {
     engine.execute(vec![command]).await.unwrap().remove(0)
+}
+
+/// Runs one command that must succeed.
+async fn ok(engine: &Engine, command: Command) -> Reply {
+    one(engine, command).await.unwrap()
+}
+
+/// Holds `o-0` to `o-{count - 1}` of one unit of `sku` each, each a request of its own.
+async fn hold_each(engine: &Engine, count: usize) {
+    for i in 0..count {
+        ok(engine, reserve(&format!("o-{i}"), "sku", 1, 60_000, 0)).await;
+    }
+}
+
+/// Runs `commands` as one request on a task of its own, for a test to act meanwhile.
+fn spawn_execute(engine: &Engine, commands: Vec<Command>) -> JoinHandle<Vec<Outcome>> {
+    let engine = engine.clone();
+    tokio::spawn(async move { engine.execute(commands).await.unwrap() })
+}
+
+/// Pokes the engine until `task` has finished, moving the clock `step_ms` before each poke;
+/// bounded, so a task that never finishes fails the test with `what`.
+async fn poke_until_finished<T>(
+    h: &Harness,
+    engine: &Engine,
+    task: &JoinHandle<T>,
+    step_ms: u64,
+    what: &str,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !task.is_finished() {
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        h.clock.advance(step_ms);
+        engine.poke();
+        tokio::task::yield_now().await;
+    }
 }
 
 async fn pool_counts(engine: &Engine, id: &str) -> (u64, u64, u64, u64) {
@@ -117,21 +162,10 @@ async fn wait_for_parked_waiter(engine: &Engine) {
 async fn acknowledged_changes_survive_restart() {
     let h = Harness::new();
     let engine = h.open();
-    one(&engine, put("sku", 10)).await.unwrap();
-    one(&engine, reserve("o-1", "sku", 3, 60_000, 0))
-        .await
-        .unwrap();
-    one(&engine, reserve("o-2", "sku", 2, 60_000, 0))
-        .await
-        .unwrap();
-    one(
-        &engine,
-        Command::Confirm {
-            hold_id: hold("o-2"),
-        },
-    )
-    .await
-    .unwrap();
+    ok(&engine, put("sku", 10)).await;
+    ok(&engine, reserve("o-1", "sku", 3, 60_000, 0)).await;
+    ok(&engine, reserve("o-2", "sku", 2, 60_000, 0)).await;
+    ok(&engine, confirm("o-2")).await;
     let before = engine.events(0, 0, 1000, 0).await.unwrap().events;
     // Dropped without shutdown: no final snapshot, recovery must replay the log.
     drop(engine);
@@ -142,14 +176,7 @@ async fn acknowledged_changes_survive_restart() {
     assert_eq!(status(&engine, "o-2").await, HoldStatus::Confirmed);
     let after = engine.events(0, 0, 1000, 0).await.unwrap().events;
     assert_eq!(before, after, "the event feed is rebuilt exactly");
-    one(
-        &engine,
-        Command::Release {
-            hold_id: hold("o-1"),
-        },
-    )
-    .await
-    .unwrap();
+    ok(&engine, release("o-1")).await;
     let next = engine
         .events(0, before.last().unwrap().seq, 10, 0)
         .await
@@ -163,12 +190,8 @@ async fn acknowledged_changes_survive_restart() {
 async fn graceful_shutdown_snapshots_and_restart_replays_nothing() {
     let h = Harness::new();
     let engine = h.open();
-    one(&engine, put("sku", 10)).await.unwrap();
-    for i in 0..5 {
-        one(&engine, reserve(&format!("o-{i}"), "sku", 1, 60_000, 0))
-            .await
-            .unwrap();
-    }
+    ok(&engine, put("sku", 10)).await;
+    hold_each(&engine, 5).await;
     engine.shutdown().await;
     let engine = h.open();
     let stats = engine.stats();
@@ -195,20 +218,11 @@ async fn periodic_snapshots_keep_state_and_feed() {
     config.snapshot_every_records = 7;
     config.segment_bytes_max = 4 << 10;
     let engine = h.open_with(config.clone());
-    one(&engine, put("sku", 1000)).await.unwrap();
+    ok(&engine, put("sku", 1000)).await;
     for i in 0..150 {
-        one(&engine, reserve(&format!("o-{i}"), "sku", 1, 60_000, 0))
-            .await
-            .unwrap();
+        ok(&engine, reserve(&format!("o-{i}"), "sku", 1, 60_000, 0)).await;
         if i % 3 == 0 {
-            one(
-                &engine,
-                Command::Confirm {
-                    hold_id: hold(&format!("o-{i}")),
-                },
-            )
-            .await
-            .unwrap();
+            ok(&engine, confirm(&format!("o-{i}"))).await;
         }
     }
     let events = engine.events(0, 0, 1000, 0).await.unwrap().events;
@@ -247,13 +261,9 @@ async fn periodic_snapshots_keep_state_and_feed() {
 async fn holds_expire_without_traffic_and_across_restart() {
     let h = Harness::new();
     let engine = h.open();
-    one(&engine, put("sku", 5)).await.unwrap();
-    one(&engine, reserve("o-1", "sku", 2, 1_000, 0))
-        .await
-        .unwrap();
-    one(&engine, reserve("o-2", "sku", 3, 5_000, 0))
-        .await
-        .unwrap();
+    ok(&engine, put("sku", 5)).await;
+    ok(&engine, reserve("o-1", "sku", 2, 1_000, 0)).await;
+    ok(&engine, reserve("o-2", "sku", 3, 5_000, 0)).await;
     let seen = engine.events(0, 0, 100, 0).await.unwrap().next_after;
 
     h.clock.advance(1_000);
@@ -278,24 +288,12 @@ async fn holds_expire_without_traffic_and_across_restart() {
 async fn waiter_gets_released_units() {
     let h = Harness::new();
     let engine = h.open();
-    one(&engine, put("sku", 1)).await.unwrap();
-    one(&engine, reserve("o-1", "sku", 1, 60_000, 0))
-        .await
-        .unwrap();
-    let waiting = {
-        let engine = engine.clone();
-        tokio::spawn(async move { one(&engine, reserve("o-2", "sku", 1, 60_000, 10_000)).await })
-    };
+    ok(&engine, put("sku", 1)).await;
+    ok(&engine, reserve("o-1", "sku", 1, 60_000, 0)).await;
+    let waiting = spawn_execute(&engine, vec![reserve("o-2", "sku", 1, 60_000, 10_000)]);
     wait_for_parked_waiter(&engine).await;
-    one(
-        &engine,
-        Command::Release {
-            hold_id: hold("o-1"),
-        },
-    )
-    .await
-    .unwrap();
-    match waiting.await.unwrap() {
+    ok(&engine, release("o-1")).await;
+    match waiting.await.unwrap().remove(0) {
         Ok(Reply::Hold { hold, created }) => {
             assert!(created);
             assert_eq!(hold.status, HoldStatus::Held);
@@ -310,23 +308,11 @@ async fn waiter_gets_released_units() {
 async fn waiter_times_out_with_insufficient_stock() {
     let h = Harness::new();
     let engine = h.open();
-    one(&engine, put("sku", 0)).await.unwrap();
-    let waiting = {
-        let engine = engine.clone();
-        tokio::spawn(async move { one(&engine, reserve("o-1", "sku", 1, 60_000, 2_000)).await })
-    };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !waiting.is_finished() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "waiter never timed out"
-        );
-        h.clock.advance(100);
-        engine.poke();
-        tokio::task::yield_now().await;
-    }
+    ok(&engine, put("sku", 0)).await;
+    let waiting = spawn_execute(&engine, vec![reserve("o-1", "sku", 1, 60_000, 2_000)]);
+    poke_until_finished(&h, &engine, &waiting, 100, "waiter never timed out").await;
     assert!(matches!(
-        waiting.await.unwrap(),
+        waiting.await.unwrap().remove(0),
         Err(Error::InsufficientStock { .. })
     ));
     engine.shutdown().await;
@@ -365,36 +351,21 @@ async fn fencing_tokens_grow_across_restarts() {
 async fn batch_keeps_order_around_a_waiting_command() {
     let h = Harness::new();
     let engine = h.open();
-    one(&engine, put("sku", 2)).await.unwrap();
-    let batch = {
-        let engine = engine.clone();
-        tokio::spawn(async move {
-            engine
-                .execute(vec![
-                    reserve("o-1", "sku", 2, 60_000, 0),
-                    reserve("o-2", "sku", 1, 60_000, 1_000),
-                    Command::Release {
-                        hold_id: hold("o-1"),
-                    },
-                ])
-                .await
-                .unwrap()
-        })
-    };
+    ok(&engine, put("sku", 2)).await;
+    let batch = spawn_execute(
+        &engine,
+        vec![
+            reserve("o-1", "sku", 2, 60_000, 0),
+            reserve("o-2", "sku", 1, 60_000, 1_000),
+            release("o-1"),
+        ],
+    );
     // The release comes after o-2 in the batch, so it cannot feed o-2: o-2 waits out its
     // 1 s and fails, and only then is o-1 released.
     wait_for_parked_waiter(&engine).await;
     // Move time past o-2's wait but nowhere near o-1's deadline.
     h.clock.advance(1_500);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !batch.is_finished() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "batch never finished"
-        );
-        engine.poke();
-        tokio::task::yield_now().await;
-    }
+    poke_until_finished(&h, &engine, &batch, 0, "batch never finished").await;
     let outcomes = batch.await.unwrap();
     assert!(matches!(
         &outcomes[0],
@@ -426,7 +397,7 @@ async fn a_data_dir_serves_one_engine_at_a_time() {
 async fn events_after_the_largest_seq_are_empty_not_a_panic() {
     let h = Harness::new();
     let engine = h.open();
-    one(&engine, put("sku", 1)).await.unwrap();
+    ok(&engine, put("sku", 1)).await;
     let page = engine.events(0, u64::MAX, 10, 0).await.unwrap();
     assert!(page.events.is_empty());
     assert_eq!(page.next_after, u64::MAX);
@@ -441,7 +412,7 @@ async fn a_crowd_of_holds_lapsing_during_downtime_expires_after_restart() {
     let h = Harness::new();
     let engine = h.open();
     let holds = 25_000;
-    one(&engine, put("sku", holds)).await.unwrap();
+    ok(&engine, put("sku", holds)).await;
     for chunk in 0..(holds / 1_000) {
         let batch = (0..1_000)
             .map(|i| {
@@ -500,12 +471,8 @@ fn records_end(segment: &std::path::Path) -> usize {
 /// Ten holds, each acknowledged in a batch (a log frame) of its own, then a crash (drop).
 async fn ten_acknowledged_holds(h: &Harness) {
     let engine = h.open();
-    one(&engine, put("sku", 100)).await.unwrap();
-    for i in 0..10 {
-        one(&engine, reserve(&format!("o-{i}"), "sku", 1, 60_000, 0))
-            .await
-            .unwrap();
-    }
+    ok(&engine, put("sku", 100)).await;
+    hold_each(&engine, 10).await;
     drop(engine);
 }
 
@@ -535,9 +502,7 @@ async fn a_torn_log_tail_is_cut_and_everything_before_it_recovers() {
         Err(Error::HoldNotFound { .. })
     ));
     // Appending after the cut works, and survives another restart.
-    one(&engine, reserve("o-10", "sku", 1, 60_000, 0))
-        .await
-        .unwrap();
+    ok(&engine, reserve("o-10", "sku", 1, 60_000, 0)).await;
     drop(engine);
     let engine = h.open();
     assert_eq!(pool_counts(&engine, "sku").await, (100, 90, 10, 0));
@@ -575,19 +540,14 @@ async fn a_bit_flip_in_the_last_frame_drops_it_and_in_a_middle_frame_refuses_to_
 async fn a_batch_parks_behind_its_waiting_command_and_resumes_in_order() {
     let h = Harness::new();
     let engine = h.open();
-    one(&engine, put("sku", 0)).await.unwrap();
-    let batch = {
-        let engine = engine.clone();
-        tokio::spawn(async move {
-            engine
-                .execute(vec![
-                    reserve("w", "sku", 1, 60_000, 10_000),
-                    Command::GetPool { pool: pool("sku") },
-                ])
-                .await
-                .unwrap()
-        })
-    };
+    ok(&engine, put("sku", 0)).await;
+    let batch = spawn_execute(
+        &engine,
+        vec![
+            reserve("w", "sku", 1, 60_000, 10_000),
+            Command::GetPool { pool: pool("sku") },
+        ],
+    );
     wait_for_parked_waiter(&engine).await;
     // Other clients are not held up by the parked batch.
     assert_eq!(pool_counts(&engine, "sku").await, (0, 0, 0, 0));
@@ -634,7 +594,7 @@ async fn a_restock_retried_before_and_after_a_restart_is_a_replay_that_writes_no
     };
     let h = Harness::new();
     let engine = h.open();
-    one(&engine, put("sku", 10)).await.unwrap();
+    ok(&engine, put("sku", 10)).await;
     let first = one(&engine, restock(5)).await;
     assert_eq!(total_and_replayed(first), (15, false));
     let records = counter(&engine, "wal_records_total");
@@ -678,12 +638,8 @@ async fn the_feed_keeps_the_newest_events_up_to_its_retention() {
     let mut config = h.config();
     config.event_retention_max = 5;
     let engine = h.open_with(config.clone());
-    one(&engine, put("sku", 100)).await.unwrap();
-    for i in 0..6 {
-        one(&engine, reserve(&format!("o-{i}"), "sku", 1, 60_000, 0))
-            .await
-            .unwrap();
-    }
+    ok(&engine, put("sku", 100)).await;
+    hold_each(&engine, 6).await;
     // 7 events so far (seq 1..=7); the 5 newest (3..=7) are kept.
     let seqs =
         |page: &stockd_core::EventPage| page.events.iter().map(|e| e.seq).collect::<Vec<_>>();
@@ -747,7 +703,7 @@ async fn the_feed_is_one_partition_and_an_empty_feed_never_expires() {
         }
         other => panic!("partition 1 of a one-partition feed: {other:?}"),
     }
-    one(&engine, put("sku", 1)).await.unwrap();
+    ok(&engine, put("sku", 1)).await;
     let page = stockd_core::Backend::events(&engine, 0, 0, 100, 0)
         .await
         .unwrap()

@@ -215,38 +215,30 @@ impl From<EventV4> for Event {
             v3: EventV3 { v2, restock },
             request_id,
         } = old;
-        let EventV2 {
-            seq,
-            at_ms,
-            kind,
-            pool,
-            hold_id,
-            user,
-            items,
-            available,
-            total,
-            delta,
-            low_stock_threshold,
-            expires_at_ms,
-        } = v2;
         Event {
-            seq,
-            at_ms,
-            kind,
-            pool,
-            hold_id,
-            user,
-            items,
-            available,
-            total,
-            delta,
-            low_stock_threshold,
-            expires_at_ms,
             restock,
             request_id,
             // The engine creates a hold when it emits its `held` event.
-            created_at_ms: (kind == EventKind::Held).then_some(at_ms),
+            created_at_ms: (v2.kind == EventKind::Held).then_some(v2.at_ms),
+            ..Event::from_v2(v2)
         }
+    }
+}
+
+impl Event {
+    /// Format 2's fields of an event; the later ones unset.
+    fn from_v2(v2: EventV2) -> Event {
+        let mut event = Event::new(v2.seq, v2.at_ms, v2.kind);
+        event.pool = v2.pool;
+        event.hold_id = v2.hold_id;
+        event.user = v2.user;
+        event.items = v2.items;
+        event.available = v2.available;
+        event.total = v2.total;
+        event.delta = v2.delta;
+        event.low_stock_threshold = v2.low_stock_threshold;
+        event.expires_at_ms = v2.expires_at_ms;
+        event
     }
 }
 
@@ -262,33 +254,6 @@ impl From<EventV2> for Event {
     }
 }
 
-impl From<&Event> for EventV4 {
-    /// What format 4 would have stored of `event` (for tests of the reading path): all but
-    /// `created_at_ms`.
-    fn from(event: &Event) -> Self {
-        EventV4 {
-            v3: EventV3 {
-                v2: EventV2 {
-                    seq: event.seq,
-                    at_ms: event.at_ms,
-                    kind: event.kind,
-                    pool: event.pool.clone(),
-                    hold_id: event.hold_id.clone(),
-                    user: event.user.clone(),
-                    items: event.items.clone(),
-                    available: event.available,
-                    total: event.total,
-                    delta: event.delta,
-                    low_stock_threshold: event.low_stock_threshold,
-                    expires_at_ms: event.expires_at_ms,
-                },
-                restock: event.restock,
-            },
-            request_id: event.request_id.clone(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,31 +262,30 @@ mod tests {
 
     const T0: u64 = 1_700_000_000_000;
 
-    fn reserve(n: usize) -> Command {
-        Command::Reserve(ReserveRequest {
-            hold_id: HoldId::parse(&format!("h{n}")).unwrap(),
-            user: None,
-            items: vec![HoldItem {
-                pool: PoolId::parse("p").unwrap(),
-                qty: 1,
-            }]
-            .into(),
-            ttl_ms: 60_000,
-            confirm: false,
-            wait_ms: 0,
-        })
-    }
-
-    /// A pool of 5 units.
-    fn put_pool(pool: &PoolId) -> Command {
-        Command::PutPool {
+    /// A pool of 5 units, and a hold of one of them by a user (so that every field of a
+    /// `held` event is set).
+    fn pool_and_hold(pool: &PoolId) -> [Command; 2] {
+        let put = Command::PutPool {
             pool: pool.clone(),
             spec: PoolSpec {
                 total: 5,
                 ..PoolSpec::default()
             },
             if_absent: false,
-        }
+        };
+        let reserve = Command::Reserve(ReserveRequest {
+            hold_id: HoldId::parse("h1").unwrap(),
+            user: Some(UserId::parse("u").unwrap()),
+            items: vec![HoldItem {
+                pool: pool.clone(),
+                qty: 1,
+            }]
+            .into(),
+            ttl_ms: 60_000,
+            confirm: false,
+            wait_ms: 0,
+        });
+        [put, reserve]
     }
 
     /// A state that ran `commands` (each must succeed) at `T0`, and the events they made.
@@ -339,14 +303,24 @@ mod tests {
 
     /// A pool with one hold, and its events.
     fn one_hold() -> (State, Vec<Event>) {
-        state_after(&[put_pool(&PoolId::parse("p").unwrap()), reserve(1)])
+        state_after(&pool_and_hold(&PoolId::parse("p").unwrap()))
+    }
+
+    /// What format 4 stored of `event`: the bytes of its fields up to `request_id`, the current
+    /// event's first bytes (postcard is positional, and later formats only appended fields).
+    fn as_v4(event: &Event) -> EventV4 {
+        let bytes = postcard::to_allocvec(event).unwrap();
+        let (v4, created_at_ms) = postcard::take_from_bytes::<EventV4>(&bytes).unwrap();
+        assert_eq!(
+            created_at_ms,
+            postcard::to_allocvec(&event.created_at_ms).unwrap()
+        );
+        v4
     }
 
     /// A refund event, as an old format would have stored one.
     fn refunded(restock: Option<bool>) -> EventV3 {
-        let mut v2 = EventV4::from(&Event::new(99, T0, EventKind::Refunded))
-            .v3
-            .v2;
+        let mut v2 = as_v4(&Event::new(99, T0, EventKind::Refunded)).v3.v2;
         v2.hold_id = Some(HoldId::parse("h0").unwrap());
         v2.expires_at_ms = Some(T0);
         EventV3 { v2, restock }
@@ -369,7 +343,7 @@ mod tests {
         let (state, events) = one_hold();
         let old_events: Vec<EventV2> = events
             .iter()
-            .map(|event| EventV4::from(event).v3.v2)
+            .map(|event| as_v4(event).v3.v2)
             .chain(std::iter::once(refunded(None).v2))
             .collect();
         let payload = postcard::to_allocvec(&(
@@ -394,7 +368,7 @@ mod tests {
         let (state, events) = one_hold();
         let old_events: Vec<EventV3> = events
             .iter()
-            .map(|event| EventV4::from(event).v3)
+            .map(|event| as_v4(event).v3)
             .chain(std::iter::once(refunded(Some(false))))
             .collect();
         let payload = postcard::to_allocvec(&(
@@ -428,7 +402,7 @@ mod tests {
     #[test]
     fn a_format_4_snapshot_still_opens() {
         let (state, events) = one_hold();
-        let old_events: Vec<EventV4> = events.iter().map(EventV4::from).collect();
+        let old_events: Vec<EventV4> = events.iter().map(as_v4).collect();
         let payload =
             postcard::to_allocvec(&(SNAPSHOT_FORMAT_V4, state.snapshot(), &old_events)).unwrap();
         let (_, feed) = reopened(&payload, &state);
@@ -443,7 +417,7 @@ mod tests {
     fn a_nested_old_event_has_the_bytes_of_the_flat_one() {
         let (_, events) = one_hold();
         let held = events.iter().find(|e| e.kind == EventKind::Held).unwrap();
-        let v4 = EventV4::from(held);
+        let v4 = as_v4(held);
         let flat = (
             (held.seq, held.at_ms, held.kind, &held.pool, &held.hold_id),
             (
@@ -472,7 +446,8 @@ mod tests {
             delta: 2,
             request_id: Some(RequestId::parse("r").unwrap()),
         };
-        let (state, events) = state_after(&[put_pool(&pool), restock.clone()]);
+        let [put, _] = pool_and_hold(&pool);
+        let (state, events) = state_after(&[put, restock.clone()]);
         let payload = encode_snapshot(&state, events.iter());
         let (mut reopened, feed) = reopened(&payload, &state);
         assert_eq!(

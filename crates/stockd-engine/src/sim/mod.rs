@@ -1031,6 +1031,14 @@ mod tests {
         let deadline = env_u64("STOCKD_SIM_SECONDS")
             .map(|seconds| Instant::now() + Duration::from_secs(seconds));
         let started = Instant::now();
+        let progress = |totals: &Totals| {
+            let line = format!(
+                "{} seeds from {start} in {:?}",
+                totals.seeds,
+                started.elapsed()
+            );
+            print_totals(&line, totals);
+        };
         let mut totals = Totals::default();
         for seed in start..start.saturating_add(count) {
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
@@ -1041,24 +1049,10 @@ mod tests {
                 Err(report) => panic!("{report}"),
             }
             if totals.seeds % 10_000 == 0 {
-                print_totals(
-                    &format!(
-                        "{} seeds from {start} in {:?}",
-                        totals.seeds,
-                        started.elapsed()
-                    ),
-                    &totals,
-                );
+                progress(&totals);
             }
         }
-        print_totals(
-            &format!(
-                "{} seeds from {start} in {:?}",
-                totals.seeds,
-                started.elapsed()
-            ),
-            &totals,
-        );
+        progress(&totals);
         // The bounded run must reach every kind of trouble, or it proves less than it claims.
         if totals.seeds >= SEEDS_DEFAULT {
             let reached = [
