@@ -237,6 +237,23 @@ pub struct RunArgs {
     ttl_ms: u64,
 }
 
+/// `value` of `flag` when it is within `range`, else why not (`--ops must be 1..=1000, got 0`).
+fn within<T: PartialOrd + std::fmt::Display>(
+    flag: &str,
+    value: T,
+    range: std::ops::RangeInclusive<T>,
+) -> Result<T, String> {
+    if range.contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!(
+            "{flag} must be {}..={}, got {value}",
+            range.start(),
+            range.end()
+        ))
+    }
+}
+
 /// `10s`, `500ms`, `2m`, or a plain number of seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -304,12 +321,7 @@ impl RunArgs {
                             .into(),
                     );
                 }
-                if !(1_000..=86_400_000).contains(&self.ttl_ms) {
-                    return Err(format!(
-                        "--ttl-ms must be 1000..=86400000, got {}",
-                        self.ttl_ms
-                    ));
-                }
+                within("--ttl-ms", self.ttl_ms, 1_000..=86_400_000)?;
                 Scenario::Lifecycle {
                     confirm_share: self.confirm_share,
                     release_share: self.release_share,
@@ -317,9 +329,7 @@ impl RunArgs {
                 }
             }
             ScenarioName::Batch => {
-                if !(1..=1_000).contains(&self.ops) {
-                    return Err(format!("--ops must be 1..=1000, got {}", self.ops));
-                }
+                within("--ops", self.ops, 1..=1_000)?;
                 Scenario::Batch { ops: self.ops }
             }
         };
@@ -328,12 +338,7 @@ impl RunArgs {
             Some(rate) if rate.is_finite() && rate > 0.0 => Pace::Open { rate_per_s: rate },
             Some(rate) => return Err(format!("--rate must be above 0, got {rate}")),
         };
-        if self.connections == 0 || self.connections > 100_000 {
-            return Err(format!(
-                "--connections must be 1..=100000, got {}",
-                self.connections
-            ));
-        }
+        within("--connections", self.connections, 1..=100_000)?;
         let urls = &self.connection.urls;
         if self.connections < urls.len() {
             return Err(format!(
@@ -384,25 +389,14 @@ pub async fn run(command: BenchCommand) -> ExitCode {
 fn worker_threads(given: Option<usize>) -> Result<usize, String> {
     match given {
         None => Ok(stockd_bench::compare::default_worker_threads()),
-        Some(threads) if (1..=1024).contains(&threads) => Ok(threads),
-        Some(threads) => Err(format!("--worker-threads must be 1..=1024, got {threads}")),
+        Some(threads) => within("--worker-threads", threads, 1..=1024),
     }
 }
 
 impl CompareArgs {
     fn config(&self) -> Result<stockd_bench::compare::CompareConfig, String> {
-        if !(1..=10_000).contains(&self.connections) {
-            return Err(format!(
-                "--connections must be 1..=10000, got {}",
-                self.connections
-            ));
-        }
-        if !(1..=1_000_000_000_000).contains(&self.stock) {
-            return Err(format!(
-                "--stock must be 1..=1000000000000, got {}",
-                self.stock
-            ));
-        }
+        within("--connections", self.connections, 1..=10_000)?;
+        within("--stock", self.stock, 1..=1_000_000_000_000)?;
         if self.duration.is_zero() {
             return Err("--duration must be above 0".into());
         }
@@ -477,15 +471,8 @@ async fn run_seeds_stack(args: SeedsStackArgs) -> ExitCode {
 
 impl LabArgs {
     fn config(&self) -> Result<stockd_bench::lab::LabConfig, String> {
-        if !(1..=10_000).contains(&self.buyers) {
-            return Err(format!("--buyers must be 1..=10000, got {}", self.buyers));
-        }
-        if !(1..=1_000_000_000).contains(&self.stock) {
-            return Err(format!(
-                "--stock must be 1..=1000000000, got {}",
-                self.stock
-            ));
-        }
+        within("--buyers", self.buyers, 1..=10_000)?;
+        within("--stock", self.stock, 1..=1_000_000_000)?;
         if self.max_duration.is_zero() {
             return Err("--max-duration must be above 0".into());
         }
@@ -767,6 +754,15 @@ mod tests {
         assert!(
             why.contains("--spread-partitions") && why.contains("--scenario flash"),
             "{why}"
+        );
+    }
+
+    #[test]
+    fn out_of_range_flags_say_their_range() {
+        assert_eq!(within("--ops", 1_000_u64, 1..=1_000), Ok(1_000));
+        assert_eq!(
+            within("--stock", 0_u64, 1..=1_000_000_000_000),
+            Err("--stock must be 1..=1000000000000, got 0".to_owned())
         );
     }
 

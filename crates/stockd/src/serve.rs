@@ -45,34 +45,17 @@ pub enum BackendSettings {
     Redis(RedisConfig),
 }
 
-/// Settings after every source is merged. Its `Debug` hides the token secrets.
+/// Settings after every source is merged. Its `Debug` hides the token secrets (the server's
+/// configuration's does) and the Redis password (the target's does).
+#[derive(Debug)]
 pub struct Settings {
     pub listen: SocketAddr,
     pub backend: BackendSettings,
-    pub tokens: Vec<(String, Role)>,
     pub insecure_no_auth: bool,
-    pub body_timeout: Duration,
-    pub connections: ConnectionLimits,
+    /// The HTTP server's: tokens, body limit and timeout, connection limits.
+    pub server: ServerConfig,
     /// HTTP worker threads of the runtime main.rs builds.
     pub worker_threads: usize,
-}
-
-impl std::fmt::Debug for Settings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let roles: Vec<Role> = self.tokens.iter().map(|(_, role)| *role).collect();
-        f.debug_struct("Settings")
-            .field("listen", &self.listen)
-            .field("backend", &self.backend)
-            .field(
-                "tokens",
-                &format_args!("{} redacted ({roles:?})", roles.len()),
-            )
-            .field("insecure_no_auth", &self.insecure_no_auth)
-            .field("body_timeout", &self.body_timeout)
-            .field("connections", &self.connections)
-            .field("worker_threads", &self.worker_threads)
-            .finish()
-    }
 }
 
 fn parse_token(entry: &str) -> Result<(String, Role), String> {
@@ -134,10 +117,13 @@ impl ServeArgs {
         Ok(Settings {
             listen: values.listen,
             backend,
-            tokens,
             insecure_no_auth: values.insecure_no_auth,
-            body_timeout: Duration::from_millis(values.body_timeout_ms),
-            connections,
+            server: ServerConfig {
+                tokens,
+                body_limit_bytes: BODY_LIMIT_BYTES,
+                body_timeout: Duration::from_millis(values.body_timeout_ms),
+                connections,
+            },
             worker_threads: values.worker_threads,
         })
     }
@@ -146,7 +132,7 @@ impl ServeArgs {
 /// Serves with `settings` (read before the runtime started: its worker threads are one of
 /// them) until SIGTERM or SIGINT.
 pub async fn run(settings: Settings) -> ExitCode {
-    if settings.tokens.is_empty()
+    if settings.server.tokens.is_empty()
         && !settings.listen.ip().is_loopback()
         && !settings.insecure_no_auth
     {
@@ -190,12 +176,6 @@ pub async fn run(settings: Settings) -> ExitCode {
             }
         },
     };
-    let config = ServerConfig {
-        tokens: settings.tokens,
-        body_limit_bytes: BODY_LIMIT_BYTES,
-        body_timeout: settings.body_timeout,
-        connections: settings.connections,
-    };
     let worker_threads = tokio::runtime::Handle::current().metrics().num_workers();
     tracing::info!(listen = %settings.listen, worker_threads, "stockd serving");
     let refusal: Arc<std::sync::Mutex<Option<StartError>>> = Arc::default();
@@ -219,7 +199,7 @@ pub async fn run(settings: Settings) -> ExitCode {
             }
         }
     };
-    stockd_server::serve(listener, backend.clone(), config, stop).await;
+    stockd_server::serve(listener, backend.clone(), settings.server, stop).await;
     // In-flight requests are done; make everything durable before exiting.
     if let Err(error) = backend.shutdown().await {
         tracing::warn!(%error, "backend shutdown");
@@ -525,6 +505,7 @@ mod tests {
             "2500",
         ])
         .unwrap();
+        let limits = limits.server;
         assert_eq!(
             limits.connections.header_timeout,
             Duration::from_millis(100)

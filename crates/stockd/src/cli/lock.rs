@@ -62,18 +62,7 @@ pub(super) async fn run(session: &Session, command: LockCommand) -> Exit {
             wait_ms,
         } => {
             let call = Call::lock_acquire(&name, &owner, ttl_ms, wait_ms);
-            session
-                .show(call, |answer| {
-                    let lease = answer.decode()?;
-                    Ok(lease_line(
-                        &name,
-                        "acquired",
-                        &owner,
-                        &lease,
-                        human::now_ms(),
-                    ))
-                })
-                .await
+            show_lease(session, call, &name, "acquired", &owner).await
         }
         LockCommand::Renew {
             name,
@@ -82,18 +71,7 @@ pub(super) async fn run(session: &Session, command: LockCommand) -> Exit {
             ttl_ms,
         } => {
             let call = Call::lock_renew(&name, &owner, fence, ttl_ms);
-            session
-                .show(call, |answer| {
-                    let lease = answer.decode()?;
-                    Ok(lease_line(
-                        &name,
-                        "renewed",
-                        &owner,
-                        &lease,
-                        human::now_ms(),
-                    ))
-                })
-                .await
+            show_lease(session, call, &name, "renewed", &owner).await
         }
         LockCommand::Release { name, owner, fence } => {
             let call = Call::lock_release(&name, &owner, fence);
@@ -104,6 +82,16 @@ pub(super) async fn run(session: &Session, command: LockCommand) -> Exit {
                 .await
         }
     }
+}
+
+/// Sends an acquire or a renew and shows the lease it answers with ([`lease_line`]).
+async fn show_lease(session: &Session, call: Call, name: &str, what: &str, owner: &str) -> Exit {
+    session
+        .show(call, |answer| {
+            let lease = answer.decode()?;
+            Ok(lease_line(name, what, owner, &lease, human::now_ms()))
+        })
+        .await
 }
 
 /// `lock nightly acquired by worker-a: fence 7, expires <time> (in 30s)`.
