@@ -1,6 +1,7 @@
 //! The API's paths as the bench writes them into its requests, made from `stockd_api`'s
-//! operations: no path of the API is typed out in this crate, so a path the server stops
-//! serving fails the bench's build, not its run.
+//! operations: no path of the API is typed out in this crate's code (only its tests spell some
+//! out, as expected values), so a path the server stops serving fails the bench's build, not its
+//! run. Set-up and read-back go through `stockd-client`, whose calls are built the same way.
 //!
 //! Values go into a path as they are, not percent-encoded: the bench's pool and hold ids are
 //! made of letters, digits, `-`, `_`, `.` and `:`, which a path segment takes unchanged.

@@ -6,12 +6,12 @@
 //! every hold whose outcome is unknown, and checks the arithmetic against the answers.
 //!
 //! - [`Scenario`] and [`Run`] (here): the knobs, and a running scenario's state;
-//! - [`setup`]: the pools each scenario runs on, created on the server;
-//! - [`workload`]: the requests the driver sends, and what their answers tell;
-//! - [`body`]: the reserve bodies and ids, written by hand for speed;
-//! - [`ledger`]: what came of every hold sent;
-//! - [`admin`]: sequential requests for set-up and read-back;
-//! - [`verdict`]: the checks read back from the server after the run.
+//! - `setup`: the pools each scenario runs on, created on the server;
+//! - `workload`: the requests the driver sends, and what their answers tell;
+//! - `body`: the reserve bodies and ids, written by hand for speed;
+//! - `ledger`: what came of every hold sent;
+//! - `admin`: set-up and read-back, as `stockd-client` calls;
+//! - `verdict`: the checks read back from the server after the run.
 
 mod admin;
 mod body;
