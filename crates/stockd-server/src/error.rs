@@ -48,20 +48,6 @@ pub enum ApiError {
     PartitionRequired { partitions: u32 },
 }
 
-const fn edge(
-    code: &'static str,
-    status: u16,
-    fields: &'static [DetailField],
-    meaning: &'static str,
-) -> ErrorSpec {
-    ErrorSpec {
-        code,
-        status,
-        fields,
-        meaning,
-    }
-}
-
 /// `name`: an integer `>= min`.
 const fn int(name: &'static str, min: u64) -> DetailField {
     DetailField {
@@ -70,65 +56,38 @@ const fn int(name: &'static str, min: u64) -> DetailField {
     }
 }
 
-pub(crate) const INVALID_JSON: ErrorSpec = edge(
-    "invalid_json",
-    400,
-    &[],
-    "the body is not well-formed JSON, or could not be read",
-);
-pub(crate) const UNAUTHORIZED: ErrorSpec =
-    edge("unauthorized", 401, &[], "missing or unknown bearer token");
-pub(crate) const FORBIDDEN: ErrorSpec = edge(
-    "forbidden",
-    403,
-    &[],
-    "the token's role may not do this (pool writes need admin)",
-);
-pub(crate) const NOT_FOUND: ErrorSpec = edge("not_found", 404, &[], "no route has this path");
-pub(crate) const METHOD_NOT_ALLOWED: ErrorSpec = edge(
-    "method_not_allowed",
-    405,
-    &[],
-    "the path exists, not with this method (header Allow)",
-);
-pub(crate) const REQUEST_TIMEOUT: ErrorSpec = edge(
-    "request_timeout",
-    408,
-    &[int("timeout_ms", 0)],
-    "the body did not arrive in full within the body timeout; the connection is closed",
-);
-pub(crate) const PAYLOAD_TOO_LARGE: ErrorSpec = edge(
-    "payload_too_large",
-    413,
-    &[int("limit_bytes", 0)],
-    "the body is over the limit",
-);
-pub(crate) const PARTITION_REQUIRED: ErrorSpec = edge(
-    "partition_required",
-    422,
-    &[int("partitions", 1)],
-    "the feed has several partitions and none was named",
-);
-pub(crate) const BACKEND_UNAVAILABLE: ErrorSpec = edge(
-    "backend_unavailable",
-    503,
-    &[],
-    "the backend is unreachable or unsure: no change is claimed",
-);
+/// Declares each edge error's row as a constant, and [`EDGE_ERRORS`], from one line each:
+/// `NAME = (code, status, [detail fields], meaning)`.
+macro_rules! edge_errors {
+    ($($name:ident = ($code:literal, $status:literal, [$($field:expr),*], $meaning:literal),)+) => {
+        $(pub(crate) const $name: ErrorSpec = ErrorSpec {
+            code: $code,
+            status: $status,
+            fields: &[$($field),*],
+            meaning: $meaning,
+        };)+
 
-/// The errors only the HTTP edge can have; with the core's (`stockd_core::ERRORS`), every error
-/// the server sends.
-pub(crate) const EDGE_ERRORS: &[ErrorSpec] = &[
-    INVALID_JSON,
-    UNAUTHORIZED,
-    FORBIDDEN,
-    NOT_FOUND,
-    METHOD_NOT_ALLOWED,
-    REQUEST_TIMEOUT,
-    PAYLOAD_TOO_LARGE,
-    PARTITION_REQUIRED,
-    BACKEND_UNAVAILABLE,
-];
+        /// The errors only the HTTP edge can have; with the core's (`stockd_core::ERRORS`),
+        /// every error the server sends.
+        pub(crate) const EDGE_ERRORS: &[ErrorSpec] = &[$($name),+];
+    };
+}
+
+edge_errors! {
+    INVALID_JSON = ("invalid_json", 400, [], "the body is not well-formed JSON, or could not be read"),
+    UNAUTHORIZED = ("unauthorized", 401, [], "missing or unknown bearer token"),
+    FORBIDDEN = ("forbidden", 403, [], "the token's role may not do this (pool writes need admin)"),
+    NOT_FOUND = ("not_found", 404, [], "no route has this path"),
+    METHOD_NOT_ALLOWED = ("method_not_allowed", 405, [],
+        "the path exists, not with this method (header Allow)"),
+    REQUEST_TIMEOUT = ("request_timeout", 408, [int("timeout_ms", 0)],
+        "the body did not arrive in full within the body timeout; the connection is closed"),
+    PAYLOAD_TOO_LARGE = ("payload_too_large", 413, [int("limit_bytes", 0)], "the body is over the limit"),
+    PARTITION_REQUIRED = ("partition_required", 422, [int("partitions", 1)],
+        "the feed has several partitions and none was named"),
+    BACKEND_UNAVAILABLE = ("backend_unavailable", 503, [],
+        "the backend is unreachable or unsure: no change is claimed"),
+}
 
 impl ApiError {
     /// A 422 `invalid_request` with `message`.

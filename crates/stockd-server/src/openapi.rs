@@ -368,90 +368,42 @@ const fn core(kind: ErrorKind) -> &'static ErrorSpec {
 }
 
 /// The errors particular to each operation; the edge errors every operation can get are added
-/// by [`edge_errors`].
-const OPERATION_ERRORS: &[(api::Operation, &[&ErrorSpec])] = &[
-    (api::HEALTHZ, &[]),
-    (api::READYZ, &[]),
-    (api::METRICS, &[]),
-    (api::OPENAPI, &[]),
-    (api::PUT_POOL, &[core(ErrorKind::TotalBelowCommitted)]),
-    (api::GET_POOL, &[core(ErrorKind::PoolNotFound)]),
-    (
-        api::DELETE_POOL,
-        &[
-            core(ErrorKind::PoolNotFound),
-            core(ErrorKind::PoolHasActiveHolds),
-        ],
-    ),
-    (api::LIST_POOLS, &[]),
-    (api::LIST_HOLDS, &[]),
-    (
-        api::RESTOCK,
-        &[
-            core(ErrorKind::PoolNotFound),
-            core(ErrorKind::InsufficientStock),
-            core(ErrorKind::RequestIdConflict),
-        ],
-    ),
-    (
-        api::RESERVE,
-        &[
-            core(ErrorKind::PoolNotFound),
-            core(ErrorKind::UserRequired),
-            core(ErrorKind::SaleNotStarted),
-            core(ErrorKind::SaleEnded),
-            core(ErrorKind::InsufficientStock),
-            core(ErrorKind::UserLimitExceeded),
-            core(ErrorKind::HoldIdConflict),
-        ],
-    ),
-    (api::GET_HOLD, &[core(ErrorKind::HoldNotFound)]),
-    (
-        api::CONFIRM,
-        &[
-            core(ErrorKind::HoldNotFound),
-            core(ErrorKind::HoldExpired),
-            core(ErrorKind::HoldReleased),
-            core(ErrorKind::HoldRefunded),
-        ],
-    ),
-    (
-        api::RELEASE,
-        &[
-            core(ErrorKind::HoldNotFound),
-            core(ErrorKind::HoldConfirmed),
-            core(ErrorKind::HoldRefunded),
-        ],
-    ),
-    (
-        api::EXTEND,
-        &[
-            core(ErrorKind::HoldNotFound),
-            core(ErrorKind::HoldExpired),
-            core(ErrorKind::HoldConfirmed),
-            core(ErrorKind::HoldReleased),
-            core(ErrorKind::HoldRefunded),
-        ],
-    ),
-    (
-        api::REFUND,
-        &[
-            core(ErrorKind::HoldNotFound),
-            core(ErrorKind::HoldNotConfirmed),
-            core(ErrorKind::PoolDeleted),
-        ],
-    ),
-    // Each op's own failure is inside the 200, in its result.
-    (api::BATCH, &[]),
-    (
-        api::EVENTS,
-        &[core(ErrorKind::EventsExpired), &PARTITION_REQUIRED],
-    ),
-    (api::EVENT_PARTITIONS, &[]),
-    (api::LOCK_ACQUIRE, &[core(ErrorKind::LockHeld)]),
-    (api::LOCK_RENEW, &[core(ErrorKind::NotLockOwner)]),
-    (api::LOCK_RELEASE, &[core(ErrorKind::NotLockOwner)]),
-];
+/// by [`edge_errors`]. One operation a line.
+#[rustfmt::skip]
+const OPERATION_ERRORS: &[(api::Operation, &[&ErrorSpec])] = {
+    use ErrorKind::*;
+    &[
+        (api::HEALTHZ, &[]),
+        (api::READYZ, &[]),
+        (api::METRICS, &[]),
+        (api::OPENAPI, &[]),
+        (api::PUT_POOL, &[core(TotalBelowCommitted)]),
+        (api::GET_POOL, &[core(PoolNotFound)]),
+        (api::DELETE_POOL, &[core(PoolNotFound), core(PoolHasActiveHolds)]),
+        (api::LIST_POOLS, &[]),
+        (api::LIST_HOLDS, &[]),
+        (api::RESTOCK, &[core(PoolNotFound), core(InsufficientStock), core(RequestIdConflict)]),
+        (api::RESERVE, &[
+            core(PoolNotFound), core(UserRequired), core(SaleNotStarted), core(SaleEnded),
+            core(InsufficientStock), core(UserLimitExceeded), core(HoldIdConflict),
+        ]),
+        (api::GET_HOLD, &[core(HoldNotFound)]),
+        (api::CONFIRM, &[core(HoldNotFound), core(HoldExpired), core(HoldReleased), core(HoldRefunded)]),
+        (api::RELEASE, &[core(HoldNotFound), core(HoldConfirmed), core(HoldRefunded)]),
+        (api::EXTEND, &[
+            core(HoldNotFound), core(HoldExpired), core(HoldConfirmed), core(HoldReleased),
+            core(HoldRefunded),
+        ]),
+        (api::REFUND, &[core(HoldNotFound), core(HoldNotConfirmed), core(PoolDeleted)]),
+        // Each op's own failure is inside the 200, in its result.
+        (api::BATCH, &[]),
+        (api::EVENTS, &[core(EventsExpired), &PARTITION_REQUIRED]),
+        (api::EVENT_PARTITIONS, &[]),
+        (api::LOCK_ACQUIRE, &[core(LockHeld)]),
+        (api::LOCK_RENEW, &[core(NotLockOwner)]),
+        (api::LOCK_RELEASE, &[core(NotLockOwner)]),
+    ]
+};
 
 /// Whether a route's handler asks the backend (and so can answer 503). The match is exhaustive
 /// so that a new route does not compile until someone decides.
