@@ -6,13 +6,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use stockd_core::{
-    Backend, BackendError, BackendFuture, BackendStats, Command, Error, EventPage, Outcome,
-};
+use stockd_core::{Backend, BackendFuture, BackendStats, Command, Error, EventPage, Outcome};
 use tokio::sync::watch;
 
 use crate::shared::Shared;
-use crate::sweeper::{sweep, sweep_partition};
+use crate::sweeper::sweep;
 use crate::{checks, dataset, dispatch, keys, link, waits, RedisConfig};
 
 /// Why the backend could not start.
@@ -113,10 +111,10 @@ impl RedisBackend {
     /// parked requests whose wait is over by the test clock end (their final attempt runs after
     /// this returns).
     #[cfg(feature = "test-clock")]
-    pub async fn sweep_now(&self) -> Result<(), BackendError> {
+    pub async fn sweep_now(&self) -> Result<(), stockd_core::BackendError> {
         let mut first_error = None;
         for partition in 0..self.shared.partitions {
-            if let Err(error) = sweep_partition(&self.shared, partition).await {
+            if let Err(error) = crate::sweeper::sweep_partition(&self.shared, partition).await {
                 first_error.get_or_insert(error);
             }
         }

@@ -3,8 +3,6 @@
 //! call faults). It owns their defaults and the checks that need no Redis; it must never reach
 //! Redis (the checks that do are `dataset`'s and `checks`') nor decide a rule.
 
-use std::sync::Arc;
-
 use stockd_core::limits::{CONFIRMED_RETENTION_MS_DEFAULT, HOLD_RETENTION_MS_DEFAULT};
 
 #[cfg(feature = "call-faults")]
@@ -44,7 +42,7 @@ pub struct RedisConfig {
 /// A clock for tests: milliseconds since the epoch, as the test decides.
 #[cfg(feature = "test-clock")]
 #[derive(Clone)]
-pub struct TestClock(pub Arc<dyn Fn() -> u64 + Send + Sync>);
+pub struct TestClock(pub std::sync::Arc<dyn Fn() -> u64 + Send + Sync>);
 
 #[cfg(feature = "test-clock")]
 impl std::fmt::Debug for TestClock {

@@ -447,16 +447,12 @@ impl Run {
                     tasks.push(self.spawn_flicker(pool, times, slot));
                 }
                 Step::Confirm { hold, slot } => {
-                    let command = Command::Confirm {
-                        hold_id: self.hold_id(hold),
-                    };
-                    tasks.push(self.spawn_client(command, slot));
+                    let hold_id = self.hold_id(hold);
+                    tasks.push(self.spawn_client(Command::Confirm { hold_id }, slot));
                 }
                 Step::Release { hold, slot } => {
-                    let command = Command::Release {
-                        hold_id: self.hold_id(hold),
-                    };
-                    tasks.push(self.spawn_client(command, slot));
+                    let hold_id = self.hold_id(hold);
+                    tasks.push(self.spawn_client(Command::Release { hold_id }, slot));
                 }
                 Step::Refund {
                     hold,
@@ -481,16 +477,12 @@ impl Run {
                     tasks.push(self.spawn_flicker(pool, times, slot));
                 }
                 Step::GetHold { hold, slot } => {
-                    let command = Command::GetHold {
-                        hold_id: self.hold_id(hold),
-                    };
-                    tasks.push(self.spawn_client(command, slot));
+                    let hold_id = self.hold_id(hold);
+                    tasks.push(self.spawn_client(Command::GetHold { hold_id }, slot));
                 }
                 Step::GetPool { pool, slot } => {
-                    let command = Command::GetPool {
-                        pool: self.pool_id(pool),
-                    };
-                    tasks.push(self.spawn_client(command, slot));
+                    let pool = self.pool_id(pool);
+                    tasks.push(self.spawn_client(Command::GetPool { pool }, slot));
                 }
                 Step::Sweep { slot } => {
                     let server = self.server_in(slot);
