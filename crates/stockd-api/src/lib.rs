@@ -7,6 +7,7 @@
 //! No dependencies: this crate is the contract's list of doors, nothing more.
 
 pub mod exposition;
+pub mod wire;
 
 /// Every path of the API, exactly as the server matches it; `{name}` is one path segment.
 pub mod paths {

@@ -21,7 +21,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiError;
 use crate::json::{parse, Wire};
-use crate::wire::{HoldItem, HoldStatus};
+use crate::wire::{self, HoldStatus};
 
 /// `PUT /v1/pools/{pool}`. A rule left out (or null) is unset.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -142,7 +142,7 @@ impl ListHoldsQuery {
         Command::ListHolds {
             pool: self.pool,
             user: self.user,
-            status: self.status.map(HoldStatus::into_core),
+            status: self.status.map(wire::core_status),
             after: self.after,
             limit: self.limit.unwrap_or(HOLD_LIST_LIMIT_DEFAULT),
         }
@@ -184,7 +184,8 @@ pub(crate) struct HoldBody {
     pub user: Option<UserId>,
     /// 1..=64 items, pools distinct.
     #[serde(deserialize_with = "crate::json::objects")]
-    pub items: Vec<HoldItem>,
+    #[schema(value_type = Vec<wire::HoldItem>)]
+    pub items: Vec<ItemBody>,
     /// How long the hold stays held unless confirmed, in ms: 1_000..=86_400_000.
     pub ttl_ms: Option<u64>,
     /// Reserve and confirm in one step.
@@ -213,6 +214,16 @@ impl HoldBody {
             wait_ms: self.wait_ms.unwrap_or(0),
         })
     }
+}
+
+/// One item of a reserve: [`wire::HoldItem`] (which the document shows) read strictly, its pool
+/// parsed as it is read. The contract's type reads leniently, as a response; a request refuses
+/// what it does not know.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ItemBody {
+    pub pool: PoolId,
+    pub qty: u64,
 }
 
 /// `POST /v1/holds/{hold_id}/extend`.

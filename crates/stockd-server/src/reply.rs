@@ -89,18 +89,10 @@ pub(crate) struct ReplyBody<'a>(pub &'a Reply);
 impl Serialize for ReplyBody<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self.0 {
-            Reply::Pool { pool, .. } => wire::PoolObject::from(pool).serialize(serializer),
-            Reply::Hold { hold, .. } => wire::HoldObject::from(hold).serialize(serializer),
-            Reply::PoolList { pools, next } => wire::PoolList {
-                pools: pools.iter().map(wire::PoolObject::from).collect(),
-                next: next.clone(),
-            }
-            .serialize(serializer),
-            Reply::HoldList { holds, next } => wire::HoldList {
-                holds: holds.iter().map(wire::HoldObject::from).collect(),
-                next: next.clone(),
-            }
-            .serialize(serializer),
+            Reply::Pool { pool, .. } => wire::pool(pool).serialize(serializer),
+            Reply::Hold { hold, .. } => wire::hold(hold).serialize(serializer),
+            Reply::PoolList { pools, next } => wire::pool_list(pools, next).serialize(serializer),
+            Reply::HoldList { holds, next } => wire::hold_list(holds, next).serialize(serializer),
             Reply::PoolDeleted => serializer.serialize_unit(),
             Reply::Lock {
                 token,
@@ -262,7 +254,7 @@ mod tests {
         fn a_hand_written_hold_is_what_serde_writes(hold in view()) {
             let mut written = Vec::new();
             write_hold(&mut written, &hold);
-            let serde = serde_json::to_vec(&wire::HoldObject::from(&hold)).unwrap();
+            let serde = serde_json::to_vec(&wire::hold(&hold)).unwrap();
             prop_assert_eq!(String::from_utf8(written).unwrap(), String::from_utf8(serde).unwrap());
         }
     }

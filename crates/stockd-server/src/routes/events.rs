@@ -17,7 +17,7 @@ use crate::dto::EventsQuery;
 use crate::error::ApiError;
 use crate::json::{NoQuery, QueryParams};
 use crate::reply;
-use crate::wire::{EventObject, EventPage as WireEventPage, EventPartitions};
+use crate::wire::{self, EventPage as WireEventPage, EventPartitions};
 
 /// How much of a refused `partition` value is echoed in the message.
 const ECHO_CHARS_MAX: usize = 32;
@@ -42,13 +42,7 @@ pub(crate) async fn events(
     QueryParams(query): QueryParams<EventsQuery>,
 ) -> Response {
     match read_page(&app, query).await {
-        Ok(page) => reply::json(
-            StatusCode::OK,
-            &WireEventPage {
-                events: page.events.iter().map(EventObject::from).collect(),
-                next_after: page.next_after,
-            },
-        ),
+        Ok(page) => reply::json(StatusCode::OK, &wire::event_page(&page)),
         Err(error) => error.into_response(),
     }
 }
