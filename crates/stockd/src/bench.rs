@@ -254,6 +254,15 @@ fn within<T: PartialOrd + std::fmt::Display>(
     }
 }
 
+/// Refuses a duration of 0 for `flag` (`--duration must be above 0`).
+fn above_zero(flag: &str, duration: Duration) -> Result<(), String> {
+    if duration.is_zero() {
+        Err(format!("{flag} must be above 0"))
+    } else {
+        Ok(())
+    }
+}
+
 /// `10s`, `500ms`, `2m`, or a plain number of seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -379,8 +388,19 @@ impl RunArgs {
 pub async fn run(command: BenchCommand) -> ExitCode {
     match command {
         BenchCommand::Run(args) => run_scenario(args).await,
-        BenchCommand::Lab(args) => run_lab(args).await,
-        BenchCommand::Compare(args) => run_compare(args).await,
+        // Exit 1 when a variant that must never lose updates, oversell or get stuck did, or a
+        // variant failed.
+        BenchCommand::Lab(args) => {
+            let stopped = "the lab's servers are stopped and its files removed";
+            let json = args.json.as_deref();
+            run_stoppable(args.config(), stockd_bench::lab::run, stopped, json).await
+        }
+        // Exit 1 when a stack could not be measured or its verdict failed.
+        BenchCommand::Compare(args) => {
+            let stopped = "the comparison's servers are stopped and their files removed";
+            let json = args.json.as_deref();
+            run_stoppable(args.config(), stockd_bench::compare::run, stopped, json).await
+        }
         BenchCommand::SeedsStack(args) => run_seeds_stack(args).await,
     }
 }
@@ -397,9 +417,7 @@ impl CompareArgs {
     fn config(&self) -> Result<stockd_bench::compare::CompareConfig, String> {
         within("--connections", self.connections, 1..=10_000)?;
         within("--stock", self.stock, 1..=1_000_000_000_000)?;
-        if self.duration.is_zero() {
-            return Err("--duration must be above 0".into());
-        }
+        above_zero("--duration", self.duration)?;
         let stockd_executable = std::env::current_exe().map_err(|error| {
             format!("cannot find the stockd executable to start the servers with: {error}")
         })?;
@@ -420,18 +438,6 @@ impl CompareArgs {
             progress: !self.quiet && std::io::stderr().is_terminal(),
         })
     }
-}
-
-/// Runs the comparison; Ctrl-C or SIGTERM stops it, and its servers are stopped and their files
-/// removed. Exit 1 when a stack could not be measured or its verdict failed.
-async fn run_compare(args: CompareArgs) -> ExitCode {
-    let config = match args.config() {
-        Ok(config) => config,
-        Err(why) => return usage(&why),
-    };
-    let stopped = "the comparison's servers are stopped and their files removed";
-    let report = stockd_bench::compare::run(&config);
-    show_stoppable(report, stopped, args.json.as_deref()).await
 }
 
 /// Serves the seeds' stack on a runtime of its own (as many worker threads as asked, which the
@@ -473,9 +479,7 @@ impl LabArgs {
     fn config(&self) -> Result<stockd_bench::lab::LabConfig, String> {
         within("--buyers", self.buyers, 1..=10_000)?;
         within("--stock", self.stock, 1..=1_000_000_000)?;
-        if self.max_duration.is_zero() {
-            return Err("--max-duration must be above 0".into());
-        }
+        above_zero("--max-duration", self.max_duration)?;
         let lease_ms = self.lease.as_millis();
         if !(10..=3_000).contains(&lease_ms) {
             return Err(format!("--lease must be 10ms..=3s, got {lease_ms}ms"));
@@ -502,19 +506,6 @@ impl LabArgs {
             lease: self.lease,
         })
     }
-}
-
-/// Runs the lab; Ctrl-C or SIGTERM stops it, and dropping the lab stops its servers and removes
-/// their files. Exit 1 when a variant that must never lose updates, oversell or get stuck did,
-/// or a variant failed.
-async fn run_lab(args: LabArgs) -> ExitCode {
-    let config = match args.config() {
-        Ok(config) => config,
-        Err(why) => return usage(&why),
-    };
-    let stopped = "the lab's servers are stopped and its files removed";
-    let report = stockd_bench::lab::run(&config);
-    show_stoppable(report, stopped, args.json.as_deref()).await
 }
 
 /// Bad flags: said on stderr, exit 2 (nothing ran).
@@ -605,16 +596,21 @@ impl Shown for stockd_bench::Report {
     }
 }
 
-/// Runs a measurement that starts servers of its own (`lab`, `compare`) and shows its report;
-/// Ctrl-C or SIGTERM stops it, and dropping it stops its servers and removes their files
-/// (`stopped` says so), exit 130.
-async fn show_stoppable(
-    report: impl std::future::Future<Output = impl Shown>,
+/// Runs a measurement that starts servers of its own (`lab`, `compare`) with `config`, and
+/// shows its report; bad flags exit 2. Ctrl-C or SIGTERM stops it, and dropping it stops its
+/// servers and removes their files (`stopped` says so), exit 130.
+async fn run_stoppable<C, R: Shown>(
+    config: Result<C, String>,
+    measure: impl AsyncFnOnce(&C) -> R,
     stopped: &str,
     json: Option<&std::path::Path>,
 ) -> ExitCode {
+    let config = match config {
+        Ok(config) => config,
+        Err(why) => return usage(&why),
+    };
     tokio::select! {
-        report = report => show(&report, json, None),
+        report = measure(&config) => show(&report, json, None),
         () = crate::signals::stop_requested() => {
             eprintln!("interrupted: {stopped}");
             ExitCode::from(130)
