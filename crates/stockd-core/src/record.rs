@@ -87,6 +87,9 @@ pub enum Change {
     },
 }
 
+/// What an event records, as the core keeps it (snapshots, the Redis library's JSON). The API's
+/// twin is `stockd_api::wire::EventType`, kept apart on purpose (persistence and contract may
+/// change independently); the server converts between the two in one place (its `wire` module).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {

@@ -22,6 +22,9 @@ pub struct PoolView {
     pub partition: u32,
 }
 
+/// A hold's status as the core keeps it (state, snapshots). The API's twin is
+/// `stockd_api::wire::HoldStatus`, kept apart on purpose (persistence and contract may change
+/// independently); the server converts between the two in one place (its `wire` module).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HoldStatus {
