@@ -273,24 +273,14 @@ errors! {
     #[error("the sale of pool {pool} has ended")]
     SaleEnded { pool: PoolId, ends_at_ms: u64 } = ("sale_ended", 409, "the pool's sale has ended"),
     #[error("pool {pool} has {available} available, {requested} requested")]
-    InsufficientStock {
-        pool: PoolId,
-        available: u64,
-        requested: u64,
-    } = ("insufficient_stock", 409, "not enough available"),
+    InsufficientStock { pool: PoolId, available: u64, requested: u64 } = ("insufficient_stock", 409,
+        "not enough available"),
     #[error("user limit of pool {pool} is {limit}: {used} used, {requested} requested")]
-    UserLimitExceeded {
-        pool: PoolId,
-        limit: u64,
-        used: u64,
-        requested: u64,
-    } = ("user_limit_exceeded", 409, "the user's per-user limit would be exceeded"),
+    UserLimitExceeded { pool: PoolId, limit: u64, used: u64, requested: u64 } = ("user_limit_exceeded",
+        409, "the user's per-user limit would be exceeded"),
     #[error("pool {pool}: new total {total} is below held + sold = {committed}")]
-    TotalBelowCommitted {
-        pool: PoolId,
-        total: u64,
-        committed: u64,
-    } = ("total_below_committed", 409, "the new total is below held + sold"),
+    TotalBelowCommitted { pool: PoolId, total: u64, committed: u64 } = ("total_below_committed", 409,
+        "the new total is below held + sold"),
     #[error("pool {pool} has {held} units held by active holds")]
     PoolHasActiveHolds { pool: PoolId, held: u64 } = ("pool_has_active_holds", 409,
         "units of the pool are held"),
@@ -314,11 +304,7 @@ errors! {
     HoldNotConfirmed { hold_id: HoldId } = ("hold_not_confirmed", 409, "the hold is not confirmed"),
     /// `pool` and `delta` are the first request's: what the id is remembered for.
     #[error("request_id {request_id} was used by a restock of pool {pool} by {delta}")]
-    RequestIdConflict {
-        request_id: RequestId,
-        pool: PoolId,
-        delta: i64,
-    } = ("request_id_conflict", 409,
+    RequestIdConflict { request_id: RequestId, pool: PoolId, delta: i64 } = ("request_id_conflict", 409,
         "the request_id names an earlier restock of another pool or delta (its pool and delta are given); nothing changed"),
     #[error("the lock is held until {expires_at_ms}")]
     LockHeld { expires_at_ms: u64 } = ("lock_held", 409,

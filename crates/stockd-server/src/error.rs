@@ -257,12 +257,8 @@ mod tests {
             let body = serde_json::to_value(&api).unwrap();
             assert_eq!(body["error"], spec.code);
             assert_eq!(body["message"], error.to_string());
-            let mut keys: Vec<&str> = body
-                .as_object()
-                .unwrap()
-                .keys()
-                .map(String::as_str)
-                .collect();
+            let object = body.as_object().unwrap();
+            let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
             let mut expected = vec!["error", "message"];
             expected.extend(spec.details().map(|field| field.name));
             keys.sort_unstable();
