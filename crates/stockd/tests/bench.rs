@@ -33,6 +33,22 @@ async fn bench(url: &str, args: &[&str]) -> Output {
         .expect("the bench's runner")
 }
 
+/// [`bench`] for one measured second, no warm-up.
+async fn bench_one_second(url: &str, args: &[&str]) -> Output {
+    bench(
+        url,
+        &[args, &["--duration", "1s", "--warmup", "0s"]].concat(),
+    )
+    .await
+}
+
+/// The report of a run that must pass: parsed, and checked clean ([`assert_clean`]).
+fn clean_report(output: &Output) -> Value {
+    let report = parse_report(output);
+    assert_clean(output, &report);
+    report
+}
+
 fn parse_report(output: &Output) -> Value {
     serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
         panic!(
@@ -73,7 +89,7 @@ fn assert_clean(output: &Output, report: &Value) {
 #[tokio::test]
 async fn every_scenario_passes_its_verdict_on_a_real_server() {
     let server = Server::start().await;
-    let url = format!("http://127.0.0.1:{}", server.port());
+    let url = server.url();
     let runs: [(&str, &[&str]); 5] = [
         (
             "flash",
@@ -97,9 +113,7 @@ async fn every_scenario_passes_its_verdict_on_a_real_server() {
             args.extend(["--duration", "1s"]);
         }
         args.extend_from_slice(extra);
-        let output = bench(&url, &args).await;
-        let report = parse_report(&output);
-        assert_clean(&output, &report);
+        let report = clean_report(&bench(&url, &args).await);
         assert_eq!(report["scenario"], scenario);
         let outcomes = &report["outcomes"];
         match scenario {
@@ -154,25 +168,25 @@ async fn every_scenario_passes_its_verdict_on_a_real_server() {
 #[tokio::test]
 async fn open_loop_keeps_its_rate_and_counts_from_the_intended_time() {
     let server = Server::start().await;
-    let url = format!("http://127.0.0.1:{}", server.port());
-    let output = bench(
-        &url,
-        &[
-            "--scenario",
-            "cart",
-            "--rate",
-            "200",
-            "--duration",
-            "2s",
-            "--connections",
-            "4",
-            "--warmup",
-            "0s",
-        ],
-    )
-    .await;
-    let report = parse_report(&output);
-    assert_clean(&output, &report);
+    let url = server.url();
+    let report = clean_report(
+        &bench(
+            &url,
+            &[
+                "--scenario",
+                "cart",
+                "--rate",
+                "200",
+                "--duration",
+                "2s",
+                "--connections",
+                "4",
+                "--warmup",
+                "0s",
+            ],
+        )
+        .await,
+    );
     let requests = report["requests"].as_u64().unwrap();
     // 200/s for 2 s: the schedule fixes the count, whatever the server's speed.
     assert!((380..=400).contains(&requests), "{requests}: {report:#}");
@@ -182,7 +196,7 @@ async fn open_loop_keeps_its_rate_and_counts_from_the_intended_time() {
 #[tokio::test]
 async fn holds_per_second_and_throughput_are_taken_over_the_same_window_after_the_warm_up() {
     let server = Server::start().await;
-    let url = format!("http://127.0.0.1:{}", server.port());
+    let url = server.url();
     let plot = tempfile::NamedTempFile::new().unwrap();
     let plot_path = plot.path().to_str().unwrap().to_string();
     let runs: [(&str, &[&str]); 2] = [
@@ -203,9 +217,7 @@ async fn holds_per_second_and_throughput_are_taken_over_the_same_window_after_th
             &plot_path,
         ];
         args.extend_from_slice(extra);
-        let output = bench(&url, &args).await;
-        let report = parse_report(&output);
-        assert_clean(&output, &report);
+        let report = clean_report(&bench(&url, &args).await);
         let holds = report["holds_created"].as_u64().unwrap();
         let per_s = report["holds_per_s"].as_f64().unwrap();
         let throughput = report["throughput_per_s"].as_f64().unwrap();
@@ -345,40 +357,26 @@ async fn holds_created_per_metrics(api: &Api) -> u64 {
 #[tokio::test]
 async fn a_fleet_of_two_servers_on_one_redis_gets_the_load_and_one_verdict() {
     let redis: Arc<dyn TestBackend> = Arc::new(RedisBackend::start());
-    let mut servers = Vec::new();
-    for _ in 0..2 {
-        let config = ServerConfig {
-            backend: redis.clone(),
-            ..ServerConfig::default()
-        };
-        servers.push(Server::start_with(config).await);
-    }
-    let urls: Vec<String> = servers
-        .iter()
-        .map(|server| format!("http://127.0.0.1:{}", server.port()))
-        .collect();
-    let output = bench(
-        &urls[0],
-        &[
-            "--url",
-            &urls[1],
-            "--scenario",
-            "flash",
-            "--stock",
-            "1000000",
-            "--per-user-limit",
-            "0",
-            "--connections",
-            "8",
-            "--duration",
-            "1s",
-            "--warmup",
-            "0s",
-        ],
-    )
-    .await;
-    let report = parse_report(&output);
-    assert_clean(&output, &report);
+    let servers = Server::fleet(redis.clone(), 2).await;
+    let urls: Vec<String> = servers.iter().map(|server| server.url()).collect();
+    let report = clean_report(
+        &bench_one_second(
+            &urls[0],
+            &[
+                "--url",
+                &urls[1],
+                "--scenario",
+                "flash",
+                "--stock",
+                "1000000",
+                "--per-user-limit",
+                "0",
+                "--connections",
+                "8",
+            ],
+        )
+        .await,
+    );
     assert_eq!(report["urls"], json!(urls), "{report:#}");
     // Every request was measured (no warm-up), so the servers' own counts add up to the report's.
     let mut created = Vec::new();
@@ -399,33 +397,25 @@ async fn a_fleet_of_two_servers_on_one_redis_gets_the_load_and_one_verdict() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spread_cart_holds_over_pools_in_distinct_partitions_of_a_cluster() {
     let cluster = Arc::new(RedisClusterBackend::start(CLUSTER_PARTITIONS));
-    let server = Server::start_with(ServerConfig {
-        backend: cluster.clone(),
-        ..ServerConfig::default()
-    })
-    .await;
-    let url = format!("http://127.0.0.1:{}", server.port());
-    let output = bench(
-        &url,
-        &[
-            "--scenario",
-            "cart",
-            "--pools",
-            "8",
-            "--items",
-            "8",
-            "--spread-partitions",
-            "--connections",
-            "4",
-            "--duration",
-            "1s",
-            "--warmup",
-            "0s",
-        ],
-    )
-    .await;
-    let report = parse_report(&output);
-    assert_clean(&output, &report);
+    let server = Server::start_with(ServerConfig::on(cluster.clone())).await;
+    let url = server.url();
+    let report = clean_report(
+        &bench_one_second(
+            &url,
+            &[
+                "--scenario",
+                "cart",
+                "--pools",
+                "8",
+                "--items",
+                "8",
+                "--spread-partitions",
+                "--connections",
+                "4",
+            ],
+        )
+        .await,
+    );
     assert_eq!(report["spread_partitions"], true, "{report:#}");
     let holds = report["outcomes"]["201"].as_u64().unwrap();
     let pools: Vec<&str> = report["pool_ids"]
@@ -550,19 +540,8 @@ async fn liar(liar: Arc<Liar>) -> String {
 async fn the_verdict_catches_a_server_that_loses_or_oversells() {
     // Acknowledges holds it never records.
     let url = liar(Arc::new(Liar::default())).await;
-    let args = [
-        "--scenario",
-        "flash",
-        "--stock",
-        "50",
-        "--duration",
-        "1s",
-        "--warmup",
-        "0s",
-        "--connections",
-        "2",
-    ];
-    let output = bench(&url, &args).await;
+    let args = ["--scenario", "flash", "--stock", "50", "--connections", "2"];
+    let output = bench_one_second(&url, &args).await;
     let report = parse_report(&output);
     assert_eq!(output.status.code(), Some(1), "{report:#}");
     assert_eq!(report["verdict"]["ok"], false);

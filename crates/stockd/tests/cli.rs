@@ -8,31 +8,28 @@
 //! Only the binary is exercised: the test starts `stockd serve` on a free loopback port with a
 //! fresh data dir, waits (bounded) until `GET /healthz` answers 200, and kills it on drop.
 
-use std::fs::File;
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::{free_port, Process, START_ATTEMPTS};
 
 const STOCKD: &str = env!("CARGO_BIN_EXE_stockd");
-/// How long a fresh server may take to answer `GET /healthz` with 200.
-const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often readiness is probed while waiting.
 const READY_POLL_EVERY: Duration = Duration::from_millis(25);
 /// Bound on one readiness probe, so a hung accept cannot stall the wait past its deadline.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
-/// Start attempts: the free port may be taken by someone else between our probe and the bind.
-const START_ATTEMPTS: usize = 3;
 
-/// A `stockd serve` child process, killed when dropped.
+/// A `stockd serve` child process (the harness's [`Process`]), killed when dropped.
 struct Server {
-    child: Child,
+    /// Held for its drop, which kills the process.
+    _process: Process,
     url: String,
-    log_path: PathBuf,
     _scratch: tempfile::TempDir,
 }
 
@@ -59,10 +56,10 @@ impl Server {
     fn try_start(extra: &[&str]) -> Result<Server, String> {
         let scratch = tempfile::tempdir().expect("create a temp dir");
         let data_dir = scratch.path().join("data");
-        let log_path = scratch.path().join("server.log");
-        let log = File::create(&log_path).expect("create the server log");
+        let process = Process::new("stockd", scratch.path().join("server.log"));
         let address = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let child = Command::new(STOCKD)
+        let mut command = Command::new(STOCKD);
+        command
             .arg("serve")
             .arg("--listen")
             .arg(address.to_string())
@@ -72,38 +69,17 @@ impl Server {
             // Hermetic: no settings of the caller's environment reach this server.
             .env_remove("STOCKD_TOKEN")
             .env_remove("STOCKD_TOKENS")
-            .env_remove("STOCKD_CONFIG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn stockd serve");
-        let mut server = Server {
-            child,
-            url: format!("http://{address}"),
-            log_path,
-            _scratch: scratch,
-        };
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Ok(Some(status)) = server.child.try_wait() {
-                return Err(format!("exited with {status}\n{}", server.log()));
-            }
-            if healthz_is_ok(address) {
-                return Ok(server);
-            }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "not ready after {READY_TIMEOUT:?}\n{}",
-                    server.log()
-                ));
-            }
+            .env_remove("STOCKD_CONFIG");
+        process.spawn(command)?;
+        while !healthz_is_ok(address) {
+            process.not_ready()?;
             thread::sleep(READY_POLL_EVERY);
         }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+        Ok(Server {
+            _process: process,
+            url: format!("http://{address}"),
+            _scratch: scratch,
+        })
     }
 
     /// Runs `stockd ARGS` against this server (the URL comes from `STOCKD_URL`).
@@ -115,21 +91,6 @@ impl Server {
     fn stockd_env(&self, env: &[(&str, &str)], args: &[&str]) -> Run {
         run_env(&[&[("STOCKD_URL", self.url.as_str())], env].concat(), args)
     }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A loopback port that was free a moment ago.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("find a free port")
-        .port()
 }
 
 /// One plain HTTP/1.1 `GET /healthz`; true on a 200.

@@ -71,12 +71,8 @@ fn cursor_map(cursor: &str) -> BTreeMap<u64, u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_tail_reads_and_follows_every_partition() {
     let cluster = Arc::new(RedisClusterBackend::start(PARTITIONS));
-    let server = Server::start_with(ServerConfig {
-        backend: cluster.clone(),
-        ..ServerConfig::default()
-    })
-    .await;
-    let url = format!("http://127.0.0.1:{}", server.port());
+    let server = Server::start_with(ServerConfig::on(cluster.clone())).await;
+    let url = server.url();
     let api = server.api();
     // pools[k] is in partition k.
     let pools = pools_in_distinct_partitions(&api, "x", PARTITIONS as usize, 10).await;

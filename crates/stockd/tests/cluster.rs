@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::{
     acknowledged_holds_present, assert_pool, hold_body, pools_in_distinct_partitions, put_pool,
-    tally, Api, RedisClusterBackend, Server, ServerConfig,
+    tally, Api, RedisClusterBackend, Server,
 };
 use tokio::sync::Barrier;
 
@@ -22,14 +22,7 @@ const PARTITIONS: u32 = 16;
 
 async fn cluster_servers(n: usize) -> (Arc<RedisClusterBackend>, Vec<Server>) {
     let cluster = Arc::new(RedisClusterBackend::start(PARTITIONS));
-    let mut servers = Vec::new();
-    for _ in 0..n {
-        let config = ServerConfig {
-            backend: cluster.clone(),
-            ..ServerConfig::default()
-        };
-        servers.push(Server::start_with(config).await);
-    }
+    let servers = Server::fleet(cluster.clone(), n).await;
     (cluster, servers)
 }
 

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::{
     join_all, pool_invariant_problem, pools_in_distinct_partitions, short, tally, Api,
-    RedisClusterBackend, Reply, Server, ServerConfig,
+    RedisClusterBackend, Reply, Server,
 };
 
 const PARTITIONS: u32 = 16;
@@ -60,14 +60,7 @@ const SETTLED_STATUSES: [&str; 4] = ["held", "confirmed", "released", "expired"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn copies_of_cross_partition_reserves_under_a_flickering_stock_move_each_unit_once() {
     let cluster = Arc::new(RedisClusterBackend::start(PARTITIONS));
-    let mut servers = Vec::new();
-    for _ in 0..SERVERS {
-        let config = ServerConfig {
-            backend: cluster.clone(),
-            ..ServerConfig::default()
-        };
-        servers.push(Server::start_with(config).await);
-    }
+    let servers = Server::fleet(cluster.clone(), SERVERS).await;
     let apis: Vec<Api> = servers.iter().map(Server::api).collect();
     let pools = pools_in_distinct_partitions(&apis[0], "d", 2, HOLD_IDS as u64).await;
     // A has a unit for every hold id; B starts empty and only ever gets single units.

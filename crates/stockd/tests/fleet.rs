@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::{
     assert_pool, put_pool, reserve_all_at_once_over, spawn_waiter, tally, Api, RedisBackend,
-    RedisClusterBackend, Server, ServerConfig, TestBackend, CLUSTER_PARTITIONS,
+    RedisClusterBackend, Server, TestBackend, CLUSTER_PARTITIONS,
 };
 
 /// `n` servers sharing one fresh Redis (or Redis Cluster).
@@ -23,14 +23,7 @@ async fn fleet(n: usize) -> (Arc<dyn TestBackend>, Vec<Server>) {
         Ok("redis-cluster") => Arc::new(RedisClusterBackend::start(CLUSTER_PARTITIONS)),
         _ => Arc::new(RedisBackend::start()),
     };
-    let mut servers = Vec::new();
-    for _ in 0..n {
-        let config = ServerConfig {
-            backend: redis.clone(),
-            ..ServerConfig::default()
-        };
-        servers.push(Server::start_with(config).await);
-    }
+    let servers = Server::fleet(redis.clone(), n).await;
     (redis, servers)
 }
 

@@ -114,19 +114,7 @@ impl Route {
     /// Whether sending garbage to a sentinel on this route is safe: the route needs a JSON body
     /// (which we make invalid) or only reads.
     fn sentinel_safe(self) -> bool {
-        matches!(
-            self,
-            Route::PutPool
-                | Route::Restock
-                | Route::Reserve
-                | Route::Extend
-                | Route::Batch
-                | Route::LockAcquire
-                | Route::LockRenew
-                | Route::LockRelease
-                | Route::GetPool
-                | Route::GetHold
-        )
+        self.has_body() || matches!(self, Route::GetPool | Route::GetHold)
     }
 
     fn has_body(self) -> bool {

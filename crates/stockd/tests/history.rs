@@ -27,10 +27,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use stockd_history::{check, Bounds, History, Item, Op, Outcome, Request};
-use support::{
-    Api, EmbeddedBackend, RedisBackend, RedisClusterBackend, RedisServer, Server, ServerConfig,
-    TestBackend,
-};
+use support::{Api, EmbeddedBackend, RedisBackend, RedisClusterBackend, Server, TestBackend};
 
 /// Clients sending requests at once, each one request at a time.
 const CLIENTS: u32 = 12;
@@ -328,9 +325,12 @@ fn redis() -> Backends {
 }
 
 fn durable_redis() -> Backends {
-    let redis = Arc::new(RedisBackend {
-        redis: RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]),
-    });
+    let redis = Arc::new(RedisBackend::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+    ]));
     (redis.clone(), Some(redis))
 }
 
@@ -375,14 +375,7 @@ async fn wait_ready(apis: &[Api]) {
 /// Runs one history of `secs` seconds and checks it.
 async fn run_history(scenario: &Scenario, seed: u64, secs: u64) -> stockd_history::Stats {
     let (backend, killable_redis) = (scenario.backend)();
-    let mut servers = Vec::new();
-    for _ in 0..scenario.servers {
-        let config = ServerConfig {
-            backend: backend.clone(),
-            ..ServerConfig::default()
-        };
-        servers.push(Server::start_with(config).await);
-    }
+    let mut servers = Server::fleet(backend.clone(), scenario.servers).await;
     let apis: Vec<Api> = servers.iter().map(Server::api).collect();
     let recorder = Arc::new(Recorder::default());
 

@@ -10,38 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{put_pool, spawn_waiter, Api, RedisServer, Server, ServerConfig, TestBackend};
+use support::{
+    put_pool, redis_accept, spawn_waiter, Api, RedisAt, RedisServer, Server, ServerConfig,
+};
 
-/// One database (`/DB` in the URL) of a `redis-server` shared with other tests' datasets.
-struct RedisDatabase {
-    redis: Arc<RedisServer>,
-    db: u32,
-}
-
-impl TestBackend for RedisDatabase {
-    fn name(&self) -> &str {
-        "redis"
-    }
-    fn extra_args(&self) -> Vec<String> {
-        vec![
-            "--backend".to_string(),
-            format!("{}/{}", self.redis.url(), self.db),
-        ]
-    }
-    fn extra_env(&self) -> Vec<(String, String)> {
-        Vec::new()
-    }
-}
-
-async fn server_on_db(redis: &Arc<RedisServer>, db: u32) -> Server {
-    Server::start_with(ServerConfig {
-        backend: Arc::new(RedisDatabase {
-            redis: redis.clone(),
-            db,
-        }),
-        ..ServerConfig::default()
-    })
-    .await
+/// A server on database `db` of `redis` (the URL's `/DB`), beside other tests' datasets.
+async fn server_on_db(redis: &RedisServer, db: u32) -> Server {
+    let database = RedisAt(format!("{}/{db}", redis.url()));
+    Server::start_with(ServerConfig::on(Arc::new(database))).await
 }
 
 async fn reserve(api: &Api, hold_id: &str, pool: &str) -> (u16, serde_json::Value) {
@@ -179,15 +155,7 @@ async fn after_an_accepted_loss_no_token_or_seq_is_handed_out_again() {
     std::fs::copy(&backup, &dump).expect("restore the backup");
     redis.start_again();
     readyz_becomes(&api, 503).await;
-    let accept = std::process::Command::new(env!("CARGO_BIN_EXE_stockd"))
-        .args(["redis", "accept", "--backend", &redis.url()])
-        .output()
-        .expect("run stockd redis accept");
-    assert!(
-        accept.status.success(),
-        "{}",
-        String::from_utf8_lossy(&accept.stderr)
-    );
+    redis_accept(&redis.url(), &[]);
     readyz_becomes(&api, 200).await;
 
     let token = acquire(&api, "o3").await;

@@ -9,38 +9,12 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{cluster_port, put_pool, RedisClusterBackend, RedisServer, Server, ServerConfig};
+use support::{put_pool, RedisClusterBackend, Server, ServerConfig};
 
 /// The longest a hold may be held before it finishes (the contract's `ttl_ms` bound).
 const HOLD_TTL_MS_MAX: u64 = 86_400_000;
-
-/// A one-node Redis Cluster holding every slot.
-fn one_node_cluster(partitions: u32) -> RedisClusterBackend {
-    let node = RedisServer::start_on_some_port(
-        cluster_port,
-        &[
-            "--appendonly",
-            "no",
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-        ],
-    );
-    assert_eq!(node.cli(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]), "OK");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
-        assert!(Instant::now() < deadline, "the one-node cluster is not ok");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    RedisClusterBackend {
-        nodes: vec![node],
-        partitions,
-    }
-}
 
 /// With a hold retention longer than the confirmed one (10 days against 7), a released hold is
 /// kept 10 days: its directory entry must outlive that, or `GET /v1/holds/ID` answers 404 for a
@@ -48,14 +22,15 @@ fn one_node_cluster(partitions: u32) -> RedisClusterBackend {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_entry_lives_as_long_as_the_longer_retention() {
     const HOLD_RETENTION_MS: u64 = 10 * 86_400_000;
-    let cluster = Arc::new(one_node_cluster(2));
+    let cluster = Arc::new(RedisClusterBackend::of_primaries(
+        1,
+        2,
+        &["--appendonly", "no"],
+    ));
     let server = Server::start_with(
-        ServerConfig {
-            backend: cluster.clone(),
-            ..ServerConfig::default()
-        }
-        .arg("--hold-retention-ms")
-        .arg(HOLD_RETENTION_MS.to_string()),
+        ServerConfig::on(cluster.clone())
+            .arg("--hold-retention-ms")
+            .arg(HOLD_RETENTION_MS.to_string()),
     )
     .await;
     let api = server.api();

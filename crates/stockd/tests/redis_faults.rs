@@ -15,21 +15,20 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::{
-    acknowledged_holds_present, put_pool, Api, RedisBackend, RedisServer, Server, ServerConfig,
+    acknowledged_holds_present, put_pool, redis_accept, Api, RedisBackend, Server, ServerConfig,
 };
 
 async fn server_on(redis: &Arc<RedisBackend>) -> Server {
-    Server::start_with(ServerConfig {
-        backend: redis.clone(),
-        ..ServerConfig::default()
-    })
-    .await
+    Server::start_with(ServerConfig::on(redis.clone())).await
 }
 
 fn durable_redis() -> Arc<RedisBackend> {
-    Arc::new(RedisBackend {
-        redis: RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]),
-    })
+    Arc::new(RedisBackend::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+    ]))
 }
 
 async fn readyz(api: &Api) -> u16 {
@@ -203,15 +202,7 @@ async fn redis_back_empty_is_refused_until_an_operator_accepts_it() {
         "a refused call writes nothing"
     );
 
-    let accept = std::process::Command::new(env!("CARGO_BIN_EXE_stockd"))
-        .args(["redis", "accept", "--backend", &redis.redis.url()])
-        .output()
-        .expect("run stockd redis accept");
-    assert!(
-        accept.status.success(),
-        "{}",
-        String::from_utf8_lossy(&accept.stderr)
-    );
+    redis_accept(&redis.redis.url(), &[]);
     wait_ready(&api, 200, Duration::from_secs(5)).await;
     let (status, reply) = api.call("GET", "/v1/pools/p", None).await;
     assert_eq!(

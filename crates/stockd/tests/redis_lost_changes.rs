@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::{
-    assert_pool, pools_in_distinct_partitions, put_pool, Api, RedisBackend, RedisClusterBackend,
-    RedisServer, Server, ServerConfig,
+    assert_pool, pools_in_distinct_partitions, put_pool, redis_accept, Api, RedisBackend,
+    RedisClusterBackend, RedisServer, Server, ServerConfig,
 };
 
 async fn readyz(api: &Api) -> u16 {
@@ -32,14 +32,8 @@ async fn acquire(api: &Api, owner: &str) -> (u16, serde_json::Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_lock_acquisition_is_refused_not_served_again() {
     // No AOF: `SAVE` is the backup, and a SIGKILL restart loads it (the state of that moment).
-    let redis = Arc::new(RedisBackend {
-        redis: RedisServer::start_with(&["--appendonly", "no"]),
-    });
-    let server = Server::start_with(ServerConfig {
-        backend: redis.clone(),
-        ..ServerConfig::default()
-    })
-    .await;
+    let redis = Arc::new(RedisBackend::start());
+    let server = Server::start_with(ServerConfig::on(redis.clone())).await;
     let api = server.api();
     let (status, first) = acquire(&api, "worker-a").await;
     assert_eq!(status, 200, "{first}");
@@ -91,11 +85,7 @@ fn writes(node: &RedisServer) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_idle_server_on_a_cluster_writes_nothing() {
     let cluster = Arc::new(RedisClusterBackend::start(16));
-    let server = Server::start_with(ServerConfig {
-        backend: cluster.clone(),
-        ..ServerConfig::default()
-    })
-    .await;
+    let server = Server::start_with(ServerConfig::on(cluster.clone())).await;
     let api = server.api();
     put_pool(&api, "idle-pool", json!({"total": 5})).await;
     let body =
@@ -126,11 +116,7 @@ fn primary_of<'a>(cluster: &'a RedisClusterBackend, pool: &str) -> &'a RedisServ
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_part_whose_home_was_lost_is_returned_once_the_loss_is_accepted() {
     let cluster = Arc::new(RedisClusterBackend::start(16));
-    let server = Server::start_with(ServerConfig {
-        backend: cluster.clone(),
-        ..ServerConfig::default()
-    })
-    .await;
+    let server = Server::start_with(ServerConfig::on(cluster.clone())).await;
     let api = server.api();
     let pools = pools_in_distinct_partitions(&api, "lost", 16, 5).await;
     let home = pools[0].as_str();
@@ -149,16 +135,7 @@ async fn a_part_whose_home_was_lost_is_returned_once_the_loss_is_accepted() {
     // and its part in `other` holds a unit for nobody.
     let lost = primary_of(&cluster, home);
     assert_eq!(lost.cli(&["FLUSHALL"]), "OK");
-    let accept = std::process::Command::new(env!("CARGO_BIN_EXE_stockd"))
-        .args(["redis", "accept", "--backend", &cluster.url()])
-        .args(["--redis-partitions", "16"])
-        .output()
-        .expect("run stockd redis accept");
-    assert!(
-        accept.status.success(),
-        "{}",
-        String::from_utf8_lossy(&accept.stderr)
-    );
+    redis_accept(&cluster.url(), &["--redis-partitions", "16"]);
 
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

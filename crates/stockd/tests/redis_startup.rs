@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::{
-    cluster_port, free_port, put_pool, Api, RedisBackend, RedisClusterBackend, RedisServer, Server,
+    free_port, put_pool, Api, RedisAt, RedisBackend, RedisClusterBackend, RedisServer, Server,
     ServerConfig, TestBackend,
 };
 
@@ -24,10 +24,10 @@ const REFUSAL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs `stockd serve` on `redis` with `args`; its output once it exited, or `None` (and it is
 /// killed) when it is still running after [`REFUSAL_TIMEOUT`]: it started.
-fn serve_until_exit(redis: &RedisBackend, args: &[&str]) -> Option<Output> {
+fn serve_until_exit(backend: &dyn TestBackend, args: &[&str]) -> Option<Output> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_stockd"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--backend"])
-        .arg(redis.redis.url())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(backend.extra_args())
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -47,8 +47,8 @@ fn serve_until_exit(redis: &RedisBackend, args: &[&str]) -> Option<Output> {
 }
 
 /// Asserts that `stockd serve ARGS` refused to start, and returns what it said.
-fn refused(redis: &RedisBackend, args: &[&str]) -> String {
-    let output = serve_until_exit(redis, args)
+fn refused(backend: &dyn TestBackend, args: &[&str]) -> String {
+    let output = serve_until_exit(backend, args)
         .unwrap_or_else(|| panic!("stockd serve {args:?} started; it should have refused"));
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(!output.status.success(), "exit status 0: {stderr}");
@@ -56,10 +56,7 @@ fn refused(redis: &RedisBackend, args: &[&str]) -> String {
 }
 
 async fn server_on(redis: &Arc<RedisBackend>, args: &[&str]) -> Server {
-    let mut config = ServerConfig {
-        backend: redis.clone(),
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::on(redis.clone());
     for arg in args {
         config = config.arg(*arg);
     }
@@ -77,7 +74,7 @@ async fn a_server_with_other_retention_settings_refuses_to_start_and_names_them(
     put_pool(&first.api(), "p", json!({"total": 1})).await;
 
     let said = refused(
-        &redis,
+        redis.as_ref(),
         &["--hold-retention-ms", "1000", "--event-retention-max", "5"],
     );
     for named in [
@@ -90,7 +87,7 @@ async fn a_server_with_other_retention_settings_refuses_to_start_and_names_them(
         !said.contains("--confirmed-retention-ms"),
         "names only what differs: {said}"
     );
-    let said = refused(&redis, &["--confirmed-retention-ms", "60000"]);
+    let said = refused(redis.as_ref(), &["--confirmed-retention-ms", "60000"]);
     assert!(
         said.contains("--confirmed-retention-ms is 604800000 in the dataset, 60000 here"),
         "{said}"
@@ -135,32 +132,15 @@ async fn a_dataset_without_stored_settings_takes_the_first_servers() {
         redis.redis.cli(&["HGET", meta, "hold_retention_ms"]),
         "1000"
     );
-    let said = refused(&redis, &[]);
+    let said = refused(redis.as_ref(), &[]);
     assert!(
         said.contains("--hold-retention-ms is 1000 in the dataset, 86400000 here"),
         "{said}"
     );
 }
 
-/// A Redis a server is pointed at by URL (it may not run yet).
-struct RedisAt(String);
-
-impl TestBackend for RedisAt {
-    fn name(&self) -> &str {
-        "redis"
-    }
-    fn extra_args(&self) -> Vec<String> {
-        vec!["--backend".to_string(), self.0.clone()]
-    }
-    fn extra_env(&self) -> Vec<(String, String)> {
-        Vec::new()
-    }
-}
-
 fn redis_with(args: &[&str]) -> Arc<RedisBackend> {
-    Arc::new(RedisBackend {
-        redis: RedisServer::start_with(args),
-    })
+    Arc::new(RedisBackend::start_with(args))
 }
 
 /// `/readyz`'s status and body.
@@ -206,7 +186,7 @@ async fn readyz_becomes(api: &Api, want: u16, within: Duration) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_that_may_evict_keys_is_refused() {
     let redis = redis_with(&["--appendonly", "no", "--maxmemory-policy", "allkeys-lru"]);
-    let said = refused(&redis, &[]);
+    let said = refused(redis.as_ref(), &[]);
     for named in ["maxmemory-policy", "allkeys-lru", "noeviction"] {
         assert!(said.contains(named), "{named:?} not in: {said}");
     }
@@ -275,10 +255,9 @@ async fn a_redis_that_hides_its_settings_is_a_warning() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_not_reachable_at_start_is_retried_while_readyz_answers_503() {
     let port = free_port();
-    let server = Server::start_with(ServerConfig {
-        backend: Arc::new(RedisAt(format!("redis://127.0.0.1:{port}"))),
-        ..ServerConfig::default()
-    })
+    let server = Server::start_with(ServerConfig::on(Arc::new(RedisAt(format!(
+        "redis://127.0.0.1:{port}"
+    )))))
     .await;
     let api = server.api();
     let (status, body) = readyz(&api).await;
@@ -300,10 +279,9 @@ async fn a_redis_not_reachable_at_start_is_retried_while_readyz_answers_503() {
     drop(redis);
 
     let port = free_port();
-    let mut server = Server::start_with(ServerConfig {
-        backend: Arc::new(RedisAt(format!("redis://127.0.0.1:{port}"))),
-        ..ServerConfig::default()
-    })
+    let mut server = Server::start_with(ServerConfig::on(Arc::new(RedisAt(format!(
+        "redis://127.0.0.1:{port}"
+    )))))
     .await;
     let _redis = RedisServer::start_on(
         port,
@@ -321,88 +299,23 @@ async fn a_redis_not_reachable_at_start_is_retried_while_readyz_answers_503() {
     );
 }
 
-/// Starts `n` cluster-enabled nodes, each a primary of an equal share of the slots, no replicas.
-fn cluster_of_primaries(n: u16) -> RedisClusterBackend {
-    let nodes: Vec<RedisServer> = (0..n)
-        .map(|_| {
-            RedisServer::start_on_some_port(
-                cluster_port,
-                &[
-                    "--appendonly",
-                    "yes",
-                    "--appendfsync",
-                    "always",
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                ],
-            )
-        })
-        .collect();
-    for (k, node) in nodes.iter().enumerate() {
-        let k = k as u16;
-        let low = (k * (16384 / n)).to_string();
-        let high = if k + 1 == n {
-            "16383".to_string()
-        } else {
-            ((k + 1) * (16384 / n) - 1).to_string()
-        };
-        assert_eq!(node.cli(&["CLUSTER", "ADDSLOTSRANGE", &low, &high]), "OK");
-        if k > 0 {
-            let port = nodes[0].port.to_string();
-            assert_eq!(node.cli(&["CLUSTER", "MEET", "127.0.0.1", &port]), "OK");
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !nodes.iter().all(|node| {
-        let info = node.cli(&["CLUSTER", "INFO"]);
-        info.contains("cluster_state:ok") && info.contains(&format!("cluster_known_nodes:{n}"))
-    }) {
-        assert!(Instant::now() < deadline, "the cluster is not ok");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    RedisClusterBackend {
-        nodes,
-        partitions: 2,
-    }
-}
-
 /// On a Cluster every primary is checked: one that may evict keys is refused, by address.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_primary_of_a_cluster_is_checked() {
-    let cluster = Arc::new(cluster_of_primaries(2));
+    let cluster = Arc::new(RedisClusterBackend::of_primaries(
+        2,
+        2,
+        &["--appendonly", "yes", "--appendfsync", "always"],
+    ));
     let second = &cluster.nodes[1];
     second.cli(&["CONFIG", "SET", "maxmemory-policy", "allkeys-random"]);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stockd"))
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .args(cluster.extra_args())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run stockd serve");
-    let deadline = Instant::now() + REFUSAL_TIMEOUT;
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("started on a Cluster with an evicting primary");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let output = child.wait_with_output().expect("output");
-    let said = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "{said}");
+    let said = refused(cluster.as_ref(), &[]);
     assert!(
         said.contains("allkeys-random") && said.contains(&format!("127.0.0.1:{}", second.port)),
         "{said}"
     );
 
     second.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
-    let server = Server::start_with(ServerConfig {
-        backend: cluster.clone(),
-        ..ServerConfig::default()
-    })
-    .await;
+    let server = Server::start_with(ServerConfig::on(cluster.clone())).await;
     assert_eq!(readyz_warnings(&server.api()).await, Vec::<String>::new());
 }

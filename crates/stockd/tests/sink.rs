@@ -29,55 +29,20 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
-use stockd_bench::lab::servers::Postgres;
-use support::{Api, Server, ServerConfig};
+use support::{db, postgres, redis_accept, Api, Process, Server, ServerConfig, STOCKD};
 
-const STOCKD: &str = env!("CARGO_BIN_EXE_stockd");
-
-async fn postgres(dir: &Path) -> Postgres {
-    Postgres::start(dir, 40).await.unwrap_or_else(|why| {
-        panic!("a private PostgreSQL is needed (scripts/test.sh installs it): {why}")
-    })
-}
-
-async fn db(pg: &Postgres) -> tokio_postgres::Client {
-    pg.connect().await.expect("connect to the test postgres")
-}
-
-/// A `stockd sink postgres` child process, SIGKILLed when dropped (also when a test fails, so
-/// that no sink outlives its test).
-struct Sink(Child);
-
-impl Sink {
-    fn kill(&mut self) {
-        kill(&mut self.0);
-    }
-}
-
-impl Drop for Sink {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// `stockd sink postgres` as a child process, its output in `log`.
-fn spawn_sink(url: &str, dsn: &str, extra: &[&str], log: &Path) -> Sink {
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .expect("sink log");
-    Command::new(STOCKD)
+/// `stockd sink postgres` as a child process (the harness's [`Process`]: SIGKILLed when dropped,
+/// also when a test fails, so that no sink outlives its test), its output in `log`.
+fn spawn_sink(url: &str, dsn: &str, extra: &[&str], log: &Path) -> Process {
+    let sink = Process::new("stockd sink", log.to_path_buf());
+    let mut command = Command::new(STOCKD);
+    command
         .args(["sink", "postgres", "--url", url, "--dsn", dsn])
         .args(extra)
         .env_remove("STOCKD_TOKEN")
-        .env("STOCKD_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(out.try_clone().unwrap()))
-        .stderr(Stdio::from(out))
-        .spawn()
-        .map(Sink)
-        .expect("start stockd sink")
+        .env("STOCKD_LOG", "info");
+    sink.spawn(command).expect("start stockd sink");
+    sink
 }
 
 /// Runs the sink with `--once` until it has caught up (within a minute), insists on exit 0, and
@@ -369,7 +334,7 @@ async fn the_sink_applies_every_event_once_through_kills_and_reconcile_finds_not
     let dsn = pg.dsn();
     let mut server = Server::start_with(ServerConfig::default()).await;
     let api = server.api();
-    let url = format!("http://127.0.0.1:{}", server.port());
+    let url = server.url();
     let log = dir.path().join("sink.log");
     let metrics_port = support::free_port();
     let metrics_listen = format!("127.0.0.1:{metrics_port}");
@@ -386,7 +351,7 @@ async fn the_sink_applies_every_event_once_through_kills_and_reconcile_finds_not
     let mut sink = spawn_sink(&url, &dsn, &sink_args, &log);
     // A second sink on the same tables, as if started by mistake: it must not make any event
     // land twice (each page checks the stored cursor under a row lock).
-    let mut twin = spawn_sink(&url, &dsn, &["--batch", "40", "--wait-ms", "200"], &log);
+    let twin = spawn_sink(&url, &dsn, &["--batch", "40", "--wait-ms", "200"], &log);
 
     let seed: u64 = rand::random::<u16>().into();
     eprintln!("workload seed {seed}");
@@ -519,7 +484,7 @@ async fn tables_live_in_the_schema_asked_for_and_migrations_run_once() {
     let dsn = pg.dsn();
     let server = Server::start_with(ServerConfig::default()).await;
     let api = server.api();
-    let url = format!("http://127.0.0.1:{}", server.port());
+    let url = server.url();
     let (status, _) = api
         .call("PUT", "/v1/pools/sc-a", Some(json!({"total": 3})))
         .await;
@@ -578,7 +543,7 @@ async fn a_sink_behind_the_feeds_window_records_the_gap_and_reconcile_repairs_it
     )
     .await;
     let api = server.api();
-    let url = format!("http://127.0.0.1:{}", server.port());
+    let url = server.url();
     let (status, _) = api
         .call("PUT", "/v1/pools/gp-a", Some(json!({"total": 100})))
         .await;
@@ -673,27 +638,15 @@ async fn after_an_accepted_loss_the_sink_records_the_gap_and_applies_the_new_eve
     let pg = postgres(dir.path()).await;
     let dsn = pg.dsn();
     let redis = std::sync::Arc::new(support::RedisBackend::start());
-    let server = Server::start_with(ServerConfig {
-        backend: redis.clone(),
-        ..ServerConfig::default()
-    })
-    .await;
+    let server = Server::start_with(ServerConfig::on(redis.clone())).await;
     let api = server.api();
-    let url = format!("http://127.0.0.1:{}", server.port());
+    let url = server.url();
     four_events_then_sink(&api, &url, &dsn).await;
 
     // Redis loses everything; an operator accepts the empty dataset; sales go on.
     redis.redis.kill();
     redis.redis.start_again();
-    let accept = Command::new(STOCKD)
-        .args(["redis", "accept", "--backend", &redis.redis.url()])
-        .output()
-        .expect("run stockd redis accept");
-    assert!(
-        accept.status.success(),
-        "{}",
-        String::from_utf8_lossy(&accept.stderr)
-    );
+    redis_accept(&redis.redis.url(), &[]);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let answer = api
@@ -769,7 +722,7 @@ async fn a_feed_that_went_back_below_the_cursor_stops_the_sink() {
     let dsn = pg.dsn();
     let mut server = Server::start().await;
     let api = server.api();
-    let url = format!("http://127.0.0.1:{}", server.port());
+    let url = server.url();
     four_events_then_sink(&api, &url, &dsn).await;
 
     // The data dir is wiped; the engine starts empty; one new event, seq 1, below the cursor (4).
