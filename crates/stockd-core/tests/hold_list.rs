@@ -52,6 +52,18 @@ fn ids(page: &(Vec<(String, HoldStatus)>, Option<String>)) -> Vec<&str> {
     page.0.iter().map(|(id, _)| id.as_str()).collect()
 }
 
+/// The ids of every hold (up to 100) on `pool`, of `user` and in `status`, if given, in order.
+fn all_ids(
+    state: &mut State,
+    pool: Option<&str>,
+    user: Option<&str>,
+    status: Option<HoldStatus>,
+    now_ms: u64,
+) -> Vec<String> {
+    let page = list(state, pool, user, status, None, 100, now_ms);
+    ids(&page).into_iter().map(str::to_string).collect()
+}
+
 fn reserve_as(hold: &str, user: Option<&str>, items: &[(&str, u64)]) -> Command {
     let mut request = reserve_request(hold, items);
     request.user = user.map(user_id);
@@ -92,26 +104,14 @@ fn holds_are_listed_in_id_order_and_filtered() {
     assert_eq!(ids(&u1), ["h3", "h4"]);
     let u1_p2 = list(&mut state, Some("p2"), Some("u1"), None, None, 100, T0);
     assert_eq!(ids(&u1_p2), ["h4"]);
-    let held = list(
-        &mut state,
-        None,
-        None,
-        Some(HoldStatus::Held),
-        None,
-        100,
-        T0,
+    assert_eq!(
+        all_ids(&mut state, None, None, Some(HoldStatus::Held), T0),
+        ["h1", "h3"]
     );
-    assert_eq!(ids(&held), ["h1", "h3"]);
-    let released_p2 = list(
-        &mut state,
-        Some("p2"),
-        None,
-        Some(HoldStatus::Released),
-        None,
-        100,
-        T0,
+    assert_eq!(
+        all_ids(&mut state, Some("p2"), None, Some(HoldStatus::Released), T0),
+        ["h4"]
     );
-    assert_eq!(ids(&released_p2), ["h4"]);
     let nobody = list(&mut state, None, Some("u9"), None, None, 100, T0);
     assert_eq!(nobody, (vec![], None));
     let no_pool = list(&mut state, Some("p9"), None, None, None, 100, T0);
@@ -169,16 +169,10 @@ fn limits_out_of_range_are_refused() {
 fn an_overdue_hold_is_listed_as_expired_before_any_sweep() {
     let mut state = four_holds();
     let late = T0 + 600_000;
-    let expired = list(
-        &mut state,
-        None,
-        None,
-        Some(HoldStatus::Expired),
-        None,
-        100,
-        late,
+    assert_eq!(
+        all_ids(&mut state, None, None, Some(HoldStatus::Expired), late),
+        ["h1", "h3"]
     );
-    assert_eq!(ids(&expired), ["h1", "h3"]);
     let held = list(
         &mut state,
         None,
@@ -215,30 +209,14 @@ fn holds_forgotten_after_retention_leave_every_index() {
     let all = list(&mut state, None, None, None, None, 100, after_retention);
     assert_eq!(ids(&all), ["h1", "h2", "h3"]);
     assert_eq!(
-        ids(&list(
-            &mut state,
-            None,
-            Some("u1"),
-            None,
-            None,
-            100,
-            after_retention
-        )),
+        all_ids(&mut state, None, Some("u1"), None, after_retention),
         ["h3"]
     );
     let count = state.hold_count();
     tick(&mut state, after_retention);
     assert!(state.hold_count() < count, "the sweep forgot something");
     assert_eq!(
-        ids(&list(
-            &mut state,
-            Some("p2"),
-            None,
-            None,
-            None,
-            100,
-            after_retention
-        )),
+        all_ids(&mut state, Some("p2"), None, None, after_retention),
         ["h1", "h2"]
     );
     // The id made again on another pool and user: listed there only.
@@ -248,39 +226,15 @@ fn holds_forgotten_after_retention_leave_every_index() {
         after_retention,
     );
     assert_eq!(
-        ids(&list(
-            &mut state,
-            Some("p1"),
-            None,
-            None,
-            None,
-            100,
-            after_retention
-        )),
+        all_ids(&mut state, Some("p1"), None, None, after_retention),
         ["h1", "h3", "h4"]
     );
     assert_eq!(
-        ids(&list(
-            &mut state,
-            Some("p2"),
-            None,
-            None,
-            None,
-            100,
-            after_retention
-        )),
+        all_ids(&mut state, Some("p2"), None, None, after_retention),
         ["h1", "h2"]
     );
     assert_eq!(
-        ids(&list(
-            &mut state,
-            None,
-            Some("u1"),
-            None,
-            None,
-            100,
-            after_retention
-        )),
+        all_ids(&mut state, None, Some("u1"), None, after_retention),
         ["h3"]
     );
 }
@@ -334,27 +288,11 @@ fn a_log_replayed_over_a_reused_id_lists_the_new_hold_only() {
         );
     }
     assert_eq!(
-        ids(&list(
-            &mut replayed,
-            Some("p2"),
-            None,
-            None,
-            None,
-            100,
-            after_retention
-        )),
+        all_ids(&mut replayed, Some("p2"), None, None, after_retention),
         Vec::<&str>::new()
     );
     assert_eq!(
-        ids(&list(
-            &mut replayed,
-            None,
-            Some("u2"),
-            None,
-            None,
-            100,
-            after_retention
-        )),
+        all_ids(&mut replayed, None, Some("u2"), None, after_retention),
         ["h4"]
     );
 }

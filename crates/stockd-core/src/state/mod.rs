@@ -390,6 +390,29 @@ impl State {
         self.expire_if_due(hold_id, now_ms, effects);
     }
 
+    /// The status of a hold once settled: what confirm, release, extend and refund decide from.
+    fn settled_status(
+        &mut self,
+        hold_id: &HoldId,
+        now_ms: u64,
+        effects: &mut Effects,
+    ) -> Result<HoldStatus, Error> {
+        self.settle(hold_id, now_ms, effects);
+        self.hold_status(hold_id)
+    }
+
+    /// Commits `change`, a hold's transition, and answers with the hold as it now is.
+    fn commit_to_hold(
+        &mut self,
+        hold_id: &HoldId,
+        now_ms: u64,
+        change: Change,
+        effects: &mut Effects,
+    ) -> Outcome {
+        self.commit(now_ms, change, effects);
+        self.hold_reply(hold_id, false)
+    }
+
     /// A finished hold past retention is gone for every command, even before the purge sweep
     /// (which is bounded per tick) reaches it. This keeps live behaviour equal to a state
     /// rebuilt by replay, which forgets all of them at once: no command can write a record

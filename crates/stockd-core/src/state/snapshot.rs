@@ -326,6 +326,17 @@ mod tests {
         EventV3 { v2, restock }
     }
 
+    /// A payload of format 2 or 3 (`format`, the state without restock request ids) with
+    /// `events` of that format.
+    fn format_3_payload<E: Serialize>(
+        format: u32,
+        state: &State,
+        events: impl Iterator<Item = E>,
+    ) -> Vec<u8> {
+        let events: Vec<E> = events.collect();
+        postcard::to_allocvec(&(format, SnapshotV3::from(state.snapshot()), events)).unwrap()
+    }
+
     /// Decodes `payload` into a state, checked against `state` it was written from.
     fn reopened(payload: &[u8], written: &State) -> (State, Vec<Event>) {
         let (snapshot, events) = decode_snapshot(payload).unwrap();
@@ -341,17 +352,9 @@ mod tests {
     #[test]
     fn a_format_2_snapshot_still_opens() {
         let (state, events) = one_hold();
-        let old_events: Vec<EventV2> = events
-            .iter()
-            .map(|event| as_v4(event).v3.v2)
-            .chain(std::iter::once(refunded(None).v2))
-            .collect();
-        let payload = postcard::to_allocvec(&(
-            SNAPSHOT_FORMAT_V2,
-            SnapshotV3::from(state.snapshot()),
-            &old_events,
-        ))
-        .unwrap();
+        let old_events = events.iter().map(|event| as_v4(event).v3.v2);
+        let old_events = old_events.chain([refunded(None).v2]);
+        let payload = format_3_payload(SNAPSHOT_FORMAT_V2, &state, old_events);
         let (_, feed) = reopened(&payload, &state);
         assert_eq!(feed.len(), events.len() + 1);
         let seqs = |events: &[Event]| events.iter().map(|e| e.seq).collect::<Vec<_>>();
@@ -366,17 +369,9 @@ mod tests {
     fn a_format_3_snapshot_still_opens() {
         let pool = PoolId::parse("p").unwrap();
         let (state, events) = one_hold();
-        let old_events: Vec<EventV3> = events
-            .iter()
-            .map(|event| as_v4(event).v3)
-            .chain(std::iter::once(refunded(Some(false))))
-            .collect();
-        let payload = postcard::to_allocvec(&(
-            SNAPSHOT_FORMAT_V3,
-            SnapshotV3::from(state.snapshot()),
-            &old_events,
-        ))
-        .unwrap();
+        let old_events = events.iter().map(|event| as_v4(event).v3);
+        let old_events = old_events.chain([refunded(Some(false))]);
+        let payload = format_3_payload(SNAPSHOT_FORMAT_V3, &state, old_events);
         let (mut reopened, feed) = reopened(&payload, &state);
         assert_eq!(feed.len(), events.len() + 1);
         assert_eq!(feed.last().unwrap().restock, Some(false));

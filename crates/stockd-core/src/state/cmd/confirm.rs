@@ -20,18 +20,12 @@ impl State {
         now_ms: u64,
         effects: &mut Effects,
     ) -> Outcome {
-        self.settle(&hold_id, now_ms, effects);
-        let status = self.hold_status(&hold_id)?;
-        match status {
+        match self.settled_status(&hold_id, now_ms, effects)? {
             HoldStatus::Held => {
-                self.commit(
-                    now_ms,
-                    Change::Confirmed {
-                        hold_id: hold_id.clone(),
-                    },
-                    effects,
-                );
-                self.hold_reply(&hold_id, false)
+                let change = Change::Confirmed {
+                    hold_id: hold_id.clone(),
+                };
+                self.commit_to_hold(&hold_id, now_ms, change, effects)
             }
             HoldStatus::Confirmed => self.hold_reply(&hold_id, false),
             HoldStatus::Expired => Err(Error::HoldExpired { hold_id }),

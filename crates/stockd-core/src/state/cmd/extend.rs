@@ -20,18 +20,13 @@ impl State {
         now_ms: u64,
         effects: &mut Effects,
     ) -> Outcome {
-        self.settle(&hold_id, now_ms, effects);
-        match self.hold_status(&hold_id)? {
+        match self.settled_status(&hold_id, now_ms, effects)? {
             HoldStatus::Held => {
-                self.commit(
-                    now_ms,
-                    Change::Extended {
-                        hold_id: hold_id.clone(),
-                        expires_at_ms: now_ms + ttl_ms,
-                    },
-                    effects,
-                );
-                self.hold_reply(&hold_id, false)
+                let change = Change::Extended {
+                    hold_id: hold_id.clone(),
+                    expires_at_ms: now_ms + ttl_ms,
+                };
+                self.commit_to_hold(&hold_id, now_ms, change, effects)
             }
             HoldStatus::Expired => Err(Error::HoldExpired { hold_id }),
             HoldStatus::Confirmed => Err(Error::HoldConfirmed { hold_id }),

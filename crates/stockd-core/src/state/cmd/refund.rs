@@ -22,8 +22,7 @@ impl State {
         now_ms: u64,
         effects: &mut Effects,
     ) -> Outcome {
-        self.settle(&hold_id, now_ms, effects);
-        match self.hold_status(&hold_id)? {
+        match self.settled_status(&hold_id, now_ms, effects)? {
             HoldStatus::Confirmed => {
                 let hold = &self.data.holds[&hold_id];
                 for item in hold.items.iter() {
@@ -48,8 +47,7 @@ impl State {
                         hold_id: hold_id_recorded,
                     }
                 };
-                self.commit(now_ms, change, effects);
-                self.hold_reply(&hold_id, false)
+                self.commit_to_hold(&hold_id, now_ms, change, effects)
             }
             // A repeat answers the hold as it is, whatever restock it asks for: the first
             // refund decided where the units went.

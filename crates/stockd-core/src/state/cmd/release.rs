@@ -20,17 +20,12 @@ impl State {
         now_ms: u64,
         effects: &mut Effects,
     ) -> Outcome {
-        self.settle(&hold_id, now_ms, effects);
-        match self.hold_status(&hold_id)? {
+        match self.settled_status(&hold_id, now_ms, effects)? {
             HoldStatus::Held => {
-                self.commit(
-                    now_ms,
-                    Change::Released {
-                        hold_id: hold_id.clone(),
-                    },
-                    effects,
-                );
-                self.hold_reply(&hold_id, false)
+                let change = Change::Released {
+                    hold_id: hold_id.clone(),
+                };
+                self.commit_to_hold(&hold_id, now_ms, change, effects)
             }
             // Released, or expired: the stock is back either way.
             HoldStatus::Released | HoldStatus::Expired => self.hold_reply(&hold_id, false),
