@@ -6,8 +6,11 @@
 //!
 //! No dependencies: this crate is the contract's list of doors, nothing more.
 
+pub mod error_code;
 pub mod exposition;
 pub mod wire;
+
+pub use error_code::ErrorCode;
 
 /// Every path of the API, exactly as the server matches it; `{name}` is one path segment.
 pub mod paths {
@@ -32,19 +35,18 @@ pub mod paths {
     pub const LOCK_RELEASE: &str = "/v1/locks/{name}/release";
 }
 
-/// One operation: a method on a path template.
+/// One operation: a method on a path template, and the name it is declared under here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Operation {
+    /// The constant's name (`GET_POOL`): what generated code (the web console's
+    /// `operations.js`) calls it.
+    pub name: &'static str,
     /// `GET`, `PUT`, `POST` or `DELETE`.
     pub method: &'static str,
     pub path: &'static str,
 }
 
 impl Operation {
-    const fn new(method: &'static str, path: &'static str) -> Operation {
-        Operation { method, path }
-    }
-
     /// The path's segments with each `{name}` replaced by the next of `values`, in order. `None`
     /// when the counts differ.
     pub fn segments<'a>(&self, values: &[&'a str]) -> Option<Vec<&'a str>> {
@@ -65,54 +67,47 @@ impl Operation {
     }
 }
 
-pub const HEALTHZ: Operation = Operation::new("GET", paths::HEALTHZ);
-pub const READYZ: Operation = Operation::new("GET", paths::READYZ);
-pub const METRICS: Operation = Operation::new("GET", paths::METRICS);
-pub const OPENAPI: Operation = Operation::new("GET", paths::OPENAPI);
-pub const LIST_POOLS: Operation = Operation::new("GET", paths::POOLS);
-pub const PUT_POOL: Operation = Operation::new("PUT", paths::POOL);
-pub const GET_POOL: Operation = Operation::new("GET", paths::POOL);
-pub const DELETE_POOL: Operation = Operation::new("DELETE", paths::POOL);
-pub const RESTOCK: Operation = Operation::new("POST", paths::POOL_RESTOCK);
-pub const LIST_HOLDS: Operation = Operation::new("GET", paths::HOLDS);
-pub const RESERVE: Operation = Operation::new("POST", paths::HOLDS);
-pub const GET_HOLD: Operation = Operation::new("GET", paths::HOLD);
-pub const CONFIRM: Operation = Operation::new("POST", paths::HOLD_CONFIRM);
-pub const RELEASE: Operation = Operation::new("POST", paths::HOLD_RELEASE);
-pub const EXTEND: Operation = Operation::new("POST", paths::HOLD_EXTEND);
-pub const REFUND: Operation = Operation::new("POST", paths::HOLD_REFUND);
-pub const BATCH: Operation = Operation::new("POST", paths::BATCH);
-pub const EVENTS: Operation = Operation::new("GET", paths::EVENTS);
-pub const EVENT_PARTITIONS: Operation = Operation::new("GET", paths::EVENT_PARTITIONS);
-pub const LOCK_ACQUIRE: Operation = Operation::new("POST", paths::LOCK_ACQUIRE);
-pub const LOCK_RENEW: Operation = Operation::new("POST", paths::LOCK_RENEW);
-pub const LOCK_RELEASE: Operation = Operation::new("POST", paths::LOCK_RELEASE);
+/// Declares each operation as a constant named once (the name is also its [`Operation::name`])
+/// and [`OPERATIONS`], every one of them in this order.
+macro_rules! operations {
+    ($($name:ident = $method:literal $path:expr;)*) => {
+        $(
+            pub const $name: Operation = Operation {
+                name: stringify!($name),
+                method: $method,
+                path: $path,
+            };
+        )*
 
-/// Every operation of the API.
-pub const OPERATIONS: [Operation; 22] = [
-    HEALTHZ,
-    READYZ,
-    METRICS,
-    OPENAPI,
-    LIST_POOLS,
-    PUT_POOL,
-    GET_POOL,
-    DELETE_POOL,
-    RESTOCK,
-    LIST_HOLDS,
-    RESERVE,
-    GET_HOLD,
-    CONFIRM,
-    RELEASE,
-    EXTEND,
-    REFUND,
-    BATCH,
-    EVENTS,
-    EVENT_PARTITIONS,
-    LOCK_ACQUIRE,
-    LOCK_RENEW,
-    LOCK_RELEASE,
-];
+        /// Every operation of the API.
+        pub const OPERATIONS: [Operation; [$(stringify!($name)),*].len()] = [$($name),*];
+    };
+}
+
+operations! {
+    HEALTHZ = "GET" paths::HEALTHZ;
+    READYZ = "GET" paths::READYZ;
+    METRICS = "GET" paths::METRICS;
+    OPENAPI = "GET" paths::OPENAPI;
+    LIST_POOLS = "GET" paths::POOLS;
+    PUT_POOL = "PUT" paths::POOL;
+    GET_POOL = "GET" paths::POOL;
+    DELETE_POOL = "DELETE" paths::POOL;
+    RESTOCK = "POST" paths::POOL_RESTOCK;
+    LIST_HOLDS = "GET" paths::HOLDS;
+    RESERVE = "POST" paths::HOLDS;
+    GET_HOLD = "GET" paths::HOLD;
+    CONFIRM = "POST" paths::HOLD_CONFIRM;
+    RELEASE = "POST" paths::HOLD_RELEASE;
+    EXTEND = "POST" paths::HOLD_EXTEND;
+    REFUND = "POST" paths::HOLD_REFUND;
+    BATCH = "POST" paths::BATCH;
+    EVENTS = "GET" paths::EVENTS;
+    EVENT_PARTITIONS = "GET" paths::EVENT_PARTITIONS;
+    LOCK_ACQUIRE = "POST" paths::LOCK_ACQUIRE;
+    LOCK_RENEW = "POST" paths::LOCK_RENEW;
+    LOCK_RELEASE = "POST" paths::LOCK_RELEASE;
+}
 
 #[cfg(test)]
 mod tests {
@@ -130,10 +125,18 @@ mod tests {
     }
 
     #[test]
+    fn an_operation_is_named_as_its_constant() {
+        assert_eq!(GET_POOL.name, "GET_POOL");
+        assert_eq!(OPERATIONS.len(), 22);
+        assert_eq!(OPERATIONS[21], LOCK_RELEASE);
+    }
+
+    #[test]
     fn operations_are_distinct() {
         for (i, a) in OPERATIONS.iter().enumerate() {
             for b in &OPERATIONS[i + 1..] {
-                assert_ne!(a, b);
+                assert_ne!((a.method, a.path), (b.method, b.path));
+                assert_ne!(a.name, b.name);
             }
         }
     }
