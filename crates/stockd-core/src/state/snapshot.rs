@@ -108,7 +108,8 @@ where
 
 /// The state as snapshot formats 2 and 3 stored it, before restocks had request ids: every
 /// field of [`Snapshot`] up to `next_fence_token`, in the same order (postcard is positional).
-/// An engine reads it to open a data directory of an earlier release.
+/// An engine reads it to open a data directory of an earlier release. A second copy of those
+/// fields on purpose: a released format is frozen, and must not follow [`Snapshot`]'s changes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SnapshotV3 {
     pools: BTreeMap<PoolId, Pool>,
@@ -121,21 +122,14 @@ pub struct SnapshotV3 {
 
 impl From<SnapshotV3> for Snapshot {
     fn from(old: SnapshotV3) -> Self {
-        let SnapshotV3 {
-            pools,
-            holds,
-            locks,
-            next_seq,
-            next_generation,
-            next_fence_token,
-        } = old;
         Snapshot {
-            pools,
-            holds,
-            locks,
-            next_seq,
-            next_generation,
-            next_fence_token,
+            pools: old.pools,
+            holds: old.holds,
+            locks: old.locks,
+            next_seq: old.next_seq,
+            next_generation: old.next_generation,
+            next_fence_token: old.next_fence_token,
+            // Before format 4 no restock named a request id.
             restock_requests: HashMap::new(),
         }
     }
@@ -160,7 +154,8 @@ impl From<&Snapshot> for SnapshotV3 {
 // struct has exactly the bytes of the flat one it stands for.
 
 /// An event as format 2 stored it: every field of [`Event`] up to `expires_at_ms`, in the same
-/// order (postcard is positional).
+/// order (postcard is positional). A second copy of those fields on purpose: a released format
+/// is frozen, and must not follow [`Event`]'s changes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventV2 {
     pub seq: u64,
