@@ -1,7 +1,10 @@
 // The console's only way to stockd: the public HTTP API (the same one any client uses), with
 // the operator's token. Every answer that is not a success becomes an ApiError carrying the
 // contract's error code; a 401 asks the operator for a token and retries once one is given.
+// Each request names its operation (operations.js, generated from stockd-api's table), never a
+// method or path of its own.
 
+import { LIST_POOLS } from "./operations.js";
 import { session } from "./session.js";
 
 // The page is served at <base>/ui/, so the API is at <base>/v1/... (also behind a proxy that
@@ -38,6 +41,18 @@ function health(ok, error) {
   for (const listener of listeners) listener(ok, error);
 }
 
+/**
+ * The path of `operation` (one of operations.js) with each `{name}` segment replaced by
+ * `params[name]`, percent-encoded as one segment: `pathOf(GET_POOL, { pool: "a/b" })` is
+ * `v1/pools/a%2Fb`.
+ */
+export function pathOf(operation, params = {}) {
+  return operation.path.replace(/\{([a-z_]+)\}/g, (_, name) => {
+    if (!(name in params)) throw new Error(`${operation.method} ${operation.path} needs ${name}`);
+    return encodeURIComponent(params[name]);
+  });
+}
+
 export function url(path, query) {
   const target = new URL(path, API_ROOT);
   for (const [name, value] of Object.entries(query || {})) {
@@ -48,13 +63,16 @@ export function url(path, query) {
   return target;
 }
 
-/** One request as the given token would send it; resolves to the raw Response. */
-export function send(method, path, { query, body, signal, token } = {}) {
+/**
+ * One request of `operation` (its `{name}` segments from `params`) as the given token would send
+ * it; resolves to the raw Response.
+ */
+export function send(operation, { params, query, body, signal, token } = {}) {
   const headers = { Accept: "application/json" };
   if (token) headers.Authorization = `Bearer ${token}`;
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  return fetch(url(path, query), {
-    method,
+  return fetch(url(pathOf(operation, params), query), {
+    method: operation.method,
     headers,
     body: body === undefined ? undefined : JSON.stringify(body),
     signal,
@@ -78,12 +96,13 @@ async function decode(response) {
  * `status: true`), rejects with an ApiError otherwise. A 401 waits for the operator to give a
  * token, then sends the request again.
  */
-export async function call(method, path, options = {}) {
+export async function call(operation, options = {}) {
+  pathOf(operation, options.params); // a missing parameter is the console's bug, not unreachable
   for (;;) {
     const token = session.token();
     let response;
     try {
-      response = await send(method, path, { ...options, token });
+      response = await send(operation, { ...options, token });
     } catch (error) {
       if (error.name === "AbortError") throw error;
       health(false, "stockd is unreachable");
@@ -105,9 +124,9 @@ export async function call(method, path, options = {}) {
  * A pool write (create, restock, delete): only admin tokens may. A 403 teaches the console that
  * its token is a client token (the admin actions are then hidden) and is explained.
  */
-export async function adminCall(method, path, options = {}) {
+export async function adminCall(operation, options = {}) {
   try {
-    const body = await call(method, path, options);
+    const body = await call(operation, options);
     if (session.token()) session.learnRole("admin");
     return body;
   } catch (error) {
@@ -126,7 +145,7 @@ export async function adminCall(method, path, options = {}) {
 
 /** Whether `token` is accepted by the server (a cheap read with it). */
 export async function tokenAccepted(token) {
-  const response = await send("GET", "v1/pools", { query: { limit: 1 }, token });
+  const response = await send(LIST_POOLS, { query: { limit: 1 }, token });
   if (response.status === 401) return false;
   if (!response.ok) {
     throw new ApiError(response.status, await decode(response));

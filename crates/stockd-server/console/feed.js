@@ -5,6 +5,7 @@
 // never silently.
 
 import { ApiError, call } from "./api.js";
+import { EVENTS, EVENT_PARTITIONS } from "./operations.js";
 
 /** Events kept in memory, all partitions together. */
 const BUFFER_MAX = 5000;
@@ -42,7 +43,7 @@ function append(items) {
 }
 
 function page(partition, after, limit, waitMs, signal) {
-  return call("GET", "v1/events", {
+  return call(EVENTS, {
     query: { partition, after, limit, wait_ms: waitMs || undefined },
     signal,
   });
@@ -129,7 +130,7 @@ async function follow(lane) {
 }
 
 async function start() {
-  partitions = (await call("GET", "v1/events/partitions")).partitions;
+  partitions = (await call(EVENT_PARTITIONS)).partitions;
   cursors = new Array(partitions).fill(0);
   const heads = await Promise.all([...Array(partitions).keys()].map(findHead));
   const backfill = [];
@@ -194,7 +195,7 @@ export const feed = {
     const partition = hold.partition ?? 0;
     await feed.start();
     const read = (after, before) =>
-      call("GET", "v1/events", { query: { partition, after, limit: before - after }, signal });
+      call(EVENTS, { query: { partition, after, limit: before - after }, signal });
     const found = new Map();
     let complete = false;
     // Pages (after, before], newest first.

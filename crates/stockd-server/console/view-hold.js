@@ -5,6 +5,7 @@
 import { ApiError, call, errorText } from "./api.js";
 import { every, h, messageLine, number, poolLink, relative, time, timeElement, zoneName } from "./dom.js";
 import { feed } from "./feed.js";
+import { CONFIRM, EXTEND, GET_HOLD, REFUND, RELEASE } from "./operations.js";
 import { eventRow, eventTable } from "./view-events.js";
 
 const POLL_MS = 2000;
@@ -22,6 +23,9 @@ const EXTEND_SECONDS_MAX = 86400;
  * every token the console can hold is offered them; a refusal, 403 included, is shown with its
  * code. The commands that cannot be undone ask for a second click, as deleting a pool does.
  */
+/** The operation of each command an action sends. */
+const COMMANDS = { extend: EXTEND, confirm: CONFIRM, release: RELEASE, refund: REFUND };
+
 const ACTIONS = [
   {
     command: "extend",
@@ -136,7 +140,7 @@ export function mount(root, holdId) {
     for (const button of actions.querySelectorAll("button")) button.disabled = true;
     actionMessage.show("");
     try {
-      hold = await call("POST", `v1/holds/${encodeURIComponent(holdId)}/${command}`, { body: requestBody });
+      hold = await call(COMMANDS[command], { params: { hold_id: holdId }, body: requestBody });
       actionMessage.show(done(hold), "ok");
     } catch (error) {
       actionMessage.show(`${command[0].toUpperCase()}${command.slice(1)} refused: ${errorText(error)}`);
@@ -177,7 +181,7 @@ export function mount(root, holdId) {
     const answeredBefore = actionsAnswered;
     let read;
     try {
-      read = await call("GET", `v1/holds/${encodeURIComponent(holdId)}`, { signal });
+      read = await call(GET_HOLD, { params: { hold_id: holdId }, signal });
     } catch (error) {
       if (!(error instanceof ApiError) || error.code !== "hold_not_found") throw error;
       hold = null;

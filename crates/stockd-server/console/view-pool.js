@@ -6,6 +6,7 @@ import { adminCall, ApiError, call, errorText } from "./api.js";
 import { chart } from "./chart.js";
 import { every, h, lowStock, messageLine, number, stockBar, stockNumbers, time } from "./dom.js";
 import { feed, touchesPool } from "./feed.js";
+import { DELETE_POOL, GET_POOL, RESTOCK } from "./operations.js";
 import { eventRow, eventTable } from "./view-events.js";
 import { forget, record, samplesOf } from "./series.js";
 import { session } from "./session.js";
@@ -84,7 +85,7 @@ export function mount(root, poolId) {
 
   async function poll(signal) {
     try {
-      pool = await call("GET", `v1/pools/${encodeURIComponent(poolId)}`, { signal });
+      pool = await call(GET_POOL, { params: { pool: poolId }, signal });
       record(pool);
       state.textContent = `Updated ${time(Date.now(), { millis: false })}`;
       state.classList.remove("error");
@@ -117,7 +118,7 @@ export function mount(root, poolId) {
 }
 
 function adminForms(poolId) {
-  const path = `v1/pools/${encodeURIComponent(poolId)}`;
+  const params = { pool: poolId };
   const delta = h("input", { id: "restock-delta", type: "number", required: true, placeholder: "+ or − units", "aria-label": "Restock delta" });
   const restockMessage = messageLine();
   const restock = h(
@@ -132,7 +133,7 @@ function adminForms(poolId) {
     event.preventDefault();
     const units = Number(delta.value);
     try {
-      const pool = await adminCall("POST", `${path}/restock`, { body: { delta: units } });
+      const pool = await adminCall(RESTOCK, { params, body: { delta: units } });
       restockMessage.show(`Restocked by ${units > 0 ? "+" : ""}${number(units)}: total ${number(pool.total)}.`, "ok");
       restock.reset();
     } catch (error) {
@@ -157,7 +158,7 @@ function adminForms(poolId) {
   });
   really.addEventListener("click", async () => {
     try {
-      await adminCall("DELETE", path);
+      await adminCall(DELETE_POOL, { params });
       forget(poolId);
       deleteMessage.show(`Deleted ${poolId}.`, "ok");
     } catch (error) {

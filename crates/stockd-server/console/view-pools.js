@@ -4,6 +4,7 @@
 
 import { adminCall, call, errorText } from "./api.js";
 import { every, h, lowStock, messageLine, number, poolLink, stockBar, stockNumbers, time } from "./dom.js";
+import { LIST_POOLS, PUT_POOL } from "./operations.js";
 import { record } from "./series.js";
 import { session } from "./session.js";
 
@@ -95,7 +96,7 @@ export function mount(root) {
   }
 
   async function poll(signal) {
-    const answer = await call("GET", "v1/pools", { query: { prefix: choices.prefix, limit: LIST_LIMIT }, signal });
+    const answer = await call(LIST_POOLS, { query: { prefix: choices.prefix, limit: LIST_LIMIT }, signal });
     const now = Date.now();
     pools = answer.pools;
     more = answer.next !== null;
@@ -171,7 +172,8 @@ function createForm(refresh) {
     const pool = name.value.trim();
     try {
       // if_absent: "create" must never reset an existing pool's numbers.
-      const answer = await adminCall("PUT", `v1/pools/${encodeURIComponent(pool)}`, {
+      const answer = await adminCall(PUT_POOL, {
+        params: { pool },
         query: { if_absent: "true" },
         body: {
           total: Number(total.value),

@@ -8,6 +8,10 @@
 //! data, so they need no token; everything the console shows it reads through the public API
 //! with the operator's token, like any other client. This module must never serve anything
 //! but these files, and never read the backend.
+//!
+//! One file is generated: `operations.js`, the API's operations (method and path) from
+//! [`stockd_api::OPERATIONS`], through which the console names every request. It is checked in
+//! (the console stays plain files) and a test here fails when it differs from the table.
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
@@ -60,6 +64,7 @@ const ASSETS: &[Asset] = &[
     asset!("icon.svg", SVG),
     asset!("main.js", JAVASCRIPT),
     asset!("api.js", JAVASCRIPT),
+    asset!("operations.js", JAVASCRIPT),
     asset!("session.js", JAVASCRIPT),
     asset!("dom.js", JAVASCRIPT),
     asset!("feed.js", JAVASCRIPT),
@@ -238,6 +243,49 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// `operations.js` as [`stockd_api::OPERATIONS`] generates it: one frozen `{ method, path }`
+    /// per operation, under its constant's name, the path relative to the API's root (the page
+    /// resolves it against `<base>/`, as it does every API path).
+    fn generated_operations() -> String {
+        let mut text = String::from(
+            "// Generated from stockd-api's operation table (crates/stockd-api/src/lib.rs) by the\n\
+             // test `console_operations_are_the_api_table` (crates/stockd-server/src/routes/\n\
+             // console.rs): do not edit; rerun that test with STOCKD_WRITE_CONSOLE_OPERATIONS=1\n\
+             // to rewrite this file. Paths are relative to the API's root; api.js `pathOf` fills\n\
+             // their `{name}` segments.\n\n",
+        );
+        for operation in stockd_api::OPERATIONS {
+            let path = operation.path.strip_prefix('/').unwrap_or(operation.path);
+            text.push_str(&format!(
+                "export const {} = Object.freeze({{ method: \"{}\", path: \"{path}\" }});\n",
+                operation.name, operation.method
+            ));
+        }
+        text
+    }
+
+    /// The served `operations.js` is the API's operation table: an operation added, renamed or
+    /// moved in `stockd-api` fails here until the file is regenerated.
+    #[test]
+    fn console_operations_are_the_api_table() {
+        let expected = generated_operations();
+        if std::env::var("STOCKD_WRITE_CONSOLE_OPERATIONS").as_deref() == Ok("1") {
+            let file = concat!(env!("CARGO_MANIFEST_DIR"), "/console/operations.js");
+            std::fs::write(file, &expected).unwrap();
+            return;
+        }
+        let served = ASSETS
+            .iter()
+            .find(|asset| asset.name == "operations.js")
+            .expect("operations.js is served");
+        assert!(
+            text(served) == expected,
+            "console/operations.js differs from stockd_api::OPERATIONS; regenerate it with \
+             `STOCKD_WRITE_CONSOLE_OPERATIONS=1 cargo test -p stockd-server --lib \
+             console_operations_are_the_api_table`. Expected:\n{expected}"
+        );
     }
 
     #[test]
