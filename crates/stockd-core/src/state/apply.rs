@@ -18,6 +18,7 @@ use crate::ids::{HoldId, LockName, OwnerId, PoolId, RequestId, UserId};
 use crate::record::{Change, Event, EventKind, Record};
 use crate::view::HoldStatus;
 
+use super::sharded::ShardedMap;
 use super::{Hold, Lock, Pool, RestockRequest, State};
 
 impl State {
@@ -273,12 +274,7 @@ impl State {
 
     /// `Confirmed`: a held hold's units move from held to sold.
     fn apply_confirmed(&mut self, at_ms: u64, hold_id: &HoldId, events: &mut Vec<Event>) {
-        let hold = self
-            .data
-            .holds
-            .get_mut(hold_id)
-            .expect("confirmed hold exists");
-        assert_eq!(hold.status, HoldStatus::Held, "confirmed a hold not held");
+        let hold = hold_in(&mut self.data.holds, hold_id, HoldStatus::Held, "confirmed");
         hold.status = HoldStatus::Confirmed;
         hold.finished_at_ms = Some(at_ms);
         for line in hold.items.iter() {
@@ -319,12 +315,7 @@ impl State {
             HoldStatus::Released => EventKind::Released,
             _ => EventKind::Expired,
         };
-        let hold = self
-            .data
-            .holds
-            .get_mut(hold_id)
-            .expect("released hold exists");
-        assert_eq!(hold.status, HoldStatus::Held, "released a hold not held");
+        let hold = hold_in(&mut self.data.holds, hold_id, HoldStatus::Held, "ended");
         hold.status = status;
         // An expired hold finished at its deadline, however late the sweep ran: the answer
         // does not depend on sweep timing (nor on the backend).
@@ -354,15 +345,11 @@ impl State {
         restock: bool,
         events: &mut Vec<Event>,
     ) {
-        let hold = self
-            .data
-            .holds
-            .get_mut(hold_id)
-            .expect("refunded hold exists");
-        assert_eq!(
-            hold.status,
+        let hold = hold_in(
+            &mut self.data.holds,
+            hold_id,
             HoldStatus::Confirmed,
-            "refunded unconfirmed hold"
+            "refunded",
         );
         hold.status = HoldStatus::Refunded;
         hold.finished_at_ms = Some(at_ms);
@@ -401,12 +388,7 @@ impl State {
         expires_at_ms: u64,
         events: &mut Vec<Event>,
     ) {
-        let hold = self
-            .data
-            .holds
-            .get_mut(hold_id)
-            .expect("extended hold exists");
-        assert_eq!(hold.status, HoldStatus::Held, "extended a hold not held");
+        let hold = hold_in(&mut self.data.holds, hold_id, HoldStatus::Held, "extended");
         hold.expires_at_ms = expires_at_ms;
         self.expiry_queue.push(expires_at_ms, hold_id.clone());
         let mut event = self.event(at_ms, EventKind::Extended);
@@ -543,6 +525,22 @@ impl State {
         event.low_stock_threshold = threshold;
         events.push(event);
     }
+}
+
+/// The hold a record changes, which must exist and be in `expected` status: a record saying
+/// otherwise contradicts the decision that made it (see `apply_record`). `change` names the
+/// record in the panic.
+fn hold_in<'a>(
+    holds: &'a mut ShardedMap<HoldId, Box<Hold>>,
+    hold_id: &HoldId,
+    expected: HoldStatus,
+    change: &str,
+) -> &'a mut Hold {
+    let hold = holds
+        .get_mut(hold_id)
+        .unwrap_or_else(|| panic!("{change}: no hold {hold_id}"));
+    assert_eq!(hold.status, expected, "{change}: a hold not {expected:?}");
+    hold
 }
 
 /// Takes `qty` units off `user`'s usage of `pool` after they came back; an entry at zero goes.
