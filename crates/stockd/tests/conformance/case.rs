@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::{match_subset, short, Api, TimeWindow, Vars};
+use crate::support::{match_subset, put_pool, short, Api, TimeWindow, Vars};
 
 /// Cases of one group in flight at once: enough to overlap the cases that wait on real time
 /// (expiry, lease deadlines), few enough for a 2-core machine.
@@ -453,14 +453,7 @@ pub(crate) async fn create_pool_in_partition(
     total: u64,
     partitions: u32,
 ) -> u32 {
-    let (status, body) = api
-        .call(
-            "PUT",
-            &format!("/v1/pools/{pool}"),
-            Some(json!({"total": total})),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    let body = put_pool(api, pool, json!({"total": total})).await;
     partition_of(&body, partitions)
 }
 

@@ -28,12 +28,13 @@ pub fn pool_invariant_problem(pool: &Value) -> Option<String> {
     }
 }
 
-/// Creates a pool (201 expected).
-pub async fn put_pool(api: &Api, pool: &str, body: Value) {
+/// Creates a pool (201 expected) and returns it.
+pub async fn put_pool(api: &Api, pool: &str, body: Value) -> Value {
     let (status, reply) = api
         .call("PUT", &format!("/v1/pools/{pool}"), Some(body))
         .await;
     assert_eq!(status, 201, "create pool {pool}: {reply}");
+    reply
 }
 
 pub async fn join_all<T: Send + 'static>(handles: Vec<JoinHandle<T>>) -> Vec<T> {
@@ -100,14 +101,7 @@ pub async fn pools_in_distinct_partitions(
     let mut chosen: HashMap<u64, String> = HashMap::new();
     for n in 0.. {
         let name = format!("{prefix}-{n}");
-        let (status, pool) = api
-            .call(
-                "PUT",
-                &format!("/v1/pools/{name}"),
-                Some(json!({"total": total})),
-            )
-            .await;
-        assert_eq!(status, 201, "{pool}");
+        let pool = put_pool(api, &name, json!({"total": total})).await;
         let partition = pool["partition"].as_u64().expect("partition");
 
         if let std::collections::hash_map::Entry::Vacant(slot) = chosen.entry(partition) {
