@@ -2,19 +2,20 @@
 //! contract's one table of core errors.
 //!
 //! Each row of the `errors!` table below declares a variant of [`Error`] (its fields are its
-//! details, named as on the wire), its stable snake_case code (the `error` field of the HTTP
-//! body), its HTTP status as a plain number (a contract fact; this crate knows nothing of HTTP
-//! libraries) and what it means. Everything else is derived from the table: [`Error::code`],
-//! [`Error::spec`], [`Error::details`] (what the server writes next to `error` and `message`),
-//! [`ERRORS`] (what the OpenAPI document lists) and [`Error::from_details`] (how the Redis
-//! backend reads back a refusal its Lua library wrote). A new variant is one row, and it cannot
-//! exist without its code, status and details. The Lua library writes the same codes and
-//! details on its side (`S.error`); the history checker keeps its own copy on purpose, as an
-//! independent oracle of the contract.
+//! details, named as on the wire), its code (an [`ErrorCode`] of the contract crate, whose string
+//! is the `error` field of the HTTP body), its HTTP status as a plain number (a contract fact;
+//! this crate knows nothing of HTTP libraries) and what it means. Everything else is derived
+//! from the table: [`Error::code`], [`Error::spec`], [`Error::details`] (what the server writes
+//! next to `error` and `message`), [`ERRORS`] (what the OpenAPI document lists) and
+//! [`Error::from_details`] (how the Redis backend reads back a refusal its Lua library wrote).
+//! A new variant is one row, and it cannot exist without its code, status and details. The Lua
+//! library writes the same codes and details on its side (`S.error`); the model and the history
+//! checker keep their own copies on purpose, as independent oracles of the contract.
 
 use std::fmt;
 
 use serde::{Serialize, Serializer};
+use stockd_api::ErrorCode;
 
 use crate::ids::{HoldId, PoolId, RequestId};
 
@@ -22,7 +23,7 @@ use crate::ids::{HoldId, PoolId, RequestId};
 /// declares its own errors (malformed JSON, auth, ...) with the same type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ErrorSpec {
-    /// The `error` field of the body, stable snake_case.
+    /// The `error` field of the body, stable snake_case: an [`ErrorCode`]'s string.
     pub code: &'static str,
     /// The HTTP status the contract gives it (4xx or 503).
     pub status: u16,
@@ -183,12 +184,13 @@ fn field<'a, T: DetailType>(
 }
 
 /// Declares [`Error`] and everything derived from it, from one row per variant:
-/// `Variant { field: Type, ... } = ("code", status, "meaning")` (a unit variant has no braces).
-/// A row's field names are the detail names on the wire.
+/// `Variant { field: Type, ... } = (ErrorCode::Code, status, "meaning")` (a unit variant has no
+/// braces). A row's field names are the detail names on the wire; its code is named, its string
+/// is [`ErrorCode`]'s.
 macro_rules! errors {
     ($(
         $(#[$attribute:meta])*
-        $variant:ident $({ $($field:ident: $type:ty),* $(,)? })? = ($code:literal, $status:literal, $meaning:literal),
+        $variant:ident $({ $($field:ident: $type:ty),* $(,)? })? = ($code:path, $status:literal, $meaning:literal),
     )+) => {
         #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
         pub enum Error {
@@ -208,7 +210,7 @@ macro_rules! errors {
         /// Every core error, in the table's order ([`ErrorKind`] as `usize` is the index).
         pub const ERRORS: &[ErrorSpec] = &[
             $(ErrorSpec {
-                code: $code,
+                code: $code.as_str(),
                 status: $status,
                 fields: &[$($(DetailField {
                     name: stringify!($field),
@@ -244,14 +246,13 @@ macro_rules! errors {
                 code: &str,
                 mut get: impl FnMut(&'static str, DetailKind) -> Option<DetailValue<'a>>,
             ) -> Result<Error, FromDetailsError> {
-                $(
-                    if code == $code {
-                        return Ok(Error::$variant $({ $(
-                            $field: field::<$type>($code, stringify!($field), &mut get)?
-                        ),* })?);
-                    }
-                )+
-                Err(FromDetailsError::UnknownCode(code.to_string()))
+                let unknown = || FromDetailsError::UnknownCode(code.to_string());
+                match ErrorCode::parse(code).ok_or_else(unknown)? {
+                    $($code => Ok(Error::$variant $({ $(
+                        $field: field::<$type>($code.as_str(), stringify!($field), &mut get)?
+                    ),* })?),)+
+                    _ => Err(unknown()),
+                }
             }
         }
     };
@@ -260,57 +261,60 @@ macro_rules! errors {
 errors! {
     /// The message is the error's text (`Display`); it is not repeated as a detail field.
     #[error("{message}")]
-    InvalidRequest { message: String } = ("invalid_request", 422,
+    InvalidRequest { message: String } = (ErrorCode::InvalidRequest, 422,
         "a path id, query parameter (unknown ones included) or body field is invalid or out of range"),
     #[error("pool {pool} does not exist")]
-    PoolNotFound { pool: PoolId } = ("pool_not_found", 404, "no such pool"),
+    PoolNotFound { pool: PoolId } = (ErrorCode::PoolNotFound, 404, "no such pool"),
     #[error("pool {pool} has a per-user limit; the request must name a user")]
-    UserRequired { pool: PoolId } = ("user_required", 422,
+    UserRequired { pool: PoolId } = (ErrorCode::UserRequired, 422,
         "the pool has a per-user limit and the request names no user"),
     #[error("the sale of pool {pool} has not started")]
-    SaleNotStarted { pool: PoolId, starts_at_ms: u64 } = ("sale_not_started", 409,
+    SaleNotStarted { pool: PoolId, starts_at_ms: u64 } = (ErrorCode::SaleNotStarted, 409,
         "the pool's sale has not started"),
     #[error("the sale of pool {pool} has ended")]
-    SaleEnded { pool: PoolId, ends_at_ms: u64 } = ("sale_ended", 409, "the pool's sale has ended"),
+    SaleEnded { pool: PoolId, ends_at_ms: u64 } =
+        (ErrorCode::SaleEnded, 409, "the pool's sale has ended"),
     #[error("pool {pool} has {available} available, {requested} requested")]
-    InsufficientStock { pool: PoolId, available: u64, requested: u64 } = ("insufficient_stock", 409,
-        "not enough available"),
+    InsufficientStock { pool: PoolId, available: u64, requested: u64 } =
+        (ErrorCode::InsufficientStock, 409, "not enough available"),
     #[error("user limit of pool {pool} is {limit}: {used} used, {requested} requested")]
-    UserLimitExceeded { pool: PoolId, limit: u64, used: u64, requested: u64 } = ("user_limit_exceeded",
-        409, "the user's per-user limit would be exceeded"),
+    UserLimitExceeded { pool: PoolId, limit: u64, used: u64, requested: u64 } =
+        (ErrorCode::UserLimitExceeded, 409, "the user's per-user limit would be exceeded"),
     #[error("pool {pool}: new total {total} is below held + sold = {committed}")]
-    TotalBelowCommitted { pool: PoolId, total: u64, committed: u64 } = ("total_below_committed", 409,
-        "the new total is below held + sold"),
+    TotalBelowCommitted { pool: PoolId, total: u64, committed: u64 } =
+        (ErrorCode::TotalBelowCommitted, 409, "the new total is below held + sold"),
     #[error("pool {pool} has {held} units held by active holds")]
-    PoolHasActiveHolds { pool: PoolId, held: u64 } = ("pool_has_active_holds", 409,
+    PoolHasActiveHolds { pool: PoolId, held: u64 } = (ErrorCode::PoolHasActiveHolds, 409,
         "units of the pool are held"),
     #[error("pool {pool} of this hold was deleted")]
-    PoolDeleted { pool: PoolId } = ("pool_deleted", 409, "a pool of the hold was deleted"),
+    PoolDeleted { pool: PoolId } = (ErrorCode::PoolDeleted, 409, "a pool of the hold was deleted"),
     #[error("hold {hold_id} does not exist")]
-    HoldNotFound { hold_id: HoldId } = ("hold_not_found", 404,
+    HoldNotFound { hold_id: HoldId } = (ErrorCode::HoldNotFound, 404,
         "no such hold (or forgotten after retention)"),
     #[error("hold {hold_id} exists with a different request")]
-    HoldIdConflict { hold_id: HoldId } = ("hold_id_conflict", 409,
+    HoldIdConflict { hold_id: HoldId } = (ErrorCode::HoldIdConflict, 409,
         "the hold_id exists with a different request"),
     #[error("hold {hold_id} has expired")]
-    HoldExpired { hold_id: HoldId } = ("hold_expired", 409, "the hold has expired"),
+    HoldExpired { hold_id: HoldId } = (ErrorCode::HoldExpired, 409, "the hold has expired"),
     #[error("hold {hold_id} was released")]
-    HoldReleased { hold_id: HoldId } = ("hold_released", 409, "the hold was released"),
+    HoldReleased { hold_id: HoldId } = (ErrorCode::HoldReleased, 409, "the hold was released"),
     #[error("hold {hold_id} is confirmed")]
-    HoldConfirmed { hold_id: HoldId } = ("hold_confirmed", 409, "the hold is confirmed"),
+    HoldConfirmed { hold_id: HoldId } = (ErrorCode::HoldConfirmed, 409, "the hold is confirmed"),
     #[error("hold {hold_id} was refunded")]
-    HoldRefunded { hold_id: HoldId } = ("hold_refunded", 409, "the hold was refunded"),
+    HoldRefunded { hold_id: HoldId } = (ErrorCode::HoldRefunded, 409, "the hold was refunded"),
     #[error("hold {hold_id} is not confirmed")]
-    HoldNotConfirmed { hold_id: HoldId } = ("hold_not_confirmed", 409, "the hold is not confirmed"),
+    HoldNotConfirmed { hold_id: HoldId } =
+        (ErrorCode::HoldNotConfirmed, 409, "the hold is not confirmed"),
     /// `pool` and `delta` are the first request's: what the id is remembered for.
     #[error("request_id {request_id} was used by a restock of pool {pool} by {delta}")]
-    RequestIdConflict { request_id: RequestId, pool: PoolId, delta: i64 } = ("request_id_conflict", 409,
-        "the request_id names an earlier restock of another pool or delta (its pool and delta are given); nothing changed"),
+    RequestIdConflict { request_id: RequestId, pool: PoolId, delta: i64 } = (ErrorCode::RequestIdConflict,
+        409, "the request_id names an earlier restock of another pool or delta (its pool and delta are given); nothing changed"),
     #[error("the lock is held until {expires_at_ms}")]
-    LockHeld { expires_at_ms: u64 } = ("lock_held", 409,
+    LockHeld { expires_at_ms: u64 } = (ErrorCode::LockHeld, 409,
         "the lock is held (by another owner or by this one)"),
     #[error("not the current owner and token of this lock")]
-    NotLockOwner = ("not_lock_owner", 409, "not the current owner and token, or the lease lapsed"),
+    NotLockOwner =
+        (ErrorCode::NotLockOwner, 409, "not the current owner and token, or the lease lapsed"),
     /// The feed no longer keeps some event after `after`: reading on would skip it silently.
     /// `oldest_seq` >= `after` + 2 whenever this is returned, so the resume point is >= 1.
     /// The consumer's position is gone for good: 410, not a retryable conflict.
@@ -319,7 +323,7 @@ errors! {
          copy (for example with a reconcile), then resume from after={}",
         .oldest_seq.saturating_sub(1)
     )]
-    EventsExpired { after: u64, oldest_seq: u64 } = ("events_expired", 410,
+    EventsExpired { after: u64, oldest_seq: u64 } = (ErrorCode::EventsExpired, 410,
         "some event after `after` is no longer kept: repair your copy, then resume from oldest_seq - 1"),
 }
 

@@ -14,6 +14,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
+use stockd_api::ErrorCode;
 use stockd_core::{BackendError, DetailField, DetailKind, DetailValue, Error, ErrorSpec};
 
 use crate::reply;
@@ -57,11 +58,11 @@ const fn int(name: &'static str, min: u64) -> DetailField {
 }
 
 /// Declares each edge error's row as a constant, and [`EDGE_ERRORS`], from one line each:
-/// `NAME = (code, status, [detail fields], meaning)`.
+/// `NAME = (ErrorCode::Code, status, [detail fields], meaning)`.
 macro_rules! edge_errors {
-    ($($name:ident = ($code:literal, $status:literal, [$($field:expr),*], $meaning:literal),)+) => {
+    ($($name:ident = ($code:path, $status:literal, [$($field:expr),*], $meaning:literal),)+) => {
         $(pub(crate) const $name: ErrorSpec = ErrorSpec {
-            code: $code,
+            code: $code.as_str(),
             status: $status,
             fields: &[$($field),*],
             meaning: $meaning,
@@ -74,18 +75,21 @@ macro_rules! edge_errors {
 }
 
 edge_errors! {
-    INVALID_JSON = ("invalid_json", 400, [], "the body is not well-formed JSON, or could not be read"),
-    UNAUTHORIZED = ("unauthorized", 401, [], "missing or unknown bearer token"),
-    FORBIDDEN = ("forbidden", 403, [], "the token's role may not do this (pool writes need admin)"),
-    NOT_FOUND = ("not_found", 404, [], "no route has this path"),
-    METHOD_NOT_ALLOWED = ("method_not_allowed", 405, [],
+    INVALID_JSON = (ErrorCode::InvalidJson, 400, [],
+        "the body is not well-formed JSON, or could not be read"),
+    UNAUTHORIZED = (ErrorCode::Unauthorized, 401, [], "missing or unknown bearer token"),
+    FORBIDDEN = (ErrorCode::Forbidden, 403, [],
+        "the token's role may not do this (pool writes need admin)"),
+    NOT_FOUND = (ErrorCode::NotFound, 404, [], "no route has this path"),
+    METHOD_NOT_ALLOWED = (ErrorCode::MethodNotAllowed, 405, [],
         "the path exists, not with this method (header Allow)"),
-    REQUEST_TIMEOUT = ("request_timeout", 408, [int("timeout_ms", 0)],
+    REQUEST_TIMEOUT = (ErrorCode::RequestTimeout, 408, [int("timeout_ms", 0)],
         "the body did not arrive in full within the body timeout; the connection is closed"),
-    PAYLOAD_TOO_LARGE = ("payload_too_large", 413, [int("limit_bytes", 0)], "the body is over the limit"),
-    PARTITION_REQUIRED = ("partition_required", 422, [int("partitions", 1)],
+    PAYLOAD_TOO_LARGE = (ErrorCode::PayloadTooLarge, 413, [int("limit_bytes", 0)],
+        "the body is over the limit"),
+    PARTITION_REQUIRED = (ErrorCode::PartitionRequired, 422, [int("partitions", 1)],
         "the feed has several partitions and none was named"),
-    BACKEND_UNAVAILABLE = ("backend_unavailable", 503, [],
+    BACKEND_UNAVAILABLE = (ErrorCode::BackendUnavailable, 503, [],
         "the backend is unreachable or unsure: no change is claimed"),
 }
 
@@ -283,6 +287,19 @@ mod tests {
             );
             assert!(all[index + 1..].iter().all(|other| other.code != spec.code));
         }
+    }
+
+    /// The codes of the core's table and of the edge table are exactly the contract's list of
+    /// codes, each once.
+    #[test]
+    fn the_two_tables_have_every_error_code_once() {
+        let mut codes: Vec<ErrorCode> = ERRORS
+            .iter()
+            .chain(EDGE_ERRORS)
+            .map(|spec| ErrorCode::parse(spec.code).unwrap())
+            .collect();
+        codes.sort_unstable();
+        assert_eq!(codes, ErrorCode::ALL);
     }
 
     #[test]
