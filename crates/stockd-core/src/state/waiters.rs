@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 
 use hashbrown::HashMap;
 
+use crate::command::Outcome;
 use crate::error::Error;
 use crate::ids::{HoldId, LockName, PoolId};
 use crate::limits::WAITERS_PER_KEY_MAX;
@@ -103,9 +104,15 @@ impl State {
             };
             let request = request.clone();
             let outcome = self.try_reserve(&request, now_ms, effects);
-            self.unpark(id);
-            effects.woken.push((id, outcome));
+            self.answer_waiter(id, outcome, effects);
         }
+    }
+
+    /// Answers a parked waiter now: it leaves every queue, and its answer goes out with the
+    /// batch's.
+    fn answer_waiter(&mut self, id: WaiterId, outcome: Outcome, effects: &mut Effects) {
+        self.unpark(id);
+        effects.woken.push((id, outcome));
     }
 
     /// Forgets waiter `id` (served, timed out or cancelled), and its place in the index of
@@ -153,8 +160,7 @@ impl State {
             match self.try_reserve(&request, now_ms, effects) {
                 Err(Error::InsufficientStock { .. }) => {}
                 outcome => {
-                    self.unpark(id);
-                    effects.woken.push((id, outcome));
+                    self.answer_waiter(id, outcome, effects);
                 }
             }
         }
@@ -189,8 +195,7 @@ impl State {
                     break;
                 }
                 outcome => {
-                    self.unpark(id);
-                    effects.woken.push((id, outcome));
+                    self.answer_waiter(id, outcome, effects);
                     // The lock is taken now; the rest keep waiting.
                     break;
                 }
