@@ -131,6 +131,11 @@ impl Run {
         &self.stdout
     }
 
+    /// Asserts success and returns stdout, owned (the run is usually a temporary).
+    fn ok_owned(&self) -> String {
+        self.ok().to_owned()
+    }
+
     /// Asserts success and parses stdout as JSON.
     fn ok_json(&self) -> Value {
         let stdout = self.ok();
@@ -215,16 +220,14 @@ fn pool_and_hold_commands_against_a_real_server() {
             "--low-stock-threshold",
             "2",
         ])
-        .ok()
-        .to_owned();
+        .ok_owned();
     assert!(
         out.contains("pool sku-1 created: total 10, available 10, held 0, sold 0"),
         "{out}"
     );
     let out = server
         .stockd(&["pool", "put", "sku-1", "--total", "99", "--if-absent"])
-        .ok()
-        .to_owned();
+        .ok_owned();
     assert!(
         out.contains("pool sku-1 exists, unchanged: total 10"),
         "{out}"
@@ -242,15 +245,14 @@ fn pool_and_hold_commands_against_a_real_server() {
 
     let out = server
         .stockd(&["hold", "reserve", "o-1", "--item", "sku-1=3", "--confirm"])
-        .ok()
-        .to_owned();
+        .ok_owned();
     // Times are UTC and relative, not epoch milliseconds.
     assert!(out.starts_with("hold o-1: confirmed 20"), "{out}");
     assert!(
         out.contains(" UTC (now)") || out.contains("s ago)"),
         "{out}"
     );
-    let out = server.stockd(&["hold", "get", "o-1"]).ok().to_owned();
+    let out = server.stockd(&["hold", "get", "o-1"]).ok_owned();
     assert!(out.starts_with("hold o-1: confirmed 20"), "{out}");
     assert!(out.contains("items sku-1 x3"), "{out}");
 
@@ -258,8 +260,7 @@ fn pool_and_hold_commands_against_a_real_server() {
         .stockd(&[
             "hold", "reserve", "o-2", "--item", "sku-1=2", "--user", "u-1",
         ])
-        .ok()
-        .to_owned();
+        .ok_owned();
     assert!(out.starts_with("hold o-2: held, expires 20"), "{out}");
     // The default ttl_ms is 10 minutes.
     assert!(
@@ -275,8 +276,7 @@ fn pool_and_hold_commands_against_a_real_server() {
     // A negative delta is a value, not a flag.
     let out = server
         .stockd(&["pool", "restock", "sku-1", "--delta", "-2"])
-        .ok()
-        .to_owned();
+        .ok_owned();
     assert!(
         out.contains("total 8, available 5, held 0, sold 3"),
         "{out}"
@@ -285,22 +285,19 @@ fn pool_and_hold_commands_against_a_real_server() {
     // Holds: o-1 (confirmed) and o-2 (released, user u-1), listed in id order.
     let out = server
         .stockd(&["hold", "list", "--pool", "sku-1", "--limit", "1"])
-        .ok()
-        .to_owned();
+        .ok_owned();
     assert!(out.starts_with("hold o-1: confirmed 20"), "{out}");
     assert!(out.trim_end().ends_with("more: --after o-1"), "{out}");
     let out = server
         .stockd(&["hold", "list", "--pool", "sku-1", "--limit", "1", "--all"])
-        .ok()
-        .to_owned();
+        .ok_owned();
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 2, "{out}");
     assert!(lines[1].starts_with("hold o-2: released 20"), "{out}");
     // --json --all: each page's body as received, a line each.
     let out = server
         .stockd(&["hold", "list", "--limit", "1", "--all", "--json"])
-        .ok()
-        .to_owned();
+        .ok_owned();
     let pages: Vec<Value> = out
         .lines()
         .map(|line| serde_json::from_str(line).expect("a page"))
@@ -317,8 +314,7 @@ fn pool_and_hold_commands_against_a_real_server() {
     assert_eq!(page["holds"][0]["hold_id"], "o-2", "{page}");
     let out = server
         .stockd(&["hold", "list", "--status", "held"])
-        .ok()
-        .to_owned();
+        .ok_owned();
     assert_eq!(out.trim_end(), "no holds");
     server
         .stockd(&["hold", "list", "--limit", "0"])
@@ -342,7 +338,7 @@ fn pool_and_hold_commands_against_a_real_server() {
         args.extend_from_slice(extra);
         server.stockd(&args)
     };
-    let out = restock_once(&[]).ok().to_owned();
+    let out = restock_once(&[]).ok_owned();
     assert!(
         out.starts_with(
             "pool sku-1 restocked +4 for request restock-1: total 12, available 9, held 0, sold 3"
@@ -350,7 +346,7 @@ fn pool_and_hold_commands_against_a_real_server() {
         "{out}"
     );
     for _ in 0..2 {
-        let out = restock_once(&[]).ok().to_owned();
+        let out = restock_once(&[]).ok_owned();
         assert!(
             out.starts_with(
                 "pool sku-1: restock +4 for request restock-1 was already applied (nothing \
@@ -379,8 +375,7 @@ fn pool_and_hold_commands_against_a_real_server() {
         .fails(4, "request_id_conflict");
     let out = server
         .stockd(&["pool", "restock", "sku-1", "--delta", "-4"])
-        .ok()
-        .to_owned();
+        .ok_owned();
     assert!(
         out.starts_with("pool sku-1 restocked -4: total 8, available 5, held 0, sold 3"),
         "{out}"
@@ -388,7 +383,7 @@ fn pool_and_hold_commands_against_a_real_server() {
 
     let page = server.stockd(&["pool", "list", "--json"]).ok_json();
     assert_eq!(page["pools"].as_array().map(Vec::len), Some(1), "{page}");
-    let out = server.stockd(&["pool", "list"]).ok().to_owned();
+    let out = server.stockd(&["pool", "list"]).ok_owned();
     assert!(out.starts_with("POOL"), "{out}");
     assert!(out.contains("sku-1"), "{out}");
 
@@ -761,8 +756,7 @@ fn lock_acquire_renew_release_against_a_real_server() {
         .stockd(&[
             "lock", "acquire", "nightly", "--owner", "worker-a", "--ttl-ms", "30000",
         ])
-        .ok()
-        .to_owned();
+        .ok_owned();
     assert!(
         acquired.starts_with("lock nightly acquired by worker-a: fence "),
         "{acquired}"
@@ -819,8 +813,7 @@ fn lock_acquire_renew_release_against_a_real_server() {
             "--ttl-ms",
             "60000",
         ])
-        .ok()
-        .to_owned();
+        .ok_owned();
     assert!(
         renewed.starts_with(&format!(
             "lock export renewed by worker-a: fence {fence}, expires "
@@ -855,8 +848,7 @@ fn lock_acquire_renew_release_against_a_real_server() {
             "--fence",
             &fence_text,
         ])
-        .ok()
-        .to_owned();
+        .ok_owned();
     assert_eq!(
         released,
         format!("lock export released by worker-a (fence {fence})\n")
@@ -865,8 +857,7 @@ fn lock_acquire_renew_release_against_a_real_server() {
         .stockd(&[
             "lock", "acquire", "export", "--owner", "worker-b", "--ttl-ms", "5000",
         ])
-        .ok()
-        .to_owned();
+        .ok_owned();
     assert!(
         reacquired.starts_with("lock export acquired by worker-b"),
         "the lock is free again: {reacquired}"
@@ -1348,7 +1339,7 @@ fn every_help(env: &[(&str, &str)]) -> Vec<(String, String)> {
         let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
         args.push("--help");
         let help = run_env(env, &args);
-        let text = help.ok().to_owned();
+        let text = help.ok_owned();
         // "Commands:" lists the subcommands, one a line, the name first.
         let mut in_commands = false;
         for line in text.lines().filter(|line| !line.trim().is_empty()) {

@@ -170,6 +170,12 @@ async fn per_user_limit_holds_under_concurrency() {
     assert_pool(&api.pool("lim").await, 100, 94, 6, 0);
 }
 
+/// A reserve of one unit of `pool` that does not wait.
+async fn reserve_one(api: &Api, hold_id: &str, pool: &str) -> (u16, Value) {
+    let body = json!({"hold_id": hold_id, "items": [{"pool": pool, "qty": 1}]});
+    api.call("POST", "/v1/holds", Some(body)).await
+}
+
 /// Spawns a reserve that waits for stock, returning its answer and how long it took.
 /// Arrival order is defined by real time, so the test spaces arrivals by this much. The outcome
 /// asserted does not depend on this gap being exact, only on the first waiter being first.
@@ -180,13 +186,7 @@ async fn released_units_go_to_the_first_waiter_before_anyone_else() {
     let server = Server::start().await;
     let api = server.api();
     put_pool(&api, "w", json!({"total": 1})).await;
-    let (status, _) = api
-        .call(
-            "POST",
-            "/v1/holds",
-            Some(json!({"hold_id": "w-a", "items": [{"pool": "w", "qty": 1}]})),
-        )
-        .await;
+    let (status, _) = reserve_one(&api, "w-a", "w").await;
     assert_eq!(status, 201);
 
     let first = spawn_waiter(&api, "w-first", "w", 1, 10_000);
@@ -201,13 +201,7 @@ async fn released_units_go_to_the_first_waiter_before_anyone_else() {
     let (status, body) = api.call("POST", "/v1/holds/w-a/release", None).await;
     assert_eq!(status, 200, "{body}");
     // The unit went to a waiter as part of the release: a request that does not wait gets nothing.
-    let (status, body) = api
-        .call(
-            "POST",
-            "/v1/holds",
-            Some(json!({"hold_id": "w-nowait", "items": [{"pool": "w", "qty": 1}]})),
-        )
-        .await;
+    let (status, body) = reserve_one(&api, "w-nowait", "w").await;
     assert_eq!(
         (status, &body["error"]),
         (409, &json!("insufficient_stock")),
@@ -243,13 +237,7 @@ async fn a_retry_of_a_waiting_reserve_is_answered_when_the_hold_is_created() {
     let server = Server::start().await;
     let api = server.api();
     put_pool(&api, "wr", json!({"total": 1})).await;
-    let (status, _) = api
-        .call(
-            "POST",
-            "/v1/holds",
-            Some(json!({"hold_id": "wr-a", "items": [{"pool": "wr", "qty": 1}]})),
-        )
-        .await;
+    let (status, _) = reserve_one(&api, "wr-a", "wr").await;
     assert_eq!(status, 201);
     let first = spawn_waiter(&api, "wr-w", "wr", 1, 20_000);
     tokio::time::sleep(ARRIVAL_GAP).await;
