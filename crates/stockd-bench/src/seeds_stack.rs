@@ -27,7 +27,7 @@ use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use stockd_api::paths;
+use stockd_api::{paths, ErrorCode};
 
 /// The seeds' check-and-deduct (seed 000's "Lua variant", seed 004's stock check reduced to
 /// the stock): `KEYS[1]` the pool's counter, `ARGV[1]` the units asked. 1: sold; 0: not enough
@@ -132,7 +132,11 @@ fn refusal(status: StatusCode, code: &str, message: String) -> Response {
 
 /// 422 `invalid_request`: what the seeds' stack cannot read or does not do.
 fn invalid(message: String) -> Response {
-    refusal(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
+    refusal(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorCode::InvalidRequest.as_str(),
+        message,
+    )
 }
 
 fn unavailable(error: redis::RedisError) -> Response {
@@ -154,7 +158,7 @@ async fn healthz(State(service): State<Service>) -> Json<Value> {
 async fn not_routed() -> Response {
     refusal(
         StatusCode::NOT_FOUND,
-        "not_found",
+        ErrorCode::NotFound.as_str(),
         "the seeds' stack answers only PUT and GET /v1/pools/{pool}, POST /v1/holds, \
          GET /v1/holds/{id} and /healthz"
             .into(),
@@ -227,7 +231,7 @@ async fn get_pool(State(mut service): State<Service>, Path(pool): Path<String>) 
         }
         Ok(_) => refusal(
             StatusCode::NOT_FOUND,
-            "not_found",
+            ErrorCode::NotFound.as_str(),
             format!("no pool {pool}"),
         ),
         Err(error) => unavailable(error),
@@ -239,7 +243,7 @@ async fn get_pool(State(mut service): State<Service>, Path(pool): Path<String>) 
 async fn get_hold(Path(hold_id): Path<String>) -> Response {
     refusal(
         StatusCode::NOT_FOUND,
-        "not_found",
+        ErrorCode::NotFound.as_str(),
         format!("no hold {hold_id}: the seeds' stack keeps no record of a sale"),
     )
 }
@@ -297,7 +301,7 @@ async fn reserve(State(mut service): State<Service>, body: Bytes) -> Response {
         Ok(0) => (
             StatusCode::CONFLICT,
             Json(json!({
-                "error": "insufficient_stock",
+                "error": ErrorCode::InsufficientStock.as_str(),
                 "pool": item.pool,
                 "requested": item.qty,
                 "message": format!("pool {} has fewer than {} available", item.pool, item.qty),
@@ -306,7 +310,7 @@ async fn reserve(State(mut service): State<Service>, body: Bytes) -> Response {
             .into_response(),
         Ok(_) => refusal(
             StatusCode::NOT_FOUND,
-            "not_found",
+            ErrorCode::NotFound.as_str(),
             format!("no pool {}", item.pool),
         ),
         Err(error) => unavailable(error),

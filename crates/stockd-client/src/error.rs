@@ -6,6 +6,8 @@
 //! refused, nothing changed), while a `Transport` error leaves the outcome unknown, so a retry
 //! must reuse the same `hold_id` to stay idempotent.
 
+use stockd_api::ErrorCode;
+
 /// Why a request did not produce the value asked for.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -48,6 +50,12 @@ impl ClientError {
             ClientError::Api { code, .. } => Some(code),
             _ => None,
         }
+    }
+
+    /// The code of an `Api` error as one of the contract's [`ErrorCode`]s; `None` for a code
+    /// the contract does not have (`http_<status>`, a newer server's).
+    pub fn error_code(&self) -> Option<ErrorCode> {
+        self.code().and_then(ErrorCode::parse)
     }
 
     /// A detail field of an `Api` error body, such as `available` or `expires_at_ms`.

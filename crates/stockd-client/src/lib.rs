@@ -40,6 +40,7 @@ use serde_json::Value;
 
 pub use call::{Answer, Call};
 pub use error::{ClientError, Result};
+pub use stockd_api::ErrorCode;
 pub use types::{
     BatchAnswer, BatchBody, BatchResult, Event, EventKind, EventPage, EventPartitions, ExtendBody,
     HoldItem, HoldPage, HoldQuery, HoldStatus, HoldView, LockAcquireBody, LockLease,
@@ -252,8 +253,9 @@ impl Client {
     /// `GET /v1/events`: events of `partition` with seq > `after`, at most `limit`; with
     /// `wait_ms`, long-polls until at least one arrives or the wait ends. `partition` may be left
     /// out only when the feed has one partition (else `partition_required`). A consumer whose
-    /// `after` is older than the kept window gets `Api { status: 410, code: "events_expired" }`
-    /// with the `oldest_seq` detail: repair, then resume from `oldest_seq - 1`.
+    /// `after` is older than the kept window gets an `Api` error of status 410, code
+    /// [`ErrorCode::EventsExpired`], with the `oldest_seq` detail: repair, then resume from
+    /// `oldest_seq - 1`.
     pub async fn events(
         &self,
         partition: Option<u32>,
@@ -269,7 +271,7 @@ impl Client {
     // ----- locks -----
 
     /// `POST /v1/locks/{name}/acquire`: a lease for `ttl_ms`, waiting up to `wait_ms` for a
-    /// held lock to become free. A held lock is `Api { code: "lock_held", .. }`.
+    /// held lock to become free. A held lock is an `Api` error of code [`ErrorCode::LockHeld`].
     pub async fn lock_acquire(
         &self,
         name: &str,

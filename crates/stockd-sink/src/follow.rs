@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::Value;
-use stockd_client::{Call, Client, ClientError};
+use stockd_client::{Call, Client, ClientError, ErrorCode};
 /// A parsed `--dsn`, to check it before anything runs.
 pub use tokio_postgres::Config as PgConfig;
 use tokio_postgres::NoTls;
@@ -256,7 +256,7 @@ async fn follow(
         };
         let page = match read {
             Ok(page) => page,
-            Err(error) if error.code() == Some("events_expired") => {
+            Err(error) if error.error_code() == Some(ErrorCode::EventsExpired) => {
                 let oldest_seq = error
                     .detail("oldest_seq")
                     .and_then(Value::as_u64)

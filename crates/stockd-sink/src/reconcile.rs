@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use serde_json::{json, Value};
-use stockd_client::{Client, ClientError, HoldItem, HoldQuery, HoldView, PoolView};
+use stockd_client::{Client, ClientError, ErrorCode, HoldItem, HoldQuery, HoldView, PoolView};
 use tokio_postgres::types::ToSql;
 
 use crate::fold::to_i64;
@@ -383,7 +383,7 @@ pub async fn run(
             .max(0) as u64;
         let ahead = match stockd.events(Some(partition), cursor, Some(1), None).await {
             Ok(page) => !page.events.is_empty(),
-            Err(error) if error.code() == Some("events_expired") => true,
+            Err(error) if error.error_code() == Some(ErrorCode::EventsExpired) => true,
             Err(error) => return Err(error.into()),
         };
         if ahead {

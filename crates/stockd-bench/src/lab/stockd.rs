@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use stockd_api::ErrorCode;
 
 use super::driver::{Buyer, Take};
 use super::{LabConfig, Variant, VariantRun};
@@ -38,7 +39,8 @@ impl Buyer for HttpBuyer {
             Ok(answer) if answer.status == 201 => Ok(Take::Sold),
             Ok(answer)
                 if answer.status == 409
-                    && answer.error_code().as_deref() == Some("insufficient_stock") =>
+                    && answer.error_code().as_deref().and_then(ErrorCode::parse)
+                        == Some(ErrorCode::InsufficientStock) =>
             {
                 Ok(Take::SoldOut)
             }

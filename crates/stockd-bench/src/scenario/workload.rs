@@ -199,7 +199,11 @@ impl Workload for Run {
                 {
                     let won = answer.status == 201;
                     let lost = answer.status == 409
-                        && answer.error_code().as_deref() == Some("insufficient_stock");
+                        && answer
+                            .error_code()
+                            .as_deref()
+                            .and_then(api::ErrorCode::parse)
+                            == Some(api::ErrorCode::InsufficientStock);
                     if won || lost {
                         self.entrants
                             .lock()
