@@ -17,7 +17,7 @@ use std::io::{self, Write as _};
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use stockd_client::{Call, Client, ClientError, EventPartitions};
+use stockd_client::{Call, Client, ClientError, ErrorCode, EventPartitions};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -243,7 +243,7 @@ async fn tail(session: &Session, args: TailArgs) -> Exit {
                 }
             }
             Some(Message::Failed { partition, error }) => {
-                let expired = (error.code() == Some("events_expired"))
+                let expired = (error.error_code() == Some(ErrorCode::EventsExpired))
                     .then(|| error.detail("oldest_seq").and_then(Value::as_u64))
                     .flatten();
                 let exit = session.report_error(error);
@@ -311,7 +311,9 @@ async fn read_partition(
         let call = Call::events(Some(partition), after, Some(PAGE_LIMIT), wait_ms);
         let answer = match client.call(&call).await {
             Ok(answer) => answer,
-            Err(error) if may_start_later && error.code() == Some("events_expired") => {
+            Err(error)
+                if may_start_later && error.error_code() == Some(ErrorCode::EventsExpired) =>
+            {
                 may_start_later = false;
                 let oldest_seq = error.detail("oldest_seq").and_then(Value::as_u64);
                 after = oldest_seq.unwrap_or(after + 1).saturating_sub(1);
@@ -372,7 +374,7 @@ async fn newest_seq(client: &Client, partition: u32) -> Result<u64, ClientError>
         {
             Ok(answer) => Ok(!answer.decode::<PageHead>()?.events.is_empty()),
             // Some event after `after` is no longer kept: there are events after it.
-            Err(error) if error.code() == Some("events_expired") => Ok(true),
+            Err(error) if error.error_code() == Some(ErrorCode::EventsExpired) => Ok(true),
             Err(error) => Err(error),
         }
     };

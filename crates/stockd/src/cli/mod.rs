@@ -24,7 +24,7 @@ use std::io::{self, Write as _};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use stockd_client::{Answer, Call, Client, ClientError};
+use stockd_client::{Answer, Call, Client, ClientError, ErrorCode};
 
 use crate::connection::{Connection, ForClient};
 
@@ -307,15 +307,15 @@ impl Session {
     /// stock: no token, an unknown token, a token whose role is not enough, a lock that is
     /// taken or not yours.
     fn hint(&self, status: u16, code: &str) -> Option<String> {
-        match code {
-            "lock_held" => {
+        match ErrorCode::parse(code) {
+            Some(ErrorCode::LockHeld) => {
                 return Some(
                     "wait for the lock with --wait-ms (up to 30000), or, if the lease is yours, \
                      extend it with `stockd lock renew`"
                         .to_owned(),
                 )
             }
-            "not_lock_owner" => {
+            Some(ErrorCode::NotLockOwner) => {
                 return Some(
                     "renew and release need the --owner and --fence that acquire answered, \
                      before the lease ends; a lease that ended is free: acquire the lock again"
