@@ -48,6 +48,9 @@ pub const TIME_MS_MAX: u64 = 9_007_199_254_740_991;
 pub const HOLD_RETENTION_MS_DEFAULT: u64 = 86_400_000;
 /// Confirmed holds are kept this long by default so they can be refunded (7 days).
 pub const CONFIRMED_RETENTION_MS_DEFAULT: u64 = 7 * 86_400_000;
+/// Events the feed keeps by default (per partition on Redis); a consumer further behind gets
+/// `events_expired`. The embedded engine, the Redis backend and `serve` all read this one.
+pub const EVENT_RETENTION_MAX_DEFAULT: usize = 1_000_000;
 /// Holds one tick may expire. Each expiry is a log record; the bound keeps one batch's records
 /// far below the log's frame limit and the writer's pause short when a crowd of holds lapses at
 /// once. The rest expire on the ticks that follow immediately.

@@ -78,7 +78,7 @@ impl EngineConfig {
         EngineConfig {
             data_dir: data_dir.into(),
             state: StateConfig::default(),
-            event_retention_max: 1_000_000,
+            event_retention_max: stockd_core::limits::EVENT_RETENTION_MAX_DEFAULT,
             snapshot_every_records: 1_000_000,
             segment_bytes_max: 64 * 1024 * 1024,
             queue_depth_max: 65_536,

@@ -9,8 +9,9 @@ use stockd_core::limits::{CONFIRMED_RETENTION_MS_DEFAULT, HOLD_RETENTION_MS_DEFA
 use crate::call_faults;
 use crate::link::Target;
 
-/// Events kept per partition by default (the stream is trimmed to exactly this many).
-pub const EVENT_RETENTION_MAX_DEFAULT: usize = 1_000_000;
+/// Events kept per partition by default (the stream is trimmed to exactly this many): the
+/// core's one default.
+pub use stockd_core::limits::EVENT_RETENTION_MAX_DEFAULT;
 
 /// Partitions of a Redis Cluster dataset by default: enough to spread over many primaries.
 pub const CLUSTER_PARTITIONS_DEFAULT: u32 = 16;

@@ -223,7 +223,7 @@ serve_settings! {
     }
     event_retention_max: usize {
         arg: [env = "STOCKD_EVENT_RETENTION_MAX", value_name = "N"], key: event_retention_max,
-        default: stockd_redis::EVENT_RETENTION_MAX_DEFAULT,
+        default: stockd_core::limits::EVENT_RETENTION_MAX_DEFAULT,
         help: "Events kept for the feed; a consumer further behind gets 410 events_expired \
                (default {}). On Redis, the dataset's: stored when it is made",
     }
