@@ -1,6 +1,8 @@
 //! Locks without waiting (waiters are in `waits.rs`): fencing tokens strictly increase per name,
 //! whatever freed the lock (a release, a lease lapsed with or without a sweep); renew and release
 //! need the owner and the token of the live lease.
+//!
+//! Error codes are written out on purpose: these rules are an independent oracle of the contract.
 
 use stockd_core::{Error, Reply};
 

@@ -3,6 +3,8 @@
 //! sold from (a pool deleted and created again is a new pool); a pool with held units cannot be
 //! deleted, one with sold units can; pool events carry what a consumer needs to keep a pool's
 //! numbers from the feed alone.
+//!
+//! Error codes are written out on purpose: these rules are an independent oracle of the contract.
 
 use stockd_core::{Error, Event, EventKind, HoldStatus, PoolView, Reply};
 

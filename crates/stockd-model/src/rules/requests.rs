@@ -3,6 +3,8 @@
 //! low-stock crossings, the sale window's edges and the order of a reserve's checks, and every
 //! range of the contract at its edge. A refused request changes nothing: no event, the same
 //! numbers.
+//!
+//! Error codes are written out on purpose: these rules are an independent oracle of the contract.
 
 use stockd_core::limits::*;
 use stockd_core::{Command, Error, EventKind, HoldStatus, PoolSpec, PoolView, Reply};

@@ -2,6 +2,8 @@
 //! free again); a confirmed hold is refundable for its longer retention; a hold past its deadline
 //! is expired by the first command that touches it; extends move the deadline from now; one
 //! sweep expires holds in deadline order; restock request ids are kept for the hold retention.
+//!
+//! Error codes are written out on purpose: these rules are an independent oracle of the contract.
 
 use stockd_core::{Error, EventKind, HoldStatus, PoolSpec, Reply};
 

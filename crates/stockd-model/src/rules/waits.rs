@@ -1,6 +1,8 @@
 //! Waiting requests (a reserve or a lock acquire with `wait_ms`): who is served when units come
 //! back (arrival order, skipping a waiter that still cannot be satisfied), what a wait's deadline
 //! answers, retries of a waiting reserve, pool deletion, the bound on a queue, lock waiters.
+//!
+//! Error codes are written out on purpose: these rules are an independent oracle of the contract.
 
 use stockd_core::limits::WAITERS_PER_KEY_MAX;
 use stockd_core::{Error, EventKind, HoldStatus, Reply};
