@@ -1,10 +1,15 @@
-//! The HTTP API's operations as data: each one's method and path template, once. The server's
-//! route table (`stockd-server`, `route_table!`) names its paths from [`paths`], and a test there
-//! checks that its API routes are exactly [`OPERATIONS`]; the client (`stockd-client`) builds
-//! every call from an [`Operation`] and checks that it has one for each. A new operation is one
-//! line here, and neither side builds until it is served and callable.
+//! The HTTP API's contract as data, at the bottom of the crate graph: each operation's name,
+//! method and path template ([`OPERATIONS`]), every error code ([`error_code`]), the request and
+//! response bodies ([`wire`]) and the `/metrics` text formats ([`exposition`]), each declared
+//! once. The server's route table (`stockd-server`, `route_table!`) names its routes by these
+//! operations, and a test there checks that its API routes are exactly [`OPERATIONS`]; the
+//! client (`stockd-client`) builds every call from an [`Operation`] and checks that it has one
+//! for each; `stockd bench` takes its paths from them, and the web console's
+//! `operations.js` is generated from them (a server test holds the file to this table). A new
+//! operation is one line here, and neither side builds until it is served and callable.
 //!
-//! No dependencies: this crate is the contract's list of doors, nothing more.
+//! It depends on no other stockd crate (serde only; utoipa with the `openapi` feature, which
+//! the server turns on), so that a client depends on the contract and nothing else.
 
 pub mod error_code;
 pub mod exposition;
