@@ -7,10 +7,9 @@ use crate::{check, Bounds, History, Item, Op, Outcome, Request};
 
 const MS: u64 = 1_000;
 
+/// An op by `process` sent at `from_ms` and answered at `to_ms`.
 fn answered(
-    process: u32,
-    from_ms: u64,
-    to_ms: u64,
+    (process, from_ms, to_ms): (u32, u64, u64),
     request: Request,
     status: u16,
     body: Value,
@@ -24,7 +23,7 @@ fn answered(
     }
 }
 
-fn unknown(process: u32, from_ms: u64, to_ms: u64, request: Request) -> Op {
+fn unknown((process, from_ms, to_ms): (u32, u64, u64), request: Request) -> Op {
     Op {
         process,
         invoke_us: from_ms * MS,
@@ -72,6 +71,74 @@ fn pool(total: u64, available: u64, held: u64, sold: u64) -> Value {
            "low_stock_threshold": null, "partition": 0})
 }
 
+/// A reserve of `qty` answered 201 with the hold held, created at `created`.
+fn reserved(
+    (process, from_ms, to_ms): (u32, u64, u64),
+    hold_id: &str,
+    user: &str,
+    qty: u64,
+    created: u64,
+) -> Op {
+    answered(
+        (process, from_ms, to_ms),
+        reserve(hold_id, user, qty),
+        201,
+        hold(hold_id, user, qty, "held", created),
+    )
+}
+
+/// The answered put of pool p with 2 units, and its event.
+fn pool_put() -> (Op, Value) {
+    (
+        answered(
+            (0, 1_000, 1_002),
+            Request::PutPool {
+                pool: "p".to_string(),
+                total: 2,
+                per_user_limit: Some(2),
+                low_stock_threshold: None,
+            },
+            201,
+            pool(2, 2, 0, 0),
+        ),
+        json!({"seq": 1, "at_ms": 1_001, "type": "pool_upserted", "pool": "p", "delta": 2, "total": 2, "available": 2}),
+    )
+}
+
+fn confirm(hold_id: &str) -> Request {
+    Request::Confirm {
+        hold_id: hold_id.to_string(),
+    }
+}
+
+fn release(hold_id: &str) -> Request {
+    Request::Release {
+        hold_id: hold_id.to_string(),
+    }
+}
+
+/// Numbers the events of the first partition's feed 1, 2, ... in their order.
+fn renumber(history: &mut History) {
+    for (seq, event) in history.feed[0].iter_mut().enumerate() {
+        event["seq"] = json!(seq + 1);
+    }
+}
+
+/// An acquire of lock L by `owner` granted with `token` until `expires`.
+fn acquired(
+    (process, from_ms, to_ms): (u32, u64, u64),
+    owner: &str,
+    token: u64,
+    expires: u64,
+) -> Op {
+    answered(
+        (process, from_ms, to_ms),
+        acquire(owner),
+        200,
+        json!({"token": token, "expires_at_ms": expires}),
+    )
+}
+
 fn acquire(owner: &str) -> Request {
     Request::LockAcquire {
         name: "L".to_string(),
@@ -82,53 +149,26 @@ fn acquire(owner: &str) -> Request {
 
 /// Two units, three buyers, a confirm, an expiry, a refusal, a read, and a lock passing hands.
 fn explained() -> History {
-    let put = Request::PutPool {
-        pool: "p".to_string(),
-        total: 2,
-        per_user_limit: Some(2),
-        low_stock_threshold: None,
-    };
+    let (put, upserted) = pool_put();
     History {
         ops: vec![
-            answered(0, 1_000, 1_002, put, 201, pool(2, 2, 0, 0)),
+            put,
+            reserved((1, 1_010, 1_012), "h1", "u1", 1, 1_011),
+            reserved((2, 1_020, 1_022), "h2", "u2", 1, 1_021),
             answered(
-                1,
-                1_010,
-                1_012,
-                reserve("h1", "u1", 1),
-                201,
-                hold("h1", "u1", 1, "held", 1_011),
-            ),
-            answered(
-                2,
-                1_020,
-                1_022,
-                reserve("h2", "u2", 1),
-                201,
-                hold("h2", "u2", 1, "held", 1_021),
-            ),
-            answered(
-                3,
-                1_030,
-                1_032,
+                (3, 1_030, 1_032),
                 reserve("h3", "u3", 1),
                 409,
                 json!({"error": "insufficient_stock", "pool": "p", "available": 0, "requested": 1}),
             ),
             answered(
-                1,
-                1_040,
-                1_042,
-                Request::Confirm {
-                    hold_id: "h1".to_string(),
-                },
+                (1, 1_040, 1_042),
+                confirm("h1"),
                 200,
                 hold("h1", "u1", 1, "confirmed", 1_011),
             ),
             answered(
-                3,
-                2_100,
-                2_101,
+                (3, 2_100, 2_101),
                 Request::GetPool {
                     pool: "p".to_string(),
                 },
@@ -136,42 +176,22 @@ fn explained() -> History {
                 pool(2, 1, 0, 1),
             ),
             answered(
-                2,
-                2_110,
-                2_111,
-                Request::Confirm {
-                    hold_id: "h2".to_string(),
-                },
+                (2, 2_110, 2_111),
+                confirm("h2"),
                 409,
                 json!({"error": "hold_expired", "hold_id": "h2"}),
             ),
+            acquired((4, 1_000, 1_002), "o1", 1, 1_501),
             answered(
-                4,
-                1_000,
-                1_002,
-                acquire("o1"),
-                200,
-                json!({"token": 1, "expires_at_ms": 1_501}),
-            ),
-            answered(
-                5,
-                1_100,
-                1_102,
+                (5, 1_100, 1_102),
                 acquire("o2"),
                 409,
                 json!({"error": "lock_held", "expires_at_ms": 1_501}),
             ),
-            answered(
-                5,
-                1_600,
-                1_602,
-                acquire("o2"),
-                200,
-                json!({"token": 2, "expires_at_ms": 2_101}),
-            ),
+            acquired((5, 1_600, 1_602), "o2", 2, 2_101),
         ],
         feed: vec![vec![
-            json!({"seq": 1, "at_ms": 1_001, "type": "pool_upserted", "pool": "p", "delta": 2, "total": 2, "available": 2}),
+            upserted,
             held(2, 1_011, "h1", "u1", 1),
             held(3, 1_021, "h2", "u2", 1),
             step(4, 1_041, "confirmed", "h1", "u1", 2_011),
@@ -211,18 +231,9 @@ fn an_explained_history_passes_and_is_counted() {
 #[test]
 fn an_oversell_is_rejected() {
     let mut history = explained();
-    history.ops[3] = answered(
-        3,
-        1_030,
-        1_032,
-        reserve("h3", "u3", 1),
-        201,
-        hold("h3", "u3", 1, "held", 1_031),
-    );
+    history.ops[3] = reserved((3, 1_030, 1_032), "h3", "u3", 1, 1_031);
     history.feed[0].insert(3, held(4, 1_031, "h3", "u3", 1));
-    for (seq, event) in history.feed[0].iter_mut().enumerate() {
-        event["seq"] = json!(seq + 1);
-    }
+    renumber(&mut history);
     rejected(&history, "OVERSELL");
 }
 
@@ -232,11 +243,9 @@ fn a_hold_applied_twice_is_rejected() {
     // A retry of h1 whose outcome is unknown, and a second held event for it.
     history
         .ops
-        .push(unknown(1, 1_013, 1_015, reserve("h1", "u1", 1)));
+        .push(unknown((1, 1_013, 1_015), reserve("h1", "u1", 1)));
     history.feed[0].insert(2, held(3, 1_014, "h1", "u1", 1));
-    for (seq, event) in history.feed[0].iter_mut().enumerate() {
-        event["seq"] = json!(seq + 1);
-    }
+    renumber(&mut history);
     rejected(&history, "applied twice");
 }
 
@@ -255,9 +264,7 @@ fn a_stale_read_is_rejected() {
     let mut history = explained();
     // Read 70 ms after the expiry was applied, yet showing the unit still held.
     history.ops[5] = answered(
-        3,
-        2_100,
-        2_101,
+        (3, 2_100, 2_101),
         Request::GetPool {
             pool: "p".to_string(),
         },
@@ -272,9 +279,7 @@ fn a_refusal_no_state_explains_is_rejected() {
     let mut history = explained();
     // h3 refused while a unit was surely free: h2 was expired long before.
     history.ops[3] = answered(
-        3,
-        2_200,
-        2_201,
+        (3, 2_200, 2_201),
         reserve("h3", "u3", 1),
         409,
         json!({"error": "insufficient_stock", "pool": "p", "available": 0, "requested": 1}),
@@ -285,14 +290,9 @@ fn a_refusal_no_state_explains_is_rejected() {
 #[test]
 fn a_fencing_token_going_backwards_is_rejected() {
     let mut history = explained();
-    history.ops.push(answered(
-        6,
-        2_200,
-        2_202,
-        acquire("o3"),
-        200,
-        json!({"token": 1, "expires_at_ms": 2_701}),
-    ));
+    history
+        .ops
+        .push(acquired((6, 2_200, 2_202), "o3", 1, 2_701));
     rejected(&history, "token went backwards");
 }
 
@@ -300,14 +300,7 @@ fn a_fencing_token_going_backwards_is_rejected() {
 fn two_owners_at_once_are_rejected() {
     let mut history = explained();
     // o2 granted while o1's lease (until 1501) was valid.
-    history.ops[8] = answered(
-        5,
-        1_100,
-        1_102,
-        acquire("o2"),
-        200,
-        json!({"token": 2, "expires_at_ms": 1_601}),
-    );
+    history.ops[8] = acquired((5, 1_100, 1_102), "o2", 2, 1_601);
     history.ops.remove(9);
     rejected(&history, "two owners at once");
 }
@@ -316,9 +309,7 @@ fn two_owners_at_once_are_rejected() {
 fn a_released_lease_may_pass_hands_early() {
     let mut history = explained();
     history.ops.push(answered(
-        4,
-        1_050,
-        1_052,
+        (4, 1_050, 1_052),
         Request::LockRelease {
             name: "L".to_string(),
             owner: "o1".to_string(),
@@ -327,14 +318,7 @@ fn a_released_lease_may_pass_hands_early() {
         200,
         json!({"released": true}),
     ));
-    history.ops[8] = answered(
-        5,
-        1_100,
-        1_102,
-        acquire("o2"),
-        200,
-        json!({"token": 2, "expires_at_ms": 1_601}),
-    );
+    history.ops[8] = acquired((5, 1_100, 1_102), "o2", 2, 1_601);
     history.ops.remove(9);
     let found = violations(&history);
     assert!(found.is_empty(), "{found:#?}");
@@ -345,9 +329,7 @@ fn a_renew_may_shorten_a_lease() {
     let mut history = explained();
     // o1 renews with a short ttl at 1050: its lease now ends at 1200, and o2 gets it at 1300.
     history.ops.push(answered(
-        4,
-        1_050,
-        1_052,
+        (4, 1_050, 1_052),
         Request::LockRenew {
             name: "L".to_string(),
             owner: "o1".to_string(),
@@ -357,25 +339,11 @@ fn a_renew_may_shorten_a_lease() {
         200,
         json!({"token": 1, "expires_at_ms": 1_201}),
     ));
-    history.ops[9] = answered(
-        5,
-        1_300,
-        1_302,
-        acquire("o2"),
-        200,
-        json!({"token": 2, "expires_at_ms": 1_801}),
-    );
+    history.ops[9] = acquired((5, 1_300, 1_302), "o2", 2, 1_801);
     let found = violations(&history);
     assert!(found.is_empty(), "{found:#?}");
     // ... but not at 1150.
-    history.ops[9] = answered(
-        5,
-        1_150,
-        1_152,
-        acquire("o2"),
-        200,
-        json!({"token": 2, "expires_at_ms": 1_651}),
-    );
+    history.ops[9] = acquired((5, 1_150, 1_152), "o2", 2, 1_651);
     rejected(&history, "two owners at once");
 }
 
@@ -408,11 +376,9 @@ fn an_event_no_request_explains_is_rejected() {
 #[test]
 fn an_unknown_outcome_may_or_may_not_have_happened() {
     // The release of h2 was sent, the server was killed, and nobody knows: both feeds pass.
-    let release = Request::Release {
-        hold_id: "h2".to_string(),
-    };
+    let release = release("h2");
     let mut applied = explained();
-    applied.ops.push(unknown(2, 1_500, 1_501, release));
+    applied.ops.push(unknown((2, 1_500, 1_501), release));
     applied.ops.remove(6);
     let not_applied = applied.clone();
     applied.feed[0][4] = step(5, 1_700, "released", "h2", "u2", 2_021);
@@ -460,32 +426,14 @@ fn a_hold_that_never_expires_is_rejected() {
 fn a_feed_against_real_time_is_rejected() {
     let mut history = explained();
     // h2 was sent after h1 was acknowledged, but its held event comes first.
-    history.ops[1] = answered(
-        1,
-        1_000,
-        1_003,
-        reserve("h1", "u1", 1),
-        201,
-        hold("h1", "u1", 1, "held", 1_004),
-    );
-    history.ops[2] = answered(
-        2,
-        1_004,
-        1_006,
-        reserve("h2", "u2", 1),
-        201,
-        hold("h2", "u2", 1, "held", 1_004),
-    );
+    history.ops[1] = reserved((1, 1_000, 1_003), "h1", "u1", 1, 1_004);
+    history.ops[2] = reserved((2, 1_004, 1_006), "h2", "u2", 1, 1_004);
     history.feed[0][1] = held(2, 1_004, "h2", "u2", 1);
     history.feed[0][2] = held(3, 1_004, "h1", "u1", 1);
     history.feed[0][4] = step(5, 2_030, "expired", "h2", "u2", 2_004);
     history.ops[4] = answered(
-        1,
-        1_040,
-        1_042,
-        Request::Confirm {
-            hold_id: "h1".to_string(),
-        },
+        (1, 1_040, 1_042),
+        confirm("h1"),
         200,
         hold("h1", "u1", 1, "confirmed", 1_004),
     );
@@ -501,28 +449,19 @@ fn a_feed_against_real_time_is_rejected() {
 /// by one sent after the confirm of h1 was acknowledged: the second only replays the first.
 fn released_twice() -> History {
     let mut history = explained();
-    let release = || Request::Release {
-        hold_id: "h2".to_string(),
-    };
     history.ops[6] = answered(
-        2,
-        2_110,
-        2_111,
-        Request::Confirm {
-            hold_id: "h2".to_string(),
-        },
+        (2, 2_110, 2_111),
+        confirm("h2"),
         409,
         json!({"error": "hold_released", "hold_id": "h2"}),
     );
     history.ops.push(answered(
-        2,
-        1_043,
-        1_044,
-        release(),
+        (2, 1_043, 1_044),
+        release("h2"),
         200,
         hold("h2", "u2", 1, "released", 1_021),
     ));
-    history.ops.push(unknown(3, 1_025, 1_200, release()));
+    history.ops.push(unknown((3, 1_025, 1_200), release("h2")));
     history.feed[0] = vec![
         history.feed[0][0].clone(),
         held(2, 1_011, "h1", "u1", 1),
@@ -548,14 +487,7 @@ fn an_event_two_requests_may_have_caused_places_neither_in_real_time() {
 #[test]
 fn a_per_user_limit_broken_in_the_feed_is_rejected() {
     let mut history = explained();
-    history.ops[2] = answered(
-        2,
-        1_020,
-        1_022,
-        reserve("h2", "u1", 2),
-        201,
-        hold("h2", "u1", 2, "held", 1_021),
-    );
+    history.ops[2] = reserved((2, 1_020, 1_022), "h2", "u1", 2, 1_021);
     history.feed[0][2] = held(3, 1_021, "h2", "u1", 2);
     rejected(&history, "per-user limit");
 }
@@ -579,42 +511,31 @@ fn restock(delta: i64, request_id: Option<&str>) -> Request {
 /// A restock with a request id, retried (answered as the pool is, no event of its own) and
 /// reused with another delta (a conflict).
 fn restock_retried() -> History {
-    let put = Request::PutPool {
-        pool: "p".to_string(),
-        total: 2,
-        per_user_limit: Some(2),
-        low_stock_threshold: None,
-    };
+    let (put, upserted) = pool_put();
     History {
         ops: vec![
-            answered(0, 1_000, 1_002, put, 201, pool(2, 2, 0, 0)),
+            put,
             answered(
-                0,
-                1_100,
-                1_102,
+                (0, 1_100, 1_102),
                 restock(3, Some("r1")),
                 200,
                 pool(5, 5, 0, 0),
             ),
             answered(
-                1,
-                1_200,
-                1_202,
+                (1, 1_200, 1_202),
                 restock(3, Some("r1")),
                 200,
                 pool(5, 5, 0, 0),
             ),
             answered(
-                1,
-                1_300,
-                1_302,
+                (1, 1_300, 1_302),
                 restock(1, Some("r1")),
                 409,
                 json!({"error": "request_id_conflict", "request_id": "r1", "pool": "p", "delta": 3}),
             ),
         ],
         feed: vec![vec![
-            json!({"seq": 1, "at_ms": 1_001, "type": "pool_upserted", "pool": "p", "delta": 2, "total": 2, "available": 2}),
+            upserted,
             json!({"seq": 2, "at_ms": 1_101, "type": "restocked", "pool": "p", "total": 5, "available": 5, "delta": 3, "request_id": "r1"}),
         ]],
         feed_read_us: 3_000 * MS,
@@ -632,9 +553,7 @@ fn a_retried_restock_is_explained_by_its_first_event() {
 fn a_retried_restock_applied_twice_is_rejected() {
     let mut history = restock_retried();
     history.ops[2] = answered(
-        1,
-        1_200,
-        1_202,
+        (1, 1_200, 1_202),
         restock(3, Some("r1")),
         200,
         pool(8, 8, 0, 0),
@@ -657,9 +576,7 @@ fn a_retry_answered_without_a_first_restock_is_rejected() {
 fn a_conflict_naming_the_wrong_first_restock_is_rejected() {
     let mut history = restock_retried();
     history.ops[3] = answered(
-        1,
-        1_300,
-        1_302,
+        (1, 1_300, 1_302),
         restock(1, Some("r1")),
         409,
         json!({"error": "request_id_conflict", "request_id": "r1", "pool": "p", "delta": 1}),
@@ -671,28 +588,16 @@ fn a_conflict_naming_the_wrong_first_restock_is_rejected() {
 /// the pool after a hold that came in between: the event is the first send's, the answer the
 /// retry's. All within one millisecond, so that either send may have caused the event.
 fn restock_lost_then_retried(retry_answer: Value) -> History {
-    let put = Request::PutPool {
-        pool: "p".to_string(),
-        total: 2,
-        per_user_limit: Some(2),
-        low_stock_threshold: None,
-    };
+    let (put, upserted) = pool_put();
     History {
         ops: vec![
-            answered(0, 1_000, 1_002, put, 201, pool(2, 2, 0, 0)),
-            unknown(0, 1_100, 1_100, restock(3, Some("r1"))),
-            answered(
-                1,
-                1_100,
-                1_100,
-                reserve("h1", "u1", 1),
-                201,
-                hold("h1", "u1", 1, "held", 1_100),
-            ),
-            answered(0, 1_100, 1_100, restock(3, Some("r1")), 200, retry_answer),
+            put,
+            unknown((0, 1_100, 1_100), restock(3, Some("r1"))),
+            reserved((1, 1_100, 1_100), "h1", "u1", 1, 1_100),
+            answered((0, 1_100, 1_100), restock(3, Some("r1")), 200, retry_answer),
         ],
         feed: vec![vec![
-            json!({"seq": 1, "at_ms": 1_001, "type": "pool_upserted", "pool": "p", "delta": 2, "total": 2, "available": 2}),
+            upserted,
             json!({"seq": 2, "at_ms": 1_100, "type": "restocked", "pool": "p", "total": 5, "available": 5, "delta": 3, "request_id": "r1"}),
             held(3, 1_100, "h1", "u1", 1),
         ]],
@@ -721,41 +626,25 @@ fn a_retried_restock_after_a_lost_answer_showing_no_state_is_rejected() {
 /// between their events: which event is whose is a guess, and the checker must not insist on
 /// its guess. `first_answer` is the answer of the op listed first.
 fn twin_restocks(first_answer: Value) -> History {
-    let put = Request::PutPool {
-        pool: "p".to_string(),
-        total: 2,
-        per_user_limit: Some(2),
-        low_stock_threshold: None,
-    };
+    let (put, upserted) = pool_put();
     let plus = restock(1, None);
     History {
         ops: vec![
-            answered(0, 1_000, 1_002, put, 201, pool(2, 2, 0, 0)),
-            answered(
-                1,
-                1_010,
-                1_012,
-                reserve("h1", "u1", 1),
-                201,
-                hold("h1", "u1", 1, "held", 1_011),
-            ),
+            put,
+            reserved((1, 1_010, 1_012), "h1", "u1", 1, 1_011),
             // Listed first, applied last.
-            answered(2, 1_100, 1_100, plus.clone(), 200, first_answer),
-            answered(3, 1_100, 1_100, plus, 200, pool(3, 2, 1, 0)),
-            answered(4, 1_100, 1_100, restock(-1, None), 200, pool(2, 1, 1, 0)),
+            answered((2, 1_100, 1_100), plus.clone(), 200, first_answer),
+            answered((3, 1_100, 1_100), plus, 200, pool(3, 2, 1, 0)),
+            answered((4, 1_100, 1_100), restock(-1, None), 200, pool(2, 1, 1, 0)),
             answered(
-                1,
-                1_100,
-                1_100,
-                Request::Release {
-                    hold_id: "h1".to_string(),
-                },
+                (1, 1_100, 1_100),
+                release("h1"),
                 200,
                 hold("h1", "u1", 1, "released", 1_011),
             ),
         ],
         feed: vec![vec![
-            json!({"seq": 1, "at_ms": 1_001, "type": "pool_upserted", "pool": "p", "delta": 2, "total": 2, "available": 2}),
+            upserted,
             held(2, 1_011, "h1", "u1", 1),
             json!({"seq": 3, "at_ms": 1_100, "type": "restocked", "pool": "p", "total": 3, "available": 2, "delta": 1}),
             json!({"seq": 4, "at_ms": 1_100, "type": "restocked", "pool": "p", "total": 2, "available": 1, "delta": -1}),
