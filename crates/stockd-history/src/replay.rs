@@ -175,6 +175,16 @@ impl Index {
         }
         index
     }
+
+    /// The ops naming hold `hold_id`, in recorded order.
+    fn of_hold(&self, hold_id: &str) -> Vec<usize> {
+        self.by_hold.get(hold_id).cloned().unwrap_or_default()
+    }
+
+    /// The ops putting or restocking pool `pool`, in recorded order.
+    fn of_pool(&self, pool: &str) -> Vec<usize> {
+        self.by_pool.get(pool).cloned().unwrap_or_default()
+    }
 }
 
 /// Whether `at_ms` may be the moment `op` was applied.
@@ -307,6 +317,23 @@ impl Runner<'_> {
         self.replay.at_ms[partition] = at_ms;
     }
 
+    /// Claims the op `cause` picked for an event (used up, and the event attributed to it), or
+    /// fails the event with `why` when none was picked.
+    fn claim(
+        &mut self,
+        cause: Option<usize>,
+        (partition, position, event): (usize, usize, &Value),
+        why: impl FnOnce() -> String,
+    ) -> Option<usize> {
+        let Some(cause) = cause else {
+            self.fail(partition, position, event, why());
+            return None;
+        };
+        self.used[cause] = true;
+        self.caused_by(cause, partition, position);
+        Some(cause)
+    }
+
     /// Attributes an event to `op`.
     fn caused_by(&mut self, op: usize, partition: usize, position: usize) {
         if self.replay.first_effect[op].is_none() {
@@ -408,21 +435,15 @@ impl Runner<'_> {
     fn pool_upserted(&mut self, partition: usize, position: usize, event: &Value) -> Vec<String> {
         let pool = str_field(event, "pool").unwrap_or("").to_string();
         let at = u64_field(event, "at_ms").unwrap_or(0);
-        let candidates = self.index.by_pool.get(&pool).cloned().unwrap_or_default();
+        let candidates = self.index.of_pool(&pool);
         let cause = self.pick(&candidates, at, true, |op| {
             matches!(op.request, Request::PutPool { .. })
         });
-        let Some(cause) = cause else {
-            self.fail(
-                partition,
-                position,
-                event,
-                "no PUT of this pool explains it".to_string(),
-            );
+        let Some(cause) = self.claim(cause, (partition, position, event), || {
+            "no PUT of this pool explains it".to_string()
+        }) else {
             return Vec::new();
         };
-        self.used[cause] = true;
-        self.caused_by(cause, partition, position);
         let Request::PutPool {
             total,
             per_user_limit,
@@ -496,7 +517,7 @@ impl Runner<'_> {
         let delta = event.get("delta").and_then(Value::as_i64);
         let said_total = u64_field(event, "total");
         let said_request_id = str_field(event, "request_id");
-        let candidates = self.index.by_pool.get(&pool).cloned().unwrap_or_default();
+        let candidates = self.index.of_pool(&pool);
         let cause = self.pick(&candidates, at, true, |op| {
             let Request::Restock {
                 delta: sent,
@@ -510,17 +531,14 @@ impl Runner<'_> {
                 && request_id.as_deref() == said_request_id
                 && answered(op).is_none_or(|(_, body)| u64_field(body, "total") == said_total)
         });
-        let Some(cause) = cause else {
-            self.fail(
-                partition,
-                position,
-                event,
-                "no restock request explains it".to_string(),
-            );
+        if self
+            .claim(cause, (partition, position, event), || {
+                "no restock request explains it".to_string()
+            })
+            .is_none()
+        {
             return Vec::new();
-        };
-        self.used[cause] = true;
-        self.caused_by(cause, partition, position);
+        }
         let delta = delta.unwrap_or(0);
         if let Some(request_id) = said_request_id {
             // A retry of a restock answers the pool and changes nothing: a request id that
@@ -633,12 +651,7 @@ impl Runner<'_> {
 
         // The creator: the reserve answered 201 if there is one, or else one whose answer is
         // unknown. A reserve answered 200 only replayed a hold that existed.
-        let candidates = self
-            .index
-            .by_hold
-            .get(&hold_id)
-            .cloned()
-            .unwrap_or_default();
+        let candidates = self.index.of_hold(&hold_id);
         let created: Vec<usize> = candidates
             .iter()
             .copied()
@@ -654,20 +667,19 @@ impl Runner<'_> {
         } else {
             self.pick(&created, at, true, |_| true)
         };
-        let Some(cause) = cause else {
-            let why = if created.is_empty() {
+        let why = || {
+            if created.is_empty() {
                 format!("no reserve of {hold_id} without a certain answer explains it")
             } else {
                 format!(
                     "its at_ms lies outside the window of the reserve answered 201 (op #{})",
                     created[0]
                 )
-            };
-            self.fail(partition, position, event, why);
+            }
+        };
+        let Some(cause) = self.claim(cause, (partition, position, event), why) else {
             return Vec::new();
         };
-        self.used[cause] = true;
-        self.caused_by(cause, partition, position);
         let Request::Reserve {
             user: sent_user,
             items: sent_items,
@@ -899,12 +911,7 @@ impl Runner<'_> {
         }
 
         // Attribution.
-        let candidates = self
-            .index
-            .by_hold
-            .get(&hold_id)
-            .cloned()
-            .unwrap_or_default();
+        let candidates = self.index.of_hold(&hold_id);
         let event_expires = u64_field(event, "expires_at_ms").unwrap_or(0);
         let cause = match kind {
             "expired" => None,
