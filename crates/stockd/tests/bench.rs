@@ -42,6 +42,19 @@ async fn bench_one_second(url: &str, args: &[&str]) -> Output {
     .await
 }
 
+/// `--scenario SCENARIO --connections CONNECTIONS --warmup WARMUP`: the start of a run's
+/// arguments, to which a test adds the rest.
+fn scenario_args<'a>(scenario: &'a str, connections: &'a str, warmup: &'a str) -> Vec<&'a str> {
+    vec![
+        "--scenario",
+        scenario,
+        "--connections",
+        connections,
+        "--warmup",
+        warmup,
+    ]
+}
+
 /// The report of a run that must pass: parsed, and checked clean ([`assert_clean`]).
 fn clean_report(output: &Output) -> Value {
     let report = parse_report(output);
@@ -101,14 +114,7 @@ async fn every_scenario_passes_its_verdict_on_a_real_server() {
         ("batch", &["--ops", "20"]),
     ];
     for (scenario, extra) in runs {
-        let mut args = vec![
-            "--scenario",
-            scenario,
-            "--connections",
-            "8",
-            "--warmup",
-            "0s",
-        ];
+        let mut args = scenario_args(scenario, "8", "0s");
         if scenario != "team" {
             args.extend(["--duration", "1s"]);
         }
@@ -169,24 +175,9 @@ async fn every_scenario_passes_its_verdict_on_a_real_server() {
 async fn open_loop_keeps_its_rate_and_counts_from_the_intended_time() {
     let server = Server::start().await;
     let url = server.url();
-    let report = clean_report(
-        &bench(
-            &url,
-            &[
-                "--scenario",
-                "cart",
-                "--rate",
-                "200",
-                "--duration",
-                "2s",
-                "--connections",
-                "4",
-                "--warmup",
-                "0s",
-            ],
-        )
-        .await,
-    );
+    let mut args = scenario_args("cart", "4", "0s");
+    args.extend(["--rate", "200", "--duration", "2s"]);
+    let report = clean_report(&bench(&url, &args).await);
     let requests = report["requests"].as_u64().unwrap();
     // 200/s for 2 s: the schedule fixes the count, whatever the server's speed.
     assert!((380..=400).contains(&requests), "{requests}: {report:#}");
@@ -204,18 +195,8 @@ async fn holds_per_second_and_throughput_are_taken_over_the_same_window_after_th
         ("batch", &["--ops", "20"]),
     ];
     for (scenario, extra) in runs {
-        let mut args = vec![
-            "--scenario",
-            scenario,
-            "--connections",
-            "4",
-            "--warmup",
-            "500ms",
-            "--duration",
-            "1s",
-            "--plot",
-            &plot_path,
-        ];
+        let mut args = scenario_args(scenario, "4", "500ms");
+        args.extend(["--duration", "1s", "--plot", &plot_path]);
         args.extend_from_slice(extra);
         let report = clean_report(&bench(&url, &args).await);
         let holds = report["holds_created"].as_u64().unwrap();
