@@ -57,16 +57,13 @@ pub(crate) fn auth_cases() -> Vec<Case> {
         Auth::Header(ADMIN_TOKEN),
     ];
     for (method, path, body) in &api_routes {
-        no_token = no_token.req_as(
-            Auth::NoToken,
-            method,
-            path,
-            body.clone(),
-            401,
-            unauthorized(),
-        );
+        no_token = no_token
+            .req(method, path, body.clone(), 401, unauthorized())
+            .by(Auth::NoToken);
         for auth in bad_auths {
-            bad_token = bad_token.req_as(auth, method, path, body.clone(), 401, unauthorized());
+            bad_token = bad_token
+                .req(method, path, body.clone(), 401, unauthorized())
+                .by(auth);
         }
     }
     // Nothing changed: the pool as made, no hold, the lock free.
@@ -89,64 +86,65 @@ pub(crate) fn auth_cases() -> Vec<Case> {
         bad_token,
         case("auth: a client token cannot write or delete pools (403 forbidden); nothing changes")
             .put_pool(a, json!({"total": 5}), 201, json!({}))
-            .req_as(CLIENT, "PUT", "/v1/pools/{p}-a", Some(json!({"total": 10})), 403, forbidden())
-            .req_as(CLIENT, "PUT", "/v1/pools/{p}-b", Some(json!({"total": 10})), 403, forbidden())
-            .req_as(CLIENT, "PUT", "/v1/pools/{p}-b?if_absent=true", Some(json!({"total": 10})), 403, forbidden())
-            .req_as(CLIENT, "POST", "/v1/pools/{p}-a/restock", Some(json!({"delta": 1})), 403, forbidden())
-            .req_as(CLIENT, "POST", "/v1/pools/{p}-a/restock", Some(json!({"delta": -1})), 403, forbidden())
-            .req_as(CLIENT, "DELETE", "/v1/pools/{p}-a", None, 403, forbidden())
-            .req_as(CLIENT, "GET", "/v1/pools/{p}-a", None, 200, counts(5, 5, 0, 0))
+            .req("PUT", "/v1/pools/{p}-a", Some(json!({"total": 10})), 403, forbidden()).by(CLIENT)
+            .req("PUT", "/v1/pools/{p}-b", Some(json!({"total": 10})), 403, forbidden()).by(CLIENT)
+            .req("PUT", "/v1/pools/{p}-b?if_absent=true", Some(json!({"total": 10})), 403, forbidden()).by(CLIENT)
+            .req("POST", "/v1/pools/{p}-a/restock", Some(json!({"delta": 1})), 403, forbidden()).by(CLIENT)
+            .req("POST", "/v1/pools/{p}-a/restock", Some(json!({"delta": -1})), 403, forbidden()).by(CLIENT)
+            .req("DELETE", "/v1/pools/{p}-a", None, 403, forbidden()).by(CLIENT)
+            .req("GET", "/v1/pools/{p}-a", None, 200, counts(5, 5, 0, 0)).by(CLIENT)
             .get("/v1/pools/{p}-b", 404, err("pool_not_found"))
             .events(json!([ev("pool_upserted", json!({"pool": a}))])),
         case("auth: a client token can reserve, confirm, release, extend, refund and read holds")
             .put_pool(a, json!({"total": 5}), 201, json!({"partition": "$partition:pa"}))
-            .req_as(CLIENT, "POST", "/v1/holds", Some(hold_req("{p}-h1", &[(a, 1)], json!({}))), 201, status("held"))
-            .req_as(CLIENT, "POST", "/v1/holds/{p}-h1/extend", Some(json!({"ttl_ms": 60_000})), 200, status("held"))
-            .req_as(CLIENT, "POST", "/v1/holds/{p}-h1/confirm", None, 200, status("confirmed"))
-            .req_as(CLIENT, "POST", "/v1/holds/{p}-h1/refund", None, 200, status("refunded"))
-            .req_as(CLIENT, "POST", "/v1/holds", Some(hold_req("{p}-h2", &[(a, 2)], json!({}))), 201, status("held"))
-            .req_as(CLIENT, "POST", "/v1/holds/{p}-h2/release", None, 200, status("released"))
-            .req_as(CLIENT, "GET", "/v1/holds/{p}-h2", None, 200, status("released"))
-            .req_as(CLIENT, "GET", "/v1/holds?pool={p}-a", None, 200, json!({"holds": [status("refunded"), status("released")], "next": null}))
-            .req_as(CLIENT, "GET", "/v1/pools/{p}-a", None, 200, counts(5, 5, 0, 0))
-            .req_as(CLIENT, "GET", "/v1/pools?prefix={p}", None, 200, json!({"pools": [{"pool": a}], "next": null}))
-            .req_as(CLIENT, "POST", "/v1/batch", Some(json!({"ops": [{"op": "reserve", "hold_id": "{p}-h3", "items": [{"pool": a, "qty": 1}]}]})), 200, json!({"results": [{"status": 201, "body": status("held")}]}))
-            .req_as(CLIENT, "GET", "/v1/events?partition={$pa}&after=0&limit=1", None, 200, json!({"events": {"$len": 1}, "next_after": "$int"}))
-            .req_as(CLIENT, "GET", "/v1/events?partition={P-1}&after=0&limit=1", None, 200, json!({"events": "$any", "next_after": "$int"}))
-            .req_as(CLIENT, "GET", "/v1/events/partitions", None, 200, json!({"partitions": "{P}"})),
+            .req("POST", "/v1/holds", Some(hold_req("{p}-h1", &[(a, 1)], json!({}))), 201, status("held")).by(CLIENT)
+            .req("POST", "/v1/holds/{p}-h1/extend", Some(json!({"ttl_ms": 60_000})), 200, status("held")).by(CLIENT)
+            .req("POST", "/v1/holds/{p}-h1/confirm", None, 200, status("confirmed")).by(CLIENT)
+            .req("POST", "/v1/holds/{p}-h1/refund", None, 200, status("refunded")).by(CLIENT)
+            .req("POST", "/v1/holds", Some(hold_req("{p}-h2", &[(a, 2)], json!({}))), 201, status("held")).by(CLIENT)
+            .req("POST", "/v1/holds/{p}-h2/release", None, 200, status("released")).by(CLIENT)
+            .req("GET", "/v1/holds/{p}-h2", None, 200, status("released")).by(CLIENT)
+            .req("GET", "/v1/holds?pool={p}-a", None, 200, json!({"holds": [status("refunded"), status("released")], "next": null})).by(CLIENT)
+            .req("GET", "/v1/pools/{p}-a", None, 200, counts(5, 5, 0, 0)).by(CLIENT)
+            .req("GET", "/v1/pools?prefix={p}", None, 200, json!({"pools": [{"pool": a}], "next": null})).by(CLIENT)
+            .req("POST", "/v1/batch", Some(json!({"ops": [{"op": "reserve", "hold_id": "{p}-h3", "items": [{"pool": a, "qty": 1}]}]})), 200, json!({"results": [{"status": 201, "body": status("held")}]})).by(CLIENT)
+            .req("GET", "/v1/events?partition={$pa}&after=0&limit=1", None, 200, json!({"events": {"$len": 1}, "next_after": "$int"})).by(CLIENT)
+            .req("GET", "/v1/events?partition={P-1}&after=0&limit=1", None, 200, json!({"events": "$any", "next_after": "$int"})).by(CLIENT)
+            .req("GET", "/v1/events/partitions", None, 200, json!({"partitions": "{P}"})).by(CLIENT),
         case("auth: a client token can use locks")
-            .req_as(CLIENT, "POST", "/v1/locks/{p}-l/acquire", Some(json!({"owner": "o1", "ttl_ms": 5000})), 200, json!({"token": "$save:t1"}))
-            .req_as(CLIENT, "POST", "/v1/locks/{p}-l/renew", Some(json!({"owner": "o1", "token": "{$t1}", "ttl_ms": 5000})), 200, json!({"token": "$same:t1"}))
-            .req_as(CLIENT, "POST", "/v1/locks/{p}-l/release", Some(json!({"owner": "o1", "token": "{$t1}"})), 200, json!({"released": true})),
+            .req("POST", "/v1/locks/{p}-l/acquire", Some(json!({"owner": "o1", "ttl_ms": 5000})), 200, json!({"token": "$save:t1"})).by(CLIENT)
+            .req("POST", "/v1/locks/{p}-l/renew", Some(json!({"owner": "o1", "token": "{$t1}", "ttl_ms": 5000})), 200, json!({"token": "$same:t1"})).by(CLIENT)
+            .req("POST", "/v1/locks/{p}-l/release", Some(json!({"owner": "o1", "token": "{$t1}"})), 200, json!({"released": true})).by(CLIENT),
         case("auth: an admin token can do everything")
-            .req_as(ADMIN, "PUT", "/v1/pools/{p}-a", Some(json!({"total": 5})), 201, json!({"total": 5, "available": 5, "held": 0, "sold": 0, "partition": "$partition:pa"}))
-            .req_as(ADMIN, "POST", "/v1/pools/{p}-a/restock", Some(json!({"delta": 2})), 200, counts(7, 7, 0, 0))
-            .req_as(ADMIN, "POST", "/v1/holds", Some(hold_req("{p}-h", &[(a, 1)], json!({"confirm": true}))), 201, status("confirmed"))
-            .req_as(ADMIN, "POST", "/v1/holds/{p}-h/refund", None, 200, status("refunded"))
-            .req_as(ADMIN, "GET", "/v1/events?partition={$pa}&after=0&limit=1", None, 200, json!({"events": {"$len": 1}}))
-            .req_as(ADMIN, "GET", "/v1/events/partitions", None, 200, json!({"partitions": "{P}"}))
-            .req_as(ADMIN, "POST", "/v1/locks/{p}-l/acquire", Some(json!({"owner": "o1", "ttl_ms": 5000})), 200, json!({"token": "$int"}))
-            .req_as(ADMIN, "DELETE", "/v1/pools/{p}-a", None, 204, Value::Null)
-            .req_as(ADMIN, "GET", "/v1/pools/{p}-a", None, 404, err("pool_not_found")),
+            .req("PUT", "/v1/pools/{p}-a", Some(json!({"total": 5})), 201, json!({"total": 5, "available": 5, "held": 0, "sold": 0, "partition": "$partition:pa"})).by(ADMIN)
+            .req("POST", "/v1/pools/{p}-a/restock", Some(json!({"delta": 2})), 200, counts(7, 7, 0, 0)).by(ADMIN)
+            .req("POST", "/v1/holds", Some(hold_req("{p}-h", &[(a, 1)], json!({"confirm": true}))), 201, status("confirmed")).by(ADMIN)
+            .req("POST", "/v1/holds/{p}-h/refund", None, 200, status("refunded")).by(ADMIN)
+            .req("GET", "/v1/events?partition={$pa}&after=0&limit=1", None, 200, json!({"events": {"$len": 1}})).by(ADMIN)
+            .req("GET", "/v1/events/partitions", None, 200, json!({"partitions": "{P}"})).by(ADMIN)
+            .req("POST", "/v1/locks/{p}-l/acquire", Some(json!({"owner": "o1", "ttl_ms": 5000})), 200, json!({"token": "$int"})).by(ADMIN)
+            .req("DELETE", "/v1/pools/{p}-a", None, 204, Value::Null).by(ADMIN)
+            .req("GET", "/v1/pools/{p}-a", None, 404, err("pool_not_found")).by(ADMIN),
         case("operations: healthz, readyz, metrics and openapi.json need no token")
-            .req_as(Auth::NoToken, "GET", "/healthz", None, 200, json!("$any"))
-            .req_as(Auth::NoToken, "GET", "/readyz", None, 200, json!("$any"))
-            .req_as(Auth::NoToken, "GET", "/metrics", None, 200, json!("$any"))
-            .req_as(Auth::NoToken, "GET", "/openapi.json", None, 200, json!("$any")),
+            .req("GET", "/healthz", None, 200, json!("$any")).by(Auth::NoToken)
+            .req("GET", "/readyz", None, 200, json!("$any")).by(Auth::NoToken)
+            .req("GET", "/metrics", None, 200, json!("$any")).by(Auth::NoToken)
+            .req("GET", "/openapi.json", None, 200, json!("$any")).by(Auth::NoToken),
         case("operations: /metrics is Prometheus text with a latency histogram")
             .put_pool(a, json!({"total": 1}), 201, json!({}))
             .reserve(hold_req("{p}-h", &[(a, 1)], json!({})), 201, json!({}))
             .reserve(hold_req("{p}-h2", &[(a, 1)], json!({})), 409, json!({}))
             .get_pool(a, json!({}))
-            .req_as(Auth::NoToken, "GET", "/metrics", None, 200, json!("$contains:_bucket{"))
-            .req_as(Auth::NoToken, "GET", "/metrics", None, 200, json!("$contains:# TYPE"))
-            .req_as(Auth::NoToken, "GET", "/metrics", None, 200, json!("$contains:le=\"+Inf\"")),
+            .req("GET", "/metrics", None, 200, json!("$contains:_bucket{")).by(Auth::NoToken)
+            .req("GET", "/metrics", None, 200, json!("$contains:# TYPE")).by(Auth::NoToken)
+            .req("GET", "/metrics", None, 200, json!("$contains:le=\"+Inf\"")).by(Auth::NoToken),
         case("operations: /openapi.json is an OpenAPI 3 document of this API")
-            .req_as(Auth::NoToken, "GET", "/openapi.json", None, 200, json!({
+            .req("GET", "/openapi.json", None, 200, json!({
                 "openapi": "$prefix:3",
                 "info": "$any",
                 "paths": {"/v1/holds": "$any", "/v1/batch": "$any", "/v1/events": "$any", "/v1/events/partitions": "$any"},
-            })),
+            }))
+            .by(Auth::NoToken),
     ]
 }
 

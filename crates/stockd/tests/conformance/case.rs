@@ -43,6 +43,12 @@ pub(crate) enum Body {
     Raw(Vec<u8>),
 }
 
+impl From<Option<Value>> for Body {
+    fn from(body: Option<Value>) -> Body {
+        body.map_or(Body::None, Body::Json)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) enum Action {
     Request {
@@ -114,44 +120,20 @@ impl Case {
         self
     }
 
+    /// A request with the default token; `body` is `Option<Value>` (JSON or none) or a [`Body`].
     pub(crate) fn req(
-        self,
-        method: &'static str,
-        path: &str,
-        body: Option<Value>,
-        status: u16,
-        expect: Value,
-    ) -> Case {
-        self.req_as(Auth::Default, method, path, body, status, expect)
-    }
-
-    pub(crate) fn req_as(
-        self,
-        auth: Auth,
-        method: &'static str,
-        path: &str,
-        body: Option<Value>,
-        status: u16,
-        expect: Value,
-    ) -> Case {
-        let body = body.map_or(Body::None, Body::Json);
-        self.req_full(auth, method, path, body, status, expect)
-    }
-
-    pub(crate) fn req_full(
         mut self,
-        auth: Auth,
         method: &'static str,
         path: &str,
-        body: Body,
+        body: impl Into<Body>,
         status: u16,
         expect: Value,
     ) -> Case {
         let action = Action::Request {
             method,
             path: path.to_string(),
-            body,
-            auth,
+            body: body.into(),
+            auth: Auth::Default,
         };
         self.steps.push(Step {
             action,
@@ -159,6 +141,17 @@ impl Case {
             expect,
             replayed: false,
         });
+        self
+    }
+
+    /// The last step's request is sent with `auth` instead of the default token.
+    pub(crate) fn by(mut self, auth: Auth) -> Case {
+        match &mut self.steps.last_mut().expect("a step to send as").action {
+            Action::Request {
+                auth: step_auth, ..
+            } => *step_auth = auth,
+            _ => panic!("only a request carries a token"),
+        }
         self
     }
 
@@ -181,14 +174,7 @@ impl Case {
         status: u16,
         expect: Value,
     ) -> Case {
-        self.req_full(
-            Auth::Default,
-            method,
-            path,
-            Body::Raw(body.into()),
-            status,
-            expect,
-        )
+        self.req(method, path, Body::Raw(body.into()), status, expect)
     }
 
     pub(crate) fn get(self, path: &str, status: u16, expect: Value) -> Case {
