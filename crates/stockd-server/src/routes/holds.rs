@@ -10,7 +10,7 @@ use stockd_core::{Command, HoldId};
 
 use super::{paths, App};
 use crate::dto::{ExtendBody, HoldBody, ListHoldsQuery, RefundBody};
-use crate::json::{EmptyBody, JsonBody, NoQuery, OptionalBody, PathId, QueryParams};
+use crate::json::{EmptyBody, JsonBody, NoQuery, OptionalBody, QueryParams};
 use crate::wire::{EmptyObject, HoldList, HoldObject};
 
 #[utoipa::path(
@@ -56,108 +56,40 @@ pub(crate) async fn list_holds(
     app.execute(query.into_command()).await
 }
 
-#[utoipa::path(
-    get,
-    path = paths::HOLD,
-    tag = "holds",
-    summary = "Read a hold",
-    params(("hold_id" = String, Path, description = "Hold id")),
-    responses(
-        (status = 200, description = "The hold", body = HoldObject),
-    )
-)]
-pub(crate) async fn get_hold(
-    State(app): State<App>,
-    PathId(hold_id): PathId<HoldId>,
-    _: NoQuery,
-) -> Response {
-    app.execute(Command::GetHold { hold_id }).await
+command_handler! {
+    get HOLD, tag = "holds", summary = "Read a hold",
+    fn get_hold(hold_id: HoldId = ("hold_id", "Hold id")) -> (200, "The hold", HoldObject)
+    => Command::GetHold { hold_id }
 }
 
-#[utoipa::path(
-    post,
-    path = paths::HOLD_CONFIRM,
-    tag = "holds",
-    summary = "Confirm a held hold (paid)",
-    params(("hold_id" = String, Path, description = "Hold id")),
-    request_body(content = Option<EmptyObject>, description = "Empty, or `{}`"),
-    responses(
-        (status = 200, description = "Confirmed (repeating is a no-op)", body = HoldObject),
-    )
-)]
-pub(crate) async fn confirm_hold(
-    State(app): State<App>,
-    PathId(hold_id): PathId<HoldId>,
-    _: NoQuery,
-    _: EmptyBody,
-) -> Response {
-    app.execute(Command::Confirm { hold_id }).await
+command_handler! {
+    post HOLD_CONFIRM, tag = "holds", summary = "Confirm a held hold (paid)", empty body,
+    fn confirm_hold(hold_id: HoldId = ("hold_id", "Hold id"), EmptyBody: EmptyBody)
+    -> (200, "Confirmed (repeating is a no-op)", HoldObject) => Command::Confirm { hold_id }
 }
 
-#[utoipa::path(
-    post,
-    path = paths::HOLD_RELEASE,
-    tag = "holds",
-    summary = "Release a held hold (cancelled)",
-    params(("hold_id" = String, Path, description = "Hold id")),
-    request_body(content = Option<EmptyObject>, description = "Empty, or `{}`"),
-    responses(
-        (status = 200, description = "Released, or already expired", body = HoldObject),
-    )
-)]
-pub(crate) async fn release_hold(
-    State(app): State<App>,
-    PathId(hold_id): PathId<HoldId>,
-    _: NoQuery,
-    _: EmptyBody,
-) -> Response {
-    app.execute(Command::Release { hold_id }).await
+command_handler! {
+    post HOLD_RELEASE, tag = "holds", summary = "Release a held hold (cancelled)", empty body,
+    fn release_hold(hold_id: HoldId = ("hold_id", "Hold id"), EmptyBody: EmptyBody)
+    -> (200, "Released, or already expired", HoldObject) => Command::Release { hold_id }
 }
 
-#[utoipa::path(
-    post,
-    path = paths::HOLD_EXTEND,
-    tag = "holds",
-    summary = "Move a held hold's deadline to now + ttl_ms",
-    params(("hold_id" = String, Path, description = "Hold id")),
-    request_body = ExtendBody,
-    responses(
-        (status = 200, description = "Extended", body = HoldObject),
-    )
-)]
-pub(crate) async fn extend_hold(
-    State(app): State<App>,
-    PathId(hold_id): PathId<HoldId>,
-    _: NoQuery,
-    JsonBody(body): JsonBody<ExtendBody>,
-) -> Response {
-    app.execute(Command::Extend {
-        hold_id,
-        ttl_ms: body.ttl_ms,
-    })
-    .await
+command_handler! {
+    post HOLD_EXTEND, tag = "holds", summary = "Move a held hold's deadline to now + ttl_ms",
+    [request_body = ExtendBody],
+    fn extend_hold(hold_id: HoldId = ("hold_id", "Hold id"), JsonBody(body): JsonBody<ExtendBody>)
+    -> (200, "Extended", HoldObject) => Command::Extend { hold_id, ttl_ms: body.ttl_ms }
 }
 
-#[utoipa::path(
-    post,
-    path = paths::HOLD_REFUND,
-    tag = "holds",
+command_handler! {
+    post HOLD_REFUND, tag = "holds",
     summary = "Refund a confirmed hold: sold units go back to available, or leave the pool",
     description = "With `restock: false` the sold units leave the pool (sold and total both \
                    shrink) instead of going back to available. Repeating a refund answers 200 \
                    with the hold unchanged, whatever `restock` the repeat says.",
-    params(("hold_id" = String, Path, description = "Hold id")),
-    request_body(content = Option<RefundBody>, description = "Empty, `null`, or \
-                 `{\"restock\": bool}` (default true)"),
-    responses(
-        (status = 200, description = "Refunded (repeating is a no-op)", body = HoldObject),
-    )
-)]
-pub(crate) async fn refund_hold(
-    State(app): State<App>,
-    PathId(hold_id): PathId<HoldId>,
-    _: NoQuery,
-    OptionalBody(body): OptionalBody<RefundBody>,
-) -> Response {
-    app.execute(body.into_command(hold_id)).await
+    [request_body(content = Option<RefundBody>, description = "Empty, `null`, or \
+                 `{\"restock\": bool}` (default true)")],
+    fn refund_hold(hold_id: HoldId = ("hold_id", "Hold id"),
+        OptionalBody(body): OptionalBody<RefundBody>)
+    -> (200, "Refunded (repeating is a no-op)", HoldObject) => body.into_command(hold_id)
 }

@@ -8,6 +8,55 @@
 //! way: parse (extractors) -> `Backend::execute` -> encode (`reply`). No handler may compute
 //! anything about stock; that answer comes from the backend.
 
+/// Declares one handler of a resource named by a path id: its OpenAPI attribute, and a body that
+/// extracts the id (and the request body, if any), refuses a query string, executes the one
+/// command it builds and encodes the reply. Each use states only what differs: method, path,
+/// tag, summary (and description), the id parameter, the request body, the one response and
+/// the command; `empty body` stands for a body that may be empty or `{}` (`EmptyBody`, whose
+/// schema `EmptyObject` the calling module imports). Defined before the resource modules, which
+/// use it.
+macro_rules! command_handler {
+    (
+        $method:ident $path:ident, tag = $tag:literal, summary = $summary:literal, empty body,
+        $($rest:tt)*
+    ) => {
+        command_handler! {
+            $method $path, tag = $tag, summary = $summary,
+            [request_body(content = Option<EmptyObject>, description = "Empty, or `{}`")],
+            $($rest)*
+        }
+    };
+    (
+        $method:ident $path:ident, tag = $tag:literal, summary = $summary:literal,
+        $(description = $description:literal,)?
+        $([$($request_body:tt)*],)?
+        fn $name:ident(
+            $id:ident: $id_ty:ty = ($param:literal, $param_description:literal)
+            $(, $body:ident $(($body_bind:tt))?: $body_ty:ty)?
+        ) -> ($status:literal, $response:literal $(, $response_ty:ty)?)
+        => $command:expr
+    ) => {
+        #[utoipa::path(
+            $method,
+            path = paths::$path,
+            tag = $tag,
+            summary = $summary,
+            $(description = $description,)?
+            params(($param = String, Path, description = $param_description)),
+            $($($request_body)*,)?
+            responses((status = $status, description = $response $(, body = $response_ty)?))
+        )]
+        pub(crate) async fn $name(
+            ::axum::extract::State(app): ::axum::extract::State<$crate::routes::App>,
+            $crate::json::PathId($id): $crate::json::PathId<$id_ty>,
+            _: $crate::json::NoQuery,
+            $($body $(($body_bind))?: $body_ty,)?
+        ) -> ::axum::response::Response {
+            app.execute($command).await
+        }
+    };
+}
+
 pub(crate) mod batch;
 pub(crate) mod console;
 pub(crate) mod events;

@@ -69,22 +69,10 @@ pub(crate) async fn restock_pool(
     app.execute(body.into_command(pool)).await
 }
 
-#[utoipa::path(
-    get,
-    path = paths::POOL,
-    tag = "pools",
-    summary = "Read a pool",
-    params(("pool" = String, Path, description = "Pool id")),
-    responses(
-        (status = 200, description = "The pool", body = PoolObject),
-    )
-)]
-pub(crate) async fn get_pool(
-    State(app): State<App>,
-    PathId(pool): PathId<PoolId>,
-    _: NoQuery,
-) -> Response {
-    app.execute(Command::GetPool { pool }).await
+command_handler! {
+    get POOL, tag = "pools", summary = "Read a pool",
+    fn get_pool(pool: PoolId = ("pool", "Pool id")) -> (200, "The pool", PoolObject)
+    => Command::GetPool { pool }
 }
 
 #[utoipa::path(
@@ -104,22 +92,10 @@ pub(crate) async fn list_pools(
     app.execute(query.into_command()).await
 }
 
-#[utoipa::path(
-    delete,
-    path = paths::POOL,
-    tag = "pools",
-    summary = "Delete a pool (admin)",
+command_handler! {
+    delete POOL, tag = "pools", summary = "Delete a pool (admin)",
     description = "Ends the pool: its holds can no longer be refunded, even if a pool with the \
                    same id is created later.",
-    params(("pool" = String, Path, description = "Pool id")),
-    responses(
-        (status = 204, description = "Deleted"),
-    )
-)]
-pub(crate) async fn delete_pool(
-    State(app): State<App>,
-    PathId(pool): PathId<PoolId>,
-    _: NoQuery,
-) -> Response {
-    app.execute(Command::DeletePool { pool }).await
+    fn delete_pool(pool: PoolId = ("pool", "Pool id")) -> (204, "Deleted")
+    => Command::DeletePool { pool }
 }
