@@ -236,6 +236,15 @@ pub enum Msg {
 }
 
 impl Msg {
+    /// `part_apply(op, attempt)` in `partition`.
+    fn part_apply(op: PartOp, attempt: Attempt, partition: u8) -> Msg {
+        Msg::PartApply {
+            op,
+            attempt,
+            partition,
+        }
+    }
+
     /// Whether delivering it again could change anything that matters: `x_attempt` (a
     /// counter moving on, a number nobody sees) is not duplicated, to keep the state space small.
     fn duplicable(self) -> bool {
@@ -277,18 +286,10 @@ impl Requester {
                 partition: item,
             },
             Requester::Commit { attempt } => Msg::XCommit { attempt },
-            Requester::Apply { attempt, op, item } => Msg::PartApply {
-                op,
-                attempt,
-                partition: item,
-            },
+            Requester::Apply { attempt, op, item } => Msg::part_apply(op, attempt, item),
             Requester::Applied { attempt, op } => Msg::XApplied { attempt, op },
             Requester::Abort { attempt } => Msg::XAbort { attempt },
-            Requester::Return { attempt, item } => Msg::PartApply {
-                op: PartOp::Return,
-                attempt,
-                partition: item,
-            },
+            Requester::Return { attempt, item } => Msg::part_apply(PartOp::Return, attempt, item),
             Requester::Forget { attempt } => Msg::XForget { attempt },
             Requester::NotStarted | Requester::Answered(_) | Requester::Dead => return None,
         })
@@ -371,23 +372,15 @@ impl Sweeper {
     fn message(self) -> Option<Msg> {
         Some(match self {
             Sweeper::RollBackAbort => Msg::XAbort { attempt: 0 },
-            Sweeper::RollBackReturn { attempt, item } => Msg::PartApply {
-                op: PartOp::Return,
-                attempt,
-                partition: item,
-            },
+            Sweeper::RollBackReturn { attempt, item } => {
+                Msg::part_apply(PartOp::Return, attempt, item)
+            }
             Sweeper::RollBackForget { attempt } => Msg::XForget { attempt },
-            Sweeper::ForwardApply { attempt, op, item } => Msg::PartApply {
-                op,
-                attempt,
-                partition: item,
-            },
+            Sweeper::ForwardApply { attempt, op, item } => Msg::part_apply(op, attempt, item),
             Sweeper::ForwardApplied { attempt, op } => Msg::XApplied { attempt, op },
-            Sweeper::OrphanReturn { partition, attempt } => Msg::PartApply {
-                op: PartOp::Return,
-                attempt,
-                partition,
-            },
+            Sweeper::OrphanReturn { partition, attempt } => {
+                Msg::part_apply(PartOp::Return, attempt, partition)
+            }
             Sweeper::Idle | Sweeper::Dead => return None,
         })
     }
@@ -428,11 +421,7 @@ impl Decider {
             Decider::Decide { index } => Msg::Decide(config.decisions[index as usize]),
             Decider::Apply {
                 attempt, op, item, ..
-            } => Msg::PartApply {
-                op,
-                attempt,
-                partition: item,
-            },
+            } => Msg::part_apply(op, attempt, item),
             Decider::Applied { attempt, op, .. } => Msg::XApplied { attempt, op },
             Decider::Waiting | Decider::Done | Decider::Dead => return None,
         })

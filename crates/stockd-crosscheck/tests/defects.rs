@@ -1,7 +1,7 @@
 //! The checker finds the defects the design's rules prevent: with a rule switched off, it
 //! reports a violation and prints the trace as readable steps.
 
-use stockd_crosscheck::{check, configs, Config, Invariant, Rules};
+use stockd_crosscheck::{check, configs, Invariant, Rules};
 
 /// `part_apply(return, A)` that returns a held part of any attempt, as the library did before
 /// attempts were fences: the outside run's oversell. Two copies of one request share attempt 1,
@@ -10,14 +10,13 @@ use stockd_crosscheck::{check, configs, Config, Invariant, Rules};
 /// attempt 1 gives that unit back, and the retry commits a hold whose part is returned.
 #[test]
 fn return_of_any_attempt_is_the_outside_runs_oversell() {
-    let mut config = Config::base("part_apply(return) without its attempt check, copies only");
-    config.rules = Rules {
-        return_checks_attempt: false,
-        ..Rules::DESIGN
-    };
-    config.sweepers = 0;
-    config.check_quiescence = false;
-    config.deaths_max = 0;
+    let mut config = configs::copies_only(
+        "part_apply(return) without its attempt check, copies only",
+        Rules {
+            return_checks_attempt: false,
+            ..Rules::DESIGN
+        },
+    );
     config.duplicates_max = 0;
     // Invariant 3 would stop the trace at the late return itself: let it run to the commit.
     config.unchecked = &[Invariant::AttemptFence];

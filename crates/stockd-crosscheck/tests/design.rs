@@ -100,11 +100,10 @@ fn long() {
 /// above) and in lua/cross.lua: `x_forget(A)` writes `xdead = A` too.
 #[test]
 fn late_begin_revives_a_rolled_back_attempt_in_the_design_as_written() {
-    let mut config = Config::base("first design, hold id elsewhere, copies only, 1 duplicate");
-    config.rules = Rules::FIRST_DESIGN;
-    config.sweepers = 0;
-    config.check_quiescence = false;
-    config.deaths_max = 0;
+    let config = configs::copies_only(
+        "first design, hold id elsewhere, copies only, 1 duplicate",
+        Rules::FIRST_DESIGN,
+    );
     let report = check(config);
     println!("{report}");
     let trace = report
@@ -132,11 +131,10 @@ fn late_begin_revives_a_rolled_back_attempt_in_the_design_as_written() {
     );
 
     // With the fix, the same world has no violation.
-    let mut fixed = Config::base("fixed, hold id elsewhere, copies only, 1 duplicate");
-    fixed.rules = Rules::DESIGN;
-    fixed.sweepers = 0;
-    fixed.check_quiescence = false;
-    fixed.deaths_max = 0;
+    let fixed = configs::copies_only(
+        "fixed, hold id elsewhere, copies only, 1 duplicate",
+        Rules::DESIGN,
+    );
     let report = check(fixed);
     println!("{report}");
     assert!(report.complete(), "{report}");
