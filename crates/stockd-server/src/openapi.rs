@@ -281,6 +281,18 @@ const BODY_RULES: &[(&str, &[(&str, Rule)])] = &[
     ),
 ];
 
+/// A list's `limit` parameter: 1 to the list's maximum page, absent meaning its default page.
+const fn page_limit(max: usize, default: usize) -> (&'static str, Rule) {
+    (
+        "limit",
+        Rule::Int {
+            min: 1,
+            max: max as u64,
+            default: Some(default as u64),
+        },
+    )
+}
+
 /// Every query parameter, by operation. Path parameters are all identifiers.
 const QUERY_RULES: &[(api::Operation, &[(&str, Rule)])] = &[
     (
@@ -297,14 +309,7 @@ const QUERY_RULES: &[(api::Operation, &[(&str, Rule)])] = &[
         &[
             ("prefix", Rule::Prefix),
             ("after", Rule::Id),
-            (
-                "limit",
-                Rule::Int {
-                    min: 1,
-                    max: POOL_LIST_LIMIT_MAX as u64,
-                    default: Some(POOL_LIST_LIMIT_DEFAULT as u64),
-                },
-            ),
+            page_limit(POOL_LIST_LIMIT_MAX, POOL_LIST_LIMIT_DEFAULT),
         ],
     ),
     (
@@ -314,14 +319,7 @@ const QUERY_RULES: &[(api::Operation, &[(&str, Rule)])] = &[
             ("user", Rule::Id),
             ("status", Rule::Status),
             ("after", Rule::Id),
-            (
-                "limit",
-                Rule::Int {
-                    min: 1,
-                    max: HOLD_LIST_LIMIT_MAX as u64,
-                    default: Some(HOLD_LIST_LIMIT_DEFAULT as u64),
-                },
-            ),
+            page_limit(HOLD_LIST_LIMIT_MAX, HOLD_LIST_LIMIT_DEFAULT),
         ],
     ),
     (
@@ -344,14 +342,7 @@ const QUERY_RULES: &[(api::Operation, &[(&str, Rule)])] = &[
                     default: Some(0),
                 },
             ),
-            (
-                "limit",
-                Rule::Int {
-                    min: 1,
-                    max: EVENT_LIMIT_MAX as u64,
-                    default: Some(EVENT_LIMIT_DEFAULT as u64),
-                },
-            ),
+            page_limit(EVENT_LIMIT_MAX, EVENT_LIMIT_DEFAULT),
             ("wait_ms", WAIT),
         ],
     ),

@@ -221,115 +221,138 @@ fn expected_words(expected: &str) -> String {
 mod tests {
     use super::*;
 
+    /// Each case is (context, field path, serde's message, what the client reads).
+    fn assert_describes(cases: &[(&str, &str, &str, &str)]) {
+        for &(context, path, message, expected) in cases {
+            assert_eq!(
+                describe(context, path, message),
+                expected,
+                "context {context:?}, path {path:?}, message {message:?}"
+            );
+        }
+    }
+
     #[test]
     fn wrong_types_name_the_field_what_was_sent_and_what_is_allowed() {
-        assert_eq!(
-            describe(
+        assert_describes(&[
+            (
                 "",
                 "total",
-                "invalid type: floating point `1e+23`, expected u64 at line 1 column 13"
+                "invalid type: floating point `1e+23`, expected u64 at line 1 column 13",
+                "total: must be an integer from 0 to 1000000000000, got 1e+23",
             ),
-            "total: must be an integer from 0 to 1000000000000, got 1e+23"
-        );
-        assert_eq!(
-            describe(
+            (
                 "",
                 "items[0].qty",
-                "invalid value: integer `-1`, expected u64"
+                "invalid value: integer `-1`, expected u64",
+                "items[0].qty: must be an integer from 1 to 1000000000, got -1",
             ),
-            "items[0].qty: must be an integer from 1 to 1000000000, got -1"
-        );
+            (
+                "",
+                "confirm",
+                "invalid type: string \"yes\", expected a boolean",
+                "confirm: must be true or false, got the string \"yes\"",
+            ),
+            (
+                "lock",
+                "ttl_ms",
+                "invalid type: null, expected u64",
+                "ttl_ms: must be an integer from 100 to 3600000 (milliseconds), got null",
+            ),
+            (
+                "",
+                "items[0]",
+                "invalid type: sequence, expected a JSON object",
+                "items[0]: must be an object, got a list",
+            ),
+            (
+                "",
+                ".",
+                "invalid type: sequence, expected a JSON object",
+                "must be an object, got a list",
+            ),
+        ]);
         assert_eq!(
             describe("", "user", "invalid type: integer `5`, expected a string"),
             format!("user: must be {}, got 5", id_rule())
-        );
-        assert_eq!(
-            describe(
-                "",
-                "confirm",
-                "invalid type: string \"yes\", expected a boolean"
-            ),
-            "confirm: must be true or false, got the string \"yes\""
-        );
-        assert_eq!(
-            describe("lock", "ttl_ms", "invalid type: null, expected u64"),
-            "ttl_ms: must be an integer from 100 to 3600000 (milliseconds), got null"
-        );
-        assert_eq!(
-            describe(
-                "",
-                "items[0]",
-                "invalid type: sequence, expected a JSON object"
-            ),
-            "items[0]: must be an object, got a list"
-        );
-        assert_eq!(
-            describe("", ".", "invalid type: sequence, expected a JSON object"),
-            "must be an object, got a list"
         );
     }
 
     #[test]
     fn missing_unknown_and_repeated_fields_are_named() {
-        assert_eq!(
-            describe("", ".", "missing field `items` at line 1 column 16"),
-            "items is required"
-        );
-        assert_eq!(
-            describe("", "items[0]", "missing field `qty`"),
-            "items[0]: qty is required"
-        );
-        assert_eq!(
-            describe(
+        assert_describes(&[
+            (
+                "",
+                ".",
+                "missing field `items` at line 1 column 16",
+                "items is required",
+            ),
+            (
+                "",
+                "items[0]",
+                "missing field `qty`",
+                "items[0]: qty is required",
+            ),
+            (
                 "",
                 "extra",
-                "unknown field `extra`, expected one of `hold_id`, `user`"
+                "unknown field `extra`, expected one of `hold_id`, `user`",
+                "unknown field \"extra\": the fields are hold_id, user",
             ),
-            "unknown field \"extra\": the fields are hold_id, user"
-        );
-        assert_eq!(
-            describe("", "items[0].x", "unknown field `x`, there are no fields"),
-            "items[0]: unknown field \"x\": this object takes no fields"
-        );
-        assert_eq!(
-            describe("", "n", "duplicate field `n`"),
-            "\"n\" appears more than once: a field may appear once"
-        );
-        assert_eq!(
-            describe(
+            (
                 "",
                 "items[0].x",
-                "unknown field `x`, expected `pool` or `qty`"
+                "unknown field `x`, there are no fields",
+                "items[0]: unknown field \"x\": this object takes no fields",
             ),
-            "items[0]: unknown field \"x\": the fields are pool, qty"
-        );
-        assert_eq!(
-            describe(
+            (
+                "",
+                "n",
+                "duplicate field `n`",
+                "\"n\" appears more than once: a field may appear once",
+            ),
+            (
+                "",
+                "items[0].x",
+                "unknown field `x`, expected `pool` or `qty`",
+                "items[0]: unknown field \"x\": the fields are pool, qty",
+            ),
+            (
                 "",
                 "op",
-                "unknown variant `nope`, expected one of `reserve`, `confirm`"
+                "unknown variant `nope`, expected one of `reserve`, `confirm`",
+                "op: unknown op \"nope\": the ops are reserve, confirm",
             ),
-            "op: unknown op \"nope\": the ops are reserve, confirm"
-        );
+        ]);
     }
 
     #[test]
     fn query_values_say_what_the_parameter_takes_and_unknown_messages_are_kept() {
-        assert_eq!(
-            describe("events", "after", "invalid digit found in string"),
-            "after: must be an event sequence number (a non-negative integer)"
-        );
-        assert_eq!(
-            describe("", "limit", "invalid digit found in string"),
-            "limit: must be an integer from 1 to 1000"
-        );
-        assert_eq!(
-            describe("", "if_absent", "provided string was not `true` or `false`"),
-            "if_absent: must be true or false"
-        );
-        assert_eq!(
-            describe("", "hold_id", "\"a b\": may only contain ASCII letters"),
-            "hold_id: \"a b\": may only contain ASCII letters"
-        );
+        assert_describes(&[
+            (
+                "events",
+                "after",
+                "invalid digit found in string",
+                "after: must be an event sequence number (a non-negative integer)",
+            ),
+            (
+                "",
+                "limit",
+                "invalid digit found in string",
+                "limit: must be an integer from 1 to 1000",
+            ),
+            (
+                "",
+                "if_absent",
+                "provided string was not `true` or `false`",
+                "if_absent: must be true or false",
+            ),
+            (
+                "",
+                "hold_id",
+                "\"a b\": may only contain ASCII letters",
+                "hold_id: \"a b\": may only contain ASCII letters",
+            ),
+        ]);
     }
 }
