@@ -685,16 +685,12 @@ impl System {
 
     /// The transitions of an actor's step in flight: delivered (and maybe kept in flight for a
     /// second delivery), or its sender dies, the step dropped or still in flight.
-    #[allow(clippy::too_many_arguments)]
     fn sent(
         &self,
-        state: &State,
-        canonical: bool,
+        (state, canonical): (&State, bool),
         out: &mut Vec<Successor>,
-        actor: Actor,
-        msg: Msg,
+        (actor, msg): (Actor, Msg),
         advance: &dyn Fn(&mut State, Reply),
-        kill: &dyn Fn(&mut State),
     ) {
         for duplicated in [false, true] {
             if duplicated && (state.duplicates_left == 0 || !msg.duplicable()) {
@@ -719,7 +715,7 @@ impl System {
             for keep in [false, true] {
                 let mut next = *state;
                 next.deaths_left -= 1;
-                kill(&mut next);
+                kill(&mut next, actor);
                 if keep {
                     put_in_flight(&mut next, msg);
                 }
@@ -743,30 +739,16 @@ impl System {
             let requester = state.requesters[index];
             let actor = Actor::Requester(index as u8);
             if let Some(msg) = requester.message() {
-                self.sent(
-                    state,
-                    canonical,
-                    out,
-                    actor,
-                    msg,
-                    &|next, reply| {
-                        next.requesters[index] = requester.next(reply, config.partitions)
-                    },
-                    &|next| next.requesters[index] = Requester::Dead,
-                );
+                self.sent((state, canonical), out, (actor, msg), &|next, reply| {
+                    next.requesters[index] = requester.next(reply, config.partitions)
+                });
             } else if requester == Requester::NotStarted && self.retry_may_start(state) {
                 // The retry's first step, sent once a copy answered (starting sends it).
                 let start = Requester::start(config);
                 let msg = start.message().expect("a started requester sends a step");
-                self.sent(
-                    state,
-                    canonical,
-                    out,
-                    actor,
-                    msg,
-                    &|next, reply| next.requesters[index] = start.next(reply, config.partitions),
-                    &|next| next.requesters[index] = Requester::Dead,
-                );
+                self.sent((state, canonical), out, (actor, msg), &|next, reply| {
+                    next.requesters[index] = start.next(reply, config.partitions)
+                });
             }
         }
 
@@ -774,15 +756,9 @@ impl System {
             let sweeper = state.sweepers[index];
             let actor = Actor::Sweeper(index as u8);
             if let Some(msg) = sweeper.message() {
-                self.sent(
-                    state,
-                    canonical,
-                    out,
-                    actor,
-                    msg,
-                    &|next, reply| next.sweepers[index] = sweeper.next(reply, config.partitions),
-                    &|next| next.sweepers[index] = Sweeper::Dead,
-                );
+                self.sent((state, canonical), out, (actor, msg), &|next, reply| {
+                    next.sweepers[index] = sweeper.next(reply, config.partitions)
+                });
             } else if sweeper == Sweeper::Idle {
                 let (tasks, count) = self.sweeper_tasks(&state.world);
                 for &(task, event) in &tasks[..count] {
@@ -791,17 +767,9 @@ impl System {
                         // changes nothing exactly when `pendingq` is empty (invariant 5), so a
                         // read taken earlier adds states, not behaviours.
                         let msg = task.message().expect("a roll back starts with x_abort(*)");
-                        self.sent(
-                            state,
-                            canonical,
-                            out,
-                            actor,
-                            msg,
-                            &|next, reply| {
-                                next.sweepers[index] = task.next(reply, config.partitions)
-                            },
-                            &|next| next.sweepers[index] = Sweeper::Dead,
-                        );
+                        self.sent((state, canonical), out, (actor, msg), &|next, reply| {
+                            next.sweepers[index] = task.next(reply, config.partitions)
+                        });
                         continue;
                     }
                     let mut next = *state;
@@ -830,26 +798,20 @@ impl System {
         let decider = state.decider;
         if let Some(msg) = decider.message(config) {
             self.sent(
-                state,
-                canonical,
+                (state, canonical),
                 out,
-                Actor::Decider,
-                msg,
+                (Actor::Decider, msg),
                 &|next, reply| next.decider = decider.next(reply, config),
-                &|next| next.decider = Decider::Dead,
             );
         } else if decider == Decider::Waiting && self.decider_may_start(state) {
             // The first decision, sent once a copy answered "held".
             let start = Decider::Decide { index: 0 };
             let msg = start.message(config).expect("a decision is a step");
             self.sent(
-                state,
-                canonical,
+                (state, canonical),
                 out,
-                Actor::Decider,
-                msg,
+                (Actor::Decider, msg),
                 &|next, reply| next.decider = start.next(reply, config),
-                &|next| next.decider = Decider::Dead,
             );
         }
 
@@ -1306,4 +1268,14 @@ fn put_in_flight(state: &mut State, msg: Msg) {
         .position(Option::is_none)
         .expect("in-flight capacity covers every death and duplicate");
     state.in_flight[slot] = Some(msg);
+}
+
+/// `actor` dies: its program stops for good.
+fn kill(state: &mut State, actor: Actor) {
+    match actor {
+        Actor::Requester(index) => state.requesters[index as usize] = Requester::Dead,
+        Actor::Sweeper(index) => state.sweepers[index as usize] = Sweeper::Dead,
+        Actor::Decider => state.decider = Decider::Dead,
+        Actor::Restocker | Actor::Network => unreachable!("{actor} sends no step of its own"),
+    }
 }
