@@ -10,8 +10,8 @@
 use std::sync::{Mutex, MutexGuard};
 
 use stockd_core::{
-    Backend, BackendFuture, BackendStats, Command, Effects, Error, Event, EventPage, Outcome,
-    Snapshot, State, StateConfig, Step,
+    Backend, BackendFuture, BackendStats, Command, Effects, Error, Event, EventPage, EventsRequest,
+    Outcome, Snapshot, State, StateConfig, Step,
 };
 
 /// Where the clock starts for every input.
@@ -176,13 +176,13 @@ impl Backend for FuzzBackend {
         1
     }
 
-    fn events(
-        &self,
-        partition: u32,
-        after: u64,
-        limit: usize,
-        wait_ms: u64,
-    ) -> BackendFuture<'_, Result<EventPage, Error>> {
+    fn events(&self, request: EventsRequest) -> BackendFuture<'_, Result<EventPage, Error>> {
+        let EventsRequest {
+            partition,
+            after,
+            limit,
+            wait_ms,
+        } = request;
         let mut inner = self.lock();
         inner.calls.push(Call::Events {
             partition,

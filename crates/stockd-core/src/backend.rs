@@ -29,6 +29,33 @@ pub struct EventPage {
     pub next_after: u64,
 }
 
+/// What one read of the event feed asks for: [`Backend::events`] answers events of `partition`
+/// with seq > `after`, at most `limit` of them, waiting up to `wait_ms` for a first one when
+/// there is none yet (0: answer at once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventsRequest {
+    /// The feed partition read, from 0 to [`Backend::partitions`] - 1.
+    pub partition: u32,
+    /// The seq already seen: only later events are answered (0 for the start).
+    pub after: u64,
+    /// The most events one page holds.
+    pub limit: usize,
+    /// How long to wait for a first event when none is there yet, in milliseconds.
+    pub wait_ms: u64,
+}
+
+impl EventsRequest {
+    /// A read that answers at once with what is there (`wait_ms` 0).
+    pub const fn at_once(partition: u32, after: u64, limit: usize) -> Self {
+        EventsRequest {
+            partition,
+            after,
+            limit,
+            wait_ms: 0,
+        }
+    }
+}
+
 /// Counters, gauges and histograms a backend exposes for `/metrics`. Names are Prometheus-ready
 /// (snake_case, unit last); the server adds the `stockd_` prefix and renders them. A backend
 /// lists only what it measures: what it does not have is absent, never a zero.
@@ -66,15 +93,9 @@ pub trait Backend: Send + Sync + 'static {
     /// How many partitions the event feed has (1 on the embedded engine and a single Redis).
     fn partitions(&self) -> u32;
 
-    /// Events of `partition` with seq > `after`, at most `limit`; waits up to `wait_ms` for the first one.
-    /// `Err(Error::EventsExpired{..})` when some event after `after` is no longer kept.
-    fn events(
-        &self,
-        partition: u32,
-        after: u64,
-        limit: usize,
-        wait_ms: u64,
-    ) -> BackendFuture<'_, Result<EventPage, Error>>;
+    /// One page of the feed, as [`EventsRequest`] says. `Err(Error::EventsExpired{..})` when
+    /// some event of the partition after `after` is no longer kept.
+    fn events(&self, request: EventsRequest) -> BackendFuture<'_, Result<EventPage, Error>>;
 
     /// Ok when the backend can serve writes now.
     fn ready(&self) -> BackendFuture<'_, ()>;

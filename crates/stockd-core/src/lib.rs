@@ -19,7 +19,9 @@ pub mod record;
 pub mod state;
 pub mod view;
 
-pub use backend::{Backend, BackendError, BackendFuture, BackendStats, EventPage, HistogramStats};
+pub use backend::{
+    Backend, BackendError, BackendFuture, BackendStats, EventPage, EventsRequest, HistogramStats,
+};
 pub use command::{Command, HoldItem, LockRequest, Outcome, PoolSpec, Reply, ReserveRequest};
 pub use error::{
     DetailField, DetailKind, DetailType, DetailValue, Error, ErrorKind, ErrorSpec,

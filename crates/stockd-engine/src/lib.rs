@@ -38,8 +38,8 @@ use stockd_core::state::snapshot::{
     SNAPSHOT_FORMAT, SNAPSHOT_FORMAT_V2, SNAPSHOT_FORMAT_V3, SNAPSHOT_FORMAT_V4,
 };
 use stockd_core::{
-    Backend, BackendError, BackendFuture, BackendStats, Command, Error, EventPage, Outcome,
-    StateConfig,
+    Backend, BackendError, BackendFuture, BackendStats, Command, Error, EventPage, EventsRequest,
+    Outcome, StateConfig,
 };
 use tokio::sync::oneshot;
 
@@ -298,14 +298,12 @@ impl Backend for Engine {
         Self::PARTITIONS
     }
 
-    fn events(
-        &self,
-        partition: u32,
-        after: u64,
-        limit: usize,
-        wait_ms: u64,
-    ) -> BackendFuture<'_, Result<EventPage, Error>> {
-        Box::pin(async move { Ok(Engine::events(self, partition, after, limit, wait_ms).await) })
+    fn events(&self, request: EventsRequest) -> BackendFuture<'_, Result<EventPage, Error>> {
+        let r = request;
+        Box::pin(async move {
+            let page = Engine::events(self, r.partition, r.after, r.limit, r.wait_ms).await;
+            Ok(page)
+        })
     }
 
     fn ready(&self) -> BackendFuture<'_, ()> {

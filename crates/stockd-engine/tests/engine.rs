@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use stockd_core::{
-    Command, Error, EventKind, HoldId, HoldItem, HoldStatus, LockName, LockRequest, Outcome,
-    OwnerId, PoolId, PoolSpec, Reply, RequestId, ReserveRequest,
+    Command, Error, EventKind, EventsRequest, HoldId, HoldItem, HoldStatus, LockName, LockRequest,
+    Outcome, OwnerId, PoolId, PoolSpec, Reply, RequestId, ReserveRequest,
 };
 use stockd_engine::{Engine, EngineConfig, ManualClock};
 use tokio::task::JoinHandle;
@@ -704,7 +704,7 @@ async fn the_feed_is_one_partition_and_an_empty_feed_never_expires() {
         other => panic!("partition 1 of a one-partition feed: {other:?}"),
     }
     ok(&engine, put("sku", 1)).await;
-    let page = stockd_core::Backend::events(&engine, 0, 0, 100, 0)
+    let page = stockd_core::Backend::events(&engine, EventsRequest::at_once(0, 0, 100))
         .await
         .unwrap()
         .unwrap();

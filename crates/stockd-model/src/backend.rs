@@ -3,7 +3,7 @@
 //! commands in one request. Time is not here: each backend's test moves its own clock.
 
 use stockd_core::limits::{EVENT_LIMIT_MAX, POOL_LIST_LIMIT_MAX};
-use stockd_core::{Backend, Command, Event, HoldId, Reply};
+use stockd_core::{Backend, Command, Event, EventsRequest, HoldId, Reply};
 
 use crate::runner::Views;
 
@@ -13,7 +13,7 @@ pub async fn read_events(backend: &dyn Backend, after: u64) -> Result<Vec<Event>
     let mut after = after;
     loop {
         let page = backend
-            .events(0, after, EVENT_LIMIT_MAX, 0)
+            .events(EventsRequest::at_once(0, after, EVENT_LIMIT_MAX))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("events after {after}: {e}"))?;

@@ -6,7 +6,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use stockd_core::{Backend, BackendFuture, BackendStats, Command, Error, EventPage, Outcome};
+use stockd_core::{
+    Backend, BackendFuture, BackendStats, Command, Error, EventPage, EventsRequest, Outcome,
+};
 use tokio::sync::watch;
 
 use crate::shared::Shared;
@@ -132,14 +134,9 @@ impl Backend for RedisBackend {
         self.shared.partitions
     }
 
-    fn events(
-        &self,
-        partition: u32,
-        after: u64,
-        limit: usize,
-        wait_ms: u64,
-    ) -> BackendFuture<'_, Result<EventPage, Error>> {
-        Box::pin(self.events_after(partition, after, limit, wait_ms))
+    fn events(&self, request: EventsRequest) -> BackendFuture<'_, Result<EventPage, Error>> {
+        let r = request;
+        Box::pin(self.events_after(r.partition, r.after, r.limit, r.wait_ms))
     }
 
     fn warnings(&self) -> Vec<String> {

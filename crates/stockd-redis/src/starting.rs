@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use stockd_core::{
-    Backend, BackendError, BackendFuture, BackendStats, Command, Error, EventPage, Outcome,
+    Backend, BackendError, BackendFuture, BackendStats, Command, Error, EventPage, EventsRequest,
+    Outcome,
 };
 use tokio::sync::oneshot;
 
@@ -109,15 +110,9 @@ impl Backend for StartingBackend {
         self.partitions
     }
 
-    fn events(
-        &self,
-        partition: u32,
-        after: u64,
-        limit: usize,
-        wait_ms: u64,
-    ) -> BackendFuture<'_, Result<EventPage, Error>> {
+    fn events(&self, request: EventsRequest) -> BackendFuture<'_, Result<EventPage, Error>> {
         match self.backend.get() {
-            Some(backend) => backend.events(partition, after, limit, wait_ms),
+            Some(backend) => backend.events(request),
             None => {
                 let error = self.not_yet();
                 Box::pin(async move { Err(error) })

@@ -6,7 +6,7 @@
 //!
 //! A real `redis-server` of the test's own, on a free loopback port.
 
-use stockd_core::{Backend, Command, Error, EventPage, PoolId, PoolSpec};
+use stockd_core::{Backend, Command, Error, EventPage, EventsRequest, PoolId, PoolSpec};
 use stockd_redis::{RedisBackend, RedisConfig, Target};
 
 mod common;
@@ -16,7 +16,7 @@ const RETAINED: usize = 3;
 
 async fn page(backend: &RedisBackend, after: u64) -> Result<EventPage, Error> {
     backend
-        .events(0, after, 100, 0)
+        .events(EventsRequest::at_once(0, after, 100))
         .await
         .expect("Redis answers")
 }

@@ -18,7 +18,9 @@ use std::sync::Arc;
 
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use stockd_core::limits::EVENT_LIMIT_MAX;
-use stockd_core::{Backend, Command, Event, HoldId, HoldView, Outcome, PoolView, Reply};
+use stockd_core::{
+    Backend, Command, Event, EventsRequest, HoldId, HoldView, Outcome, PoolView, Reply,
+};
 use stockd_model::rules::{self, OnBackend, Parking};
 use stockd_model::{self as model, Views, CONFIG, START_MS};
 use stockd_redis::{RedisBackend, RedisConfig, TestClock};
@@ -178,9 +180,10 @@ impl model::Target for RedisTarget<'_> {
         let mut all = Vec::new();
         for partition in 0..self.partitions {
             let after = self.read[partition as usize];
+            let request = EventsRequest::at_once(partition, after, EVENT_LIMIT_MAX);
             let page = self
                 .runtime
-                .block_on(self.backend.events(partition, after, EVENT_LIMIT_MAX, 0))
+                .block_on(self.backend.events(request))
                 .map_err(|e| e.to_string())?
                 .map_err(|e| format!("events of partition {partition}: {e}"))?;
             let mut last = after;
@@ -352,8 +355,9 @@ impl Parking for RedisParking {
         let mut all = Vec::new();
         for partition in 0..self.partitions {
             let after = self.read[partition as usize];
+            let request = EventsRequest::at_once(partition, after, EVENT_LIMIT_MAX);
             let page = runtime
-                .block_on(self.backend.events(partition, after, EVENT_LIMIT_MAX, 0))
+                .block_on(self.backend.events(request))
                 .map_err(|e| e.to_string())?
                 .map_err(|e| format!("events of partition {partition}: {e}"))?;
             if let Some(last) = page.events.last() {

@@ -1037,8 +1037,9 @@ mod tests {
     use serde_json::{json, Value};
     use stockd_core::ids::{check_id, is_id_byte};
     use stockd_core::{
-        Backend, BackendError, BackendFuture, BackendStats, Command, Error, EventPage, HoldId,
-        HoldItem, LockName, LockRequest, OwnerId, PoolId, PoolSpec, ReserveRequest,
+        Backend, BackendError, BackendFuture, BackendStats, Command, Error, EventPage,
+        EventsRequest, HoldId, HoldItem, LockName, LockRequest, OwnerId, PoolId, PoolSpec,
+        ReserveRequest,
     };
     use tower::ServiceExt;
 
@@ -1074,13 +1075,7 @@ mod tests {
         fn partitions(&self) -> u32 {
             1
         }
-        fn events(
-            &self,
-            _: u32,
-            _: u64,
-            _: usize,
-            _: u64,
-        ) -> BackendFuture<'_, Result<EventPage, Error>> {
+        fn events(&self, _: EventsRequest) -> BackendFuture<'_, Result<EventPage, Error>> {
             down()
         }
         fn ready(&self) -> BackendFuture<'_, ()> {

@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{json, Value};
 use stockd_core::{
-    Backend, BackendError, Command, Error, Event, EventKind, HoldStatus, HoldView, Outcome,
-    PoolView, Reply,
+    Backend, BackendError, Command, Error, Event, EventKind, EventsRequest, HoldStatus, HoldView,
+    Outcome, PoolView, Reply,
 };
 use stockd_history::{Bounds, History, Item, Op, Outcome as HistoryOutcome, Request};
 use stockd_redis::keys::PartitionKeys;
@@ -170,7 +170,8 @@ async fn read_final(run: &Run, judge: &Server, violations: &mut Vec<String>) -> 
         let mut events = Vec::new();
         let mut after = 0;
         loop {
-            match judge.backend.events(partition, after, FEED_PAGE, 0).await {
+            let request = EventsRequest::at_once(partition, after, FEED_PAGE);
+            match judge.backend.events(request).await {
                 Ok(Ok(page)) if page.events.is_empty() => break,
                 Ok(Ok(page)) => {
                     after = page.next_after;

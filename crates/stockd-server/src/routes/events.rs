@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use stockd_core::limits::{EVENT_LIMIT_DEFAULT, EVENT_LIMIT_MAX, WAIT_MS_MAX};
-use stockd_core::EventPage;
+use stockd_core::{EventPage, EventsRequest};
 
 use super::{paths, App, AppState};
 use crate::dto::EventsQuery;
@@ -62,10 +62,13 @@ async fn read_page(app: &AppState, query: EventsQuery) -> Result<EventPage, ApiE
         )));
     }
     let partition = partition_to_read(query.partition.as_deref(), app.backend.partitions())?;
-    Ok(app
-        .backend
-        .events(partition, after, limit, wait_ms)
-        .await??)
+    let request = EventsRequest {
+        partition,
+        after,
+        limit,
+        wait_ms,
+    };
+    Ok(app.backend.events(request).await??)
 }
 
 /// The partition a call reads: the one named, or 0 when the feed has only one. With several,

@@ -16,7 +16,7 @@ use axum::http::{header, HeaderMap, Method, Request, StatusCode};
 use serde_json::Value;
 use stockd_core::{
     Backend, BackendError, BackendFuture, BackendStats, Command, Effects, Error, Event, EventPage,
-    Outcome, State, StateConfig, Step,
+    EventsRequest, Outcome, State, StateConfig, Step,
 };
 use stockd_server::Api;
 use stockd_server::{Role, ServerConfig};
@@ -144,13 +144,13 @@ impl Backend for TestBackend {
         self.partitions.load(Ordering::SeqCst)
     }
 
-    fn events(
-        &self,
-        partition: u32,
-        after: u64,
-        limit: usize,
-        _wait_ms: u64,
-    ) -> BackendFuture<'_, Result<EventPage, Error>> {
+    fn events(&self, request: EventsRequest) -> BackendFuture<'_, Result<EventPage, Error>> {
+        let EventsRequest {
+            partition,
+            after,
+            limit,
+            ..
+        } = request;
         let result = self.check_available().map(|()| {
             assert!(
                 partition < self.partitions(),
