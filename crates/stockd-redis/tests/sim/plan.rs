@@ -88,6 +88,30 @@ pub struct HoldPlan {
 }
 
 impl HoldPlan {
+    /// Hold `h{h}` of `user` over `items`, the rest drawn from `rng` (in this order): a short ttl
+    /// (1 to 3 s) `short_ttl_per_mille` times in 1000, else [`LONG_TTL_MS`]; then confirmed at
+    /// once 200 times in 1000.
+    fn drawn(
+        rng: &mut Rng,
+        h: usize,
+        user: Option<String>,
+        items: Vec<(usize, u64)>,
+        short_ttl_per_mille: u64,
+    ) -> HoldPlan {
+        let ttl_ms = if rng.chance(short_ttl_per_mille) {
+            rng.range(1_000, 3_000)
+        } else {
+            LONG_TTL_MS
+        };
+        HoldPlan {
+            id: format!("h{h}"),
+            user,
+            items,
+            ttl_ms,
+            confirm: rng.chance(200),
+        }
+    }
+
     /// Whether its pools live in several partitions (a cross-partition hold).
     pub fn cross(&self, pools: &[PoolPlan]) -> bool {
         let first = pools[self.items[0].0].partition;
@@ -365,17 +389,7 @@ impl Workload {
                 .iter()
                 .any(|(pool, _)| pools[*pool].per_user_limit.is_some());
             let user = (limited || rng.chance(500)).then(|| format!("u{}", rng.range(1, 2)));
-            holds.push(HoldPlan {
-                id: format!("h{h}"),
-                user,
-                items,
-                ttl_ms: if rng.chance(500) {
-                    rng.range(1_000, 3_000)
-                } else {
-                    LONG_TTL_MS
-                },
-                confirm: rng.chance(200),
-            });
+            holds.push(HoldPlan::drawn(rng, h, user, items, 500));
         }
 
         // Pools that cross-partition holds take from: restocks flicker them most.
@@ -449,15 +463,7 @@ impl Workload {
                 62..=66 => Step::GetHold { hold, slot },
                 67..=69 => Step::GetPool { pool, slot },
                 70..=73 => Step::Sweep { slot },
-                74..=76 if kills < KILLS_MAX => {
-                    kills += 1;
-                    Step::Kill { slot }
-                }
-                74..=84 => Step::Pause {
-                    ms: rng.range(0, 4),
-                },
-                85..=90 => Step::Join,
-                _ => time_step(rng, 200),
+                roll => MIXED_TAIL.step(rng, roll, &mut kills, slot),
             };
             steps.push(step);
         }
@@ -508,17 +514,8 @@ impl Workload {
                     let j = rng.index(i + 1);
                     items.swap(i, j);
                 }
-                HoldPlan {
-                    id: format!("h{h}"),
-                    user: rng.chance(300).then(|| "u1".to_string()),
-                    items,
-                    ttl_ms: if rng.chance(200) {
-                        rng.range(1_000, 3_000)
-                    } else {
-                        LONG_TTL_MS
-                    },
-                    confirm: rng.chance(200),
-                }
+                let user = rng.chance(300).then(|| "u1".to_string());
+                HoldPlan::drawn(rng, h, user, items, 200)
             })
             .collect();
         let mut steps = Vec::new();
@@ -554,15 +551,7 @@ impl Workload {
                         slot,
                     },
                     55..=64 => Step::Sweep { slot },
-                    65..=69 if kills < KILLS_MAX => {
-                        kills += 1;
-                        Step::Kill { slot }
-                    }
-                    65..=79 => Step::Pause {
-                        ms: rng.range(0, 10),
-                    },
-                    80..=91 => Step::Join,
-                    _ => time_step(rng, 300),
+                    roll => STORMS_TAIL.step(rng, roll, &mut kills, slot),
                 });
             }
         }
@@ -570,6 +559,58 @@ impl Workload {
             pools,
             holds,
             steps,
+        }
+    }
+}
+
+/// The end of a workload's table of steps, for a roll (below 100) that no earlier row took: from
+/// `kill_from`, a kill while fewer than [`KILLS_MAX`] were drawn (rolls to `kill_to`), else a
+/// pause of 0 to `pause_ms_max` ms (rolls to `pause_to`); a join (rolls to `join_to`); a clock
+/// step ([`time_step`] with `time_per_mille`) above.
+struct Tail {
+    kill_from: u64,
+    kill_to: u64,
+    pause_to: u64,
+    pause_ms_max: u64,
+    join_to: u64,
+    time_per_mille: u64,
+}
+
+const MIXED_TAIL: Tail = Tail {
+    kill_from: 74,
+    kill_to: 76,
+    pause_to: 84,
+    pause_ms_max: 4,
+    join_to: 90,
+    time_per_mille: 200,
+};
+
+const STORMS_TAIL: Tail = Tail {
+    kill_from: 65,
+    kill_to: 69,
+    pause_to: 79,
+    pause_ms_max: 10,
+    join_to: 91,
+    time_per_mille: 300,
+};
+
+impl Tail {
+    fn step(&self, rng: &mut Rng, roll: u64, kills: &mut usize, slot: usize) -> Step {
+        assert!(
+            roll >= self.kill_from,
+            "roll {roll} belongs to an earlier row"
+        );
+        if roll <= self.kill_to && *kills < KILLS_MAX {
+            *kills += 1;
+            Step::Kill { slot }
+        } else if roll <= self.pause_to {
+            Step::Pause {
+                ms: rng.range(0, self.pause_ms_max),
+            }
+        } else if roll <= self.join_to {
+            Step::Join
+        } else {
+            time_step(rng, self.time_per_mille)
         }
     }
 }
