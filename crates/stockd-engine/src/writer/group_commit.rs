@@ -18,8 +18,8 @@ use super::{request_len, Request, Writer};
 /// How many of the last fsync's durations a gather may wait for its group. A bound of one
 /// (waiting longer than an fsync costs the first clients more than a second fsync would cost
 /// the last) weighed latency only; but an fsync also costs CPU (about 100 µs on the VM of
-/// docs/benchmarks.md, 40% of the writer's time), which a CPU-bound server takes from every
-/// request, and a wait that ends the moment its group is in ([`Arrivals`]) costs nothing past
+/// docs/benchmarks.md, a large share of the writer's time), which a CPU-bound server takes from
+/// every request, and a wait that ends the moment its group is in ([`Arrivals`]) costs nothing past
 /// that moment. At 50 connections, with a bound of one fsync 0.36 of the gathers ran to their
 /// deadline against 0.30 that got their group; with two, requests per fsync went from 22-23 to
 /// 25-31 and the writer's context switches per request from 0.15 to 0.10-0.12. Still a
