@@ -1,8 +1,10 @@
 //! The HTTP API's contract as data, at the bottom of the crate graph: each operation's name,
-//! method and path template ([`OPERATIONS`]), every error code ([`error_code`]), the request and
-//! response bodies ([`wire`]) and the `/metrics` text formats ([`exposition`]), each declared
-//! once. The server's route table (`stockd-server`, `route_table!`) names its routes by these
-//! operations, and a test there checks that its API routes are exactly [`OPERATIONS`]; the
+//! method, path template, role and own errors ([`OPERATIONS`]), every error code
+//! ([`error_code`]), the request and response bodies ([`wire`]) and the `/metrics` text formats
+//! ([`exposition`]), each declared once. The server's route table (`stockd-server`,
+//! `route_table!`) names its routes by these operations, takes its access rules from their
+//! roles and its OpenAPI error responses from their errors, and a test there checks that its
+//! API routes are exactly [`OPERATIONS`]; the
 //! client (`stockd-client`) builds every call from an [`Operation`] and checks that it has one
 //! for each; `stockd bench` takes its paths from them, and the web console's
 //! `operations.js` is generated from them (a server test holds the file to this table). A new
@@ -40,7 +42,20 @@ pub mod paths {
     pub const LOCK_RELEASE: &str = "/v1/locks/{name}/release";
 }
 
-/// One operation: a method on a path template, and the name it is declared under here.
+/// Who may call an operation when the server has tokens configured (without any, everyone may
+/// call everything).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// No token: probes, scrapers and the OpenAPI document carry none.
+    Open,
+    /// A client or an admin token.
+    Client,
+    /// An admin token only: a client token is refused with 403 `forbidden`.
+    Admin,
+}
+
+/// One operation: a method on a path template, the name it is declared under here, who may
+/// call it and the errors particular to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Operation {
     /// The constant's name (`GET_POOL`): what generated code (the web console's
@@ -49,6 +64,12 @@ pub struct Operation {
     /// `GET`, `PUT`, `POST` or `DELETE`.
     pub method: &'static str,
     pub path: &'static str,
+    /// Who may call it: the server's access rules and the OpenAPI document's security.
+    pub role: Role,
+    /// The errors particular to this operation, in the order the OpenAPI document lists them;
+    /// the errors the HTTP edge can give any operation (a bad body, a missing token, an
+    /// unreachable backend) are the server's to add.
+    pub errors: &'static [ErrorCode],
 }
 
 impl Operation {
@@ -73,14 +94,17 @@ impl Operation {
 }
 
 /// Declares each operation as a constant named once (the name is also its [`Operation::name`])
-/// and [`OPERATIONS`], every one of them in this order.
+/// and [`OPERATIONS`], every one of them in this order, from one row each:
+/// `NAME = "METHOD" path, Role, [ErrorCode variants]`.
 macro_rules! operations {
-    ($($name:ident = $method:literal $path:expr;)*) => {
+    ($($name:ident = $method:literal $path:expr, $role:ident, [$($error:ident),* $(,)?];)*) => {
         $(
             pub const $name: Operation = Operation {
                 name: stringify!($name),
                 method: $method,
                 path: $path,
+                role: Role::$role,
+                errors: &[$(ErrorCode::$error),*],
             };
         )*
 
@@ -90,28 +114,35 @@ macro_rules! operations {
 }
 
 operations! {
-    HEALTHZ = "GET" paths::HEALTHZ;
-    READYZ = "GET" paths::READYZ;
-    METRICS = "GET" paths::METRICS;
-    OPENAPI = "GET" paths::OPENAPI;
-    LIST_POOLS = "GET" paths::POOLS;
-    PUT_POOL = "PUT" paths::POOL;
-    GET_POOL = "GET" paths::POOL;
-    DELETE_POOL = "DELETE" paths::POOL;
-    RESTOCK = "POST" paths::POOL_RESTOCK;
-    LIST_HOLDS = "GET" paths::HOLDS;
-    RESERVE = "POST" paths::HOLDS;
-    GET_HOLD = "GET" paths::HOLD;
-    CONFIRM = "POST" paths::HOLD_CONFIRM;
-    RELEASE = "POST" paths::HOLD_RELEASE;
-    EXTEND = "POST" paths::HOLD_EXTEND;
-    REFUND = "POST" paths::HOLD_REFUND;
-    BATCH = "POST" paths::BATCH;
-    EVENTS = "GET" paths::EVENTS;
-    EVENT_PARTITIONS = "GET" paths::EVENT_PARTITIONS;
-    LOCK_ACQUIRE = "POST" paths::LOCK_ACQUIRE;
-    LOCK_RENEW = "POST" paths::LOCK_RENEW;
-    LOCK_RELEASE = "POST" paths::LOCK_RELEASE;
+    HEALTHZ = "GET" paths::HEALTHZ, Open, [];
+    READYZ = "GET" paths::READYZ, Open, [];
+    METRICS = "GET" paths::METRICS, Open, [];
+    OPENAPI = "GET" paths::OPENAPI, Open, [];
+    LIST_POOLS = "GET" paths::POOLS, Client, [];
+    PUT_POOL = "PUT" paths::POOL, Admin, [TotalBelowCommitted];
+    GET_POOL = "GET" paths::POOL, Client, [PoolNotFound];
+    DELETE_POOL = "DELETE" paths::POOL, Admin, [PoolNotFound, PoolHasActiveHolds];
+    RESTOCK = "POST" paths::POOL_RESTOCK, Admin,
+        [PoolNotFound, InsufficientStock, RequestIdConflict];
+    LIST_HOLDS = "GET" paths::HOLDS, Client, [];
+    RESERVE = "POST" paths::HOLDS, Client, [
+        PoolNotFound, UserRequired, SaleNotStarted, SaleEnded, InsufficientStock,
+        UserLimitExceeded, HoldIdConflict,
+    ];
+    GET_HOLD = "GET" paths::HOLD, Client, [HoldNotFound];
+    CONFIRM = "POST" paths::HOLD_CONFIRM, Client,
+        [HoldNotFound, HoldExpired, HoldReleased, HoldRefunded];
+    RELEASE = "POST" paths::HOLD_RELEASE, Client, [HoldNotFound, HoldConfirmed, HoldRefunded];
+    EXTEND = "POST" paths::HOLD_EXTEND, Client,
+        [HoldNotFound, HoldExpired, HoldConfirmed, HoldReleased, HoldRefunded];
+    REFUND = "POST" paths::HOLD_REFUND, Client, [HoldNotFound, HoldNotConfirmed, PoolDeleted];
+    // Each op's own failure is inside the 200, in its result.
+    BATCH = "POST" paths::BATCH, Client, [];
+    EVENTS = "GET" paths::EVENTS, Client, [EventsExpired, PartitionRequired];
+    EVENT_PARTITIONS = "GET" paths::EVENT_PARTITIONS, Client, [];
+    LOCK_ACQUIRE = "POST" paths::LOCK_ACQUIRE, Client, [LockHeld];
+    LOCK_RENEW = "POST" paths::LOCK_RENEW, Client, [NotLockOwner];
+    LOCK_RELEASE = "POST" paths::LOCK_RELEASE, Client, [NotLockOwner];
 }
 
 #[cfg(test)]
@@ -144,5 +175,22 @@ mod tests {
                 assert_ne!(a.name, b.name);
             }
         }
+    }
+
+    #[test]
+    fn an_operation_names_each_of_its_errors_once() {
+        for operation in OPERATIONS {
+            for (index, code) in operation.errors.iter().enumerate() {
+                assert!(
+                    !operation.errors[index + 1..].contains(code),
+                    "{operation:?}"
+                );
+            }
+        }
+        assert_eq!(PUT_POOL.role, Role::Admin);
+        assert_eq!(
+            EVENTS.errors,
+            [ErrorCode::EventsExpired, ErrorCode::PartitionRequired]
+        );
     }
 }

@@ -28,8 +28,8 @@ use utoipa::openapi::{Ref, RefOr};
 use utoipa::{Modify, Number, OpenApi};
 
 use crate::error::{
-    BACKEND_UNAVAILABLE, EDGE_ERRORS, FORBIDDEN, INVALID_JSON, PARTITION_REQUIRED,
-    PAYLOAD_TOO_LARGE, REQUEST_TIMEOUT, UNAUTHORIZED,
+    BACKEND_UNAVAILABLE, EDGE_ERRORS, FORBIDDEN, INVALID_JSON, PAYLOAD_TOO_LARGE, REQUEST_TIMEOUT,
+    UNAUTHORIZED,
 };
 use crate::routes::{batch, events, holds, locks, ops, pools, RouteId};
 use crate::{dto, wire};
@@ -358,43 +358,11 @@ const fn core(kind: ErrorKind) -> &'static ErrorSpec {
     kind.spec()
 }
 
-/// The errors particular to each operation; the edge errors every operation can get are added
-/// by [`edge_errors`]. One operation a line.
-#[rustfmt::skip]
-const OPERATION_ERRORS: &[(api::Operation, &[&ErrorSpec])] = {
-    use ErrorKind::*;
-    &[
-        (api::HEALTHZ, &[]),
-        (api::READYZ, &[]),
-        (api::METRICS, &[]),
-        (api::OPENAPI, &[]),
-        (api::PUT_POOL, &[core(TotalBelowCommitted)]),
-        (api::GET_POOL, &[core(PoolNotFound)]),
-        (api::DELETE_POOL, &[core(PoolNotFound), core(PoolHasActiveHolds)]),
-        (api::LIST_POOLS, &[]),
-        (api::LIST_HOLDS, &[]),
-        (api::RESTOCK, &[core(PoolNotFound), core(InsufficientStock), core(RequestIdConflict)]),
-        (api::RESERVE, &[
-            core(PoolNotFound), core(UserRequired), core(SaleNotStarted), core(SaleEnded),
-            core(InsufficientStock), core(UserLimitExceeded), core(HoldIdConflict),
-        ]),
-        (api::GET_HOLD, &[core(HoldNotFound)]),
-        (api::CONFIRM, &[core(HoldNotFound), core(HoldExpired), core(HoldReleased), core(HoldRefunded)]),
-        (api::RELEASE, &[core(HoldNotFound), core(HoldConfirmed), core(HoldRefunded)]),
-        (api::EXTEND, &[
-            core(HoldNotFound), core(HoldExpired), core(HoldConfirmed), core(HoldReleased),
-            core(HoldRefunded),
-        ]),
-        (api::REFUND, &[core(HoldNotFound), core(HoldNotConfirmed), core(PoolDeleted)]),
-        // Each op's own failure is inside the 200, in its result.
-        (api::BATCH, &[]),
-        (api::EVENTS, &[core(EventsExpired), &PARTITION_REQUIRED]),
-        (api::EVENT_PARTITIONS, &[]),
-        (api::LOCK_ACQUIRE, &[core(LockHeld)]),
-        (api::LOCK_RENEW, &[core(NotLockOwner)]),
-        (api::LOCK_RELEASE, &[core(NotLockOwner)]),
-    ]
-};
+/// The row of `code`: the core's table's or the edge's (tests check that each code has exactly
+/// one).
+fn spec_of(code: api::ErrorCode) -> Option<&'static ErrorSpec> {
+    all_errors().find(|spec| spec.code == code.as_str())
+}
 
 /// Whether a route's handler asks the backend (and so can answer 503). The match is exhaustive
 /// so that a new route does not compile until someone decides.
@@ -949,17 +917,17 @@ fn exact_operation(
             }
         }
     }
-    // Responses: the annotated successes, then every error status from the tables (the one
-    // list of an operation's errors: the annotations name none).
-    let Some(particular) = row(OPERATION_ERRORS, this) else {
-        problems.push(format!("{what}: no entry in OPERATION_ERRORS"));
-        return;
-    };
+    // Responses: the annotated successes, then every error status from the edge's rules and
+    // the operation's own errors (`stockd_api`, the one list of them: the annotations name none).
+    let mut particular = Vec::with_capacity(this.errors.len());
+    for code in this.errors {
+        match spec_of(*code) {
+            Some(spec) => particular.push(spec),
+            None => problems.push(format!("{what}: no error table has {code}")),
+        }
+    }
     let mut by_status: BTreeMap<u16, Vec<&'static ErrorSpec>> = BTreeMap::new();
-    for spec in edge_errors(route, method)
-        .into_iter()
-        .chain(particular.iter().copied())
-    {
+    for spec in edge_errors(route, method).into_iter().chain(particular) {
         by_status.entry(spec.status).or_default().push(spec);
     }
     let mut errors: BTreeMap<String, RefOr<Response>> = by_status
@@ -972,7 +940,7 @@ fn exact_operation(
         // What the tables make is exact already (this runs again on an exact document).
         if error_status && errors.get(status) != Some(response) {
             problems.push(format!(
-                "{what}: annotated {status}: error responses come from OPERATION_ERRORS only"
+                "{what}: annotated {status}: error responses come from the operation's errors only"
             ));
         }
     }
@@ -1053,6 +1021,21 @@ mod tests {
 
     fn error_spec(code: &str) -> Option<&'static ErrorSpec> {
         all_errors().find(|spec| spec.code == code)
+    }
+
+    /// Each error an operation names has one row, in the core's table or the edge's, so its
+    /// response in the document is that row's.
+    #[test]
+    fn every_error_of_an_operation_has_exactly_one_row() {
+        for operation in api::OPERATIONS {
+            for code in operation.errors {
+                let rows = all_errors()
+                    .filter(|spec| spec.code == code.as_str())
+                    .count();
+                assert_eq!(rows, 1, "{} {code}", operation.name);
+                assert_eq!(spec_of(*code).map(|spec| spec.code), Some(code.as_str()));
+            }
+        }
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! The route table and the state every handler shares.
 //!
 //! Owns the paths (one constant each, also named by each handler's OpenAPI attribute) and the
-//! route table (`route_table!`): every route once, with who may call it and its handler per
-//! method, from which the router, the metrics' route label, the auth rules and the OpenAPI
-//! document's operations are all generated, so they cannot drift apart; and the single
-//! "execute one command" helper. Each resource has its own file of handlers that read the same
-//! way: parse (extractors) -> `Backend::execute` -> encode (`reply`). No handler may compute
-//! anything about stock; that answer comes from the backend.
+//! route table (`route_table!`): every route once, with its handler per method (who may call
+//! it is its operation's role), from which the router, the metrics' route label, the auth rules
+//! and the OpenAPI document's operations are all generated, so they cannot drift apart; and the
+//! single "execute one command" helper. Each resource has its own file of handlers that read
+//! the same way: parse (extractors) -> `Backend::execute` -> encode (`reply`). No handler may
+//! compute anything about stock; that answer comes from the backend.
 
 /// Declares one handler of a resource named by a path id: its OpenAPI attribute, and a body that
 /// extracts the id (and the request body, if any), refuses a query string, executes the one
@@ -93,25 +93,22 @@ pub(crate) mod paths {
     pub const CONSOLE_ASSET: &str = "/ui/assets/{file}";
 }
 
-/// Declares the route table: each route once, with who may call it and its handler per
-/// operation. An API route names its operations ([`stockd_api`]: each one's method and path,
-/// declared there once and shared with the client), so the table restates neither; the
-/// console's files, which are not API, have their path and method here. Everything else that
-/// lists routes is generated from it: [`RouteId`] (the metrics' route label,
-/// [`RouteId::from_path`] for the edge), the access rules [`RouteId::access`] and
-/// [`RouteId::is_admin_only`] (auth), the router ([`add_routes`]), and the OpenAPI document's
+/// Declares the route table: each route once, with its handler per operation. An API route
+/// names its operations ([`stockd_api`]: each one's method, path and role, declared there once
+/// and shared with the client), so the table restates none of them; the console's files, which
+/// are not API, have their path and method here. Everything else that lists routes is generated
+/// from it: [`RouteId`] (the metrics' route label, [`RouteId::from_path`] for the edge), the
+/// access rules [`RouteId::access`] and [`RouteId::is_admin_only`] (auth, from the operations'
+/// roles), the router ([`add_routes`]), and the OpenAPI document's
 /// operations (`api_handlers!`, which hands the API routes' handlers to `openapi.rs`). A new
 /// route is one line here (and its handler); a route missing from the table does not exist.
 macro_rules! route_table {
     (
         api { $(
             $id:ident => {
-                $first:ident $(($first_role:ident))? => $first_handler:path
-                $(, $operation:ident $(($role:ident))? => $handler:path )* $(,)?
+                $first:ident => $first_handler:path
+                $(, $operation:ident => $handler:path )* $(,)?
             }
-        ),+ $(,)? }
-        open { $(
-            $open_id:ident => { $open_operation:ident => $open_handler:path $(,)? }
         ),+ $(,)? }
         console { $(
             $console_id:ident $console_path:path => { $( $console_method:ident => $console_handler:path ),+ $(,)? }
@@ -120,14 +117,12 @@ macro_rules! route_table {
         /// A route. The discriminant is the index into [`RouteId::ALL`] (metrics slots).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub(crate) enum RouteId {
-            $($open_id,)+
             $($id,)+
             $($console_id,)+
         }
 
         impl RouteId {
             pub(crate) const ALL: &'static [RouteId] = &[
-                $(RouteId::$open_id,)+
                 $(RouteId::$id,)+
                 $(RouteId::$console_id,)+
             ];
@@ -135,7 +130,6 @@ macro_rules! route_table {
             /// The path template: an API route's is its operations' (all the same, tested).
             pub(crate) fn path(self) -> &'static str {
                 match self {
-                    $(RouteId::$open_id => api::$open_operation.path,)+
                     $(RouteId::$id => api::$first.path,)+
                     $(RouteId::$console_id => $console_path,)+
                 }
@@ -146,18 +140,22 @@ macro_rules! route_table {
                 RouteId::ALL.iter().copied().find(|route| route.path() == matched)
             }
 
+            /// An API route is open when its operations are (they all agree, tested); a route
+            /// of operations that do not would need a token.
             pub(crate) fn access(self) -> Access {
                 match self {
-                    $(RouteId::$open_id => Access::Open,)+
-                    $(RouteId::$id => Access::Token,)+
                     $(RouteId::$console_id => Access::Console,)+
+                    _ if self
+                        .operations()
+                        .iter()
+                        .all(|operation| operation.role == api::Role::Open) => Access::Open,
+                    _ => Access::Token,
                 }
             }
 
             /// The API's operations this route serves (none for the console's files).
             pub(crate) fn operations(self) -> &'static [api::Operation] {
                 match self {
-                    $(RouteId::$open_id => &[api::$open_operation],)+
                     $(RouteId::$id => &[api::$first $(, api::$operation)*],)+
                     $(RouteId::$console_id => &[],)+
                 }
@@ -172,25 +170,17 @@ macro_rules! route_table {
                 }
             }
 
-            /// Whether `method` on this route needs an admin token.
+            /// Whether `method` on this route needs an admin token: its operation's role.
             pub(crate) fn is_admin_only(self, method: &Method) -> bool {
-                match self {
-                    $(RouteId::$id => {
-                        (method.as_str() == api::$first.method && role!($($first_role)?))
-                            $(|| (method.as_str() == api::$operation.method && role!($($role)?)))*
-                    })+
-                    _ => false,
-                }
+                self.operations().iter().any(|operation| {
+                    operation.method == method.as_str() && operation.role == api::Role::Admin
+                })
             }
         }
 
         /// Every route of the table on `router`, each method to its handler.
         fn add_routes(router: Router<App>) -> Router<App> {
             router
-                $(.route(
-                    api::$open_operation.path,
-                    MethodRouter::new().on(method_filter(&api::$open_operation), $open_handler),
-                ))+
                 $(.route(
                     api::$first.path,
                     MethodRouter::new()
@@ -201,10 +191,10 @@ macro_rules! route_table {
         }
 
         /// Calls `$callback!` with the handlers of the routes the OpenAPI document describes
-        /// (the open and the token routes; not the console's files).
+        /// (the API's, open or not; not the console's files).
         macro_rules! api_handlers {
             ($callback:ident) => {
-                $callback!($($open_handler,)+ $($first_handler, $($handler,)*)+);
+                $callback!($($first_handler, $($handler,)*)+);
             };
         }
         pub(crate) use api_handlers;
@@ -217,16 +207,6 @@ fn method_filter(operation: &api::Operation) -> MethodFilter {
         .ok()
         .and_then(|method| MethodFilter::try_from(method).ok())
         .expect("stockd_api's operations use the standard methods (GET, PUT, POST, DELETE)")
-}
-
-/// `admin` in the table: the method needs an admin token.
-macro_rules! role {
-    () => {
-        false
-    };
-    (admin) => {
-        true
-    };
 }
 
 /// Who may call a route.
@@ -243,13 +223,18 @@ pub(crate) enum Access {
 
 route_table! {
     api {
+        // Open (every operation's role is `Open`): first, as the metrics' slots have them.
+        Healthz => { HEALTHZ => ops::healthz },
+        Readyz => { READYZ => ops::readyz },
+        Metrics => { METRICS => ops::metrics },
+        OpenApi => { OPENAPI => ops::openapi_json },
         Pools => { LIST_POOLS => pools::list_pools },
         Pool => {
-            PUT_POOL(admin) => pools::put_pool,
+            PUT_POOL => pools::put_pool,
             GET_POOL => pools::get_pool,
-            DELETE_POOL(admin) => pools::delete_pool,
+            DELETE_POOL => pools::delete_pool,
         },
-        PoolRestock => { RESTOCK(admin) => pools::restock_pool },
+        PoolRestock => { RESTOCK => pools::restock_pool },
         Holds => { LIST_HOLDS => holds::list_holds, RESERVE => holds::reserve },
         Hold => { GET_HOLD => holds::get_hold },
         HoldConfirm => { CONFIRM => holds::confirm_hold },
@@ -262,12 +247,6 @@ route_table! {
         LockAcquire => { LOCK_ACQUIRE => locks::acquire_lock },
         LockRenew => { LOCK_RENEW => locks::renew_lock },
         LockRelease => { LOCK_RELEASE => locks::release_lock },
-    }
-    open {
-        Healthz => { HEALTHZ => ops::healthz },
-        Readyz => { READYZ => ops::readyz },
-        Metrics => { METRICS => ops::metrics },
-        OpenApi => { OPENAPI => ops::openapi_json },
     }
     console {
         Console paths::CONSOLE => { GET => console::redirect },
@@ -414,6 +393,21 @@ mod tests {
             assert_eq!(RouteId::from_path(route.path()), Some(*route));
         }
         assert_eq!(RouteId::from_path("/nope"), None);
+    }
+
+    /// A route's access is its operations': open when they all are, and then none of them
+    /// needs a token, so a route never mixes open and token operations.
+    #[test]
+    fn a_routes_operations_agree_on_needing_a_token() {
+        for route in RouteId::ALL {
+            let open = route
+                .operations()
+                .iter()
+                .filter(|operation| operation.role == api::Role::Open)
+                .count();
+            assert!(open == 0 || open == route.operations().len(), "{route:?}");
+            assert_eq!(route.access() == Access::Open, open > 0, "{route:?}");
+        }
     }
 
     /// The API routes of the table are exactly the API's operations, which the client also
