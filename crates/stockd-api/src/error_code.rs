@@ -54,6 +54,7 @@ error_codes! {
     InsufficientStock = "insufficient_stock",
     UserLimitExceeded = "user_limit_exceeded",
     TotalBelowCommitted = "total_below_committed",
+    SegmentsFixed = "segments_fixed",
     PoolHasActiveHolds = "pool_has_active_holds",
     PoolDeleted = "pool_deleted",
     HoldNotFound = "hold_not_found",

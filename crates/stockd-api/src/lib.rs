@@ -28,6 +28,7 @@ pub mod paths {
     pub const POOLS: &str = "/v1/pools";
     pub const POOL: &str = "/v1/pools/{pool}";
     pub const POOL_RESTOCK: &str = "/v1/pools/{pool}/restock";
+    pub const POOL_SEGMENTS: &str = "/v1/pools/{pool}/segments";
     pub const HOLDS: &str = "/v1/holds";
     pub const HOLD: &str = "/v1/holds/{hold_id}";
     pub const HOLD_CONFIRM: &str = "/v1/holds/{hold_id}/confirm";
@@ -119,8 +120,9 @@ operations! {
     METRICS = "GET" paths::METRICS, Open, [];
     OPENAPI = "GET" paths::OPENAPI, Open, [];
     LIST_POOLS = "GET" paths::POOLS, Client, [];
-    PUT_POOL = "PUT" paths::POOL, Admin, [TotalBelowCommitted];
+    PUT_POOL = "PUT" paths::POOL, Admin, [TotalBelowCommitted, SegmentsFixed];
     GET_POOL = "GET" paths::POOL, Client, [PoolNotFound];
+    GET_POOL_SEGMENTS = "GET" paths::POOL_SEGMENTS, Client, [PoolNotFound];
     DELETE_POOL = "DELETE" paths::POOL, Admin, [PoolNotFound, PoolHasActiveHolds];
     RESTOCK = "POST" paths::POOL_RESTOCK, Admin,
         [PoolNotFound, InsufficientStock, RequestIdConflict];
@@ -163,8 +165,8 @@ mod tests {
     #[test]
     fn an_operation_is_named_as_its_constant() {
         assert_eq!(GET_POOL.name, "GET_POOL");
-        assert_eq!(OPERATIONS.len(), 22);
-        assert_eq!(OPERATIONS[21], LOCK_RELEASE);
+        assert_eq!(OPERATIONS.len(), 23);
+        assert_eq!(OPERATIONS[22], LOCK_RELEASE);
     }
 
     #[test]

@@ -35,8 +35,38 @@ pub struct PoolObject<S = String> {
     pub starts_at_ms: Option<u64>,
     pub ends_at_ms: Option<u64>,
     pub low_stock_threshold: Option<u64>,
-    /// The event-feed partition that carries this pool's events (0 with one partition).
+    /// The event-feed partition that carries this pool's events (0 with one partition): segment
+    /// 0's, for a segmented pool.
     pub partition: u32,
+    /// How many segments the pool is split into, fixed when it is created (1 by default).
+    #[serde(default = "one_segment")]
+    pub segments: u32,
+}
+
+/// A server that predates segments has pools of one segment.
+fn one_segment() -> u32 {
+    1
+}
+
+/// One segment of a pool, with its counts (`total = available + held + sold`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SegmentObject {
+    pub segment: u32,
+    /// The event-feed partition the segment lives in.
+    pub partition: u32,
+    pub total: u64,
+    pub available: u64,
+    pub held: u64,
+    pub sold: u64,
+}
+
+/// The segments of a pool (`GET /v1/pools/{pool}/segments`), in segment order. A backend that
+/// keeps a segmented pool as one (the embedded engine, a single Redis) answers one segment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SegmentList {
+    pub segments: Vec<SegmentObject>,
 }
 
 /// One page of pools, ordered by id.
@@ -295,6 +325,9 @@ pub struct PoolBody {
     pub ends_at_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub low_stock_threshold: Option<u64>,
+    /// Only when the pool is created (an existing pool keeps its count).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segments: Option<u32>,
 }
 
 impl PoolBody {
@@ -400,6 +433,7 @@ mod tests {
             starts_at_ms: Some(1_000),
             ends_at_ms: Some(2_000),
             low_stock_threshold: Some(0),
+            segments: Some(3),
         };
         assert_eq!(
             serde_json::to_value(&body).unwrap(),
@@ -409,6 +443,7 @@ mod tests {
                 "starts_at_ms": 1_000,
                 "ends_at_ms": 2_000,
                 "low_stock_threshold": 0,
+                "segments": 3,
             })
         );
     }

@@ -122,6 +122,11 @@ impl Call {
         Call::new(api::GET_POOL, &[pool])
     }
 
+    /// `GET /v1/pools/{pool}/segments`.
+    pub fn get_pool_segments(pool: &str) -> Call {
+        Call::new(api::GET_POOL_SEGMENTS, &[pool])
+    }
+
     /// `GET /v1/pools?prefix=P&after=CURSOR&limit=N`.
     pub fn list_pools(prefix: Option<&str>, after: Option<&str>, limit: Option<usize>) -> Call {
         Call::new(api::LIST_POOLS, &[])
@@ -311,6 +316,7 @@ mod tests {
             Call::put_pool("p", &PoolSpecBody::default(), false),
             Call::restock("p", 1, None),
             Call::get_pool("p"),
+            Call::get_pool_segments("p"),
             Call::list_pools(None, None, None),
             Call::delete_pool("p"),
             Call::reserve(&reserve),

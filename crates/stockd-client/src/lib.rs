@@ -45,7 +45,7 @@ pub use types::{
     BatchAnswer, BatchBody, BatchResult, Event, EventKind, EventPage, EventPartitions, ExtendBody,
     HoldItem, HoldPage, HoldQuery, HoldStatus, HoldView, LockAcquireBody, LockLease,
     LockReleaseBody, LockReleased, LockRenewBody, PoolPage, PoolSpecBody, PoolView, RefundBody,
-    ReserveBody, RestockBody,
+    ReserveBody, RestockBody, SegmentList, SegmentObject,
 };
 
 /// How long to wait for a TCP connection. Short, so that an unreachable server is reported
@@ -172,6 +172,11 @@ impl Client {
     /// `GET /v1/pools/{pool}`.
     pub async fn get_pool(&self, pool: &str) -> Result<PoolView> {
         self.call(&Call::get_pool(pool)).await?.decode()
+    }
+
+    /// `GET /v1/pools/{pool}/segments`: the pool's segments with their counts.
+    pub async fn get_pool_segments(&self, pool: &str) -> Result<SegmentList> {
+        self.call(&Call::get_pool_segments(pool)).await?.decode()
     }
 
     /// `GET /v1/pools`: one page of pools whose id starts with `prefix`, after the cursor

@@ -11,7 +11,8 @@
 
 pub use stockd_api::wire::{
     BatchBody, BatchResult, EventPartitions, ExtendBody, HoldItem, HoldStatus, LockAcquireBody,
-    LockReleaseBody, LockReleased, LockRenewBody, RefundBody, RestockBody,
+    LockReleaseBody, LockReleased, LockRenewBody, RefundBody, RestockBody, SegmentList,
+    SegmentObject,
 };
 
 /// Body of `PUT /v1/pools/{pool}`. A rule left as `None` is unset by the PUT.

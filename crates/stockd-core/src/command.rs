@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Error;
 use crate::ids::{is_id_byte, HoldId, LockName, OwnerId, PoolId, RequestId, UserId};
 use crate::limits::*;
-use crate::view::{HoldStatus, HoldView, PoolView};
+use crate::view::{HoldStatus, HoldView, PoolView, SegmentView};
 
 /// The rule fields and total of a pool, as given to `PUT /v1/pools/{pool}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,9 +53,13 @@ pub struct LockRequest {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
+    /// `segments`: how many segments the pool is split into (1..=[`SEGMENTS_MAX`]), fixed when
+    /// the pool is created. `None` creates a pool of one segment and leaves an existing pool's
+    /// count as it is; another count than the existing pool's is `segments_fixed`.
     PutPool {
         pool: PoolId,
         spec: PoolSpec,
+        segments: Option<u64>,
         if_absent: bool,
     },
     /// `request_id`: a retry (the same id, pool and delta) changes nothing, while the id is
@@ -66,6 +70,10 @@ pub enum Command {
         request_id: Option<RequestId>,
     },
     GetPool {
+        pool: PoolId,
+    },
+    /// The pool's segments with their counts (`GET /v1/pools/{pool}/segments`).
+    GetSegments {
         pool: PoolId,
     },
     ListPools {
@@ -128,6 +136,9 @@ pub enum Reply {
         pool: PoolView,
         created: bool,
         replayed: bool,
+    },
+    Segments {
+        segments: Vec<SegmentView>,
     },
     PoolList {
         pools: Vec<PoolView>,
@@ -212,7 +223,13 @@ impl Command {
     /// Checks every rule that needs no state. Validation comes before any lookup.
     pub fn validate(&self) -> Result<(), Error> {
         match self {
-            Command::PutPool { spec, .. } => spec.validate(),
+            Command::PutPool { spec, segments, .. } => {
+                spec.validate()?;
+                match segments {
+                    Some(segments) => check_range("segments", *segments, 1, SEGMENTS_MAX),
+                    None => Ok(()),
+                }
+            }
             Command::Restock { delta, .. } => {
                 if *delta == 0 || delta.unsigned_abs() > TOTAL_MAX {
                     return Err(Error::invalid(format!(
@@ -255,6 +272,7 @@ impl Command {
                 check_range("ttl_ms", *ttl_ms, LOCK_TTL_MS_MIN, LOCK_TTL_MS_MAX)
             }
             Command::GetPool { .. }
+            | Command::GetSegments { .. }
             | Command::DeletePool { .. }
             | Command::Confirm { .. }
             | Command::Release { .. }

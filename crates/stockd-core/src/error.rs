@@ -283,6 +283,10 @@ errors! {
     #[error("pool {pool}: new total {total} is below held + sold = {committed}")]
     TotalBelowCommitted { pool: PoolId, total: u64, committed: u64 } =
         (ErrorCode::TotalBelowCommitted, 409, "the new total is below held + sold"),
+    /// `segments` is the pool's count; `requested` the PUT's.
+    #[error("pool {pool} has {segments} segments, fixed when it was created; {requested} requested")]
+    SegmentsFixed { pool: PoolId, segments: u64, requested: u64 } = (ErrorCode::SegmentsFixed, 409,
+        "the pool exists with another segment count, which is fixed when a pool is created"),
     #[error("pool {pool} has {held} units held by active holds")]
     PoolHasActiveHolds { pool: PoolId, held: u64 } = (ErrorCode::PoolHasActiveHolds, 409,
         "units of the pool are held"),

@@ -29,5 +29,5 @@ pub use error::{
 };
 pub use ids::{HoldId, IdError, LockName, OwnerId, PoolId, RequestId, UserId};
 pub use record::{Change, Event, EventKind, Record};
-pub use state::{Effects, Snapshot, SnapshotV3, State, StateConfig, Step, WaiterId};
-pub use view::{HoldStatus, HoldView, PoolView};
+pub use state::{Effects, Snapshot, SnapshotV3, SnapshotV5, State, StateConfig, Step, WaiterId};
+pub use view::{HoldStatus, HoldView, PoolView, SegmentView};

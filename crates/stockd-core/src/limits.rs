@@ -9,6 +9,8 @@ pub const QTY_MAX: u64 = 1_000_000_000;
 pub const TOTAL_MAX: u64 = 1_000_000_000_000;
 /// `per_user_limit`: 1..=PER_USER_LIMIT_MAX.
 pub const PER_USER_LIMIT_MAX: u64 = 1_000_000_000;
+/// Segments of one pool: `segments` 1..=SEGMENTS_MAX (default 1).
+pub const SEGMENTS_MAX: u64 = 64;
 /// Items in one hold.
 pub const HOLD_ITEMS_MAX: usize = 64;
 /// Hold time-to-live bounds and default.

@@ -85,6 +85,13 @@ pub enum Change {
         delta: i64,
         request_id: RequestId,
     },
+    /// A pool created split into `segments` (> 1): `PoolUpserted`, and the count is kept for
+    /// the pool's life. A pool of one segment is created by `PoolUpserted`.
+    PoolCreatedWithSegments {
+        pool: PoolId,
+        spec: PoolSpec,
+        segments: u32,
+    },
 }
 
 /// What an event records, as the core keeps it (snapshots, the Redis library's JSON). The API's

@@ -20,6 +20,21 @@ pub struct PoolView {
     pub low_stock_threshold: Option<u64>,
     /// The event-feed partition that carries this pool's events (0 with one partition).
     pub partition: u32,
+    /// How many segments the pool is split into (1 unless it was created with more).
+    pub segments: u32,
+}
+
+/// One segment of a pool and its counts (`GET /v1/pools/{pool}/segments`). A backend that keeps
+/// a segmented pool as one (the embedded engine, a single Redis) has one segment, 0.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentView {
+    pub segment: u32,
+    /// The event-feed partition the segment lives in.
+    pub partition: u32,
+    pub total: u64,
+    pub available: u64,
+    pub held: u64,
+    pub sold: u64,
 }
 
 /// A hold's status as the core keeps it (state, snapshots). The API's twin is

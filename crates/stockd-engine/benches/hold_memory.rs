@@ -36,6 +36,7 @@ fn main() {
                 total: 10 * HOLDS,
                 ..PoolSpec::default()
             },
+            segments: None,
             if_absent: false,
         },
         1,

@@ -35,7 +35,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use stockd_core::state::snapshot::{
-    SNAPSHOT_FORMAT, SNAPSHOT_FORMAT_V2, SNAPSHOT_FORMAT_V3, SNAPSHOT_FORMAT_V4,
+    SNAPSHOT_FORMAT, SNAPSHOT_FORMAT_V2, SNAPSHOT_FORMAT_V3, SNAPSHOT_FORMAT_V4, SNAPSHOT_FORMAT_V5,
 };
 use stockd_core::{
     Backend, BackendError, BackendFuture, BackendStats, Command, Error, EventPage, EventsRequest,
@@ -99,8 +99,8 @@ pub enum EngineError {
     },
     #[error(
         "snapshot payload format {found:#x} is not a supported one ({SNAPSHOT_FORMAT:#x}, or \
-         {SNAPSHOT_FORMAT_V4:#x}, {SNAPSHOT_FORMAT_V3:#x} or {SNAPSHOT_FORMAT_V2:#x} from earlier \
-         releases): written by another stockd version"
+         {SNAPSHOT_FORMAT_V5:#x}, {SNAPSHOT_FORMAT_V4:#x}, {SNAPSHOT_FORMAT_V3:#x} or \
+         {SNAPSHOT_FORMAT_V2:#x} from earlier releases): written by another stockd version"
     )]
     SnapshotFormat { found: u32 },
     #[error("recovered state breaks an invariant: {0}")]

@@ -206,6 +206,7 @@ mod tests {
                 total: 1_000,
                 ..PoolSpec::default()
             },
+            segments: None,
             if_absent: false,
         };
         engine.execute(vec![put]).await.unwrap();

@@ -27,6 +27,7 @@ fn put(id: &str, total: u64) -> Command {
             total,
             ..PoolSpec::default()
         },
+        segments: None,
         if_absent: false,
     }
 }

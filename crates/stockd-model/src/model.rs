@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use stockd_core::{
     Command, Error, Event, EventKind, HoldId, HoldItem, HoldStatus, HoldView, LockName,
     LockRequest, Outcome, OwnerId, PoolId, PoolSpec, PoolView, Reply, RequestId, ReserveRequest,
-    StateConfig, UserId,
+    SegmentView, StateConfig, UserId,
 };
 
 //
@@ -34,6 +34,8 @@ struct ModelPool {
     starts_at_ms: Option<u64>,
     ends_at_ms: Option<u64>,
     low_stock_threshold: Option<u64>,
+    /// Fixed at creation; the model keeps a pool's units in one place whatever the count.
+    segments: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -228,6 +230,7 @@ impl Model {
             ends_at_ms: pool.ends_at_ms,
             low_stock_threshold: pool.low_stock_threshold,
             partition: 0,
+            segments: pool.segments as u32,
         })
     }
 
@@ -431,8 +434,9 @@ impl Model {
             Command::PutPool {
                 pool,
                 spec,
+                segments,
                 if_absent,
-            } => Expect::Exact(self.put_pool(pool, spec, *if_absent, now_ms)),
+            } => Expect::Exact(self.put_pool(pool, spec, *segments, *if_absent, now_ms)),
             Command::Restock {
                 pool,
                 delta,
@@ -444,6 +448,19 @@ impl Model {
                     pool: view,
                     created: false,
                     replayed: false,
+                }),
+                None => Err(Error::PoolNotFound { pool: pool.clone() }),
+            }),
+            Command::GetSegments { pool } => Expect::Exact(match self.pool_view(pool) {
+                Some(view) => Ok(Reply::Segments {
+                    segments: vec![SegmentView {
+                        segment: 0,
+                        partition: 0,
+                        total: view.total,
+                        available: view.available,
+                        held: view.held,
+                        sold: view.sold,
+                    }],
                 }),
                 None => Err(Error::PoolNotFound { pool: pool.clone() }),
             }),
@@ -497,8 +514,16 @@ impl Model {
         }
     }
 
-    fn put_pool(&mut self, id: &PoolId, spec: &PoolSpec, if_absent: bool, now_ms: u64) -> Outcome {
+    fn put_pool(
+        &mut self,
+        id: &PoolId,
+        spec: &PoolSpec,
+        segments: Option<u64>,
+        if_absent: bool,
+        now_ms: u64,
+    ) -> Outcome {
         let valid = spec.total <= TOTAL_MAX
+            && segments.is_none_or(|s| in_range(s, 1, 64))
             && spec.per_user_limit.is_none_or(|l| in_range(l, 1, QTY_MAX))
             && spec.starts_at_ms.is_none_or(|t| t <= TIME_MS_MAX)
             && spec.ends_at_ms.is_none_or(|t| t <= TIME_MS_MAX)
@@ -511,6 +536,14 @@ impl Model {
             if if_absent {
                 return self.pool_reply(id, false, false);
             }
+            let fixed = self.pools[id].segments;
+            if let Some(requested) = segments.filter(|&s| s != fixed) {
+                return Err(Error::SegmentsFixed {
+                    pool: id.clone(),
+                    segments: fixed,
+                    requested,
+                });
+            }
             let committed = self.held(id) + self.sold(id);
             if spec.total < committed {
                 return Err(Error::TotalBelowCommitted {
@@ -522,11 +555,11 @@ impl Model {
         }
         // A create moves the total from nothing, as if from 0.
         let total_before = self.pools.get(id).map_or(0, |p| p.total);
-        let instance = match self.pools.get(id) {
-            Some(existing) => existing.instance,
+        let (instance, segments) = match self.pools.get(id) {
+            Some(existing) => (existing.instance, existing.segments),
             None => {
                 self.next_instance += 1;
-                self.next_instance
+                (self.next_instance, segments.unwrap_or(1))
             }
         };
         self.pools.insert(
@@ -538,6 +571,7 @@ impl Model {
                 starts_at_ms: spec.starts_at_ms,
                 ends_at_ms: spec.ends_at_ms,
                 low_stock_threshold: spec.low_stock_threshold,
+                segments,
             },
         );
         let event = self.emit_pool_event(now_ms, EventKind::PoolUpserted, id);

@@ -334,6 +334,7 @@ fn command_name(command: &Command) -> &'static str {
         } => "restock_request_id",
         Command::Restock { .. } => "restock",
         Command::GetPool { .. } => "get_pool",
+        Command::GetSegments { .. } => "get_segments",
         Command::ListPools { .. } => "list_pools",
         Command::DeletePool { .. } => "delete_pool",
         Command::Reserve(request) if request.confirm => "reserve_confirm",

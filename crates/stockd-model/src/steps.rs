@@ -83,6 +83,8 @@ pub enum Op {
         starts_offset_ms: Option<i64>,
         ends_offset_ms: Option<i64>,
         low_stock_threshold: Option<u64>,
+        /// The segment count asked for: none, a valid one, or 0 (out of range).
+        segments: Option<u64>,
         if_absent: bool,
     },
     Restock {
@@ -277,6 +279,7 @@ fn to_command(op: &Op, now_ms: u64, memory: &Memory) -> Command {
             starts_offset_ms,
             ends_offset_ms,
             low_stock_threshold,
+            segments,
             if_absent,
         } => Command::PutPool {
             pool: pool_id(POOLS[*pool]),
@@ -287,6 +290,7 @@ fn to_command(op: &Op, now_ms: u64, memory: &Memory) -> Command {
                 ends_at_ms: ends_offset_ms.map(|o| at_offset(now_ms, o)),
                 low_stock_threshold: *low_stock_threshold,
             },
+            segments: *segments,
             if_absent: *if_absent,
         },
         Op::Restock {
@@ -456,7 +460,10 @@ fn put_pool_op(pool: impl Strategy<Value = usize>) -> impl Strategy<Value = Op> 
         window_offset_ms(),
         window_offset_ms(),
         prop_oneof![1 => Just(None), 1 => (0..=4u64).prop_map(Some)],
-        prop::bool::weighted(0.2),
+        (
+            prop_oneof![8 => Just(None), 4 => (1..=3u64).prop_map(Some), 1 => Just(Some(0u64))],
+            prop::bool::weighted(0.2),
+        ),
     )
         .prop_map(
             |(
@@ -466,7 +473,7 @@ fn put_pool_op(pool: impl Strategy<Value = usize>) -> impl Strategy<Value = Op> 
                 starts_offset_ms,
                 ends_offset_ms,
                 low_stock_threshold,
-                if_absent,
+                (segments, if_absent),
             )| {
                 Op::PutPool {
                     pool,
@@ -475,6 +482,7 @@ fn put_pool_op(pool: impl Strategy<Value = usize>) -> impl Strategy<Value = Op> 
                     starts_offset_ms,
                     ends_offset_ms,
                     low_stock_threshold,
+                    segments,
                     if_absent,
                 }
             },

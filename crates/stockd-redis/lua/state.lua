@@ -144,13 +144,15 @@ end
 -- ---------------------------------------------------------------- pools
 
 -- Pool hash fields: g generation, t total, a available, h held, s sold, l per_user_limit,
--- sa starts_at_ms, ea ends_at_ms, th low_stock_threshold (rule fields absent when unset).
+-- sa starts_at_ms, ea ends_at_ms, th low_stock_threshold (rule fields absent when unset), sg
+-- segments (absent for one; fixed when the pool is created).
 -- The pool object is the call's one copy: changes to it are seen by every later command of the
 -- call, and S.pool_put_counts marks its counters to be written at the end.
 function S.pool_get(id)
     local cached = S.pools[id]
     if cached ~= nil then return cached or nil end
-    local v = redis.call('HMGET', S.key('pool', id), 'g', 't', 'a', 'h', 's', 'l', 'sa', 'ea', 'th')
+    local v = redis.call('HMGET', S.key('pool', id), 'g', 't', 'a', 'h', 's', 'l', 'sa', 'ea', 'th',
+        'sg')
     if not v[1] then
         S.pools[id] = false
         return nil
@@ -159,6 +161,7 @@ function S.pool_get(id)
         id = id, generation = tonumber(v[1]), total = tonumber(v[2]), available = tonumber(v[3]),
         held = tonumber(v[4]), sold = tonumber(v[5]), per_user_limit = S.num(v[6]),
         starts_at_ms = S.num(v[7]), ends_at_ms = S.num(v[8]), low_stock_threshold = S.num(v[9]),
+        segments = tonumber(v[10] or '1'),
     }
     S.pools[id] = pool
     return pool
@@ -185,7 +188,7 @@ function S.pool_json(pool)
         { 'sold', pool.sold, 'n' }, { 'per_user_limit', pool.per_user_limit, 'n' },
         { 'starts_at_ms', pool.starts_at_ms, 'n' }, { 'ends_at_ms', pool.ends_at_ms, 'n' },
         { 'low_stock_threshold', pool.low_stock_threshold, 'n' },
-        { 'partition', S.partition, 'n' },
+        { 'partition', S.partition, 'n' }, { 'segments', pool.segments, 'n' },
     })
 end
 

@@ -17,7 +17,7 @@
 /// of another version.
 macro_rules! library_name {
     () => {
-        "stockd_v5"
+        "stockd_v6"
     };
 }
 
@@ -37,6 +37,7 @@ pub const RELEASED: &[(&str, u64)] = &[
     ("stockd_v3", 16873764098804715861),
     ("stockd_v4", 486842820378311793),
     ("stockd_v5", 12826422988549671740),
+    ("stockd_v6", 10549540710608719138),
 ];
 
 /// `(name, text)` of each file under `lua/`, the text compiled in.

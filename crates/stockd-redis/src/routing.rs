@@ -17,6 +17,7 @@ impl Shared {
             Command::PutPool { pool, .. }
             | Command::Restock { pool, .. }
             | Command::GetPool { pool }
+            | Command::GetSegments { pool }
             | Command::DeletePool { pool } => pool.as_str(),
             Command::Reserve(request) => request.hold_id.as_str(),
             Command::Confirm { hold_id }

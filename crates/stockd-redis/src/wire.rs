@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use stockd_core::{
     Command, DetailKind, DetailValue, Error, HoldId, HoldItem, HoldView, PoolView, Reply,
+    SegmentView,
 };
 
 /// One command as the library's `call` takes it.
@@ -52,6 +53,7 @@ pub fn encode(command: &Command, route: Route) -> Op {
         Command::PutPool {
             pool,
             spec,
+            segments,
             if_absent,
         } => (
             "put_pool",
@@ -63,6 +65,7 @@ pub fn encode(command: &Command, route: Route) -> Op {
                 opt(spec.ends_at_ms),
                 opt(spec.low_stock_threshold),
                 if *if_absent { "1" } else { "0" }.to_string(),
+                opt(*segments),
             ],
         ),
         Command::Restock {
@@ -80,6 +83,7 @@ pub fn encode(command: &Command, route: Route) -> Op {
             ],
         ),
         Command::GetPool { pool } => ("get_pool", vec![pool.to_string()]),
+        Command::GetSegments { pool } => ("get_segments", vec![pool.to_string()]),
         Command::ListPools {
             prefix,
             after,
@@ -306,6 +310,11 @@ struct HoldsAnswer {
 }
 
 #[derive(Deserialize)]
+struct SegmentsAnswer {
+    segments: Vec<SegmentView>,
+}
+
+#[derive(Deserialize)]
 struct PoolsAnswer {
     pools: Vec<PoolView>,
     more: bool,
@@ -417,6 +426,12 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
             pools: answer.pools,
             more: answer.more,
         });
+    }
+    if object.contains_key("segments") {
+        let answer: SegmentsAnswer = serde_json::from_value(value).map_err(bad)?;
+        return Ok(Answer::Done(Ok(Reply::Segments {
+            segments: answer.segments,
+        })));
     }
     if object.contains_key("pool") {
         let answer: PoolAnswer = serde_json::from_value(value).map_err(bad)?;

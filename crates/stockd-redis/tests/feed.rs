@@ -40,6 +40,7 @@ fn a_page_is_expired_exactly_when_an_event_after_it_is_no_longer_kept() {
         let put = Command::PutPool {
             pool: pool.clone(),
             spec,
+            segments: None,
             if_absent: false,
         };
         let outcomes = backend.execute(vec![put]).await.expect("put");

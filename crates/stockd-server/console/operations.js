@@ -11,6 +11,7 @@ export const OPENAPI = Object.freeze({ method: "GET", path: "openapi.json" });
 export const LIST_POOLS = Object.freeze({ method: "GET", path: "v1/pools" });
 export const PUT_POOL = Object.freeze({ method: "PUT", path: "v1/pools/{pool}" });
 export const GET_POOL = Object.freeze({ method: "GET", path: "v1/pools/{pool}" });
+export const GET_POOL_SEGMENTS = Object.freeze({ method: "GET", path: "v1/pools/{pool}/segments" });
 export const DELETE_POOL = Object.freeze({ method: "DELETE", path: "v1/pools/{pool}" });
 export const RESTOCK = Object.freeze({ method: "POST", path: "v1/pools/{pool}/restock" });
 export const LIST_HOLDS = Object.freeze({ method: "GET", path: "v1/holds" });

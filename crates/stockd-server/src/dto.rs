@@ -37,11 +37,15 @@ pub(crate) struct PoolBody {
     pub ends_at_ms: Option<u64>,
     /// A `low_stock` event fires when available falls to or below this.
     pub low_stock_threshold: Option<u64>,
+    /// Segments the pool is split into (1..=64, default 1), fixed when it is created: an
+    /// existing pool keeps its count, and another count is 409 `segments_fixed`.
+    pub segments: Option<u64>,
 }
 
 impl Wire for PoolBody {}
 
 impl PoolBody {
+    /// The rule fields and total (the segment count is the command's own field).
     pub(crate) fn into_spec(self) -> PoolSpec {
         PoolSpec {
             total: self.total,

@@ -12,7 +12,7 @@ use stockd_core::limits::{
     BATCH_OPS_MAX, EVENT_LIMIT_DEFAULT, EVENT_LIMIT_MAX, HOLD_ITEMS_MAX, HOLD_LIST_LIMIT_DEFAULT,
     HOLD_LIST_LIMIT_MAX, HOLD_TTL_MS_DEFAULT, HOLD_TTL_MS_MAX, HOLD_TTL_MS_MIN, ID_LEN_MAX,
     LOCK_TTL_MS_MAX, LOCK_TTL_MS_MIN, PER_USER_LIMIT_MAX, POOL_LIST_LIMIT_DEFAULT,
-    POOL_LIST_LIMIT_MAX, QTY_MAX, TIME_MS_MAX, TOTAL_MAX, WAIT_MS_MAX,
+    POOL_LIST_LIMIT_MAX, QTY_MAX, SEGMENTS_MAX, TIME_MS_MAX, TOTAL_MAX, WAIT_MS_MAX,
 };
 use stockd_core::{DetailKind, ErrorKind, ErrorSpec, ERRORS};
 use utoipa::openapi::content::ContentBuilder;
@@ -65,6 +65,8 @@ macro_rules! api_doc {
             wire::HoldItem,
             wire::PoolObject,
             wire::PoolList,
+            wire::SegmentObject,
+            wire::SegmentList,
             wire::HoldList,
             wire::HoldStatus,
             wire::HoldObject,
@@ -201,6 +203,14 @@ const BODY_RULES: &[(&str, &[(&str, Rule)])] = &[
             ("starts_at_ms", TIME_MS),
             ("ends_at_ms", TIME_MS),
             ("low_stock_threshold", TOTAL),
+            (
+                "segments",
+                Rule::Int {
+                    min: 1,
+                    max: SEGMENTS_MAX,
+                    default: Some(1),
+                },
+            ),
         ],
     ),
     (
@@ -377,6 +387,7 @@ fn reaches_backend(route: RouteId) -> bool {
         | RouteId::Pools
         | RouteId::Pool
         | RouteId::PoolRestock
+        | RouteId::PoolSegments
         | RouteId::Holds
         | RouteId::Hold
         | RouteId::HoldConfirm
@@ -1303,6 +1314,11 @@ mod tests {
                 total: 1,
                 committed: 2,
             },
+            Error::SegmentsFixed {
+                pool: pool.clone(),
+                segments: 1,
+                requested: 2,
+            },
             Error::PoolHasActiveHolds {
                 pool: pool.clone(),
                 held: 1,
@@ -1350,6 +1366,7 @@ mod tests {
                 | Error::InsufficientStock { .. }
                 | Error::UserLimitExceeded { .. }
                 | Error::TotalBelowCommitted { .. }
+                | Error::SegmentsFixed { .. }
                 | Error::PoolHasActiveHolds { .. }
                 | Error::PoolDeleted { .. }
                 | Error::HoldNotFound { .. }
@@ -1489,6 +1506,16 @@ mod tests {
         time: Option<u64>,
         threshold: Option<u64>,
     ) -> Command {
+        put_pool_in(total, per_user_limit, time, threshold, None)
+    }
+
+    fn put_pool_in(
+        total: u64,
+        per_user_limit: Option<u64>,
+        time: Option<u64>,
+        threshold: Option<u64>,
+        segments: Option<u64>,
+    ) -> Command {
         Command::PutPool {
             pool: pool_id(),
             spec: PoolSpec {
@@ -1498,6 +1525,7 @@ mod tests {
                 ends_at_ms: time,
                 low_stock_threshold: threshold,
             },
+            segments,
             if_absent: false,
         }
     }
@@ -1537,6 +1565,11 @@ mod tests {
                 "PoolBody",
                 "low_stock_threshold",
                 Box::new(|v| put_pool(1, None, None, Some(v))),
+            ),
+            (
+                "PoolBody",
+                "segments",
+                Box::new(|v| put_pool_in(1, None, None, None, Some(v))),
             ),
             ("HoldItem", "qty", Box::new(|v| reserve(v, 1, 1_000, 0))),
             ("HoldBody", "ttl_ms", Box::new(|v| reserve(1, 1, v, 0))),

@@ -77,6 +77,7 @@ pub(crate) fn status(reply: &Reply) -> StatusCode {
         Reply::Pool { .. }
         | Reply::Hold { .. }
         | Reply::PoolList { .. }
+        | Reply::Segments { .. }
         | Reply::HoldList { .. }
         | Reply::Lock { .. }
         | Reply::LockReleased => StatusCode::OK,
@@ -92,6 +93,7 @@ impl Serialize for ReplyBody<'_> {
             Reply::Pool { pool, .. } => wire::pool(pool).serialize(serializer),
             Reply::Hold { hold, .. } => wire::hold(hold).serialize(serializer),
             Reply::PoolList { pools, next } => wire::pool_list(pools, next).serialize(serializer),
+            Reply::Segments { segments } => wire::segments(segments).serialize(serializer),
             Reply::HoldList { holds, next } => wire::hold_list(holds, next).serialize(serializer),
             Reply::PoolDeleted => serializer.serialize_unit(),
             Reply::Lock {
@@ -298,6 +300,7 @@ mod tests {
             ends_at_ms: None,
             low_stock_threshold: None,
             partition: 0,
+            segments: 1,
         };
         let mut answers = Vec::new();
         for (created, replayed) in [(false, false), (false, true), (true, false)] {

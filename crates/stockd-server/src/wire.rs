@@ -9,12 +9,13 @@
 //! Request bodies are in [`crate::dto`].
 
 use serde::Serialize;
-use stockd_core::{Event, EventKind, HoldView, PoolId, PoolView};
+use stockd_core::{Event, EventKind, HoldView, PoolId, PoolView, SegmentView};
 use utoipa::ToSchema;
 
 pub(crate) use stockd_api::wire::{
     BatchResponse, BatchResult, EventObject, EventPage, EventPartitions, EventType, HoldItem,
-    HoldList, HoldObject, HoldStatus, LockGrant, LockReleased, PoolList, PoolObject,
+    HoldList, HoldObject, HoldStatus, LockGrant, LockReleased, PoolList, PoolObject, SegmentList,
+    SegmentObject,
 };
 
 /// An empty object: the body of confirm and release, which may also be absent, empty or `null`.
@@ -36,6 +37,7 @@ pub(crate) fn pool(view: &PoolView) -> PoolObject<&str> {
         ends_at_ms,
         low_stock_threshold,
         partition,
+        segments,
     } = view;
     PoolObject {
         pool: pool.as_str(),
@@ -48,6 +50,34 @@ pub(crate) fn pool(view: &PoolView) -> PoolObject<&str> {
         ends_at_ms: *ends_at_ms,
         low_stock_threshold: *low_stock_threshold,
         partition: *partition,
+        segments: *segments,
+    }
+}
+
+/// A pool's segments as the API shows them.
+pub(crate) fn segments(views: &[SegmentView]) -> SegmentList {
+    SegmentList {
+        segments: views
+            .iter()
+            .map(|view| {
+                let SegmentView {
+                    segment,
+                    partition,
+                    total,
+                    available,
+                    held,
+                    sold,
+                } = *view;
+                SegmentObject {
+                    segment,
+                    partition,
+                    total,
+                    available,
+                    held,
+                    sold,
+                }
+            })
+            .collect(),
     }
 }
 

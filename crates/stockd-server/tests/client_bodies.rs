@@ -65,6 +65,7 @@ fn the_client_sends_the_bodies_the_document_describes() {
         starts_at_ms: Some(1),
         ends_at_ms: Some(2),
         low_stock_threshold: Some(3),
+        segments: Some(4),
     };
     check(schemas, "PoolBody", pool, PoolBody::with_total(10));
     let restock = |request_id: Option<&str>| RestockBody {

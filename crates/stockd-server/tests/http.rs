@@ -32,7 +32,7 @@ async fn pool_lifecycle_statuses_and_bodies() {
         created.json(),
         json!({"pool": "sku-1", "total": 10, "available": 10, "held": 0, "sold": 0,
                "per_user_limit": null, "starts_at_ms": null, "ends_at_ms": null,
-               "low_stock_threshold": null, "partition": 0})
+               "low_stock_threshold": null, "partition": 0, "segments": 1})
     );
 
     let replaced = put(
@@ -743,6 +743,7 @@ fn every_operation() -> Vec<(Method, &'static str, &'static str)> {
         (Method::GET, "/v1/pools/p", ""),
         (Method::DELETE, "/v1/pools/p", ""),
         (Method::POST, "/v1/pools/p/restock", "{\"delta\": 1}"),
+        (Method::GET, "/v1/pools/p/segments", ""),
         (
             Method::POST,
             "/v1/holds",

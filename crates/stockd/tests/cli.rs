@@ -207,6 +207,32 @@ fn run_full(env: &[(&str, &str)], args: &[&str], input: Option<&[u8]>) -> Run {
 }
 
 #[test]
+fn pool_put_segments_and_pool_segments() {
+    let server = Server::start();
+    // A segmented pool: its count is shown, fixed, and its segments add up to it.
+    let out = server
+        .stockd(&["pool", "put", "flash-1", "--total", "64", "--segments", "8"])
+        .ok_owned();
+    assert!(
+        out.contains("pool flash-1 created: total 64, available 64, held 0, sold 0; 8 segments"),
+        "{out}"
+    );
+    let out = server.stockd(&["pool", "segments", "flash-1"]).ok_owned();
+    assert!(
+        out.starts_with("pool flash-1: 1 segment\n  segment  0"),
+        "{out}"
+    );
+    assert!(out.contains("total       64  available       64"), "{out}");
+    let refused = server.stockd(&["pool", "put", "flash-1", "--total", "64", "--segments", "4"]);
+    assert_eq!(refused.code, Some(4), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("segments_fixed"),
+        "{}",
+        refused.stderr
+    );
+}
+
+#[test]
 fn pool_and_hold_commands_against_a_real_server() {
     let server = Server::start();
 
@@ -242,6 +268,7 @@ fn pool_and_hold_commands_against_a_real_server() {
     assert_eq!(pool["sold"], 0);
     assert_eq!(pool["low_stock_threshold"], 2);
     assert_eq!(pool["per_user_limit"], Value::Null);
+    assert_eq!(pool["segments"], 1);
 
     let out = server
         .stockd(&["hold", "reserve", "o-1", "--item", "sku-1=3", "--confirm"])

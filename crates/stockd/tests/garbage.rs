@@ -37,8 +37,9 @@ const SCRATCH_LOCKS: [&str; 2] = ["xl-0", "xl-1"];
 
 /// Field names of the API, so random objects hit real fields with wrong values. `wait_ms` is left
 /// out on purpose: a valid wait would only slow the run down, it cannot find more bugs here.
-const FIELD_NAMES: [&str; 18] = [
+const FIELD_NAMES: [&str; 19] = [
     "total",
+    "segments",
     "per_user_limit",
     "starts_at_ms",
     "ends_at_ms",
@@ -79,6 +80,7 @@ enum Route {
     LockRelease,
     /// Routes without a body: any body sent is garbage on top.
     GetPool,
+    GetSegments,
     ListPools,
     GetHold,
     Confirm,
@@ -90,7 +92,7 @@ enum Route {
     Random,
 }
 
-const ROUTES: [Route; 17] = [
+const ROUTES: [Route; 18] = [
     Route::PutPool,
     Route::Restock,
     Route::Reserve,
@@ -100,6 +102,7 @@ const ROUTES: [Route; 17] = [
     Route::LockRenew,
     Route::LockRelease,
     Route::GetPool,
+    Route::GetSegments,
     Route::ListPools,
     Route::GetHold,
     Route::Confirm,
@@ -114,7 +117,7 @@ impl Route {
     /// Whether sending garbage to a sentinel on this route is safe: the route needs a JSON body
     /// (which we make invalid) or only reads.
     fn sentinel_safe(self) -> bool {
-        self.has_body() || matches!(self, Route::GetPool | Route::GetHold)
+        self.has_body() || matches!(self, Route::GetPool | Route::GetSegments | Route::GetHold)
     }
 
     fn has_body(self) -> bool {
@@ -255,6 +258,9 @@ impl Garbage {
                 }
                 if self.rng.gen_bool(0.3) {
                     body["low_stock_threshold"] = json!(self.rng.gen_range(0..5));
+                }
+                if self.rng.gen_bool(0.2) {
+                    body["segments"] = json!(self.rng.gen_range(0..4));
                 }
                 body
             }
@@ -594,6 +600,7 @@ impl Garbage {
             Route::LockRenew => ("POST", format!("/v1/locks/{lock}/renew")),
             Route::LockRelease => ("POST", format!("/v1/locks/{lock}/release")),
             Route::GetPool => ("GET", format!("/v1/pools/{pool}")),
+            Route::GetSegments => ("GET", format!("/v1/pools/{pool}/segments")),
             Route::ListPools => ("GET", format!("/v1/pools?{}", self.random_query())),
             Route::GetHold => ("GET", format!("/v1/holds/{hold}")),
             Route::Confirm => ("POST", format!("/v1/holds/{hold}/confirm")),

@@ -33,8 +33,13 @@ impl State {
         let at_ms = record.at_ms;
         match &record.change {
             Change::PoolUpserted { pool, spec } => {
-                self.apply_pool_upserted(at_ms, pool, spec, events)
+                self.apply_pool_upserted(at_ms, pool, spec, 1, events)
             }
+            Change::PoolCreatedWithSegments {
+                pool,
+                spec,
+                segments,
+            } => self.apply_pool_upserted(at_ms, pool, spec, *segments, events),
             Change::Restocked { pool, delta } => {
                 self.apply_restocked(at_ms, pool, *delta, None, events)
             }
@@ -88,12 +93,14 @@ impl State {
         }
     }
 
-    /// `PoolUpserted`: a pool created, or its total and rules replaced.
+    /// `PoolUpserted`: a pool created (with `segments`), or its total and rules replaced (its
+    /// segments kept).
     fn apply_pool_upserted(
         &mut self,
         at_ms: u64,
         id: &PoolId,
         spec: &PoolSpec,
+        segments: u32,
         events: &mut Vec<Event>,
     ) {
         let created = !self.data.pools.contains_key(id);
@@ -113,6 +120,7 @@ impl State {
                     ends_at_ms: None,
                     low_stock_threshold: None,
                     usage: HashMap::new(),
+                    segments,
                 },
             );
         }

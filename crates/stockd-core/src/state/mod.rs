@@ -25,7 +25,7 @@ mod tick;
 mod time_queue;
 mod waiters;
 
-pub use snapshot::SnapshotV3;
+pub use snapshot::{SnapshotV3, SnapshotV5};
 
 use cmd::reads::HoldFilter;
 use hold_index::HoldIndex;
@@ -112,6 +112,9 @@ struct Pool {
     low_stock_threshold: Option<u64>,
     /// Units per user in held + confirmed holds. Entries at zero are removed.
     usage: HashMap<UserId, u64>,
+    /// The segments the pool was created with. One state keeps a pool as one segment whatever
+    /// the count: it is reported, and it fixes what a later `PUT` may ask.
+    segments: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -325,14 +328,16 @@ impl State {
             Command::PutPool {
                 pool,
                 spec,
+                segments,
                 if_absent,
-            } => Step::Done(self.put_pool(pool, spec, if_absent, now_ms, effects)),
+            } => Step::Done(self.put_pool(pool, spec, segments, if_absent, now_ms, effects)),
             Command::Restock {
                 pool,
                 delta,
                 request_id,
             } => Step::Done(self.restock(pool, delta, request_id, now_ms, effects)),
             Command::GetPool { pool } => Step::Done(self.get_pool(pool)),
+            Command::GetSegments { pool } => Step::Done(self.get_segments(pool)),
             Command::ListPools {
                 prefix,
                 after,
@@ -470,6 +475,7 @@ impl State {
             low_stock_threshold: pool.low_stock_threshold,
             // One state feeds one event partition; a partitioned backend sets its own.
             partition: 0,
+            segments: pool.segments,
         })
     }
 

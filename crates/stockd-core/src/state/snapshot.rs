@@ -16,7 +16,7 @@ use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
 
 use super::sharded::ShardedMap;
-use super::{Hold, Lock, Pool, Snapshot, State};
+use super::{Hold, Lock, Pool, RestockRequest, Snapshot, State};
 use crate::command::HoldItem;
 use crate::ids::{HoldId, LockName, PoolId, RequestId, UserId};
 use crate::record::{Event, EventKind};
@@ -26,11 +26,15 @@ use crate::record::{Event, EventKind};
 /// misread (postcard is not self-describing). Distinctive on purpose: an untagged payload
 /// starts with a small count. Format 3 added `restock` to events (refund without restock);
 /// format 4 added restock request ids to the state and `request_id` to events; format 5 added
-/// `created_at_ms` to events (held).
-pub const SNAPSHOT_FORMAT: u32 = 0x5354_4B05;
+/// `created_at_ms` to events (held); format 6 added `segments` to pools.
+pub const SNAPSHOT_FORMAT: u32 = 0x5354_4B06;
 
-/// The previous release's format, still read: a data directory it wrote must open. Its state
-/// is the current one, its events have no `created_at_ms` ([`EventV4`]).
+/// The previous release's format, still read: a data directory it wrote must open. Its pools
+/// have no segment count ([`SnapshotV5`], [`PoolV5`]), its events are the current ones.
+pub const SNAPSHOT_FORMAT_V5: u32 = 0x5354_4B05;
+
+/// The format before that, still read: its state is format 5's, its events have no
+/// `created_at_ms` ([`EventV4`]).
 pub const SNAPSHOT_FORMAT_V4: u32 = 0x5354_4B04;
 
 /// The format before that, still read: its state has no restock request ids ([`SnapshotV3`]),
@@ -78,14 +82,15 @@ pub fn encode_snapshot<'a>(state: &State, events: impl Iterator<Item = &'a Event
     postcard::to_allocvec(&snapshot).expect("serialising to memory cannot fail")
 }
 
-/// Decodes a payload of the current format or of format 4, 3 or 2 into the current state and
-/// events.
+/// Decodes a payload of the current format or of format 5, 4, 3 or 2 into the current state
+/// and events.
 pub fn decode_snapshot(bytes: &[u8]) -> Result<(Snapshot, Vec<Event>), SnapshotError> {
     // The tag is checked first: an untagged or older payload may not decode at all.
     let format = postcard::take_from_bytes::<u32>(bytes).map(|(format, _)| format);
     match format {
         Ok(SNAPSHOT_FORMAT) => decode_as::<Snapshot, Event>(bytes, SNAPSHOT_FORMAT),
-        Ok(SNAPSHOT_FORMAT_V4) => decode_as::<Snapshot, EventV4>(bytes, SNAPSHOT_FORMAT_V4),
+        Ok(SNAPSHOT_FORMAT_V5) => decode_as::<SnapshotV5, Event>(bytes, SNAPSHOT_FORMAT_V5),
+        Ok(SNAPSHOT_FORMAT_V4) => decode_as::<SnapshotV5, EventV4>(bytes, SNAPSHOT_FORMAT_V4),
         Ok(SNAPSHOT_FORMAT_V3) => decode_as::<SnapshotV3, EventV3>(bytes, SNAPSHOT_FORMAT_V3),
         Ok(SNAPSHOT_FORMAT_V2) => decode_as::<SnapshotV3, EventV2>(bytes, SNAPSHOT_FORMAT_V2),
         _ => Err(SnapshotError::Format {
@@ -106,13 +111,123 @@ where
     Ok((file.state.into(), events))
 }
 
+/// A pool as formats 2 to 5 stored it, before pools had segments: every field of [`Pool`] up
+/// to `usage`, in the same order (postcard is positional). A second copy of those fields on
+/// purpose: a released format is frozen, and must not follow [`Pool`]'s changes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PoolV5 {
+    generation: u64,
+    total: u64,
+    available: u64,
+    held: u64,
+    sold: u64,
+    per_user_limit: Option<u64>,
+    starts_at_ms: Option<u64>,
+    ends_at_ms: Option<u64>,
+    low_stock_threshold: Option<u64>,
+    usage: HashMap<UserId, u64>,
+}
+
+impl From<PoolV5> for Pool {
+    fn from(old: PoolV5) -> Self {
+        Pool {
+            generation: old.generation,
+            total: old.total,
+            available: old.available,
+            held: old.held,
+            sold: old.sold,
+            per_user_limit: old.per_user_limit,
+            starts_at_ms: old.starts_at_ms,
+            ends_at_ms: old.ends_at_ms,
+            low_stock_threshold: old.low_stock_threshold,
+            usage: old.usage,
+            // Before format 6 every pool was one segment.
+            segments: 1,
+        }
+    }
+}
+
+impl From<&Pool> for PoolV5 {
+    /// What an earlier release would have written (for tests of the reading path).
+    fn from(pool: &Pool) -> Self {
+        PoolV5 {
+            generation: pool.generation,
+            total: pool.total,
+            available: pool.available,
+            held: pool.held,
+            sold: pool.sold,
+            per_user_limit: pool.per_user_limit,
+            starts_at_ms: pool.starts_at_ms,
+            ends_at_ms: pool.ends_at_ms,
+            low_stock_threshold: pool.low_stock_threshold,
+            usage: pool.usage.clone(),
+        }
+    }
+}
+
+fn upgrade_pools(pools: BTreeMap<PoolId, PoolV5>) -> BTreeMap<PoolId, Pool> {
+    pools
+        .into_iter()
+        .map(|(id, pool)| (id, pool.into()))
+        .collect()
+}
+
+fn frozen_pools(pools: &BTreeMap<PoolId, Pool>) -> BTreeMap<PoolId, PoolV5> {
+    pools
+        .iter()
+        .map(|(id, pool)| (id.clone(), pool.into()))
+        .collect()
+}
+
+/// The state as snapshot formats 4 and 5 stored it, before pools had segments: every field of
+/// [`Snapshot`], in the same order, with [`PoolV5`] pools. Frozen on purpose, like [`PoolV5`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotV5 {
+    pools: BTreeMap<PoolId, PoolV5>,
+    holds: ShardedMap<HoldId, Box<Hold>>,
+    locks: HashMap<LockName, Lock>,
+    next_seq: u64,
+    next_generation: u64,
+    next_fence_token: u64,
+    restock_requests: HashMap<RequestId, RestockRequest>,
+}
+
+impl From<SnapshotV5> for Snapshot {
+    fn from(old: SnapshotV5) -> Self {
+        Snapshot {
+            pools: upgrade_pools(old.pools),
+            holds: old.holds,
+            locks: old.locks,
+            next_seq: old.next_seq,
+            next_generation: old.next_generation,
+            next_fence_token: old.next_fence_token,
+            restock_requests: old.restock_requests,
+        }
+    }
+}
+
+impl From<&Snapshot> for SnapshotV5 {
+    /// What an earlier release would have written (for tests of the reading path).
+    fn from(snapshot: &Snapshot) -> Self {
+        SnapshotV5 {
+            pools: frozen_pools(&snapshot.pools),
+            holds: snapshot.holds.clone(),
+            locks: snapshot.locks.clone(),
+            next_seq: snapshot.next_seq,
+            next_generation: snapshot.next_generation,
+            next_fence_token: snapshot.next_fence_token,
+            restock_requests: snapshot.restock_requests.clone(),
+        }
+    }
+}
+
 /// The state as snapshot formats 2 and 3 stored it, before restocks had request ids: every
 /// field of [`Snapshot`] up to `next_fence_token`, in the same order (postcard is positional).
 /// An engine reads it to open a data directory of an earlier release. A second copy of those
 /// fields on purpose: a released format is frozen, and must not follow [`Snapshot`]'s changes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SnapshotV3 {
-    pools: BTreeMap<PoolId, Pool>,
+    pools: BTreeMap<PoolId, PoolV5>,
     holds: ShardedMap<HoldId, Box<Hold>>,
     locks: HashMap<LockName, Lock>,
     next_seq: u64,
@@ -123,7 +238,7 @@ pub struct SnapshotV3 {
 impl From<SnapshotV3> for Snapshot {
     fn from(old: SnapshotV3) -> Self {
         Snapshot {
-            pools: old.pools,
+            pools: upgrade_pools(old.pools),
             holds: old.holds,
             locks: old.locks,
             next_seq: old.next_seq,
@@ -139,7 +254,7 @@ impl From<&Snapshot> for SnapshotV3 {
     /// What an earlier release would have written (for tests of the reading path).
     fn from(snapshot: &Snapshot) -> Self {
         SnapshotV3 {
-            pools: snapshot.pools.clone(),
+            pools: frozen_pools(&snapshot.pools),
             holds: snapshot.holds.clone(),
             locks: snapshot.locks.clone(),
             next_seq: snapshot.next_seq,
@@ -266,6 +381,7 @@ mod tests {
                 total: 5,
                 ..PoolSpec::default()
             },
+            segments: None,
             if_absent: false,
         };
         let reserve = Command::Reserve(ReserveRequest {
@@ -393,13 +509,67 @@ mod tests {
     fn a_format_4_snapshot_still_opens() {
         let (state, events) = one_hold();
         let old_events: Vec<EventV4> = events.iter().map(as_v4).collect();
-        let payload =
-            postcard::to_allocvec(&(SNAPSHOT_FORMAT_V4, state.snapshot(), &old_events)).unwrap();
+        let payload = postcard::to_allocvec(&(
+            SNAPSHOT_FORMAT_V4,
+            SnapshotV5::from(state.snapshot()),
+            &old_events,
+        ))
+        .unwrap();
         let (_, feed) = reopened(&payload, &state);
         assert_eq!(feed, events);
         assert!(feed
             .iter()
             .any(|e| e.kind == EventKind::Held && e.created_at_ms == Some(e.at_ms)));
+    }
+
+    /// A data directory of the release before segmented pools holds format 5 snapshots: they
+    /// still open, every pool of one segment, and a later `PUT` naming one segment is allowed.
+    #[test]
+    fn a_format_5_snapshot_still_opens() {
+        let pool = PoolId::parse("p").unwrap();
+        let (state, events) = one_hold();
+        let payload = postcard::to_allocvec(&(
+            SNAPSHOT_FORMAT_V5,
+            SnapshotV5::from(state.snapshot()),
+            &events,
+        ))
+        .unwrap();
+        let (mut reopened, feed) = reopened(&payload, &state);
+        assert_eq!(feed, events);
+        assert_eq!(reopened.pool(&pool).unwrap().segments, 1);
+        let put = Command::PutPool {
+            pool: pool.clone(),
+            spec: PoolSpec {
+                total: 6,
+                ..PoolSpec::default()
+            },
+            segments: Some(1),
+            if_absent: false,
+        };
+        let mut effects = Effects::default();
+        assert!(matches!(
+            reopened.execute(put, T0 + 1, &mut effects),
+            Step::Done(Ok(_))
+        ));
+    }
+
+    /// A segmented pool keeps its count through a snapshot.
+    #[test]
+    fn a_snapshot_keeps_segment_counts() {
+        let pool = PoolId::parse("p").unwrap();
+        let put = Command::PutPool {
+            pool: pool.clone(),
+            spec: PoolSpec {
+                total: 8,
+                ..PoolSpec::default()
+            },
+            segments: Some(4),
+            if_absent: false,
+        };
+        let (state, events) = state_after(&[put]);
+        let payload = encode_snapshot(&state, events.iter());
+        let (reopened, _) = reopened(&payload, &state);
+        assert_eq!(reopened.pool(&pool).unwrap().segments, 4);
     }
 
     /// The nested older events are the flat shapes their releases wrote: the same bytes.

@@ -45,6 +45,7 @@ pub fn put_pool_with(pool: &str, spec: PoolSpec) -> Command {
     Command::PutPool {
         pool: pool_id(pool),
         spec,
+        segments: None,
         if_absent: false,
     }
 }

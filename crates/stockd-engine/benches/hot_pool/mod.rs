@@ -25,6 +25,7 @@ pub fn put_pool() -> Command {
             total: stockd_core::limits::TOTAL_MAX,
             ..PoolSpec::default()
         },
+        segments: None,
         if_absent: false,
     }
 }

@@ -23,6 +23,7 @@ pub(crate) fn put_pool(pool: &str, total: u64) -> Command {
             total,
             ..PoolSpec::default()
         },
+        segments: None,
         if_absent: false,
     }
 }
@@ -177,6 +178,7 @@ pub(crate) fn put_pool_with(pool: &str, spec: PoolSpec) -> Command {
     Command::PutPool {
         pool: pool_id(pool),
         spec,
+        segments: None,
         if_absent: false,
     }
 }
@@ -229,6 +231,7 @@ pub(crate) fn put_pool_if_absent(pool: &str, spec: PoolSpec) -> Command {
     Command::PutPool {
         pool: pool_id(pool),
         spec,
+        segments: None,
         if_absent: true,
     }
 }

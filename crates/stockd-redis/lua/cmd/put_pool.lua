@@ -2,13 +2,20 @@
 -- when it exists).
 -- Mirrors stockd-core src/state/cmd/put_pool.rs.
 
--- put_pool POOL TOTAL LIMIT STARTS ENDS THRESHOLD IF_ABSENT ('-' for an unset rule)
+-- put_pool POOL TOTAL LIMIT STARTS ENDS THRESHOLD IF_ABSENT SEGMENTS ('-' for an unset rule or
+-- no segment count). The segment count is fixed when the pool is created; this partition keeps
+-- the pool whole, whatever the count.
 C.put_pool = function(a)
     local id, total = a[1], tonumber(a[2])
+    local segments = S.num(a[8] ~= '-' and a[8])
     local pool = S.pool_get(id)
     local created = pool == nil
     if pool and a[7] == '1' then
         return S.pool_reply(pool, false, false)
+    end
+    if pool and segments ~= nil and segments ~= pool.segments then
+        return S.error('segments_fixed', { { 'pool', id, 's' }, { 'segments', pool.segments, 'n' },
+            { 'requested', segments, 'n' } })
     end
     if pool and total < pool.held + pool.sold then
         return S.error('total_below_committed', { { 'pool', id, 's' }, { 'total', total, 'n' },
@@ -16,8 +23,10 @@ C.put_pool = function(a)
     end
     if created then
         local generation = redis.call('HINCRBY', S.meta, 'generation', 1)
-        pool = { id = id, generation = generation, total = 0, available = 0, held = 0, sold = 0 }
+        pool = { id = id, generation = generation, total = 0, available = 0, held = 0, sold = 0,
+            segments = segments or 1 }
         redis.call('HSET', S.key('pool', id), 'g', S.int(generation))
+        if pool.segments > 1 then redis.call('HSET', S.key('pool', id), 'sg', S.int(pool.segments)) end
         redis.call('ZADD', S.key('pools'), '0', id)
     end
     local before = pool.available

@@ -1,4 +1,4 @@
--- cmd/reads.lua: get_pool, list_pools and list_holds (this partition's page; the server merges
+-- cmd/reads.lua: get_pool, get_segments, list_pools and list_holds (this partition's page; the server merges
 -- partitions), get_hold.
 -- Mirrors stockd-core src/state/cmd/reads.rs.
 
@@ -9,6 +9,18 @@ C.get_pool = function(a)
         return S.error('pool_not_found', { { 'pool', a[1], 's' } })
     end
     return S.pool_reply(pool, false, false)
+end
+
+-- get_segments POOL: the pool's one segment (a partition keeps a pool whole).
+C.get_segments = function(a)
+    local pool = S.pool_get(a[1])
+    if not pool then
+        return S.error('pool_not_found', { { 'pool', a[1], 's' } })
+    end
+    local segment = S.json_object({ { 'segment', 0, 'n' }, { 'partition', S.partition, 'n' },
+        { 'total', pool.total, 'n' }, { 'available', pool.available, 'n' },
+        { 'held', pool.held, 'n' }, { 'sold', pool.sold, 'n' } })
+    return { kind = 'raw', json = '{"segments":[' .. segment .. ']}' }
 end
 
 -- list_pools PREFIX AFTER LIMIT: up to LIMIT pools of this partition with id >= PREFIX (> AFTER

@@ -410,6 +410,7 @@ impl Run {
                     low_stock_threshold: pool.low_stock_threshold,
                     ..PoolSpec::default()
                 },
+                segments: None,
                 if_absent: false,
             };
             let process = self.new_process();

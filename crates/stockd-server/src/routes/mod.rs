@@ -235,6 +235,7 @@ route_table! {
             DELETE_POOL => pools::delete_pool,
         },
         PoolRestock => { RESTOCK => pools::restock_pool },
+        PoolSegments => { GET_POOL_SEGMENTS => pools::get_pool_segments },
         Holds => { LIST_HOLDS => holds::list_holds, RESERVE => holds::reserve },
         Hold => { GET_HOLD => holds::get_hold },
         HoldConfirm => { CONFIRM => holds::confirm_hold },

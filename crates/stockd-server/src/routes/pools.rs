@@ -1,4 +1,4 @@
-//! `/v1/pools`: create or replace, restock, read, list, delete.
+//! `/v1/pools`: create or replace, restock, read (the pool, its segments), list, delete.
 //!
 //! Each handler parses its request into one `Command`, executes it and encodes the reply; it must
 //! never compute stock itself (available, deltas, limits all come back from the backend).
@@ -10,7 +10,7 @@ use stockd_core::{Command, PoolId};
 use super::{paths, App};
 use crate::dto::{ListPoolsQuery, PoolBody, PutPoolQuery, RestockBody};
 use crate::json::{JsonBody, NoQuery, PathId, QueryParams};
-use crate::wire::{PoolList, PoolObject};
+use crate::wire::{PoolList, PoolObject, SegmentList};
 
 #[utoipa::path(
     put,
@@ -18,7 +18,9 @@ use crate::wire::{PoolList, PoolObject};
     tag = "pools",
     summary = "Create or replace a pool (admin)",
     description = "Creates the pool (201) or replaces its total and rules (200). A rule left out \
-                   is unset. Changing `total` moves `available` by the same delta.",
+                   is unset. Changing `total` moves `available` by the same delta. `segments` \
+                   is fixed when the pool is created: a PUT naming another count is 409 \
+                   `segments_fixed`, and one naming none keeps it.",
     params(("pool" = String, Path, description = "Pool id"), PutPoolQuery),
     request_body = PoolBody,
     responses(
@@ -32,9 +34,11 @@ pub(crate) async fn put_pool(
     QueryParams(query): QueryParams<PutPoolQuery>,
     JsonBody(body): JsonBody<PoolBody>,
 ) -> Response {
+    let segments = body.segments;
     app.execute(Command::PutPool {
         pool,
         spec: body.into_spec(),
+        segments,
         if_absent: query.if_absent.unwrap_or(false),
     })
     .await
@@ -73,6 +77,15 @@ command_handler! {
     get POOL, tag = "pools", summary = "Read a pool",
     fn get_pool(pool: PoolId = ("pool", "Pool id")) -> (200, "The pool", PoolObject)
     => Command::GetPool { pool }
+}
+
+command_handler! {
+    get POOL_SEGMENTS, tag = "pools", summary = "Read a pool's segments",
+    description = "Each segment with its counts, in segment order. On a Redis Cluster the \
+                   segments of a segmented pool live in partitions of their own; the embedded \
+                   engine and a single Redis keep a pool as one segment, 0.",
+    fn get_pool_segments(pool: PoolId = ("pool", "Pool id")) -> (200, "The pool's segments", SegmentList)
+    => Command::GetSegments { pool }
 }
 
 #[utoipa::path(

@@ -624,6 +624,8 @@ mod tests {
             "2000",
             "--low-stock-threshold",
             "5",
+            "--segments",
+            "4",
             "--if-absent",
         ]);
         assert_eq!(
@@ -635,6 +637,7 @@ mod tests {
                 starts_at_ms: Some(1000),
                 ends_at_ms: Some(2000),
                 low_stock_threshold: Some(5),
+                segments: Some(4),
                 if_absent: true,
             }
         );

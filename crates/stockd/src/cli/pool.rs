@@ -1,7 +1,7 @@
 //! `stockd pool ...`: create, read, list, restock and delete pools.
 
 use std::fmt::Write as _;
-use stockd_client::{Call, PoolPage, PoolSpecBody, PoolView};
+use stockd_client::{Call, PoolPage, PoolSpecBody, PoolView, SegmentList};
 
 use super::{human, Exit, Session};
 
@@ -27,12 +27,22 @@ pub enum PoolCommand {
         /// Emit a low_stock event when available falls to this or below.
         #[arg(long)]
         low_stock_threshold: Option<u64>,
+        /// Split the pool into this many segments (1 to 64), fixed when the pool is created: on
+        /// a Redis Cluster they spread one hot pool over the primaries. Left out, a new pool has
+        /// one and an existing pool keeps its count.
+        #[arg(long)]
+        segments: Option<u32>,
         /// Create only when missing; an existing pool is left unchanged.
         #[arg(long)]
         if_absent: bool,
     },
     /// Show one pool.
     Get {
+        /// The pool's id (1 to 128 bytes of [A-Za-z0-9._:-], first alphanumeric).
+        pool: String,
+    },
+    /// Show a pool's segments and each one's counts.
+    Segments {
         /// The pool's id (1 to 128 bytes of [A-Za-z0-9._:-], first alphanumeric).
         pool: String,
     },
@@ -77,6 +87,7 @@ pub(super) async fn run(session: &Session, command: PoolCommand) -> Exit {
             starts_at_ms,
             ends_at_ms,
             low_stock_threshold,
+            segments,
             if_absent,
         } => {
             let spec = PoolSpecBody {
@@ -85,6 +96,7 @@ pub(super) async fn run(session: &Session, command: PoolCommand) -> Exit {
                 starts_at_ms,
                 ends_at_ms,
                 low_stock_threshold,
+                segments,
             };
             session
                 .show(Call::put_pool(&pool, &spec, if_absent), |answer| {
@@ -101,6 +113,13 @@ pub(super) async fn run(session: &Session, command: PoolCommand) -> Exit {
             session
                 .show(Call::get_pool(&pool), |answer| {
                     Ok(pool_line(&answer.decode()?, None, human::now_ms()))
+                })
+                .await
+        }
+        PoolCommand::Segments { pool } => {
+            session
+                .show(Call::get_pool_segments(&pool), |answer| {
+                    Ok(segment_table(&pool, &answer.decode()?))
                 })
                 .await
         }
@@ -196,6 +215,7 @@ fn pool_numbers(view: &PoolView, now_ms: u64) -> String {
         view.total, view.available, view.held, view.sold
     );
     let rules: Vec<String> = [
+        (view.segments > 1).then(|| format!("{} segments", view.segments)),
         view.per_user_limit.map(|n| format!("per-user limit {n}")),
         view.starts_at_ms
             .map(|t| format!("sale starts {}", human::when(t, now_ms))),
@@ -211,6 +231,26 @@ fn pool_numbers(view: &PoolView, now_ms: u64) -> String {
         let _ = write!(line, "; {}", rules.join(", "));
     }
     line
+}
+
+/// `pool P: N segments`, then one aligned line per segment with its partition and counts.
+fn segment_table(pool: &str, list: &SegmentList) -> String {
+    let count = list.segments.len();
+    let plural = if count == 1 { "" } else { "s" };
+    let mut out = format!("pool {pool}: {count} segment{plural}");
+    for segment in &list.segments {
+        let _ = write!(
+            out,
+            "\n  segment {:>2}  partition {:>2}  total {:>8}  available {:>8}  held {:>8}  sold {:>8}",
+            segment.segment,
+            segment.partition,
+            segment.total,
+            segment.available,
+            segment.held,
+            segment.sold
+        );
+    }
+    out
 }
 
 /// An aligned table: pool ids left-aligned, counts right-aligned, then the next-page cursor.

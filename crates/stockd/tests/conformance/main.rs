@@ -15,7 +15,7 @@
 //!
 //! Layout: `case.rs` is the case model and its builders, `runner.rs` runs a group; each subject's
 //! cases (and the properties that need a server of their own) are in a file of their own:
-//! `pools.rs`, `holds.rs`, `hold_list.rs`, `batch.rs`, `events.rs`, `locks.rs`, `errors.rs`,
+//! `pools.rs`, `segments.rs`, `holds.rs`, `hold_list.rs`, `batch.rs`, `events.rs`, `locks.rs`, `errors.rs`,
 //! `auth.rs`. This file says which tables run together on one server.
 
 #[path = "../support/mod.rs"]
@@ -31,6 +31,7 @@ mod holds;
 mod locks;
 mod pools;
 mod runner;
+mod segments;
 
 use case::Case;
 use runner::run_table;
@@ -52,6 +53,7 @@ macro_rules! groups {
 
 groups! {
     conformance_pools: "pools", ServerConfig::default(), [pools::pool_cases];
+    conformance_segments: "segments", ServerConfig::default(), [segments::segment_cases];
     conformance_holds: "holds", ServerConfig::default(), [holds::hold_cases];
     conformance_hold_list: "hold list", ServerConfig::default(), [hold_list::hold_list_cases];
     // Holds forgotten after retention leave the list (a short retention, on its own server).
@@ -71,8 +73,9 @@ groups! {
 type Table = fn() -> Vec<Case>;
 
 /// The case tables, by subject (the groups above run them).
-const TABLES: [(&str, Table); 8] = [
+const TABLES: [(&str, Table); 9] = [
     ("pools", pools::pool_cases),
+    ("segments", segments::segment_cases),
     ("holds", holds::hold_cases),
     ("hold list", hold_list::hold_list_cases),
     ("batch", batch::batch_cases),

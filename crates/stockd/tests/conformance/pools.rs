@@ -10,7 +10,7 @@ fn full_pool(pool: &str, total: u64) -> Value {
     json!({
         "pool": pool, "total": total, "available": total, "held": 0, "sold": 0,
         "per_user_limit": null, "starts_at_ms": null, "ends_at_ms": null, "low_stock_threshold": null,
-        "partition": "$partition",
+        "partition": "$partition", "segments": 1,
     })
 }
 

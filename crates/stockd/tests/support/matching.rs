@@ -39,7 +39,8 @@ impl TimeWindow {
 /// Checks that `actual` contains `expected`:
 /// - objects: every expected key present in actual and matching (extra actual keys are fine);
 /// - arrays: same length, element-wise; `{"$unordered": [...]}` matches in any order;
-///   `{"$len": N}` matches any array of length N;
+///   `{"$len": N}` matches any array of length N; `{"$sum": {"FIELD": N, ...}}` matches a
+///   non-empty array of objects whose FIELDs add up to each N (a segmented pool's segments);
 /// - strings starting with `$` are markers: `$any` (present, anything), `$int` (an integer),
 ///   `$now` / `$now+N` (an integer within the request's time window, plus N), `$save:NAME`
 ///   (anything, captured), `$same:NAME` (equal to the captured value), `$gt:NAME` (an integer
@@ -104,6 +105,28 @@ pub(super) fn match_at(
                     short(actual)
                 )),
             }
+        }
+        Value::Object(map) if map.len() == 1 && map.contains_key("$sum") => {
+            let sums = map["$sum"].as_object().expect("$sum takes an object");
+            let items = actual
+                .as_array()
+                .filter(|items| !items.is_empty())
+                .ok_or_else(|| {
+                    format!("{path}: expected a non-empty array, got {}", short(actual))
+                })?;
+            for (field, want) in sums {
+                let got: Option<u64> = items
+                    .iter()
+                    .map(|item| item.get(field).and_then(Value::as_u64))
+                    .sum();
+                if got != want.as_u64() {
+                    return Err(format!(
+                        "{path}: {field} adds up to {got:?}, expected {want}: {}",
+                        short(actual)
+                    ));
+                }
+            }
+            Ok(())
         }
         Value::Object(map) => {
             let object = actual

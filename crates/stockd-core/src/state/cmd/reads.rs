@@ -1,4 +1,5 @@
-//! The reads: `get_pool`, `list_pools` (by id prefix, paged by the last id seen), `get_hold`
+//! The reads: `get_pool`, `get_segments` (one segment: one state keeps a pool whole),
+//! `list_pools` (by id prefix, paged by the last id seen), `get_hold`
 //! and `list_holds` (by pool, user and status, paged by the last hold id examined).
 //!
 //! They decide nothing and must never change a pool or take units. `get_hold` alone may write:
@@ -15,7 +16,7 @@ use crate::error::Error;
 use crate::ids::{HoldId, PoolId, UserId};
 use crate::limits::HOLD_LIST_EXAMINED_MAX;
 use crate::state::{Effects, State};
-use crate::view::{HoldStatus, HoldView, PoolView};
+use crate::view::{HoldStatus, HoldView, PoolView, SegmentView};
 
 /// What `list_holds` keeps: holds with an item in `pool`, of `user`, in `status` (each when
 /// given).
@@ -35,6 +36,21 @@ impl State {
                 replayed: false,
             })
             .ok_or(Error::PoolNotFound { pool })
+    }
+
+    /// One segment, 0, with the pool's counts: one state keeps a segmented pool as one.
+    pub(in crate::state) fn get_segments(&self, pool: PoolId) -> Outcome {
+        let view = self.pool_view(&pool).ok_or(Error::PoolNotFound { pool })?;
+        Ok(Reply::Segments {
+            segments: vec![SegmentView {
+                segment: 0,
+                partition: view.partition,
+                total: view.total,
+                available: view.available,
+                held: view.held,
+                sold: view.sold,
+            }],
+        })
     }
 
     pub(in crate::state) fn list_pools(
