@@ -47,6 +47,10 @@ fn reserve(id: &str, pool_id: &str, qty: u64, ttl_ms: u64, wait_ms: u64) -> Comm
     })
 }
 
+fn get(id: &str) -> Command {
+    Command::GetPool { pool: pool(id) }
+}
+
 fn confirm(id: &str) -> Command {
     Command::Confirm { hold_id: hold(id) }
 }
@@ -184,6 +188,52 @@ async fn acknowledged_changes_survive_restart() {
         .unwrap();
     assert_eq!(next.events[0].seq, before.last().unwrap().seq + 1);
     assert_eq!(next.events[0].kind, EventKind::Released);
+    engine.shutdown().await;
+}
+
+/// A segmented pool's count is fixed for its life: the log replays it, a snapshot keeps it.
+#[tokio::test]
+async fn segment_counts_survive_log_replay_and_snapshots() {
+    let h = Harness::new();
+    let engine = h.open();
+    let put_in = |id: &str, segments: Option<u64>| match put(id, 8) {
+        Command::PutPool {
+            pool,
+            spec,
+            if_absent,
+            ..
+        } => Command::PutPool {
+            pool,
+            spec,
+            segments,
+            if_absent,
+        },
+        _ => unreachable!("put makes a PutPool"),
+    };
+    ok(&engine, put_in("flash", Some(4))).await;
+    ok(&engine, put_in("plain", None)).await;
+    ok(&engine, put_in("flash", None)).await;
+    let segments = |reply: Reply| match reply {
+        Reply::Pool { pool, .. } => pool.segments,
+        other => panic!("not a pool: {other:?}"),
+    };
+    // Dropped without shutdown: the log is replayed.
+    drop(engine);
+    let engine = h.open();
+    assert_eq!(segments(ok(&engine, get("flash")).await), 4);
+    assert_eq!(segments(ok(&engine, get("plain")).await), 1);
+    assert!(matches!(
+        one(&engine, put_in("flash", Some(2))).await,
+        Err(Error::SegmentsFixed {
+            segments: 4,
+            requested: 2,
+            ..
+        })
+    ));
+    // Shut down: the snapshot carries the count.
+    engine.shutdown().await;
+    let engine = h.open();
+    assert_eq!(segments(ok(&engine, get("flash")).await), 4);
     engine.shutdown().await;
 }
 
