@@ -1,12 +1,12 @@
-// One pool: its numbers and rules, a chart of its numbers over the last minutes, its recent
-// events (live, from the feed), and for admin tokens restock and delete. Polls the pool every
-// second.
+// One pool: its numbers and rules, a chart of its numbers over the last minutes, its segments
+// when it has more than one, its recent events (live, from the feed), and for admin tokens
+// restock and delete. Polls the pool every second (and a segmented pool's segments after it).
 
 import { adminCall, ApiError, call, errorText } from "./api.js";
 import { chart } from "./chart.js";
 import { every, h, lowStock, messageLine, number, stockBar, stockNumbers, time } from "./dom.js";
 import { feed, touchesPool } from "./feed.js";
-import { DELETE_POOL, GET_POOL, RESTOCK } from "./operations.js";
+import { DELETE_POOL, GET_POOL, GET_POOL_SEGMENTS, RESTOCK } from "./operations.js";
 import { eventRow, eventTable } from "./view-events.js";
 import { forget, record, samplesOf } from "./series.js";
 import { session } from "./session.js";
@@ -14,6 +14,9 @@ import { session } from "./session.js";
 const POLL_MS = 1000;
 /** Events of the pool listed, newest first. */
 const EVENTS_SHOWN = 50;
+
+/** Whether a pool has more than one segment (a pool object without the field has one). */
+const segmented = (pool) => (pool?.segments ?? 1) > 1;
 
 export function mount(root, poolId) {
   const heading = h("h1", {}, "Pool ", h("span", { class: "pool-id", text: poolId }));
@@ -23,6 +26,20 @@ export function mount(root, poolId) {
   const rules = h("dl", { id: "pool-rules", class: "rules" });
   const plot = chart();
   const adminBox = h("div", { class: "admin" });
+  const segmentsState = h("p", { id: "pool-segments-state", class: "summary" });
+  const segmentsBody = h("tbody", { id: "pool-segments-rows" });
+  const segmentsBox = h(
+    "section",
+    { id: "pool-segments", hidden: true },
+    h("h2", { text: "Segments" }),
+    segmentsState,
+    h(
+      "table",
+      { class: "segments" },
+      h("thead", {}, h("tr", {}, ...["segment", "partition", "available", "held", "sold", "total"].map((text) => h("th", { text })))),
+      segmentsBody,
+    ),
+  );
   const { table, body: eventsBody } = eventTable({ partitionColumn: false });
   eventsBody.id = "pool-events";
   const feedNote = h("p", { class: "hint" });
@@ -37,12 +54,15 @@ export function mount(root, poolId) {
       h("section", {}, h("h2", { text: "Last minutes" }), plot),
       h("section", {}, h("h2", { text: "Rules" }), rules, adminBox),
     ),
+    segmentsBox,
     h("h2", { text: "Recent events" }),
     feedNote,
     table,
   );
 
   let pool = null;
+  /** The pool's segments as last read (null: one segment, or not read). */
+  let segments = null;
 
   function render() {
     plot.update(samplesOf(poolId));
@@ -63,8 +83,44 @@ export function mount(root, poolId) {
         ["per-user limit", pool.per_user_limit === null ? "none" : number(pool.per_user_limit)],
         ["low stock at", pool.low_stock_threshold === null ? "not set" : `${number(pool.low_stock_threshold)} or fewer`],
         ["feed partition", String(pool.partition ?? 0)],
-      ].flatMap(([term, value]) => [h("dt", { text: term }), h("dd", { text: value })]),
+        ["segments", number(pool.segments ?? 1), "pool-segments-count"],
+      ].flatMap(([term, value, id]) => [h("dt", { text: term }), h("dd", { id, text: value })]),
     );
+  }
+
+  /** One row per segment; a backend that keeps the pool whole answers segment 0 only. */
+  function renderSegments() {
+    segmentsBox.hidden = !segmented(pool);
+    if (!segments) {
+      segmentsBody.replaceChildren();
+      return;
+    }
+    segmentsBody.replaceChildren(
+      ...segments.map((segment) =>
+        h(
+          "tr",
+          { dataset: { segment: segment.segment } },
+          h("td", { text: String(segment.segment) }),
+          h("td", { text: String(segment.partition) }),
+          ...["available", "held", "sold", "total"].map((name) => h("td", {}, h("b", { class: `n-${name}`, text: number(segment[name]) }))),
+        ),
+      ),
+    );
+    segmentsState.classList.remove("error");
+    segmentsState.textContent =
+      segments.length < pool.segments
+        ? `Created with ${number(pool.segments)} segments; this backend keeps the pool whole, as segment 0.`
+        : `${number(segments.length)} segments, spread over the partitions.`;
+  }
+
+  /** The pool's segments, or null when the pool went away meanwhile (its next read says so). */
+  async function readSegments(signal) {
+    try {
+      return (await call(GET_POOL_SEGMENTS, { params: { pool: poolId }, signal })).segments;
+    } catch (error) {
+      if (error instanceof ApiError && error.code === "pool_not_found") return null;
+      throw error;
+    }
   }
 
   function renderEvents() {
@@ -96,6 +152,18 @@ export function mount(root, poolId) {
       state.classList.add("error");
     }
     render();
+    segments = null;
+    if (segmented(pool)) {
+      try {
+        segments = await readSegments(signal);
+      } catch (error) {
+        if (error.name === "AbortError") throw error;
+        // The pool's own numbers stay; only the segments' table says it could not be read.
+        segmentsState.textContent = `Cannot read the segments: ${errorText(error)}`;
+        segmentsState.classList.add("error");
+      }
+    }
+    renderSegments();
   }
 
   const stopPolling = every(POLL_MS, poll, (error) => {

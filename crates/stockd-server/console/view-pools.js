@@ -1,6 +1,6 @@
 // The pools: live bars of available / held / sold, filtered by prefix (on the server, with the
-// list endpoint's `prefix`), sorted, low stock highlighted; and, for admin tokens, creating a
-// pool. Polls one page of the list every second.
+// list endpoint's `prefix`), sorted, low stock highlighted, segmented pools marked with their
+// segment count; and, for admin tokens, creating a pool. Polls one page of the list every second.
 
 import { adminCall, call, errorText } from "./api.js";
 import { every, h, lowStock, messageLine, number, poolLink, stockBar, stockNumbers, time } from "./dom.js";
@@ -59,8 +59,13 @@ export function mount(root) {
     if (!row) {
       const bar = stockBar();
       const numbers = h("span", { class: "numbers-box" });
-      row = h("li", { class: "pool", dataset: { pool: pool.pool } }, poolLink(pool.pool), bar, numbers);
+      const segments = h("span", { class: "segments-tag", hidden: true });
+      row = h("li", { class: "pool", dataset: { pool: pool.pool } }, h("span", { class: "pool-name" }, poolLink(pool.pool), segments), bar, numbers);
       row.update = (next) => {
+        // Only a pool of several segments says so: one segment is every pool's default.
+        const count = next.segments ?? 1;
+        segments.hidden = count <= 1;
+        segments.textContent = `${number(count)} segments`;
         bar.update(next);
         numbers.replaceChildren(stockNumbers(next));
         row.classList.toggle("low", lowStock(next));

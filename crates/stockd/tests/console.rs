@@ -6,7 +6,8 @@
 //! the pool page and watches its events arrive, restocks there, looks up a hold and follows its
 //! history and its times (whole date and UTC offset, in a time zone that is not UTC), extends,
 //! releases and confirms stuck holds from their page (each checked through the API) and shows a
-//! refund the server refuses, pauses and resumes the live feed, and deletes the pool; on a
+//! refund the server refuses, pauses and resumes the live feed, deletes the pool, and shows a
+//! segmented pool's count (in the list and on its page) and its segments' table; on a
 //! server with tokens it is asked for a token, refuses a wrong one, learns that a client token
 //! may not write pools (and hides those actions) but may act on holds, and lets an admin token
 //! write pools.
@@ -179,6 +180,14 @@ async fn without_tokens(browser: &Browser) {
     browser.screenshot("console-pools.png").await;
     browser.fill("#pool-prefix", "").await;
     browser.wait_count("#pool-list li.pool", 4).await;
+    // Pools of one segment do not show a segment count.
+    assert_eq!(browser.count("#pool-list .segments-tag").await, 4);
+    assert_eq!(
+        browser
+            .count("#pool-list .segments-tag:not([hidden])")
+            .await,
+        0
+    );
 
     // The pool's page: its numbers and its events, arriving live.
     browser
@@ -186,6 +195,9 @@ async fn without_tokens(browser: &Browser) {
         .await;
     browser.wait_numbers("#pool-numbers", [3, 2, 5, 10]).await;
     browser.wait_text("#pool-events", "order-3").await;
+    // One segment: the count says so, and there is no segments' table.
+    browser.wait_text("#pool-segments-count", "1").await;
+    assert_eq!(browser.count("#pool-segments:not([hidden])").await, 0);
     let (status, body) = api.call("POST", "/v1/holds/order-1/release", None).await;
     assert_eq!(status, 200, "{body}");
     browser
@@ -369,6 +381,55 @@ async fn without_tokens(browser: &Browser) {
         )
         .await;
     assert_eq!(hold(&api, "order-6").await["status"], "confirmed");
+
+    // A segmented pool: its count in the list and on its page, and its segments' table, which
+    // on the embedded engine (the pool kept whole) is segment 0 with the pool's numbers.
+    seed(
+        &api,
+        "sku-green-shoe",
+        json!({"total": 40, "segments": 4}),
+        &[("g", 5, true), ("g", 3, false)],
+    )
+    .await;
+    let (status, listed) = api
+        .call("GET", "/v1/pools/sku-green-shoe/segments", None)
+        .await;
+    assert_eq!(status, 200, "{listed}");
+    let partition = api.pool("sku-green-shoe").await["partition"].clone();
+    assert_eq!(
+        listed,
+        json!({"segments": [{"segment": 0, "partition": partition, "total": 40,
+                             "available": 32, "held": 3, "sold": 5}]})
+    );
+    browser.click("nav a[data-nav='pools']").await;
+    browser
+        .wait_text("li[data-pool='sku-green-shoe'] .segments-tag", "4 segments")
+        .await;
+    browser
+        .click("li[data-pool='sku-green-shoe'] .pool-link")
+        .await;
+    browser.wait_numbers("#pool-numbers", [32, 3, 5, 40]).await;
+    browser.wait_text("#pool-segments-count", "4").await;
+    browser
+        .wait_numbers("#pool-segments-rows tr[data-segment='0']", [32, 3, 5, 40])
+        .await;
+    assert_eq!(browser.count("#pool-segments-rows tr").await, 1);
+    assert_eq!(
+        browser
+            .text("#pool-segments-rows tr[data-segment='0'] td:nth-child(2)")
+            .await,
+        partition.to_string(),
+        "the segment's partition"
+    );
+    browser
+        .wait_text("#pool-segments-state", "Created with 4 segments")
+        .await;
+    // The table follows the pool.
+    let (status, body) = api.call("POST", "/v1/holds/g-1/release", None).await;
+    assert_eq!(status, 200, "{body}");
+    browser
+        .wait_numbers("#pool-segments-rows tr[data-segment='0']", [35, 0, 5, 40])
+        .await;
 
     // A burst of 400 events, past the feed's window of 50 before the console can read them: it
     // shows a gap where they were, never a silent one, and goes on from the oldest kept.
