@@ -167,9 +167,17 @@ impl Report {
             None => "closed loop".to_string(),
             Some(rate) => format!("open loop at {rate:.0}/s"),
         };
+        // The settings that change what the server does with the same requests.
+        let shape = match self.scenario {
+            Scenario::Flash {
+                segments: Some(segments),
+                ..
+            } => format!(" on a pool of {segments} segment(s)"),
+            _ => String::new(),
+        };
         let _ = writeln!(
             out,
-            "stockd bench: {} against {} ({} connections, {pace}, seed {}, run {})",
+            "stockd bench: {}{shape} against {} ({} connections, {pace}, seed {}, run {})",
             self.scenario.name(),
             self.urls.join(", "),
             self.connections,
@@ -474,6 +482,7 @@ mod tests {
                 stock: 1_000_000,
                 buyers: 10,
                 per_user_limit: None,
+                segments: None,
             },
             4,
             Pace::Closed,
@@ -495,6 +504,35 @@ mod tests {
         assert!(
             table.contains("holds created         1000  per s  (4000 in the same window)"),
             "{table}"
+        );
+    }
+
+    #[test]
+    fn a_segmented_flash_says_its_segments_in_the_table_and_the_json() {
+        let mut report = report(1, 10);
+        let unsegmented = serde_json::to_value(&report).unwrap();
+        assert!(unsegmented.get("segments").is_none(), "{unsegmented:#}");
+        assert!(
+            report
+                .table()
+                .starts_with("stockd bench: flash against http://127.0.0.1:1 ("),
+            "{}",
+            report.table()
+        );
+        report.scenario = Scenario::Flash {
+            stock: 1_000_000,
+            buyers: 10,
+            per_user_limit: None,
+            segments: Some(4),
+        };
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["segments"], 4, "{json:#}");
+        assert!(
+            report
+                .table()
+                .starts_with("stockd bench: flash on a pool of 4 segment(s) against http://"),
+            "{}",
+            report.table()
         );
     }
 

@@ -351,6 +351,7 @@ mod tests {
             stock: 200,
             buyers: 50,
             per_user_limit: None,
+            segments: None,
         };
         let run = Arc::new(
             Run::set_up(&mut admin, scenario, "seeds-test", 8)

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use stockd_bench::{LoadConfig, Pace, RunConfig, Scenario};
+use stockd_core::limits::SEGMENTS_MAX;
 
 use crate::connection::{Connection, ForBench};
 
@@ -206,6 +207,10 @@ pub struct RunArgs {
     /// flash: units one buyer may hold or buy (0: no limit).
     #[arg(long, default_value_t = 20)]
     per_user_limit: u64,
+    /// flash: create the hot pool split into this many segments (1..=64; on a Redis Cluster
+    /// they spread it over the primaries). Left out, the pool has one.
+    #[arg(long)]
+    segments: Option<u32>,
     /// team: team pools.
     #[arg(long, default_value_t = 20)]
     teams: u64,
@@ -288,18 +293,31 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 
 impl RunArgs {
     fn config(&self) -> Result<RunConfig, String> {
+        let scenario_name = || {
+            clap::ValueEnum::to_possible_value(&self.scenario)
+                .map_or_else(String::new, |value| value.get_name().to_string())
+        };
         if self.spread_partitions && self.scenario != ScenarioName::Cart {
             return Err(format!(
                 "--spread-partitions applies to --scenario cart only, got --scenario {}",
-                clap::ValueEnum::to_possible_value(&self.scenario)
-                    .map_or_else(String::new, |value| value.get_name().to_string())
+                scenario_name()
             ));
+        }
+        if self.segments.is_some() && self.scenario != ScenarioName::Flash {
+            return Err(format!(
+                "--segments applies to --scenario flash only, got --scenario {}",
+                scenario_name()
+            ));
+        }
+        if let Some(segments) = self.segments {
+            within("--segments", u64::from(segments), 1..=SEGMENTS_MAX)?;
         }
         let scenario = match self.scenario {
             ScenarioName::Flash => Scenario::Flash {
                 stock: self.stock.unwrap_or(1_000_000),
                 buyers: self.buyers.unwrap_or(100_000).max(1),
                 per_user_limit: (self.per_user_limit > 0).then_some(self.per_user_limit),
+                segments: self.segments,
             },
             ScenarioName::Team => Scenario::Team {
                 teams: self.teams.max(1),
@@ -750,6 +768,47 @@ mod tests {
         assert!(
             why.contains("--spread-partitions") && why.contains("--scenario flash"),
             "{why}"
+        );
+    }
+
+    #[test]
+    fn segments_is_a_flash_flag_within_the_contracts_range() {
+        let config = run_args(&["--scenario", "flash", "--segments", "4"])
+            .unwrap()
+            .config()
+            .unwrap();
+        assert!(matches!(
+            config.scenario,
+            Scenario::Flash {
+                segments: Some(4),
+                ..
+            }
+        ));
+        let config = run_args(&["--scenario", "flash"])
+            .unwrap()
+            .config()
+            .unwrap();
+        assert!(matches!(
+            config.scenario,
+            Scenario::Flash { segments: None, .. }
+        ));
+        for (count, why) in [
+            ("0", "--segments must be 1..=64, got 0"),
+            ("65", "--segments must be 1..=64, got 65"),
+        ] {
+            let refused = run_args(&["--scenario", "flash", "--segments", count])
+                .unwrap()
+                .config()
+                .unwrap_err();
+            assert_eq!(refused, why);
+        }
+        let why = run_args(&["--scenario", "batch", "--segments", "4"])
+            .unwrap()
+            .config()
+            .unwrap_err();
+        assert_eq!(
+            why,
+            "--segments applies to --scenario flash only, got --scenario batch"
         );
     }
 

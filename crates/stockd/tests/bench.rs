@@ -1,5 +1,6 @@
 //! `stockd bench run`: every scenario, briefly, against a real server (the backend of
-//! `STOCKD_TEST_BACKEND`), with its verdict read back; holds per second over the window the
+//! `STOCKD_TEST_BACKEND`), with its verdict read back; the flash on a segmented pool, and a pool
+//! whose segments are fixed otherwise stopping the run; holds per second over the window the
 //! requests are measured in; a fleet of two servers on one Redis; the cart spread over the
 //! partitions of a Redis Cluster; and against servers that lie, to show the verdict catches what
 //! it claims to. `stockd bench compare`: the seeds' stack beside stockd embedded and on Redis,
@@ -169,6 +170,81 @@ async fn every_scenario_passes_its_verdict_on_a_real_server() {
             assert!(report.get("race_order").is_none(), "{report:#}");
         }
     }
+}
+
+#[tokio::test]
+async fn a_flash_on_a_segmented_pool_passes_its_verdict_and_the_pool_has_its_segments() {
+    let server = Server::start().await;
+    let args = [
+        "--scenario",
+        "flash",
+        "--segments",
+        "4",
+        "--stock",
+        "300",
+        "--buyers",
+        "40",
+        "--per-user-limit",
+        "3",
+        "--connections",
+        "8",
+    ];
+    let report = clean_report(&bench_one_second(&server.url(), &args).await);
+    assert_eq!(report["segments"], 4, "{report:#}");
+    // Read back from the server: the pool was created with 4 segments, and the per-user limit
+    // held across them (40 buyers at 3 each buy 120 of the 300 units).
+    let api = server.api();
+    let pool_id = format!("{}-hot", report["run_id"].as_str().unwrap());
+    let pool = api.pool(&pool_id).await;
+    assert_eq!(
+        (&pool["segments"], &pool["sold"]),
+        (&json!(4), &json!(120)),
+        "{pool}"
+    );
+    let (status, listed) = api
+        .call("GET", &format!("/v1/pools/{pool_id}/segments"), None)
+        .await;
+    assert_eq!(status, 200, "{listed}");
+    let sold: u64 = listed["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|segment| segment["sold"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sold, 120, "{listed}");
+}
+
+#[tokio::test]
+async fn a_pool_whose_segments_are_fixed_otherwise_stops_the_run_with_a_clear_error() {
+    // A server on which every pool already exists with 2 segments, as the contract answers.
+    let app = Router::new()
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route(
+            "/v1/pools/{pool}",
+            put(|Json(body): Json<Value>| async move {
+                (
+                    axum::http::StatusCode::CONFLICT,
+                    Json(json!({
+                        "error": "segments_fixed",
+                        "message": "the pool's segments are fixed at creation",
+                        "segments": 2,
+                        "requested": body["segments"],
+                    })),
+                )
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let output = bench_one_second(&url, &["--scenario", "flash", "--segments", "4"]).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(output.stdout.is_empty(), "no report: {output:?}");
+    assert!(
+        stderr.contains("409 segments_fixed: the pool exists with 2 segment(s)")
+            && stderr.contains("asked for 4 (--segments)"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]

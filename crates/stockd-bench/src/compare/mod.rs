@@ -344,6 +344,7 @@ pub async fn run(config: &CompareConfig) -> CompareReport {
         stock: config.stock,
         buyers: config.buyers,
         per_user_limit: None,
+        segments: None,
     };
     let mut rows = Vec::new();
     let mut failed = Vec::new();

@@ -65,6 +65,7 @@ pub async fn run(variant: Variant, url: &str, config: &LabConfig) -> Result<Vari
         stock: config.stock,
         buyers: config.buyers as u64,
         per_user_limit: None,
+        segments: None,
     };
     let run_id = format!("lab-{}", variant.name());
     let run = Arc::new(Run::set_up(&mut admin, scenario, &run_id, config.buyers).await?);

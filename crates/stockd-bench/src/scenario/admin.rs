@@ -76,6 +76,16 @@ impl Admin {
                 "setting up pool {pool}: {} (the bench needs an admin token to create its pools: --token)",
                 answer.status
             )),
+            // Said apart from other refusals: the run cannot go on with another pool's shape.
+            409 if answer.error_code().as_deref() == Some("segments_fixed") => {
+                let body = answer.json().unwrap_or_default();
+                Err(format!(
+                    "setting up pool {pool}: 409 segments_fixed: the pool exists with {} \
+                     segment(s) and a pool's segments are fixed when it is created, but the run \
+                     asked for {} (--segments)",
+                    body["segments"], body["requested"]
+                ))
+            }
             status => Err(format!(
                 "setting up pool {pool}: {status} {}",
                 String::from_utf8_lossy(&answer.body)

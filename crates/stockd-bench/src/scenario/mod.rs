@@ -41,10 +41,14 @@ use workload::Action;
 #[serde(tag = "scenario", rename_all = "snake_case")]
 pub enum Scenario {
     /// One hot pool of `stock` units, `buyers` distinct users, each limited to `per_user_limit`.
+    /// With `segments`, the pool is created split into that many segments (on a Redis Cluster,
+    /// spread over the primaries); without, the PUT leaves the count out (one segment).
     Flash {
         stock: u64,
         buyers: u64,
         per_user_limit: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        segments: Option<u32>,
     },
     /// `teams` pools of `team_size` slots, set up with `?if_absent=true`; `buyers` users race
     /// for each team, each trying once.

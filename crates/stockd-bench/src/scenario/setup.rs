@@ -1,6 +1,6 @@
 //! The pools each scenario runs on, created on the server and named after the run: one hot
-//! pool, a pool per team, the cart's pools (on request each in a partition of its own), or one
-//! pool too big to run out. It creates pools and nothing else.
+//! pool (split into segments on request), a pool per team, the cart's pools (on request each in
+//! a partition of its own), or one pool too big to run out. It creates pools and nothing else.
 
 use std::collections::HashSet;
 
@@ -41,12 +41,17 @@ pub(super) async fn create_pools(
         Scenario::Batch { .. } => (vec![format!("{run_id}-batch")], vec![BIG_STOCK]),
     };
     for (pool, &units) in pools.iter().zip(&stock) {
-        let spec = PoolSpecBody {
-            per_user_limit: match scenario {
-                Scenario::Flash { per_user_limit, .. } => *per_user_limit,
-                _ => None,
+        let spec = match scenario {
+            Scenario::Flash {
+                per_user_limit,
+                segments,
+                ..
+            } => PoolSpecBody {
+                per_user_limit: *per_user_limit,
+                segments: *segments,
+                ..PoolSpecBody::with_total(units)
             },
-            ..PoolSpecBody::with_total(units)
+            _ => PoolSpecBody::with_total(units),
         };
         // Teams are set up as many services would: create if absent, never overwrite.
         let if_absent = matches!(scenario, Scenario::Team { .. });
