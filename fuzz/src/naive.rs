@@ -59,6 +59,7 @@ enum Route {
     Pools,
     Pool,
     PoolRestock,
+    PoolSegments,
     Holds,
     Hold,
     HoldAction(HoldAction),
@@ -111,6 +112,7 @@ fn route(path: &str) -> Result<Option<(Route, Option<&str>)>, ()> {
         ["v1", "pools"] => Some((Route::Pools, None)),
         ["v1", "pools", id] => Some((Route::Pool, Some(*id))),
         ["v1", "pools", id, "restock"] => Some((Route::PoolRestock, Some(*id))),
+        ["v1", "pools", id, "segments"] => Some((Route::PoolSegments, Some(*id))),
         ["v1", "holds"] => Some((Route::Holds, None)),
         ["v1", "holds", id] => Some((Route::Hold, Some(*id))),
         ["v1", "holds", id, action] => {
@@ -148,6 +150,7 @@ fn method_of(route: Route, method: &str) -> bool {
         | Route::Metrics
         | Route::OpenApi
         | Route::Pools
+        | Route::PoolSegments
         | Route::Hold
         | Route::Events
         | Route::EventPartitions
@@ -309,10 +312,11 @@ fn decode(
             match method {
                 "PUT" => {
                     let if_absent = put_query(query)?;
-                    let spec = pool_body(&object(body)?)?;
+                    let (spec, segments) = pool_body(&object(body)?)?;
                     Command::PutPool {
                         pool,
                         spec,
+                        segments,
                         if_absent,
                     }
                 }
@@ -325,6 +329,11 @@ fn decode(
                     Command::GetPool { pool }
                 }
             }
+        }
+        Route::PoolSegments => {
+            let pool = parse_id(id, PoolId::parse)?;
+            no_query(query)?;
+            Command::GetSegments { pool }
         }
         Route::PoolRestock => {
             let pool = parse_id(id, PoolId::parse)?;
@@ -786,7 +795,8 @@ fn id_of<T, E: fmt::Debug>(
     }
 }
 
-fn pool_body(body: &Json) -> Result<PoolSpec, Refusal> {
+/// A pool's total and rules, and the segment count (the command's own field).
+fn pool_body(body: &Json) -> Result<(PoolSpec, Option<u64>), Refusal> {
     let fields = Fields::new(
         body,
         &[
@@ -795,15 +805,17 @@ fn pool_body(body: &Json) -> Result<PoolSpec, Refusal> {
             "starts_at_ms",
             "ends_at_ms",
             "low_stock_threshold",
+            "segments",
         ],
     )?;
-    Ok(PoolSpec {
+    let spec = PoolSpec {
         total: fields.required("total", as_u64)?,
         per_user_limit: fields.optional("per_user_limit", as_u64)?,
         starts_at_ms: fields.optional("starts_at_ms", as_u64)?,
         ends_at_ms: fields.optional("ends_at_ms", as_u64)?,
         low_stock_threshold: fields.optional("low_stock_threshold", as_u64)?,
-    })
+    };
+    Ok((spec, fields.optional("segments", as_u64)?))
 }
 
 const HOLD_FIELDS: [&str; 6] = ["hold_id", "user", "items", "ttl_ms", "confirm", "wait_ms"];

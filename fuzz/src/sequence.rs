@@ -155,6 +155,7 @@ fn op(input: &mut Input) -> Op {
             starts_offset_ms: offset_ms(input),
             ends_offset_ms: offset_ms(input),
             low_stock_threshold: optional(input, &[0, 1, 2, 4, TOTAL_MAX, TOTAL_MAX + 1]),
+            segments: optional(input, &[1, 2, 3, 0, 64, 65]),
             if_absent: input.flag(),
         },
         2 => Op::Restock {
