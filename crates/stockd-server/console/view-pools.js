@@ -160,6 +160,7 @@ function createForm(refresh) {
   const total = h("input", { id: "create-total", type: "number", min: 0, required: true, placeholder: "total", "aria-label": "Total" });
   const threshold = h("input", { id: "create-threshold", type: "number", min: 0, placeholder: "low stock at", "aria-label": "Low-stock threshold" });
   const limit = h("input", { id: "create-limit", type: "number", min: 1, placeholder: "per-user limit", "aria-label": "Per-user limit" });
+  const segments = h("input", { id: "create-segments", type: "number", min: 1, max: 64, placeholder: "segments", "aria-label": "Segments (fixed once created)" });
   const message = messageLine();
   const form = h(
     "form",
@@ -169,6 +170,7 @@ function createForm(refresh) {
     total,
     threshold,
     limit,
+    segments,
     h("button", { type: "submit", text: "Create" }),
     message,
   );
@@ -184,6 +186,7 @@ function createForm(refresh) {
           total: Number(total.value),
           low_stock_threshold: optionalInteger(threshold),
           per_user_limit: optionalInteger(limit),
+          segments: optionalInteger(segments),
         },
         status: true,
       });

@@ -382,6 +382,20 @@ async fn without_tokens(browser: &Browser) {
         .await;
     assert_eq!(hold(&api, "order-6").await["status"], "confirmed");
 
+    // The admin form creates a segmented pool: the count is sent, and the list shows it.
+    browser.click("nav a[data-nav='pools']").await;
+    browser.fill("#create-pool", "seg-demo").await;
+    browser.fill("#create-total", "6").await;
+    browser.fill("#create-segments", "2").await;
+    browser.click("#create-form button[type=submit]").await;
+    browser
+        .wait_text("#create-form .message", "Created seg-demo.")
+        .await;
+    assert_eq!(api.pool("seg-demo").await["segments"], 2);
+    browser
+        .wait_text("li[data-pool='seg-demo'] .segments-tag", "2 segments")
+        .await;
+
     // A segmented pool: its count in the list and on its page, and its segments' table, which
     // on the embedded engine (the pool kept whole) is segment 0 with the pool's numbers.
     seed(
