@@ -165,66 +165,11 @@ impl From<&Pool> for PoolV5 {
     }
 }
 
-fn upgrade_pools(pools: BTreeMap<PoolId, PoolV5>) -> BTreeMap<PoolId, Pool> {
-    pools
-        .into_iter()
-        .map(|(id, pool)| (id, pool.into()))
-        .collect()
-}
-
-fn frozen_pools(pools: &BTreeMap<PoolId, Pool>) -> BTreeMap<PoolId, PoolV5> {
-    pools
-        .iter()
-        .map(|(id, pool)| (id.clone(), pool.into()))
-        .collect()
-}
-
-/// The state as snapshot formats 4 and 5 stored it, before pools had segments: every field of
-/// [`Snapshot`], in the same order, with [`PoolV5`] pools. Frozen on purpose, like [`PoolV5`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SnapshotV5 {
-    pools: BTreeMap<PoolId, PoolV5>,
-    holds: ShardedMap<HoldId, Box<Hold>>,
-    locks: HashMap<LockName, Lock>,
-    next_seq: u64,
-    next_generation: u64,
-    next_fence_token: u64,
-    restock_requests: HashMap<RequestId, RestockRequest>,
-}
-
-impl From<SnapshotV5> for Snapshot {
-    fn from(old: SnapshotV5) -> Self {
-        Snapshot {
-            pools: upgrade_pools(old.pools),
-            holds: old.holds,
-            locks: old.locks,
-            next_seq: old.next_seq,
-            next_generation: old.next_generation,
-            next_fence_token: old.next_fence_token,
-            restock_requests: old.restock_requests,
-        }
-    }
-}
-
-impl From<&Snapshot> for SnapshotV5 {
-    /// What an earlier release would have written (for tests of the reading path).
-    fn from(snapshot: &Snapshot) -> Self {
-        SnapshotV5 {
-            pools: frozen_pools(&snapshot.pools),
-            holds: snapshot.holds.clone(),
-            locks: snapshot.locks.clone(),
-            next_seq: snapshot.next_seq,
-            next_generation: snapshot.next_generation,
-            next_fence_token: snapshot.next_fence_token,
-            restock_requests: snapshot.restock_requests.clone(),
-        }
-    }
-}
-
 /// The state as snapshot formats 2 and 3 stored it, before restocks had request ids: every
-/// field of [`Snapshot`] up to `next_fence_token`, in the same order (postcard is positional).
-/// An engine reads it to open a data directory of an earlier release. A second copy of those
-/// fields on purpose: a released format is frozen, and must not follow [`Snapshot`]'s changes.
+/// field of [`Snapshot`] up to `next_fence_token`, in the same order (postcard is positional),
+/// with [`PoolV5`] pools. An engine reads it to open a data directory of an earlier release. A
+/// second copy of those fields on purpose: a released format is frozen, and must not follow
+/// [`Snapshot`]'s changes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SnapshotV3 {
     pools: BTreeMap<PoolId, PoolV5>,
@@ -235,17 +180,71 @@ pub struct SnapshotV3 {
     next_fence_token: u64,
 }
 
+/// The state as snapshot formats 4 and 5 stored it, before pools had segments: format 3's
+/// state plus the restock request ids, nested like the older events (the same bytes as the flat
+/// shape those releases wrote). Frozen on purpose, like [`SnapshotV3`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotV5 {
+    v3: SnapshotV3,
+    restock_requests: HashMap<RequestId, RestockRequest>,
+}
+
+impl From<SnapshotV3> for SnapshotV5 {
+    fn from(v3: SnapshotV3) -> Self {
+        // Before format 4 no restock named a request id.
+        SnapshotV5 {
+            v3,
+            restock_requests: HashMap::new(),
+        }
+    }
+}
+
 impl From<SnapshotV3> for Snapshot {
     fn from(old: SnapshotV3) -> Self {
+        SnapshotV5::from(old).into()
+    }
+}
+
+impl From<SnapshotV5> for Snapshot {
+    fn from(old: SnapshotV5) -> Self {
+        let SnapshotV5 {
+            v3,
+            restock_requests,
+        } = old;
         Snapshot {
-            pools: upgrade_pools(old.pools),
-            holds: old.holds,
-            locks: old.locks,
-            next_seq: old.next_seq,
-            next_generation: old.next_generation,
-            next_fence_token: old.next_fence_token,
-            // Before format 4 no restock named a request id.
-            restock_requests: HashMap::new(),
+            // Before format 6 every pool was one segment (`PoolV5`'s upgrade).
+            pools: v3
+                .pools
+                .into_iter()
+                .map(|(id, pool)| (id, pool.into()))
+                .collect(),
+            holds: v3.holds,
+            locks: v3.locks,
+            next_seq: v3.next_seq,
+            next_generation: v3.next_generation,
+            next_fence_token: v3.next_fence_token,
+            restock_requests,
+        }
+    }
+}
+
+impl From<&Snapshot> for SnapshotV5 {
+    /// What an earlier release would have written (for tests of the reading path).
+    fn from(snapshot: &Snapshot) -> Self {
+        SnapshotV5 {
+            v3: SnapshotV3 {
+                pools: snapshot
+                    .pools
+                    .iter()
+                    .map(|(id, pool)| (id.clone(), pool.into()))
+                    .collect(),
+                holds: snapshot.holds.clone(),
+                locks: snapshot.locks.clone(),
+                next_seq: snapshot.next_seq,
+                next_generation: snapshot.next_generation,
+                next_fence_token: snapshot.next_fence_token,
+            },
+            restock_requests: snapshot.restock_requests.clone(),
         }
     }
 }
@@ -253,14 +252,7 @@ impl From<SnapshotV3> for Snapshot {
 impl From<&Snapshot> for SnapshotV3 {
     /// What an earlier release would have written (for tests of the reading path).
     fn from(snapshot: &Snapshot) -> Self {
-        SnapshotV3 {
-            pools: frozen_pools(&snapshot.pools),
-            holds: snapshot.holds.clone(),
-            locks: snapshot.locks.clone(),
-            next_seq: snapshot.next_seq,
-            next_generation: snapshot.next_generation,
-            next_fence_token: snapshot.next_fence_token,
-        }
+        SnapshotV5::from(snapshot).v3
     }
 }
 
@@ -570,6 +562,38 @@ mod tests {
         let payload = encode_snapshot(&state, events.iter());
         let (reopened, _) = reopened(&payload, &state);
         assert_eq!(reopened.pool(&pool).unwrap().segments, 4);
+    }
+
+    /// The nested format-5 state is the flat shape formats 4 and 5 wrote, and a format-5 pool
+    /// is the current pool without its segment count (appended last): the same bytes.
+    #[test]
+    fn a_nested_old_state_has_the_bytes_of_the_flat_one() {
+        let (state, _) = one_hold();
+        let current = state.snapshot();
+        let v5 = SnapshotV5::from(current);
+        let flat = (
+            &v5.v3.pools,
+            &current.holds,
+            &current.locks,
+            (
+                current.next_seq,
+                current.next_generation,
+                current.next_fence_token,
+            ),
+            &current.restock_requests,
+        );
+        assert_eq!(
+            postcard::to_allocvec(&v5).unwrap(),
+            postcard::to_allocvec(&flat).unwrap()
+        );
+        let (id, pool) = current.pools.iter().next().unwrap();
+        let mut pool_bytes = postcard::to_allocvec(&PoolV5::from(pool)).unwrap();
+        pool_bytes.extend(postcard::to_allocvec(&pool.segments).unwrap());
+        assert_eq!(
+            postcard::to_allocvec(pool).unwrap(),
+            pool_bytes,
+            "pool {id}"
+        );
     }
 
     /// The nested older events are the flat shapes their releases wrote: the same bytes.
