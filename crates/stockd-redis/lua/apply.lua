@@ -77,14 +77,19 @@ end
 -- `extra`: more of the event's fields as JSON (`,"name":value...`), or nil. A `held` event also
 -- carries the hold's created_at_ms: a hold over several partitions is created at x_begin and
 -- held at x_commit, so the event's at_ms is not it there.
+-- The fields every event of a hold carries are made once per hold and call (a hold confirmed on
+-- creation has two events), again only if its deadline moved.
 function S.hold_event(kind, hold, extra)
-    local user = ''
-    if hold.user then user = ',"user":"' .. hold.user .. '"' end
+    if hold.event_for ~= hold.expires_at_ms then
+        local user = ''
+        if hold.user then user = ',"user":"' .. hold.user .. '"' end
+        hold.event_text = ',"hold_id":"' .. hold.id .. '"' .. user .. ',"items":'
+            .. S.hold_items_json(hold) .. ',"expires_at_ms":' .. S.int(hold.expires_at_ms)
+        hold.event_for = hold.expires_at_ms
+    end
     local created = ''
     if kind == 'held' then created = ',"created_at_ms":' .. S.int(hold.created_at_ms) end
-    S.emit_json(kind, ',"hold_id":"' .. hold.id .. '"' .. user .. ',"items":'
-        .. S.hold_items_json(hold) .. ',"expires_at_ms":' .. S.int(hold.expires_at_ms)
-        .. created .. (extra or ''))
+    S.emit_json(kind, hold.event_text .. created .. (extra or ''))
 end
 
 function S.retention_ms(status)
@@ -106,7 +111,7 @@ function S.hold_finish(hold, status, finished_at_ms)
     S.hold_keep(hold)
     -- A hold confirmed on creation was never in the expiry set.
     if not (status == 'confirmed' and hold.confirm) then
-        redis.call('ZREM', S.key('expiry'), hold.id)
+        S.zrem(S.key('expiry'), hold.id)
     end
 end
 
@@ -116,7 +121,7 @@ end
 -- (x_applied keeps it again then): without its record, a part would look orphaned.
 function S.hold_keep(hold)
     local forget_at_ms = hold.finished_at_ms + S.retention_ms(hold.status)
-    redis.call('ZADD', S.key('forget'), S.int(forget_at_ms), hold.id)
+    S.zadd(S.key('forget'), S.int(forget_at_ms), hold.id)
     if hold.ap then
         redis.call('PERSIST', S.key('hold', hold.id))
         return

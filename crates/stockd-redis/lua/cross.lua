@@ -175,7 +175,7 @@ C.x_commit = function(a)
     hold.status = 'held'
     redis.call('HSET', S.key('hold', hold.id), 'st', 'held')
     if not hold.confirm then
-        redis.call('ZADD', S.key('expiry'), S.int(hold.expires_at_ms), hold.id)
+        S.zadd(S.key('expiry'), S.int(hold.expires_at_ms), hold.id)
     end
     S.hold_event('held', hold)
     -- The part in home's own partition fires the low_stock its units caused now, right after

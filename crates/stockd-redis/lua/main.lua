@@ -47,7 +47,10 @@ local function call(keys, argv)
                 out[#out + 1] = '~'
             else
                 local handler = C[op]
-                if not handler then error('stockd: unknown op ' .. tostring(op)) end
+                if not handler then
+                    S.finish()
+                    error('stockd: unknown op ' .. tostring(op))
+                end
                 if not S.READ_OPS[op] then changes = true end
                 S.settled = {}
                 -- A call is not rolled back when it fails: what it kept in memory is written

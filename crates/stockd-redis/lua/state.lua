@@ -54,10 +54,45 @@ function S.begin(meta_key, argv)
     S.dirty_order = {}
     S.seq = 0
     S.seq_dirty = false
+    -- Sorted-set entries added by the call, by key in the order first written, written as one
+    -- ZADD per key (S.zflush): a batch of holds on one pool adds to its indexes once, not once
+    -- per hold.
+    S.zadds = {}
+    S.zadd_order = {}
 end
 
--- Writes what the call kept in memory: the changed pools' counters and the event counter.
+-- Queues `member` at `score` in the sorted set `key` (a later add of the same member in the call
+-- wins, as within one ZADD). Nothing reads a queued entry before S.zflush wrote it: every read
+-- or removal of the sorted sets written this way (the hold indexes, `expiry`, `forget`) goes
+-- through S.zrem or calls S.zflush first.
+function S.zadd(key, score, member)
+    local pending = S.zadds[key]
+    if not pending then
+        pending = {}
+        S.zadds[key] = pending
+        S.zadd_order[#S.zadd_order + 1] = key
+    end
+    pending[#pending + 1] = score
+    pending[#pending + 1] = member
+end
+
+function S.zflush()
+    for _, key in ipairs(S.zadd_order) do
+        redis.call('ZADD', key, unpack(S.zadds[key]))
+    end
+    S.zadds = {}
+    S.zadd_order = {}
+end
+
+function S.zrem(key, member)
+    if S.zadds[key] then S.zflush() end
+    redis.call('ZREM', key, member)
+end
+
+-- Writes what the call kept in memory: the changed pools' counters, the event counter and the
+-- queued sorted-set entries.
 function S.finish()
+    S.zflush()
     for _, id in ipairs(S.dirty_order) do
         local pool = S.dirty[id] and S.pools[id]
         if pool then
@@ -251,20 +286,20 @@ end
 -- is indexed by the call that writes it first and leaves them in the call that deletes it.
 -- Mirrors the core's HoldIndex (src/state/mod.rs).
 function S.hold_index(id, user, items)
-    redis.call('ZADD', S.key('holds'), '0', id)
+    S.zadd(S.key('holds'), '0', id)
     for _, item in ipairs(items) do
-        redis.call('ZADD', S.key('pholds', item.pool), '0', id)
+        S.zadd(S.key('pholds', item.pool), '0', id)
     end
-    if user then redis.call('ZADD', S.key('uholds', user), '0', id) end
+    if user then S.zadd(S.key('uholds', user), '0', id) end
 end
 
 function S.hold_unindex(id, user, items)
-    redis.call('ZREM', S.key('holds'), id)
+    S.zrem(S.key('holds'), id)
     for _, item in ipairs(items) do
-        redis.call('ZREM', S.key('pholds', item.pool), id)
+        S.zrem(S.key('pholds', item.pool), id)
     end
-    if user then redis.call('ZREM', S.key('uholds', user), id) end
-    redis.call('ZREM', S.key('forget'), id)
+    if user then S.zrem(S.key('uholds', user), id) end
+    S.zrem(S.key('forget'), id)
 end
 
 -- Deletes a hold record and its index entries.
@@ -314,8 +349,10 @@ function S.settle(hold)
     return hold
 end
 
+-- The hold's JSON is made when the reply is (S.reply_json), once the command is over; a reply
+-- the server can make itself is never built (cmd/reserve.lua).
 function S.hold_reply(hold, created)
-    return { kind = 'hold', json = S.hold_json(hold), created = created, apply = hold.apply,
+    return { kind = 'hold', hold = hold, created = created, apply = hold.apply,
         attempt = hold.attempt }
 end
 
@@ -381,7 +418,8 @@ function S.reply_json(reply)
             apply = ',"apply":' .. S.json_string(reply.apply) .. ',"attempt":'
                 .. S.json_string(reply.attempt or '')
         end
-        return '{"hold":' .. reply.json .. ',"created":' .. (reply.created and 'true' or 'false')
+        return '{"hold":' .. S.hold_json(reply.hold) .. ',"created":'
+            .. (reply.created and 'true' or 'false')
             .. apply .. '}'
     elseif reply.kind == 'pool' then
         return '{"pool":' .. reply.json .. ',"created":' .. (reply.created and 'true' or 'false')

@@ -10,6 +10,7 @@
 C.sweep = function(a)
     if a[1] == '1' then S.parts_due_now() end
     local expired = 0
+    S.zflush()
     local due = redis.call('ZRANGEBYSCORE', S.key('expiry'), '-inf', S.int(S.now),
         'LIMIT', '0', S.int(S.EXPIRIES_PER_SWEEP_MAX))
     for _, id in ipairs(due) do
@@ -19,16 +20,17 @@ C.sweep = function(a)
             expired = expired + 1
         else
             -- Stale: the hold finished, was extended (it has a later entry) or was forgotten.
-            if not hold or hold.status ~= 'held' then redis.call('ZREM', S.key('expiry'), id) end
+            if not hold or hold.status ~= 'held' then S.zrem(S.key('expiry'), id) end
         end
     end
     -- Finished holds past retention: forgotten (record and index entries) by S.hold_get. An id
     -- reused since then names a newer hold, which stays.
+    S.zflush()
     local forget = redis.call('ZRANGEBYSCORE', S.key('forget'), '-inf', S.int(S.now),
         'LIMIT', '0', S.int(S.FORGETS_PER_SWEEP_MAX))
     for _, id in ipairs(forget) do
         S.hold_get(id)
-        redis.call('ZREM', S.key('forget'), id)
+        S.zrem(S.key('forget'), id)
     end
     local lapsed = redis.call('ZRANGEBYSCORE', S.key('lockexp'), '-inf', S.int(S.now))
     for _, name in ipairs(lapsed) do

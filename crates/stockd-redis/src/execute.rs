@@ -97,7 +97,10 @@ impl RedisBackend {
                 // here, and the commands after it are sent again.
                 let finished_here = matches!(
                     answer,
-                    Answer::Done(_) | Answer::Decided { .. } | Answer::Settled { .. }
+                    Answer::Done(_)
+                        | Answer::Made { .. }
+                        | Answer::Decided { .. }
+                        | Answer::Settled { .. }
                 );
                 outcomes[i] = Some(self.resolve(partition, &commands[i], answer).await?);
                 if !finished_here {
@@ -161,6 +164,15 @@ impl RedisBackend {
         for _ in 0..2 {
             match answer {
                 Answer::Done(outcome) => return Ok(outcome),
+                Answer::Made { created_at_ms } => {
+                    let Command::Reserve(request) = command else {
+                        return Err(unexpected_answer(&answer));
+                    };
+                    return Ok(Ok(Reply::Hold {
+                        hold: wire::made_hold(request, partition, created_at_ms),
+                        created: true,
+                    }));
+                }
                 Answer::Settled { error, settled } => {
                     let shared = shared.clone();
                     detached(async move {

@@ -1,5 +1,5 @@
 //! The Lua function library: the second implementation of stockd-core's rules, loaded into every
-//! Redis primary as library `stockd_v5` (`LIBRARY_NAME`).
+//! Redis primary as the library named `LIBRARY_NAME`.
 //!
 //! The files under `lua/` mirror `stockd-core/src/state/` file for file (`state.lua`,
 //! `apply.lua`, `waiters.lua`, `tick.lua`, `cmd/<command>.lua`); `cross.lua` (the cross-partition
@@ -17,7 +17,7 @@
 /// of another version.
 macro_rules! library_name {
     () => {
-        "stockd_v6"
+        "stockd_v7"
     };
 }
 
@@ -38,6 +38,7 @@ pub const RELEASED: &[(&str, u64)] = &[
     ("stockd_v4", 486842820378311793),
     ("stockd_v5", 12826422988549671740),
     ("stockd_v6", 10549540710608719138),
+    ("stockd_v7", 4524167667604329455),
 ];
 
 /// `(name, text)` of each file under `lua/`, the text compiled in.

@@ -2,13 +2,15 @@
 //!
 //! A command becomes `OP ARGC ARGS...` (numbers in decimal, `-` for an unset optional value: ids
 //! start with a letter or digit, so `-` is never an id). An answer comes back as one JSON object
-//! per command and becomes the core's `Outcome`. Both directions are written once, here.
+//! per command, or for the hot path, a hold a `reserve` made, as `N` and the time it was made
+//! (the server knows the rest: `made_hold`), and becomes the core's `Outcome`. Both directions
+//! are written once, here.
 
 use serde::Deserialize;
 use serde_json::Value;
 use stockd_core::{
-    Command, DetailKind, DetailValue, Error, HoldId, HoldItem, HoldView, PoolView, Reply,
-    SegmentView,
+    Command, DetailKind, DetailValue, Error, HoldId, HoldItem, HoldStatus, HoldView, PoolView,
+    Reply, ReserveRequest, SegmentView,
 };
 
 /// One command as the library's `call` takes it.
@@ -185,6 +187,12 @@ pub fn encode(command: &Command, route: Route) -> Op {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
     Done(Result<Reply, Error>),
+    /// `reserve` made the hold the request describes, in the partition the command was sent to,
+    /// at this time (Redis's clock): held, or confirmed at once for `confirm: true`. The library
+    /// does not spell out a hold the server already knows (`made_hold` does).
+    Made {
+        created_at_ms: u64,
+    },
     /// An error, after the command expired holds over several partitions on its way (a confirm
     /// of a hold past its deadline): each one's parts must follow its expiry (`part_apply` of
     /// that op and attempt in each partition, then `x_applied`).
@@ -255,6 +263,26 @@ pub enum Answer {
     },
 }
 
+/// The hold a `reserve` made (`Answer::Made`) in `partition`, as the library keeps it: the
+/// request's id, user and items in its order, held until `created_at_ms + ttl_ms`, or
+/// confirmed at once (finished when made) for `confirm: true`.
+pub fn made_hold(request: &ReserveRequest, partition: u32, created_at_ms: u64) -> HoldView {
+    HoldView {
+        hold_id: request.hold_id.clone(),
+        status: if request.confirm {
+            HoldStatus::Confirmed
+        } else {
+            HoldStatus::Held
+        },
+        user: request.user.clone(),
+        items: request.items.clone(),
+        created_at_ms,
+        expires_at_ms: created_at_ms + request.ttl_ms,
+        finished_at_ms: request.confirm.then_some(created_at_ms),
+        partition,
+    }
+}
+
 /// A hold over several partitions that a command expired, and the part transition to apply.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct SettledHold {
@@ -323,6 +351,12 @@ struct PoolsAnswer {
 pub fn decode(text: &str) -> Result<Answer, DecodeError> {
     if text == "~" {
         return Ok(Answer::NotRun);
+    }
+    if let Some(time) = text.strip_prefix('N') {
+        let created_at_ms = time
+            .parse()
+            .map_err(|_| DecodeError(format!("not a hold's creation time: {text}")))?;
+        return Ok(Answer::Made { created_at_ms });
     }
     let value: Value =
         serde_json::from_str(text).map_err(|e| DecodeError(format!("{e}: {text}")))?;

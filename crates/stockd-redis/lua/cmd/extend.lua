@@ -10,7 +10,7 @@ C.extend = function(a)
     end
     hold.expires_at_ms = S.now + tonumber(a[3])
     redis.call('HSET', S.key('hold', hold.id), 'e', S.int(hold.expires_at_ms))
-    redis.call('ZADD', S.key('expiry'), S.int(hold.expires_at_ms), hold.id)
+    S.zadd(S.key('expiry'), S.int(hold.expires_at_ms), hold.id)
     S.emit('extended', { { 'hold_id', hold.id, 's' }, { 'expires_at_ms', hold.expires_at_ms, 'n' } })
     return S.hold_reply(hold, false)
 end

@@ -87,6 +87,7 @@ C.list_holds = function(a)
     end
     local lower = '-'
     if after ~= '' then lower = '(' .. after end
+    S.zflush()
     local ids = redis.call('ZRANGEBYLEX', key, lower, '+', 'LIMIT', '0',
         S.int(S.HOLD_LIST_EXAMINED_MAX + 1))
     local list, next, last_listed, last_examined = {}, nil, nil, nil
@@ -98,7 +99,7 @@ C.list_holds = function(a)
         local hold = S.hold_get(id)
         -- A record gone by its key's expiry (no sweep ran for an hour past its retention) leaves
         -- a stale entry: dropped here.
-        if not hold then redis.call('ZREM', key, id) end
+        if not hold then S.zrem(key, id) end
         if hold and listed_hold(hold, pool, user, status) then
             if #list == limit then
                 next = last_listed

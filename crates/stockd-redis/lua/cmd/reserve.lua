@@ -109,7 +109,7 @@ function S.try_reserve(request, known)
     if hold.finished_at_ms then
         S.hold_keep(hold)
     else
-        redis.call('ZADD', S.key('expiry'), S.int(hold.expires_at_ms), hold.id)
+        S.zadd(S.key('expiry'), S.int(hold.expires_at_ms), hold.id)
     end
     return S.hold_reply(hold, true)
 end
@@ -146,6 +146,12 @@ C.reserve = function(a)
         return S.error('hold_id_conflict', { { 'hold_id', request.hold_id, 's' } })
     end
     local reply = S.try_reserve(request, { hold = hold })
+    if reply.kind == 'hold' and reply.created and not reply.apply then
+        -- A hold this command made is the request itself, as the server sent it, held (or
+        -- confirmed at once) at the call's time: `N` and that time are all the server needs to
+        -- answer it (wire.rs). The hot path builds no JSON for its reply.
+        return { kind = 'raw', json = 'N' .. S.now_text }
+    end
     if request.wait_ms == 0 or reply.code ~= 'insufficient_stock' then
         return reply
     end
