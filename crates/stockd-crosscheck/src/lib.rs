@@ -101,6 +101,7 @@
 
 pub mod configs;
 pub mod explore;
+pub mod poolop;
 pub mod system;
 pub mod world;
 
