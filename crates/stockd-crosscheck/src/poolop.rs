@@ -13,8 +13,8 @@
 //!
 //! - M1, a rebalance (a reserve short in segment 1): `pop_begin` at K0 (the record, segment 0
 //!   frozen, its available read), `seg_freeze` at K1 (its available read), `pop_plan` (move all
-//!   of segment 0's available read to segment 1), `seg_apply` at K1, `pop_end` at K0 (segment 0's
-//!   delta, unfreeze, record gone);
+//!   of segment 0's available read to segment 1), `seg_apply` at K1 (still frozen), `pop_end` at
+//!   K0 (segment 0's delta, unfreeze, record gone: the op takes effect), `seg_unfreeze` at K1;
 //! - M2, a total decrease by one unit taken from segment 1's available (refused when the freeze
 //!   read none): the same steps;
 //! - a reserver taking one unit in an unfrozen segment, a releaser giving one back in any
@@ -225,7 +225,10 @@ impl PoolOps {
         }
         segment.applied |= 1 << op;
         segment.available += delta;
-        if segment.frozen_by == op {
+        // Segment 0 applies at `pop_end`, the op's decision made visible, and unfreezes there;
+        // another segment stays frozen until a `seg_unfreeze` after `pop_end`, so that no reserve
+        // takes its new units before the pool, as K0 shows it, has them.
+        if index == 0 && segment.frozen_by == op {
             segment.frozen_by = 0;
         }
         segment.op_seen = segment.op_seen.max(op);
@@ -324,6 +327,12 @@ impl PoolOps {
                     return Some(found);
                 }
                 if reply {
+                    state.movers[i].in_flight = Some(Step::Unfreeze(op));
+                }
+            }
+            Step::Unfreeze(op) => {
+                self.unfreeze(state, op);
+                if reply {
                     state.movers[i].stage = Stage::Done;
                 }
             }
@@ -358,7 +367,12 @@ impl PoolOps {
                 }
                 state.sweepers[j].in_flight = Some(Step::End(op));
             }
-            Step::End(op) => return self.end(state, op),
+            Step::End(op) => {
+                if let Some(found) = self.end(state, op) {
+                    return Some(found);
+                }
+                state.sweepers[j].in_flight = Some(Step::Unfreeze(op));
+            }
             other => unreachable!("a sweeper never sends {other:?}"),
         }
         None
@@ -432,6 +446,7 @@ impl PoolOps {
                     if let Some(found) = self.end(state, op) {
                         return Some(found);
                     }
+                    self.unfreeze(state, op);
                 }
             }
         }
