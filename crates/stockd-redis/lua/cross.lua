@@ -136,7 +136,7 @@ C.part_reserve = function(a)
     local request = { hold_id = hold_id, user = user, items = {} }
     local indexes = {}
     for i = 1, n do
-        request.items[i] = { pool = a[4 + 3 * i], qty = tonumber(a[5 + 3 * i]) }
+        request.items[i] = S.item(a[4 + 3 * i], tonumber(a[5 + 3 * i]))
         indexes[i] = tonumber(a[6 + 3 * i])
     end
     local pools, failure, failed_at = S.check_reserve(request)

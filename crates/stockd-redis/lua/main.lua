@@ -20,7 +20,8 @@
 -- Ops that change nothing but what time alone would (a lazy expiry writes events, and counts
 -- through them): a call made only of these bumps no `rev` and is not remembered by CALL_ID.
 S.READ_OPS = { get_pool = true, get_segments = true, get_hold = true, list_pools = true, list_holds = true,
-    restock_seen = true, x_state = true, part_refundable = true, sweep = true }
+    restock_seen = true, x_state = true, part_refundable = true, sweep = true, pop_owner = true,
+    seg_get = true }
 local function call(keys, argv)
     S.begin(keys[1], argv)
     local refused = S.check_dataset(tonumber(argv[9]))
@@ -155,7 +156,7 @@ end
 -- counter starts at 0 when its dataset is made (or at the clock, at an accept), so it never
 -- passes the clock: the clock now is above every value handed out before, as long as Redis's
 -- clock does not go back. The gap this leaves is allowed; the values stay below 2^53.
-S.ACCEPT_COUNTERS = { 'seq', 'fence', 'attempt', 'waiter', 'generation' }
+S.ACCEPT_COUNTERS = { 'seq', 'fence', 'attempt', 'waiter', 'generation', 'pop' }
 
 -- The last id the partition's event stream generated (XADD takes explicit ids `0-SEQ` that must
 -- increase), as a seq; 0 without a stream.

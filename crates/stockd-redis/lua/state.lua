@@ -96,8 +96,9 @@ function S.finish()
     for _, id in ipairs(S.dirty_order) do
         local pool = S.dirty[id] and S.pools[id]
         if pool then
+            pool.version = (pool.version or 0) + 1
             redis.call('HSET', S.key('pool', id), 't', S.int(pool.total), 'a', S.int(pool.available),
-                'h', S.int(pool.held), 's', S.int(pool.sold))
+                'h', S.int(pool.held), 's', S.int(pool.sold), 'v', S.int(pool.version))
         end
     end
     S.dirty = {}
@@ -180,14 +181,16 @@ end
 
 -- Pool hash fields: g generation, t total, a available, h held, s sold, l per_user_limit,
 -- sa starts_at_ms, ea ends_at_ms, th low_stock_threshold (rule fields absent when unset), sg
--- segments (absent for one; fixed when the pool is created).
+-- segments (absent for one; fixed when the pool is created), sp 1 when its segments are spread
+-- over partitions (segments.lua; a segmented pool made by an earlier version is whole), fz the
+-- pool op freezing it, v a version bumped with its counts (for a consistent collect).
 -- The pool object is the call's one copy: changes to it are seen by every later command of the
 -- call, and S.pool_put_counts marks its counters to be written at the end.
 function S.pool_get(id)
     local cached = S.pools[id]
     if cached ~= nil then return cached or nil end
     local v = redis.call('HMGET', S.key('pool', id), 'g', 't', 'a', 'h', 's', 'l', 'sa', 'ea', 'th',
-        'sg')
+        'sg', 'sp', 'fz', 'v')
     if not v[1] then
         S.pools[id] = false
         return nil
@@ -196,7 +199,8 @@ function S.pool_get(id)
         id = id, generation = tonumber(v[1]), total = tonumber(v[2]), available = tonumber(v[3]),
         held = tonumber(v[4]), sold = tonumber(v[5]), per_user_limit = S.num(v[6]),
         starts_at_ms = S.num(v[7]), ends_at_ms = S.num(v[8]), low_stock_threshold = S.num(v[9]),
-        segments = tonumber(v[10] or '1'),
+        segments = tonumber(v[10] or '1'), spread = v[11] == '1', frozen_by = S.num(v[12]),
+        version = tonumber(v[13] or '0'),
     }
     S.pools[id] = pool
     return pool
@@ -288,7 +292,7 @@ end
 function S.hold_index(id, user, items)
     S.zadd(S.key('holds'), '0', id)
     for _, item in ipairs(items) do
-        S.zadd(S.key('pholds', item.pool), '0', id)
+        S.zadd(S.key('pholds', (S.segment_of(item.pool))), '0', id)
     end
     if user then S.zadd(S.key('uholds', user), '0', id) end
 end
@@ -296,7 +300,7 @@ end
 function S.hold_unindex(id, user, items)
     S.zrem(S.key('holds'), id)
     for _, item in ipairs(items) do
-        S.zrem(S.key('pholds', item.pool), id)
+        S.zrem(S.key('pholds', (S.segment_of(item.pool))), id)
     end
     if user then S.zrem(S.key('uholds', user), id) end
     S.zrem(S.key('forget'), id)
@@ -425,8 +429,12 @@ function S.reply_json(reply)
         return '{"pool":' .. reply.json .. ',"created":' .. (reply.created and 'true' or 'false')
             .. ',"replayed":' .. (reply.replayed and 'true' or 'false') .. '}'
     elseif reply.kind == 'pools' then
+        local spread = ''
+        if reply.spread and #reply.spread > 0 then
+            spread = ',"spread":[' .. table.concat(reply.spread, ',') .. ']'
+        end
         return '{"pools":[' .. table.concat(reply.list, ',') .. '],"more":'
-            .. (reply.more and 'true' or 'false') .. '}'
+            .. (reply.more and 'true' or 'false') .. spread .. '}'
     elseif reply.kind == 'holds' then
         local next = 'null'
         if reply.next then next = S.json_string(reply.next) end

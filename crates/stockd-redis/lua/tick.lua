@@ -46,6 +46,7 @@ C.sweep = function(a)
     -- roll forward (decided, not yet applied) or back (a reserve that never finished), and held
     -- parts whose home is to be asked whether it still owns them.
     local forward, back, parts = S.cross_due()
+    local pops, frozen = S.segments_due()
     local function ids(list)
         local texts = {}
         for i, id in ipairs(list) do texts[i] = S.json_string(id) end
@@ -54,5 +55,6 @@ C.sweep = function(a)
     return { kind = 'raw', json = '{"expired":' .. S.int(expired) .. ',"more":'
         .. ((#due == S.EXPIRIES_PER_SWEEP_MAX or #forget == S.FORGETS_PER_SWEEP_MAX)
             and 'true' or 'false') .. ',"forward":' .. ids(forward)
-        .. ',"back":' .. ids(back) .. ',"parts":' .. ids(parts) .. '}' }
+        .. ',"back":' .. ids(back) .. ',"parts":' .. ids(parts) .. ',"pops":' .. ids(pops)
+        .. ',"frozen":' .. ids(frozen) .. '}' }
 end

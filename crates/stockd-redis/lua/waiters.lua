@@ -82,7 +82,10 @@ local function serve_pool_waiters(pools)
         elseif not waiter[4] and tonumber(waiter[3]) > S.now then
             local words = split(waiter[2])
             local reply = S.try_reserve((S.parse_reserve(words, 1)))
-            if reply.code ~= 'insufficient_stock' then answer(ticket, 'stock', words, reply) end
+            -- A segment frozen by a pool op is short for now, as one without stock.
+            if reply.code ~= 'insufficient_stock' and reply.code ~= 'frozen' then
+                answer(ticket, 'stock', words, reply)
+            end
         end
     end
 end

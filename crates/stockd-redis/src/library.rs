@@ -51,7 +51,7 @@ macro_rules! lua_sources {
 /// The library's source files, in load order: the state and its transitions first (they
 /// define the tables the others add to), then one file per command, mirroring
 /// `stockd-core/src/state/` file for file, then the Redis-only protocol and entry points.
-pub const SOURCES: [(&str, &str); 18] = lua_sources![
+pub const SOURCES: [(&str, &str); 19] = lua_sources![
     "state.lua",
     "apply.lua",
     "waiters.lua",
@@ -69,6 +69,7 @@ pub const SOURCES: [(&str, &str); 18] = lua_sources![
     "cmd/lock_renew.lua",
     "cmd/lock_release.lua",
     "cross.lua",
+    "segments.lua",
     "main.lua",
 ];
 
@@ -103,13 +104,16 @@ pub const APPLY_GRACE_MS: u64 = 2_000;
 /// How long after a part takes units, and then how often, its home is asked whether it still
 /// owns it (the orphan sweep: only a home that lost data can fail that).
 pub const PART_CHECK_MS: u64 = 60_000;
+/// How long a deleted segment of a spread pool keeps its fence (the newest pool op it saw), so
+/// that a late step of an older op changes nothing there: far longer than any step is delayed.
+pub const SEGMENT_TOMBSTONE_MS: u64 = 3_600_000;
 /// Parts checked, and roll-forwards and roll-backs reported, per sweep call.
 pub const CROSS_DUE_MAX: u64 = 100;
 
 /// Every number the library is written with, as `S.NAME = value` before its files: the limits
 /// it shares with stockd-core, from `stockd_core::limits`, and its own bounds above, so that
 /// each is declared once.
-fn constants() -> [(&'static str, u64); 14] {
+fn constants() -> [(&'static str, u64); 15] {
     use stockd_core::limits;
     [
         ("TOTAL_MAX", limits::TOTAL_MAX),
@@ -131,6 +135,7 @@ fn constants() -> [(&'static str, u64); 14] {
         ("APPLY_GRACE_MS", APPLY_GRACE_MS),
         ("PART_CHECK_MS", PART_CHECK_MS),
         ("CROSS_DUE_MAX", CROSS_DUE_MAX),
+        ("SEGMENT_TOMBSTONE_MS", SEGMENT_TOMBSTONE_MS),
     ]
 }
 

@@ -4,6 +4,8 @@
 -- delete_pool POOL
 C.delete_pool = function(a)
     local id = a[1]
+    local guard = S.whole_pool_guard(id)
+    if guard then return guard end
     local pool = S.pool_get(id)
     if not pool then
         return S.error('pool_not_found', { { 'pool', id, 's' } })

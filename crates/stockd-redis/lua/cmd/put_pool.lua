@@ -8,6 +8,8 @@
 C.put_pool = function(a)
     local id, total = a[1], tonumber(a[2])
     local segments = S.num(a[8] ~= '-' and a[8])
+    local guard = S.whole_pool_guard(id)
+    if guard then return guard end
     local pool = S.pool_get(id)
     local created = pool == nil
     if pool and a[7] == '1' then

@@ -4,6 +4,8 @@
 
 -- get_pool POOL
 C.get_pool = function(a)
+    local guard = S.spread_guard(a[1])
+    if guard then return guard end
     local pool = S.pool_get(a[1])
     if not pool then
         return S.error('pool_not_found', { { 'pool', a[1], 's' } })
@@ -13,6 +15,8 @@ end
 
 -- get_segments POOL: the pool's one segment (a partition keeps a pool whole).
 C.get_segments = function(a)
+    local guard = S.spread_guard(a[1])
+    if guard then return guard end
     local pool = S.pool_get(a[1])
     if not pool then
         return S.error('pool_not_found', { { 'pool', a[1], 's' } })
@@ -30,16 +34,19 @@ C.list_pools = function(a)
     local lower = '[' .. prefix
     if after ~= '' and after >= prefix then lower = '(' .. after end
     local ids = redis.call('ZRANGEBYLEX', S.key('pools'), lower, '+', 'LIMIT', '0', S.int(limit + 1))
-    local list, more = {}, false
+    local list, more, spread = {}, false, {}
     for _, id in ipairs(ids) do
         if string.sub(id, 1, #prefix) ~= prefix then break end
         if #list == limit then
             more = true
             break
         end
-        list[#list + 1] = S.pool_json(S.pool_get(id))
+        local pool = S.pool_get(id)
+        list[#list + 1] = S.pool_json(pool)
+        -- Its counts here are segment 0's: the server collects the whole pool's.
+        if pool.spread then spread[#spread + 1] = S.json_string(id) end
     end
-    return { kind = 'pools', list = list, more = more }
+    return { kind = 'pools', list = list, more = more, spread = spread }
 end
 
 -- get_hold HOLD ROUTE
@@ -57,7 +64,7 @@ local function listed_hold(hold, pool, user, status)
     if pool ~= '' then
         local found = false
         for _, item in ipairs(hold.items) do
-            if item.pool == pool then
+            if S.segment_of(item.pool) == pool then
                 found = true
                 break
             end

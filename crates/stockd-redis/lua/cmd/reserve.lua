@@ -2,6 +2,15 @@
 -- client asked to wait; routes a hold that lives in another partition or spans several.
 -- Mirrors stockd-core src/state/cmd/reserve.rs.
 
+-- An item as the server names it: a pool, a segment J >= 1 of a pool spread over partitions
+-- (`POOL~J`, a pool of its own here), or segment 0 of one (`POOL~0`: the pool's own hash, named
+-- so on purpose; a spread pool named plainly answers `segmented`, see S.check_reserve).
+function S.item(word, qty)
+    local base = string.match(word, '^(.*)~0$')
+    if base then return { pool = base, qty = qty, segment_zero = true } end
+    return { pool = word, qty = qty }
+end
+
 -- Words: HOLD USER CONFIRM TTL_MS WAIT_MS N POOL1 QTY1 ... ('-' for no user: ids start with a
 -- letter or digit). Returns the request and the index of the word after it.
 function S.parse_reserve(a, from)
@@ -12,7 +21,7 @@ function S.parse_reserve(a, from)
     }
     local n = tonumber(a[from + 5])
     for i = 1, n do
-        request.items[i] = { pool = a[from + 4 + 2 * i], qty = tonumber(a[from + 5 + 2 * i]) }
+        request.items[i] = S.item(a[from + 4 + 2 * i], tonumber(a[from + 5 + 2 * i]))
     end
     return request, from + 6 + 2 * n
 end
@@ -41,6 +50,17 @@ function S.check_reserve(request)
         local pool = S.pool_get(item.pool)
         if not pool then
             return nil, S.error('pool_not_found', { { 'pool', item.pool, 's' } }), i
+        end
+        -- A pool spread over partitions is reserved in one of its segments (the server routes
+        -- there: `segmented` tells it the count); a segment a pool op froze takes nothing
+        -- until the op is over (`frozen`). Neither is an answer for the client.
+        if pool.spread and not item.segment_zero then
+            return nil, S.error('segmented', { { 'pool', item.pool, 's' },
+                { 'segments', pool.segments, 'n' } }), i
+        end
+        if pool.frozen_by then
+            return nil, S.error('frozen', { { 'pool', item.pool, 's' },
+                { 'op', pool.frozen_by, 'n' } }), i
         end
         if pool.per_user_limit and not request.user then
             return nil, S.error('user_required', { { 'pool', item.pool, 's' } }), i

@@ -14,6 +14,12 @@ function S.restock_request_get(request_id)
     return { at_ms = at_ms, delta = tonumber(delta), pool = pool }
 end
 
+-- Remembers a restock's request id (the call that restocks writes it; a refused restock none).
+function S.remember_restock(request_id, delta, pool_id)
+    redis.call('SET', S.key('rid', request_id), S.now_text .. ' ' .. S.int(delta) .. ' ' .. pool_id,
+        'PX', S.int(S.hold_retention_ms + S.FORGOTTEN_KEY_MARGIN_MS))
+end
+
 function S.request_id_conflict(request_id, first)
     return S.error('request_id_conflict', { { 'request_id', request_id, 's' },
         { 'pool', first.pool, 's' }, { 'delta', first.delta, 'n' } })
@@ -24,6 +30,8 @@ C.restock = function(a)
     local id, delta = a[1], tonumber(a[2])
     local request_id = a[3]
     if request_id == '-' then request_id = nil end
+    local guard = S.whole_pool_guard(id)
+    if guard then return guard end
     if request_id then
         local first = S.restock_request_get(request_id)
         if first then
@@ -59,8 +67,7 @@ C.restock = function(a)
         { 'total', pool.total, 'n' }, { 'delta', delta, 'n' } }
     if request_id then
         -- Only a restock that succeeded is remembered: a refused one leaves the id new.
-        redis.call('SET', S.key('rid', request_id), S.now_text .. ' ' .. S.int(delta) .. ' ' .. id,
-            'PX', S.int(S.hold_retention_ms + S.FORGOTTEN_KEY_MARGIN_MS))
+        S.remember_restock(request_id, delta, id)
         fields[#fields + 1] = { 'request_id', request_id, 's' }
     end
     S.emit('restocked', fields)
