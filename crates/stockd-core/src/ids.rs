@@ -128,6 +128,15 @@ identifier!(
     /// A pool of countable stock (a SKU, a coupon batch, a team's slots).
     PoolId
 );
+impl PoolId {
+    /// The name a backend that spreads a pool over partitions gives the pool's segment
+    /// `segment`: `POOL~J`. `~` is never in a pool id, so no client can name it, and no pool
+    /// of the API is ever it: it exists only between such a backend and its store.
+    pub fn segment(&self, segment: u32) -> PoolId {
+        PoolId(Arc::from(format!("{}~{segment}", self.0)))
+    }
+}
+
 identifier!(
     /// A hold, chosen by the client; the idempotency key of a reserve.
     HoldId

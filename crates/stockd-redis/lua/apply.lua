@@ -84,7 +84,8 @@ function S.hold_event(kind, hold, extra)
         local user = ''
         if hold.user then user = ',"user":"' .. hold.user .. '"' end
         hold.event_text = ',"hold_id":"' .. hold.id .. '"' .. user .. ',"items":'
-            .. S.hold_items_json(hold) .. ',"expires_at_ms":' .. S.int(hold.expires_at_ms)
+            .. S.hold_items_json(hold) .. S.segments_json(hold.items) .. ',"expires_at_ms":'
+            .. S.int(hold.expires_at_ms)
         hold.event_for = hold.expires_at_ms
     end
     local created = ''

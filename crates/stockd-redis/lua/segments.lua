@@ -53,7 +53,7 @@ local function segment_json(id)
         { 'sold', pool.sold, 'n' }, { 'per_user_limit', pool.per_user_limit, 'n' },
         { 'starts_at_ms', pool.starts_at_ms, 'n' }, { 'ends_at_ms', pool.ends_at_ms, 'n' },
         { 'low_stock_threshold', pool.low_stock_threshold, 'n' },
-        { 'segments', pool.segments, 'n' },
+        { 'segments', pool.segments, 'n' }, { 'spread', pool.spread, 'b' },
     })
 end
 
@@ -101,19 +101,31 @@ local function set_frozen(id, op)
 end
 
 -- pop_begin POOL KIND ARGS...: starts a pool op at K0, unless one is under way (`busy`, with
--- its number). Answers the op's number and segment 0's state.
+-- its number). Answers the op's number, the generation a pool it makes will have (when segment 0
+-- does not exist; 0 otherwise) and segment 0's state. ARGS start with the segment count the
+-- server assumes; a restock's go on with DELTA REQUEST_ID: one whose request id is remembered
+-- starts nothing (`replayed`, or request_id_conflict).
 C.pop_begin = function(a)
     local id, kind = a[1], a[2]
     local key = S.key('pop', id)
     local busy = redis.call('HGET', key, 'o')
     if busy then return raw('{"busy":' .. busy .. '}') end
+    if kind == 'restock' and a[5] ~= '-' then
+        local first = S.restock_request_get(a[5])
+        if first then
+            if first.pool ~= id or first.delta ~= tonumber(a[4]) then
+                return S.request_id_conflict(a[5], first)
+            end
+            return raw('{"replayed":true}')
+        end
+    end
     local op = redis.call('HINCRBY', S.meta, 'pop', 1)
     local args = {}
     for i = 3, #a do args[#args + 1] = a[i] end
     -- A pool made by the op gets its generation now: the other segments are made before
     -- segment 0.
     local generation = 0
-    if kind == 'create' then generation = redis.call('HINCRBY', S.meta, 'generation', 1) end
+    if not S.pool_get(id) then generation = redis.call('HINCRBY', S.meta, 'generation', 1) end
     redis.call('HSET', key, 'o', S.int(op), 'k', kind, 'w', table.concat(args, ' '),
         'at', S.now_text, 'g', S.int(generation))
     redis.call('ZADD', S.key('popq'), S.now_text, id)
@@ -238,7 +250,9 @@ C.pop_end = function(a)
         if a[4] == '-' then redis.call('HDEL', pool_key, 'th') else redis.call('HSET', pool_key, 'th', a[4]) end
         pool.segments = tonumber(a[5])
         redis.call('HSET', pool_key, 'sg', a[5])
-        if v[3] == 'create' then redis.call('ZADD', S.key('pools'), '0', id) end
+        redis.call('HSET', pool_key, 'sp', '1')
+        pool.spread = true
+        redis.call('ZADD', S.key('pools'), '0', id)
         set_frozen(id, 0)
     else
         redis.call('ZREM', S.key('pools'), id)
@@ -284,8 +298,8 @@ C.pop_abort = function(a)
     local v = redis.call('HMGET', key, 'o', 'p', 'k', 'w')
     if not v[1] or (a[2] ~= '*' and a[2] ~= v[1]) then return raw('{"none":true}') end
     if v[2] then
-        return raw('{"planned":' .. v[1] .. ',"kind":"' .. v[3] .. '","args":"' .. v[4]
-            .. '","plan":"' .. v[2] .. '"}')
+        return raw('{"planned":' .. v[1] .. ',"kind":"' .. v[3] .. '","args":'
+            .. cjson.encode(v[4]) .. ',"plan":' .. cjson.encode(v[2]) .. '}')
     end
     local op = tonumber(v[1])
     redis.call('DEL', key)
@@ -297,7 +311,8 @@ C.pop_abort = function(a)
         if op > seen then redis.call('HSET', pool_key, 'ao', S.int(op)) end
         S.note_freed_pool(id)
     end
-    return raw('{"aborted":' .. S.int(op) .. ',"kind":"' .. v[3] .. '","args":"' .. v[4] .. '"}')
+    return raw('{"aborted":' .. S.int(op) .. ',"kind":"' .. v[3] .. '","args":'
+        .. cjson.encode(v[4]) .. '}')
 end
 
 -- pop_owner POOL OP: whether K0 still records op OP (reads only).

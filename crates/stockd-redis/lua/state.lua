@@ -317,12 +317,37 @@ function S.visible(hold)
     return hold ~= nil and hold.status ~= 'pending' and hold.status ~= 'aborting'
 end
 
+-- Items as the API shows them: each under its pool's id; an item in a segment J >= 1 of a
+-- spread pool (`POOL~J` here) also says `"segment":J`, for the server to find its partition.
 function S.items_json(items)
     local parts = {}
     for i, item in ipairs(items) do
-        parts[i] = '{"pool":' .. S.json_string(item.pool) .. ',"qty":' .. S.int(item.qty) .. '}'
+        local pool, segment = S.segment_of(item.pool)
+        local where = ''
+        if segment ~= 0 then where = ',"segment":' .. S.int(segment) end
+        parts[i] = '{"pool":' .. S.json_string(pool) .. ',"qty":' .. S.int(item.qty) .. where .. '}'
     end
     return '[' .. table.concat(parts, ',') .. ']'
+end
+
+-- The `"segments"` of a hold's events: for each item in a segment of a spread pool (segment 0
+-- included), `{"pool","segment","qty"}`; '' when it has none.
+function S.segments_json(items)
+    local parts = {}
+    for _, item in ipairs(items) do
+        local pool, segment = S.segment_of(item.pool)
+        local spread = segment ~= 0
+        if not spread then
+            local whole = S.pool_get(pool)
+            spread = whole ~= nil and whole.spread
+        end
+        if spread then
+            parts[#parts + 1] = '{"pool":' .. S.json_string(pool) .. ',"segment":' .. S.int(segment)
+                .. ',"qty":' .. S.int(item.qty) .. '}'
+        end
+    end
+    if #parts == 0 then return '' end
+    return ',"segments":[' .. table.concat(parts, ',') .. ']'
 end
 
 -- A hold's items as JSON, made once per hold and call (its reply and events all carry them).

@@ -82,6 +82,7 @@ impl RedisBackend {
             commands_total: AtomicU64::new(0),
             call_prefix,
             next_call: AtomicU64::new(0),
+            spread: Default::default(),
             #[cfg(feature = "test-clock")]
             clock_moved: tokio::sync::Notify::new(),
         });

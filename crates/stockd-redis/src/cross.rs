@@ -39,7 +39,7 @@ fn parts<'a>(
     let mut order: Vec<u32> = Vec::new();
     let mut by_partition: BTreeMap<u32, Vec<PartItem>> = BTreeMap::new();
     for (index, (pool, qty)) in items.enumerate() {
-        let partition = keys::partition_of(pool, partitions);
+        let partition = keys::pool_partition(pool, partitions);
         if !by_partition.contains_key(&partition) {
             order.push(partition);
         }
@@ -81,6 +81,30 @@ fn part_words(
     args
 }
 
+/// What a part answered to `part_reserve`.
+enum PartAnswer {
+    Taken,
+    /// Refused, for the item at this position in the hold.
+    Refused(usize, Error),
+    /// A pool of the part is spread over partitions (the server did not know it), or a pool op
+    /// froze it: the request is sent again (segments.rs).
+    Again,
+}
+
+fn part_answer(shared: &Shared, text: &str) -> Result<PartAnswer, BackendError> {
+    match wire::decode(text).map_err(|e| BackendError::Unavailable(e.to_string()))? {
+        Answer::Segmented { pool, segments } => {
+            shared.spread.note(&pool, segments);
+            Ok(PartAnswer::Again)
+        }
+        Answer::Frozen { .. } => Ok(PartAnswer::Again),
+        _ => Ok(match refusal(text)? {
+            Some((index, error)) => PartAnswer::Refused(index, error),
+            None => PartAnswer::Taken,
+        }),
+    }
+}
+
 /// A part's refusal and the position (in the hold) of the item it names.
 fn refusal(text: &str) -> Result<Option<(usize, Error)>, BackendError> {
     match wire::decode(text).map_err(|e| BackendError::Unavailable(e.to_string()))? {
@@ -99,11 +123,13 @@ fn refusal(text: &str) -> Result<Option<(usize, Error)>, BackendError> {
 /// A reserve whose pools span partitions, with `home` holding the record. Waits (polling on the
 /// partitions' feeds) when stock is short and the request allows it; such waiters are not
 /// queued with the others (see docs/redis.md).
+/// `None`: a pool of the hold turned out to be spread over partitions, or frozen by a pool op;
+/// the attempt was rolled back, and the request is to be sent again.
 pub(crate) async fn reserve(
     shared: &Shared,
     home: u32,
     request: &ReserveRequest,
-) -> Result<Outcome, BackendError> {
+) -> Result<Option<Outcome>, BackendError> {
     let started = tokio::time::Instant::now();
     let deadline = started + Duration::from_millis(request.wait_ms);
     loop {
@@ -116,6 +142,7 @@ pub(crate) async fn reserve(
         .collect();
         let outcome = match reserve_once(shared, home, request).await? {
             Attempt::Done(outcome) => outcome,
+            Attempt::Again => return Ok(None),
             // Another request with this hold id is rolling back its attempt (the same request
             // sent twice at once, or a retry while a sweeper rolls back): once it is done, this
             // one starts afresh.
@@ -129,7 +156,7 @@ pub(crate) async fn reserve(
         };
         let short = matches!(outcome, Err(Error::InsufficientStock { .. }));
         if !short || tokio::time::Instant::now() >= deadline {
-            return Ok(outcome);
+            return Ok(Some(outcome));
         }
         // Something happened in one of the partitions (units may have come back): try again.
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
@@ -145,6 +172,8 @@ const ROLLED_BACK_RETRY_PAUSE: Duration = Duration::from_millis(20);
 enum Attempt {
     Done(Outcome),
     RolledBack(&'static str),
+    /// Rolled back: a pool turned out spread, or frozen by a pool op; send the request again.
+    Again,
 }
 
 async fn reserve_once(
@@ -175,8 +204,16 @@ async fn reserve_once(
         // The hold this id names expired on the way, and the request does not match it.
         Answer::Settled { error, settled } => {
             for expired in settled {
-                let (hold, apply) = (&expired.hold, &expired.apply);
-                apply_parts(shared, home, hold, apply, &expired.attempt).await?;
+                let hold_id = expired.hold.hold_id.as_str();
+                apply_parts(
+                    shared,
+                    home,
+                    hold_id,
+                    &expired.parts,
+                    &expired.apply,
+                    &expired.attempt,
+                )
+                .await?;
             }
             return Ok(Attempt::Done(Err(error)));
         }
@@ -211,7 +248,15 @@ async fn reserve_once(
                 "this reserve was rolled back while it ran",
             ));
         }
-        if let Some((index, error)) = refusal(&text)? {
+        let refused = match part_answer(shared, &text)? {
+            PartAnswer::Taken => None,
+            PartAnswer::Refused(index, error) => Some((index, error)),
+            PartAnswer::Again => {
+                roll_back(shared, home, hold_id, Some(&attempt)).await?;
+                return Ok(Attempt::Again);
+            }
+        };
+        if let Some((index, error)) = refused {
             // Item by item in the order given, the first failure wins: an item of a partition
             // not asked yet may come before this one.
             let mut first = (index, error);
@@ -233,9 +278,9 @@ async fn reserve_once(
                         ),
                     )
                     .await?;
-                if let Some(found) = refusal(&text)? {
-                    if found.0 < first.0 {
-                        first = found;
+                if let PartAnswer::Refused(index, error) = part_answer(shared, &text)? {
+                    if index < first.0 {
+                        first = (index, error);
                     }
                 }
             }
@@ -257,12 +302,10 @@ async fn reserve_once(
             reply,
             apply,
             attempt,
+            parts,
         } => {
             fault::point("cross.after_commit");
-            let stockd_core::Reply::Hold { hold, .. } = &reply else {
-                return Err(BackendError::Unavailable("commit answered no hold".into()));
-            };
-            apply_parts(shared, home, hold, &apply, &attempt).await?;
+            apply_parts(shared, home, hold_id, &parts, &apply, &attempt).await?;
             Ok(Attempt::Done(Ok(reply)))
         }
         Answer::Aborted => Ok(Attempt::RolledBack(
@@ -315,17 +358,17 @@ pub(crate) async fn roll_back(
 pub(crate) async fn apply_parts(
     shared: &Shared,
     home: u32,
-    hold: &HoldView,
+    hold_id: &str,
+    items: &[HoldItem],
     apply: &str,
     attempt: &str,
 ) -> Result<(), BackendError> {
-    let items: &[HoldItem] = &hold.items;
     for (partition, _) in parts(
         shared.partitions,
         items.iter().map(|i| (i.pool.as_str(), i.qty)),
     ) {
         let args = vec![
-            hold.hold_id.to_string(),
+            hold_id.to_string(),
             apply.to_string(),
             attempt.to_string(),
             "0".to_string(),
@@ -333,11 +376,7 @@ pub(crate) async fn apply_parts(
         shared.submit_one(partition, op("part_apply", args)).await?;
         fault::point("cross.after_apply_part");
     }
-    let args = vec![
-        hold.hold_id.to_string(),
-        apply.to_string(),
-        attempt.to_string(),
-    ];
+    let args = vec![hold_id.to_string(), apply.to_string(), attempt.to_string()];
     shared.submit_one(home, op("x_applied", args)).await?;
     Ok(())
 }
@@ -348,9 +387,9 @@ pub(crate) async fn refund(
     shared: &Shared,
     home: u32,
     hold: &HoldView,
+    items: &[HoldItem],
     restock: bool,
 ) -> Result<Outcome, BackendError> {
-    let items: &[HoldItem] = &hold.items;
     for (partition, _) in parts(
         shared.partitions,
         items.iter().map(|i| (i.pool.as_str(), i.qty)),
@@ -376,10 +415,10 @@ pub(crate) async fn refund(
             reply,
             apply,
             attempt,
+            parts,
         } => {
-            if let stockd_core::Reply::Hold { hold, .. } = &reply {
-                apply_parts(shared, home, hold, &apply, &attempt).await?;
-            }
+            let hold_id = hold.hold_id.as_str();
+            apply_parts(shared, home, hold_id, &parts, &apply, &attempt).await?;
             Ok(Ok(reply))
         }
         Answer::Done(outcome) => Ok(outcome),
@@ -413,11 +452,13 @@ pub(crate) async fn finish_left_behind(
             hold,
             apply: Some(apply),
             attempt,
+            parts,
         } = shared
             .submit_one(partition, op("x_state", vec![hold_id]))
             .await?
         {
-            apply_parts(shared, partition, &hold, &apply, &attempt).await?;
+            let hold_id = hold.hold_id.as_str();
+            apply_parts(shared, partition, hold_id, &parts, &apply, &attempt).await?;
         }
     }
     for hold_id in left.back {

@@ -23,6 +23,10 @@ async fn detached<T: Send + 'static>(
     })?
 }
 
+/// Times one command is sent again before the request is answered 503: each is a pool op
+/// waited out or a rebalance, a few milliseconds.
+const AGAIN_MAX: u32 = 2_000;
+
 fn unexpected_answer(answer: &Answer) -> BackendError {
     BackendError::Unavailable(format!("unexpected answer from Redis: {answer:?}"))
 }
@@ -32,10 +36,13 @@ impl RedisBackend {
     /// is answered without reaching Redis).
     pub(crate) async fn run(&self, commands: Vec<Command>) -> Result<Vec<Outcome>, BackendError> {
         let shared = &self.shared;
+        let started = tokio::time::Instant::now();
         let mut outcomes: Vec<Option<Outcome>> = commands
             .iter()
             .map(|command| command.validate().err().map(Err))
             .collect();
+        // Times each command was sent again (a spread pool found, a pool op waited out).
+        let mut again = vec![0u32; commands.len()];
         let mut next = 0;
         while next < commands.len() {
             if outcomes[next].is_some() {
@@ -46,6 +53,21 @@ impl RedisBackend {
                 outcomes[next] = Some(self.list_pools(&commands[next]).await?);
                 next += 1;
                 continue;
+            }
+            // A pool made with several segments on a dataset of several partitions is spread
+            // over them: a pool op (spread_ops.rs), which falls back to the plain command for a
+            // pool kept whole.
+            if let Command::PutPool {
+                segments: Some(segments),
+                ..
+            } = &commands[next]
+            {
+                if *segments > 1 && shared.partitions > 1 {
+                    outcomes[next] =
+                        Some(self.put_spread(&commands[next], *segments as u32).await?);
+                    next += 1;
+                    continue;
+                }
             }
             if let Command::ListHolds { .. } = &commands[next] {
                 outcomes[next] = Some(self.list_holds(&commands[next]).await?);
@@ -77,7 +99,10 @@ impl RedisBackend {
             let last = *group.last().expect("group has the first command");
             let ops = group
                 .iter()
-                .map(|&i| wire::encode(&commands[i], shared.route(&commands[i], partition, false)))
+                .map(|&i| {
+                    let wire = shared.wire_command(&commands[i]);
+                    wire::encode(&wire, shared.route(&wire, partition, false))
+                })
                 .collect();
             let answers = shared.submit(partition, ops).await?;
             // Test builds only: die after a restock is written, before it is answered, so that
@@ -102,7 +127,22 @@ impl RedisBackend {
                         | Answer::Decided { .. }
                         | Answer::Settled { .. }
                 );
-                outcomes[i] = Some(self.resolve(partition, &commands[i], answer).await?);
+                match self
+                    .resolve(partition, &commands[i], answer, started)
+                    .await?
+                {
+                    Some(outcome) => outcomes[i] = Some(outcome),
+                    None => {
+                        again[i] += 1;
+                        if again[i] > AGAIN_MAX {
+                            return Err(BackendError::Unavailable(
+                                "a pool kept changing under this request".into(),
+                            ));
+                        }
+                        resume_at = i;
+                        break;
+                    }
+                }
                 if !finished_here {
                     resume_at = i + 1;
                     break;
@@ -151,79 +191,121 @@ impl RedisBackend {
     }
 
     /// Finishes one command from the library's answer to it at `partition`.
+    /// Finishes one command's answer. `None`: send the command again (the library found a pool
+    /// spread over partitions that this server did not know of, a pool op was under way, or a
+    /// rebalance moved units to the request's segment).
     async fn resolve(
         &self,
         partition: u32,
         command: &Command,
         answer: Answer,
-    ) -> Result<Outcome, BackendError> {
+        started: tokio::time::Instant,
+    ) -> Result<Option<Outcome>, BackendError> {
         let shared = &self.shared;
         let mut partition = partition;
         let mut answer = answer;
+        let wired = shared.wire_command(command);
         // At most one move: the directory points at the home, and the home never moves on.
         for _ in 0..2 {
             match answer {
-                Answer::Done(outcome) => return Ok(outcome),
+                Answer::Segmented { pool, segments } => {
+                    shared.spread.note(&pool, segments);
+                    if let Command::Reserve(_) = command {
+                        return Ok(None);
+                    }
+                    return self.on_spread_pool(command, segments).await.map(Some);
+                }
+                Answer::Frozen { .. } => {
+                    tokio::time::sleep(crate::segments::OP_POLL).await;
+                    return Ok(None);
+                }
+                Answer::Done(Err(error)) if wired != *command => {
+                    return self.spread_refusal(command, error, started).await;
+                }
+                Answer::Done(outcome) => return Ok(Some(outcome)),
                 Answer::Made { created_at_ms } => {
                     let Command::Reserve(request) = command else {
                         return Err(unexpected_answer(&answer));
                     };
-                    return Ok(Ok(Reply::Hold {
+                    return Ok(Some(Ok(Reply::Hold {
                         hold: wire::made_hold(request, partition, created_at_ms),
                         created: true,
-                    }));
+                    })));
                 }
                 Answer::Settled { error, settled } => {
                     let shared = shared.clone();
                     detached(async move {
                         for expired in settled {
-                            let (hold, apply) = (&expired.hold, &expired.apply);
-                            cross::apply_parts(&shared, partition, hold, apply, &expired.attempt)
-                                .await?;
+                            cross::apply_parts(
+                                &shared,
+                                partition,
+                                expired.hold.hold_id.as_str(),
+                                &expired.parts,
+                                &expired.apply,
+                                &expired.attempt,
+                            )
+                            .await?;
                         }
                         Ok(())
                     })
                     .await?;
-                    return Ok(Err(error));
+                    return Ok(Some(Err(error)));
                 }
                 Answer::Decided {
                     reply,
                     apply,
                     attempt,
+                    parts,
                 } => {
                     if let Reply::Hold { hold, .. } = &reply {
-                        let (shared, hold) = (shared.clone(), hold.clone());
+                        let (shared, hold_id) = (shared.clone(), hold.hold_id.clone());
                         detached(async move {
-                            cross::apply_parts(&shared, partition, &hold, &apply, &attempt).await
+                            cross::apply_parts(
+                                &shared,
+                                partition,
+                                hold_id.as_str(),
+                                &parts,
+                                &apply,
+                                &attempt,
+                            )
+                            .await
                         })
                         .await?;
                     }
-                    return Ok(Ok(reply));
+                    return Ok(Some(Ok(reply)));
                 }
-                Answer::Parked(ticket) => return self.wait(partition, ticket, command).await,
+                Answer::Parked(ticket) => {
+                    return self.wait(partition, ticket, &wired).await.map(Some)
+                }
                 Answer::Cross => {
-                    let Command::Reserve(request) = command else {
+                    let Command::Reserve(request) = &wired else {
                         return Err(unexpected_answer(&Answer::Cross));
                     };
                     let (shared, request) = (shared.clone(), request.clone());
-                    return detached(
-                        async move { cross::reserve(&shared, partition, &request).await },
-                    )
-                    .await;
+                    let outcome =
+                        detached(async move { cross::reserve(&shared, partition, &request).await })
+                            .await?;
+                    return match outcome {
+                        Some(Err(error)) if wired != *command => {
+                            self.spread_refusal(command, error, started).await
+                        }
+                        other => Ok(other),
+                    };
                 }
-                Answer::Precheck(hold) => {
+                Answer::Precheck { hold, parts } => {
                     let Command::Refund { restock, .. } = command else {
-                        return Err(unexpected_answer(&Answer::Precheck(hold)));
+                        return Err(unexpected_answer(&Answer::Precheck { hold, parts }));
                     };
                     let (shared, restock) = (shared.clone(), *restock);
                     return detached(async move {
-                        cross::refund(&shared, partition, &hold, restock).await
+                        cross::refund(&shared, partition, &hold, &parts, restock).await
                     })
-                    .await;
+                    .await
+                    .map(Some);
                 }
                 Answer::Moved(home) => {
                     partition = home;
-                    let op = wire::encode(command, shared.route(command, home, true));
+                    let op = wire::encode(&wired, shared.route(&wired, home, true));
                     answer = shared.submit_one(home, op).await?;
                 }
                 other => return Err(unexpected_answer(&other)),

@@ -37,6 +37,39 @@ pub fn partition_of(id: &str, partitions: u32) -> u32 {
     u32::from(crc16(id.as_bytes())) % partitions
 }
 
+/// The library's name for segment `segment` of a pool spread over partitions: `POOL~J`, and
+/// `POOL~0` for segment 0 (the pool's own hash, named so that the library knows the server meant
+/// that segment; `~` is never in a pool id).
+pub fn segment_name(pool: &str, segment: u32) -> String {
+    format!("{pool}~{segment}")
+}
+
+/// A pool name as the library takes it (a pool, or a segment's name), split: the pool and the
+/// segment, if it names one.
+pub fn split_segment(name: &str) -> (&str, Option<u32>) {
+    match name.rsplit_once('~') {
+        Some((pool, segment)) => match segment.parse() {
+            Ok(segment) => (pool, Some(segment)),
+            Err(_) => (name, None),
+        },
+        None => (name, None),
+    }
+}
+
+/// The partition of segment `segment` of a pool: (K0 + J) mod P, so that while S <= P each
+/// segment has a partition of its own.
+pub fn segment_partition(pool: &str, segment: u32, partitions: u32) -> u32 {
+    (partition_of(pool, partitions) + segment % partitions) % partitions
+}
+
+/// The partition a pool name as the library takes it lives in: a segment's, or the pool's.
+pub fn pool_partition(name: &str, partitions: u32) -> u32 {
+    match split_segment(name) {
+        (pool, Some(segment)) => segment_partition(pool, segment, partitions),
+        (pool, None) => partition_of(pool, partitions),
+    }
+}
+
 /// The hash tag of partition `k` of `partitions`: the first `pK.N` whose slot falls in the
 /// K-th equal range of slots.
 pub fn partition_tag(k: u32, partitions: u32) -> String {
@@ -105,6 +138,18 @@ mod tests {
                 assert!(s >= k * 16384 / partitions && s < (k + 1) * 16384 / partitions);
             }
         }
+    }
+
+    #[test]
+    fn segments_of_a_pool_take_the_partitions_after_its_own() {
+        let k0 = partition_of("hot", 16);
+        for segment in 0..20 {
+            let name = segment_name("hot", segment);
+            assert_eq!(split_segment(&name), ("hot", Some(segment)));
+            assert_eq!(pool_partition(&name, 16), (k0 + segment) % 16);
+        }
+        assert_eq!(pool_partition("hot", 16), k0);
+        assert_eq!(split_segment("hot"), ("hot", None));
     }
 
     #[test]

@@ -24,8 +24,19 @@ impl RedisBackend {
                 Answer::PoolPage {
                     pools: page,
                     more: page_more,
+                    spread,
                 } => {
-                    pools.extend(page);
+                    for mut pool in page {
+                        // A spread pool's counts are its segments' sums, as of one instant.
+                        if spread.iter().any(|id| id == pool.pool.as_str()) {
+                            if let Some(states) =
+                                self.shared.collect(&pool.pool, pool.segments).await?
+                            {
+                                pool = self.shared.whole_pool(&pool.pool, &states);
+                            }
+                        }
+                        pools.push(pool);
+                    }
                     more |= page_more;
                 }
                 Answer::Done(Err(error)) => return Ok(Err(error)),

@@ -55,7 +55,7 @@ impl Shared {
             Command::Reserve(request) => request
                 .items
                 .iter()
-                .all(|item| keys::partition_of(item.pool.as_str(), self.partitions) == at),
+                .all(|item| keys::pool_partition(item.pool.as_str(), self.partitions) == at),
             _ => true,
         };
         if moved {
@@ -63,7 +63,7 @@ impl Shared {
         }
         let home = match command {
             Command::Reserve(request) => {
-                keys::partition_of(request.items[0].pool.as_str(), self.partitions)
+                keys::pool_partition(request.items[0].pool.as_str(), self.partitions)
             }
             _ => at,
         };

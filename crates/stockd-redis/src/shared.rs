@@ -44,6 +44,8 @@ pub(crate) struct Shared {
     /// On a Cluster, calls carry `CALL_PREFIX-N` so that one the client sends twice runs once.
     pub(crate) call_prefix: Option<String>,
     pub(crate) next_call: AtomicU64,
+    /// Pools spread over partitions, as far as this server has met them (segments.rs).
+    pub(crate) spread: crate::segments::SpreadPools,
     /// Test builds with a test clock: told after each `sweep_now`, when parked requests look
     /// whether their wait is over by that clock.
     #[cfg(feature = "test-clock")]

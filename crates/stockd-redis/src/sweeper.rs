@@ -53,7 +53,21 @@ pub(crate) async fn sweep_partition(shared: &Shared, partition: u32) -> Result<(
                 forward,
                 back,
                 parts,
+                pool_ops,
+                frozen,
             } => {
+                // Pool ops a server left (segments.rs): rolled back or forward; segments whose
+                // op is over at segment 0 but still frozen: unfrozen.
+                for pool in pool_ops {
+                    if let Err(error) = shared.finish_left_op(&pool).await {
+                        tracing::debug!(partition, %error, "finishing a pool op");
+                    }
+                }
+                for entry in frozen {
+                    if let Err(error) = shared.unfreeze_left_segment(&entry).await {
+                        tracing::debug!(partition, %error, "unfreezing a segment");
+                    }
+                }
                 let left = cross::LeftBehind {
                     forward,
                     back,

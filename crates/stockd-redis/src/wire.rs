@@ -193,6 +193,16 @@ pub enum Answer {
     Made {
         created_at_ms: u64,
     },
+    /// The pool is spread over partitions in this many segments (segments.rs): a command on the
+    /// whole pool runs as a pool op or a collect, a reserve goes to a segment.
+    Segmented {
+        pool: String,
+        segments: u32,
+    },
+    /// A pool op is under way on the pool (or froze the segment): ask again once it is over.
+    Frozen {
+        pool: String,
+    },
     /// An error, after the command expired holds over several partitions on its way (a confirm
     /// of a hold past its deadline): each one's parts must follow its expiry (`part_apply` of
     /// that op and attempt in each partition, then `x_applied`).
@@ -206,11 +216,15 @@ pub enum Answer {
         reply: Reply,
         apply: String,
         attempt: String,
+        /// The hold's items as the library keeps them (`wire_items`): where its parts are.
+        parts: Vec<HoldItem>,
     },
     /// One partition's page of `list_pools`: its pools in id order, and whether more follow.
     PoolPage {
         pools: Vec<PoolView>,
         more: bool,
+        /// The listed pools spread over partitions: their counts here are segment 0's.
+        spread: Vec<String>,
     },
     /// One partition's page of `list_holds`: its holds in id order, and where to go on from
     /// (every hold id up to it was examined), or `None` when the partition has no more.
@@ -230,6 +244,10 @@ pub enum Answer {
         forward: Vec<String>,
         back: Vec<String>,
         parts: Vec<String>,
+        /// Pools (in this partition, their segment 0) whose op is older than the timeout.
+        pool_ops: Vec<String>,
+        /// Segments frozen longer than the timeout: `POOL SEGMENT OP`.
+        frozen: Vec<String>,
     },
     /// The hold lives in another partition.
     Moved(u32),
@@ -238,8 +256,12 @@ pub enum Answer {
     /// The hold's pools span partitions: run the cross-partition protocol with this partition
     /// as home.
     Cross,
-    /// A cross-partition refund of this hold: the parts must be checked first.
-    Precheck(HoldView),
+    /// A cross-partition refund of this hold: the parts (its items as the library keeps
+    /// them) must be checked first.
+    Precheck {
+        hold: HoldView,
+        parts: Vec<HoldItem>,
+    },
     /// Cross protocol steps: go on; a part is written; rolled back (or being rolled back); the
     /// items of a record being rolled back; nothing to roll back.
     Begun(String),
@@ -249,6 +271,7 @@ pub enum Answer {
     Owner(bool),
     PartOk,
     Aborted,
+    /// The items as the library keeps them (`wire_items`).
     Aborting {
         items: Vec<HoldItem>,
         attempt: String,
@@ -260,6 +283,7 @@ pub enum Answer {
         hold: HoldView,
         apply: Option<String>,
         attempt: String,
+        parts: Vec<HoldItem>,
     },
 }
 
@@ -289,6 +313,35 @@ pub struct SettledHold {
     pub hold: HoldView,
     pub apply: String,
     pub attempt: String,
+    /// The hold's items as the library keeps them (`wire_items`), filled in by `decode`.
+    #[serde(skip)]
+    pub parts: Vec<HoldItem>,
+}
+
+/// A hold's items as the library keeps them, from its JSON: the API's pool id, or for an item
+/// in a segment J >= 1 of a pool spread over partitions (`"segment": J`), that segment's name
+/// (`PoolId::segment`), so that the cross-partition steps find the partition of each part.
+fn wire_items(items: Option<&Value>) -> Result<Vec<HoldItem>, DecodeError> {
+    #[derive(Deserialize)]
+    struct Item {
+        pool: stockd_core::PoolId,
+        qty: u64,
+        #[serde(default)]
+        segment: Option<u32>,
+    }
+    let items = items.ok_or_else(|| DecodeError("a hold without items".into()))?;
+    let items: Vec<Item> =
+        serde_json::from_value(items.clone()).map_err(|e| DecodeError(e.to_string()))?;
+    Ok(items
+        .into_iter()
+        .map(|item| HoldItem {
+            pool: match item.segment {
+                Some(segment) => item.pool.segment(segment),
+                None => item.pool,
+            },
+            qty: item.qty,
+        })
+        .collect())
 }
 
 /// Why an answer could not be read: a library that does not speak this wire is a bug or a
@@ -321,6 +374,10 @@ struct SweptAnswer {
     back: Vec<String>,
     #[serde(default)]
     parts: Vec<String>,
+    #[serde(default)]
+    pops: Vec<String>,
+    #[serde(default)]
+    frozen: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -346,6 +403,8 @@ struct SegmentsAnswer {
 struct PoolsAnswer {
     pools: Vec<PoolView>,
     more: bool,
+    #[serde(default)]
+    spread: Vec<String>,
 }
 
 pub fn decode(text: &str) -> Result<Answer, DecodeError> {
@@ -365,14 +424,46 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
         .as_object()
         .ok_or_else(|| DecodeError(text.to_string()))?;
     if let Some(code) = object.get("error").and_then(Value::as_str) {
+        let pool = || {
+            object
+                .get("pool")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        match code {
+            "segmented" => {
+                let segments = object.get("segments").and_then(Value::as_u64).unwrap_or(1);
+                return Ok(Answer::Segmented {
+                    pool: pool(),
+                    segments: segments as u32,
+                });
+            }
+            "frozen" => return Ok(Answer::Frozen { pool: pool() }),
+            _ => {}
+        }
         let error = error(code, &value)?;
         if let Some(settled) = object.get("settled") {
-            let settled: Vec<SettledHold> = serde_json::from_value(settled.clone()).map_err(bad)?;
-            return Ok(Answer::Settled { error, settled });
+            let mut holds: Vec<SettledHold> =
+                serde_json::from_value(settled.clone()).map_err(bad)?;
+            for (hold, value) in holds
+                .iter_mut()
+                .zip(settled.as_array().into_iter().flatten())
+            {
+                hold.parts = wire_items(value.get("hold").and_then(|h| h.get("items")))?;
+            }
+            return Ok(Answer::Settled {
+                error,
+                settled: holds,
+            });
         }
         return Ok(Answer::Done(Err(error)));
     }
     if object.contains_key("hold") {
+        let parts = match object.get("apply") {
+            Some(_) => wire_items(object.get("hold").and_then(|h| h.get("items")))?,
+            None => Vec::new(),
+        };
         let answer: HoldAnswer = serde_json::from_value(value).map_err(bad)?;
         let reply = Reply::Hold {
             hold: answer.hold,
@@ -383,16 +474,19 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
                 reply,
                 apply,
                 attempt: answer.attempt,
+                parts,
             },
             None => Answer::Done(Ok(reply)),
         });
     }
     if object.contains_key("state") {
+        let parts = wire_items(object.get("state").and_then(|h| h.get("items")))?;
         let answer: StateAnswer = serde_json::from_value(value).map_err(bad)?;
         return Ok(Answer::State {
             hold: answer.state,
             apply: answer.apply,
             attempt: answer.attempt,
+            parts,
         });
     }
     if object.contains_key("expired") {
@@ -402,11 +496,13 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
             forward: answer.forward,
             back: answer.back,
             parts: answer.parts,
+            pool_ops: answer.pops,
+            frozen: answer.frozen,
         });
     }
     if let Some(items) = object.get("aborting") {
         if items.is_array() {
-            let items: Vec<HoldItem> = serde_json::from_value(items.clone()).map_err(bad)?;
+            let items = wire_items(Some(items))?;
             let attempt = object
                 .get("attempt")
                 .and_then(Value::as_str)
@@ -432,8 +528,9 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
         return Ok(Answer::Cross);
     }
     if let Some(hold) = object.get("precheck") {
+        let parts = wire_items(hold.get("items"))?;
         let hold: HoldView = serde_json::from_value(hold.clone()).map_err(bad)?;
-        return Ok(Answer::Precheck(hold));
+        return Ok(Answer::Precheck { hold, parts });
     }
     if flag("aborted") {
         return Ok(Answer::Aborted);
@@ -459,6 +556,7 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
         return Ok(Answer::PoolPage {
             pools: answer.pools,
             more: answer.more,
+            spread: answer.spread,
         });
     }
     if object.contains_key("segments") {

@@ -47,40 +47,42 @@ end
 function S.check_reserve(request)
     local pools = {}
     for i, item in ipairs(request.items) do
+        -- Errors name the pool as the client did, a segment's too.
+        local public = S.segment_of(item.pool)
         local pool = S.pool_get(item.pool)
         if not pool then
-            return nil, S.error('pool_not_found', { { 'pool', item.pool, 's' } }), i
+            return nil, S.error('pool_not_found', { { 'pool', public, 's' } }), i
         end
         -- A pool spread over partitions is reserved in one of its segments (the server routes
         -- there: `segmented` tells it the count); a segment a pool op froze takes nothing
         -- until the op is over (`frozen`). Neither is an answer for the client.
         if pool.spread and not item.segment_zero then
-            return nil, S.error('segmented', { { 'pool', item.pool, 's' },
+            return nil, S.error('segmented', { { 'pool', public, 's' },
                 { 'segments', pool.segments, 'n' } }), i
         end
         if pool.frozen_by then
-            return nil, S.error('frozen', { { 'pool', item.pool, 's' },
+            return nil, S.error('frozen', { { 'pool', public, 's' },
                 { 'op', pool.frozen_by, 'n' } }), i
         end
         if pool.per_user_limit and not request.user then
-            return nil, S.error('user_required', { { 'pool', item.pool, 's' } }), i
+            return nil, S.error('user_required', { { 'pool', public, 's' } }), i
         end
         if pool.starts_at_ms and S.now < pool.starts_at_ms then
-            return nil, S.error('sale_not_started', { { 'pool', item.pool, 's' },
+            return nil, S.error('sale_not_started', { { 'pool', public, 's' },
                 { 'starts_at_ms', pool.starts_at_ms, 'n' } }), i
         end
         if pool.ends_at_ms and S.now >= pool.ends_at_ms then
-            return nil, S.error('sale_ended', { { 'pool', item.pool, 's' },
+            return nil, S.error('sale_ended', { { 'pool', public, 's' },
                 { 'ends_at_ms', pool.ends_at_ms, 'n' } }), i
         end
         if pool.available < item.qty then
-            return nil, S.error('insufficient_stock', { { 'pool', item.pool, 's' },
+            return nil, S.error('insufficient_stock', { { 'pool', public, 's' },
                 { 'available', pool.available, 'n' }, { 'requested', item.qty, 'n' } }), i
         end
         if pool.per_user_limit and request.user then
             local used = S.usage_get(item.pool, request.user)
             if used + item.qty > pool.per_user_limit then
-                return nil, S.error('user_limit_exceeded', { { 'pool', item.pool, 's' },
+                return nil, S.error('user_limit_exceeded', { { 'pool', public, 's' },
                     { 'limit', pool.per_user_limit, 'n' }, { 'used', used, 'n' },
                     { 'requested', item.qty, 'n' } }), i
             end

@@ -1,0 +1,509 @@
+//! The commands on a whole pool spread over partitions, each one pool op (segments.rs): a PUT
+//! (making the pool, or its total and rules), a restock, a delete, and the rebalance that finds
+//! units for a reserve short in its own segment; and the reads, by collect. Each plan decides
+//! from what the op's freeze read, as stockd-core decides for a whole pool (the same errors,
+//! with the whole pool's numbers), and spreads the pool's available units evenly over its
+//! segments.
+
+use stockd_core::limits::TOTAL_MAX;
+use stockd_core::{BackendError, Command, Error, Outcome, PoolId, PoolView, Reply};
+
+use crate::backend::RedisBackend;
+use crate::segments::{delta_words, spread, word, Decision, Frozen, OpOutcome, Plan};
+
+/// What a rebalance found.
+pub(crate) enum Rebalanced {
+    /// Units were moved (or were there already): send the reserve again.
+    Ready,
+    /// The whole pool has fewer available than asked, at the freeze's instant.
+    Short(u64),
+    /// The pool does not exist (any more).
+    Gone,
+}
+
+/// Deltas that spread `available` units over `frozen`'s segments, with the pool's rules and
+/// generation: `(segment 0's words, the other segments' parts)`. `home` and `need`, when given,
+/// make segment `home` end with at least `need` units more than its even share of the rest.
+fn respread(
+    frozen: &Frozen,
+    available: u64,
+    generation: u64,
+    rules: [Option<u64>; 3],
+    home: Option<(usize, u64)>,
+) -> (String, Vec<(u32, String)>) {
+    let count = frozen.segments.len() as u32;
+    let (need_at, need) = home.unwrap_or((0, 0));
+    let mut shares = spread(available - need, count);
+    shares[need_at] += need;
+    // The total's change goes with the available units: each segment's total is its available
+    // plus what is held and sold there.
+    let mut zero = String::new();
+    let mut parts = Vec::new();
+    for (index, share) in shares.iter().enumerate() {
+        let before = frozen.segments[index].as_ref();
+        let had = before.map_or(0, |s| s.available);
+        let delta_available = *share as i64 - had as i64;
+        let words = delta_words(delta_available, delta_available, generation, rules);
+        if index == 0 {
+            zero = words;
+        } else {
+            parts.push((index as u32, words));
+        }
+    }
+    (zero, parts)
+}
+
+fn end_args(
+    part_zero: String,
+    threshold: Option<u64>,
+    segments: u32,
+    event: Vec<String>,
+) -> Vec<String> {
+    let mut end = vec![part_zero, word(threshold), segments.to_string()];
+    end.extend(event);
+    end
+}
+
+fn rules_of(view: &PoolView) -> [Option<u64>; 3] {
+    [view.per_user_limit, view.starts_at_ms, view.ends_at_ms]
+}
+
+impl RedisBackend {
+    /// A command on a whole pool the library says is spread in `segments` segments: run as a
+    /// pool op, or read by collect.
+    pub(crate) async fn on_spread_pool(
+        &self,
+        command: &Command,
+        segments: u32,
+    ) -> Result<Outcome, BackendError> {
+        let shared = &self.shared;
+        match command {
+            Command::GetPool { pool } => Ok(match shared.collect(pool, segments).await? {
+                Some(states) => Ok(Reply::Pool {
+                    pool: shared.whole_pool(pool, &states),
+                    created: false,
+                    replayed: false,
+                }),
+                None => Err(Error::PoolNotFound { pool: pool.clone() }),
+            }),
+            Command::GetSegments { pool } => Ok(match shared.collect(pool, segments).await? {
+                Some(states) => Ok(Reply::Segments {
+                    segments: shared.segment_list(pool, &states),
+                }),
+                None => Err(Error::PoolNotFound { pool: pool.clone() }),
+            }),
+            Command::PutPool { .. } => self.put_spread(command, segments).await,
+            Command::Restock {
+                pool,
+                delta,
+                request_id,
+            } => {
+                self.restock_spread(pool, *delta, request_id.as_ref(), segments)
+                    .await
+            }
+            Command::DeletePool { pool } => self.delete_spread(pool, segments).await,
+            other => Err(BackendError::Unavailable(format!(
+                "a spread pool answered for {other:?}"
+            ))),
+        }
+    }
+
+    /// A PUT on a dataset of several partitions with more than one segment, or on a pool that
+    /// is spread: makes the pool spread, or sets its total and rules.
+    pub(crate) async fn put_spread(
+        &self,
+        command: &Command,
+        segments: u32,
+    ) -> Result<Outcome, BackendError> {
+        let Command::PutPool {
+            pool,
+            spec,
+            segments: requested,
+            if_absent,
+        } = command
+        else {
+            unreachable!("put_spread takes PutPool")
+        };
+        let shared = &self.shared;
+        let rules = [spec.per_user_limit, spec.starts_at_ms, spec.ends_at_ms];
+        let outcome = shared
+            .pool_op(pool, "put", vec![segments.to_string()], |frozen| {
+                let Some(zero) = frozen.zero() else {
+                    // A new pool, spread over `segments`.
+                    let count = frozen.segments.len() as u32;
+                    let (part_zero, parts) =
+                        respread(frozen, spec.total, frozen.generation, rules, None);
+                    let low = spec.low_stock_threshold.is_some_and(|t| spec.total <= t);
+                    let event = vec![
+                        "upserted".to_string(),
+                        spec.total.to_string(),
+                        spec.total.to_string(),
+                        spec.total.to_string(),
+                        if low { "1" } else { "0" }.to_string(),
+                    ];
+                    let view = PoolView {
+                        pool: pool.clone(),
+                        total: spec.total,
+                        available: spec.total,
+                        held: 0,
+                        sold: 0,
+                        per_user_limit: spec.per_user_limit,
+                        starts_at_ms: spec.starts_at_ms,
+                        ends_at_ms: spec.ends_at_ms,
+                        low_stock_threshold: spec.low_stock_threshold,
+                        partition: 0,
+                        segments: count,
+                    };
+                    let plan = Plan {
+                        parts,
+                        end: end_args(part_zero, spec.low_stock_threshold, count, event),
+                    };
+                    return Decision::Apply(plan, Ok((view, true)));
+                };
+                if !zero.spread {
+                    // A pool kept whole (one segment, or made by an earlier version): the
+                    // partition answers for it alone.
+                    return Decision::Nothing(Err(None));
+                }
+                let states: Vec<_> = frozen.segments.iter().flatten().cloned().collect();
+                let view = shared.whole_pool(pool, &states);
+                if *if_absent {
+                    return Decision::Nothing(Ok((view, false)));
+                }
+                if let Some(requested) = requested {
+                    if *requested != u64::from(zero.segments) {
+                        return Decision::Nothing(Err(Some(Error::SegmentsFixed {
+                            pool: pool.clone(),
+                            segments: u64::from(zero.segments),
+                            requested: *requested,
+                        })));
+                    }
+                }
+                let committed = view.held + view.sold;
+                if spec.total < committed {
+                    return Decision::Nothing(Err(Some(Error::TotalBelowCommitted {
+                        pool: pool.clone(),
+                        total: spec.total,
+                        committed,
+                    })));
+                }
+                let available = spec.total - committed;
+                let delta = spec.total as i64 - view.total as i64;
+                let (part_zero, parts) = respread(frozen, available, zero.g, rules, None);
+                let low = spec.low_stock_threshold.is_some_and(|t| available <= t);
+                let event = vec![
+                    "upserted".to_string(),
+                    spec.total.to_string(),
+                    available.to_string(),
+                    delta.to_string(),
+                    if low { "1" } else { "0" }.to_string(),
+                ];
+                let after = PoolView {
+                    total: spec.total,
+                    available,
+                    per_user_limit: spec.per_user_limit,
+                    starts_at_ms: spec.starts_at_ms,
+                    ends_at_ms: spec.ends_at_ms,
+                    low_stock_threshold: spec.low_stock_threshold,
+                    ..view
+                };
+                let plan = Plan {
+                    parts,
+                    end: end_args(part_zero, spec.low_stock_threshold, zero.segments, event),
+                };
+                Decision::Apply(plan, Ok((after, false)))
+            })
+            .await?;
+        Ok(match outcome {
+            OpOutcome::Done(Ok((mut view, created))) => {
+                view.partition = stockd_redis_partition(shared, pool);
+                shared.spread.note(pool.as_str(), view.segments);
+                Ok(Reply::Pool {
+                    pool: view,
+                    created,
+                    replayed: false,
+                })
+            }
+            OpOutcome::Done(Err(Some(error))) | OpOutcome::Refused(error) => Err(error),
+            OpOutcome::Done(Err(None)) => {
+                // Kept whole: the plain command, in the pool's partition.
+                return self.whole_put(command).await;
+            }
+            OpOutcome::Replayed => unreachable!("only a restock is replayed"),
+        })
+    }
+
+    async fn restock_spread(
+        &self,
+        pool: &PoolId,
+        delta: i64,
+        request_id: Option<&stockd_core::RequestId>,
+        segments: u32,
+    ) -> Result<Outcome, BackendError> {
+        let shared = &self.shared;
+        let rid = request_id.map_or_else(|| "-".to_string(), |r| r.to_string());
+        let outcome = shared
+            .pool_op(
+                pool,
+                "restock",
+                vec![segments.to_string(), delta.to_string(), rid.clone()],
+                |frozen| {
+                    let Some(zero) = frozen.zero() else {
+                        return Decision::Nothing(Err(Error::PoolNotFound { pool: pool.clone() }));
+                    };
+                    let states: Vec<_> = frozen.segments.iter().flatten().cloned().collect();
+                    let view = shared.whole_pool(pool, &states);
+                    if delta < 0 && delta.unsigned_abs() > view.available {
+                        return Decision::Nothing(Err(Error::InsufficientStock {
+                            pool: pool.clone(),
+                            available: view.available,
+                            requested: delta.unsigned_abs(),
+                        }));
+                    }
+                    if delta > 0 && view.total + delta.unsigned_abs() > TOTAL_MAX {
+                        return Decision::Nothing(Err(Error::invalid(format!(
+                            "restock would take total of pool {pool} above {TOTAL_MAX}"
+                        ))));
+                    }
+                    let available = (view.available as i64 + delta) as u64;
+                    let total = (view.total as i64 + delta) as u64;
+                    let rules = rules_of(&view);
+                    let (part_zero, parts) = respread(frozen, available, zero.g, rules, None);
+                    let low = view
+                        .low_stock_threshold
+                        .is_some_and(|t| view.available > t && available <= t);
+                    let event = vec![
+                        "restocked".to_string(),
+                        delta.to_string(),
+                        total.to_string(),
+                        available.to_string(),
+                        rid.clone(),
+                        if low { "1" } else { "0" }.to_string(),
+                    ];
+                    let after = PoolView {
+                        total,
+                        available,
+                        ..view
+                    };
+                    let plan = Plan {
+                        parts,
+                        end: end_args(part_zero, view.low_stock_threshold, zero.segments, event),
+                    };
+                    Decision::Apply(plan, Ok(after))
+                },
+            )
+            .await?;
+        Ok(match outcome {
+            OpOutcome::Done(Ok(mut view)) => {
+                view.partition = stockd_redis_partition(shared, pool);
+                Ok(Reply::Pool {
+                    pool: view,
+                    created: false,
+                    replayed: false,
+                })
+            }
+            OpOutcome::Done(Err(error)) | OpOutcome::Refused(error) => Err(error),
+            OpOutcome::Replayed => match shared.collect(pool, segments).await? {
+                Some(states) => Ok(Reply::Pool {
+                    pool: shared.whole_pool(pool, &states),
+                    created: false,
+                    replayed: true,
+                }),
+                None => Err(Error::PoolNotFound { pool: pool.clone() }),
+            },
+        })
+    }
+
+    async fn delete_spread(&self, pool: &PoolId, segments: u32) -> Result<Outcome, BackendError> {
+        let shared = &self.shared;
+        let outcome = shared
+            .pool_op(pool, "delete", vec![segments.to_string()], |frozen| {
+                let Some(zero) = frozen.zero() else {
+                    return Decision::Nothing(Err(Error::PoolNotFound { pool: pool.clone() }));
+                };
+                let held = frozen.sum(|s| s.held);
+                if held > 0 {
+                    return Decision::Nothing(Err(Error::PoolHasActiveHolds {
+                        pool: pool.clone(),
+                        held,
+                    }));
+                }
+                let event = vec![
+                    "deleted".to_string(),
+                    frozen.sum(|s| s.total).to_string(),
+                    frozen.sum(|s| s.available).to_string(),
+                ];
+                let parts = (1..frozen.segments.len() as u32)
+                    .map(|segment| (segment, "delete".to_string()))
+                    .collect();
+                let plan = Plan {
+                    parts,
+                    end: end_args(
+                        "delete".to_string(),
+                        zero.low_stock_threshold,
+                        zero.segments,
+                        event,
+                    ),
+                };
+                Decision::Apply(plan, Ok(()))
+            })
+            .await?;
+        Ok(match outcome {
+            OpOutcome::Done(Ok(())) => {
+                shared.spread.forget(pool.as_str());
+                Ok(Reply::PoolDeleted)
+            }
+            OpOutcome::Done(Err(error)) | OpOutcome::Refused(error) => Err(error),
+            OpOutcome::Replayed => unreachable!("only a restock is replayed"),
+        })
+    }
+
+    /// Moves available units of a spread pool to segment `home`, so that it has `need`; or
+    /// finds that the whole pool has fewer.
+    pub(crate) async fn rebalance(
+        &self,
+        pool: &PoolId,
+        segments: u32,
+        home: u32,
+        need: u64,
+    ) -> Result<Rebalanced, BackendError> {
+        let outcome = self
+            .shared
+            .pool_op(
+                pool,
+                "rebalance",
+                vec![segments.to_string(), home.to_string(), need.to_string()],
+                |frozen| {
+                    let Some(zero) = frozen.zero() else {
+                        return Decision::Nothing(Rebalanced::Gone);
+                    };
+                    let available = frozen.sum(|s| s.available);
+                    if available < need {
+                        return Decision::Nothing(Rebalanced::Short(available));
+                    }
+                    let at = home as usize;
+                    if frozen.segments[at]
+                        .as_ref()
+                        .is_some_and(|s| s.available >= need)
+                    {
+                        return Decision::Nothing(Rebalanced::Ready);
+                    }
+                    let rules = [zero.per_user_limit, zero.starts_at_ms, zero.ends_at_ms];
+                    let (part_zero, parts) =
+                        respread(frozen, available, zero.g, rules, Some((at, need)));
+                    let plan = Plan {
+                        parts,
+                        end: end_args(
+                            part_zero,
+                            zero.low_stock_threshold,
+                            zero.segments,
+                            vec!["none".to_string()],
+                        ),
+                    };
+                    Decision::Apply(plan, Rebalanced::Ready)
+                },
+            )
+            .await?;
+        Ok(match outcome {
+            OpOutcome::Done(found) => found,
+            OpOutcome::Refused(_) | OpOutcome::Replayed => Rebalanced::Gone,
+        })
+    }
+}
+
+fn stockd_redis_partition(shared: &crate::shared::Shared, pool: &PoolId) -> u32 {
+    crate::keys::partition_of(pool.as_str(), shared.partitions)
+}
+
+impl crate::shared::Shared {
+    /// The command as the library takes it: a reserve names its segment of each pool known to
+    /// be spread, and does not park there (a segment's waiters see only that segment's units:
+    /// the server waits for the whole pool itself, `spread_refusal`).
+    pub(crate) fn wire_command(&self, command: &Command) -> Command {
+        match command {
+            Command::Reserve(request) => {
+                let wired = self.wire_reserve(request);
+                if wired.items != request.items {
+                    return Command::Reserve(stockd_core::ReserveRequest {
+                        wait_ms: 0,
+                        ..wired
+                    });
+                }
+                command.clone()
+            }
+            _ => command.clone(),
+        }
+    }
+}
+
+/// How long a reserve waiting for a spread pool's stock sleeps between two looks at the whole
+/// pool.
+const SPREAD_WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+impl RedisBackend {
+    /// A reserve of a spread pool refused in its segment: short there, a rebalance finds the
+    /// units elsewhere (then the reserve is sent again), or finds the whole pool short (the
+    /// refusal, or a wait for units while `wait_ms` lasts); a segment gone means this server's
+    /// knowledge of the pool is stale. `None`: send the reserve again.
+    pub(crate) async fn spread_refusal(
+        &self,
+        command: &Command,
+        error: Error,
+        started: tokio::time::Instant,
+    ) -> Result<Option<Outcome>, BackendError> {
+        let Command::Reserve(request) = command else {
+            return Ok(Some(Err(error)));
+        };
+        let shared = &self.shared;
+        match &error {
+            Error::InsufficientStock { pool, .. } => {
+                let Some(segments) = shared.spread.get(pool.as_str()) else {
+                    return Ok(Some(Err(error)));
+                };
+                let need = request
+                    .items
+                    .iter()
+                    .find(|item| item.pool == *pool)
+                    .map_or(0, |item| item.qty);
+                let home = crate::segments::home_segment(request, segments);
+                match self.rebalance(pool, segments, home, need).await? {
+                    Rebalanced::Ready => Ok(None),
+                    Rebalanced::Gone => {
+                        shared.spread.forget(pool.as_str());
+                        Ok(None)
+                    }
+                    Rebalanced::Short(available) => {
+                        let deadline = started + std::time::Duration::from_millis(request.wait_ms);
+                        if tokio::time::Instant::now() + SPREAD_WAIT_POLL < deadline {
+                            tokio::time::sleep(SPREAD_WAIT_POLL).await;
+                            return Ok(None);
+                        }
+                        Ok(Some(Err(Error::InsufficientStock {
+                            pool: pool.clone(),
+                            available,
+                            requested: need,
+                        })))
+                    }
+                }
+            }
+            Error::PoolNotFound { pool } if shared.spread.get(pool.as_str()).is_some() => {
+                shared.spread.forget(pool.as_str());
+                Ok(None)
+            }
+            _ => Ok(Some(Err(error))),
+        }
+    }
+
+    /// A PUT of a pool kept whole, in its partition.
+    async fn whole_put(&self, command: &Command) -> Result<Outcome, BackendError> {
+        let shared = &self.shared;
+        let partition = shared.first_partition(command);
+        let op = crate::wire::encode(command, shared.route(command, partition, false));
+        match shared.submit_one(partition, op).await? {
+            crate::wire::Answer::Done(outcome) => Ok(outcome),
+            other => Err(BackendError::Unavailable(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+}
