@@ -153,6 +153,11 @@ impl Model {
     }
 
     /// The seq the next event will get.
+    /// A pool's segment count, while it exists.
+    pub fn segments_of(&self, pool: &PoolId) -> Option<u64> {
+        self.pools.get(pool).map(|p| p.segments)
+    }
+
     pub fn next_seq(&self) -> u64 {
         self.next_seq
     }

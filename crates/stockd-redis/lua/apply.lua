@@ -28,7 +28,10 @@ function S.emit_low_stock(pool)
 end
 
 -- low_stock fires when available goes from above the threshold to at or below it.
+-- A pool spread over partitions fires its low_stock from a pool op that counts the whole pool
+-- (segments.lua), never from one segment's counts.
 function S.low_stock_crossed(pool, before)
+    if pool.spread then return false end
     local t = pool.low_stock_threshold
     return t ~= nil and before > t and pool.available <= t
 end
@@ -171,7 +174,7 @@ end
 function S.first_deleted_pool(items)
     for _, item in ipairs(items) do
         local pool = S.pool_get(item.pool)
-        if not pool or pool.generation ~= item.generation then return item.pool end
+        if not pool or pool.generation ~= item.generation then return (S.segment_of(item.pool)) end
     end
     return nil
 end

@@ -54,6 +54,7 @@ local function call(keys, argv)
                 end
                 if not S.READ_OPS[op] then changes = true end
                 S.settled = {}
+                S.low_checks = {}
                 -- A call is not rolled back when it fails: what it kept in memory is written
                 -- before the error goes on, so every command before the failing one is whole.
                 local ran, reply = pcall(function()
@@ -68,11 +69,18 @@ local function call(keys, argv)
                 -- A command that parks, or that must be finished by the server (a hold that
                 -- lives elsewhere, a cross-partition step), ends its group's run here.
                 if reply.kind == 'wait' or reply.stop then parked = true end
+                local text
                 if reply.kind == 'raw' then
-                    out[#out + 1] = reply.json
+                    text = reply.json
                 else
-                    out[#out + 1] = S.reply_json(reply)
+                    text = S.reply_json(reply)
                 end
+                -- Spread pools whose low-stock watch this command crossed: the server checks
+                -- them before it answers (segments.lua).
+                if #S.low_checks > 0 then
+                    text = 'L' .. table.concat(S.low_checks, ',') .. ' ' .. text
+                end
+                out[#out + 1] = text
             end
         end
     end

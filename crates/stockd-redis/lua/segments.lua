@@ -54,6 +54,7 @@ local function segment_json(id)
         { 'starts_at_ms', pool.starts_at_ms, 'n' }, { 'ends_at_ms', pool.ends_at_ms, 'n' },
         { 'low_stock_threshold', pool.low_stock_threshold, 'n' },
         { 'segments', pool.segments, 'n' }, { 'spread', pool.spread, 'b' },
+        { 'low_fired', pool.low_fired, 'b' },
     })
 end
 
@@ -158,9 +159,9 @@ C.pop_plan = function(a)
     return raw('{"planned":true}')
 end
 
--- Applies one segment's part of a plan: `delta DA DT GEN LIMIT STARTS ENDS` (available and
--- total move by DA and DT; the rules and generation are the pool's, '-' for an unset rule),
--- `create ...` the same on a segment that does not exist yet, or `delete`.
+-- Applies one segment's part of a plan: `delta DA DT GEN LIMIT STARTS ENDS FLOOR CEILING`
+-- (available and total move by DA and DT; the rules and generation are the pool's, the
+-- low-stock watch the plan's; '-' for none), on a segment that exists or not yet, or `delete`.
 local function apply_part(id, words, op)
     local key = S.key('pool', id)
     if words[1] == 'delete' then
@@ -189,8 +190,11 @@ local function apply_part(id, words, op)
     pool.per_user_limit = S.num(words[5] ~= '-' and words[5])
     pool.starts_at_ms = S.num(words[6] ~= '-' and words[6])
     pool.ends_at_ms = S.num(words[7] ~= '-' and words[7])
+    pool.floor = S.num(words[8] ~= '-' and words[8])
+    pool.ceiling = S.num(words[9] ~= '-' and words[9])
     redis.call('HSET', key, 'g', S.int(pool.generation), 'ao', S.int(op))
-    for _, rule in ipairs({ { 'l', words[5] }, { 'sa', words[6] }, { 'ea', words[7] } }) do
+    for _, rule in ipairs({ { 'l', words[5] }, { 'sa', words[6] }, { 'ea', words[7] },
+        { 'lo', words[8] }, { 'hi', words[9] } }) do
         if rule[2] == '-' then
             redis.call('HDEL', key, rule[1])
         else
@@ -228,12 +232,13 @@ C.seg_unfreeze = function(a)
     return raw('{"unfrozen":true}')
 end
 
--- pop_end POOL OP PART THRESHOLD SEGMENTS EVENT...: at K0, the op takes effect: segment 0's
--- part of the plan (PART, one argument, as seg_apply's words), the pool's low-stock threshold
--- and segment count, the pool's one event (EVENT: `upserted TOTAL AVAILABLE DELTA LOW`,
--- `restocked DELTA TOTAL AVAILABLE REQUEST_ID LOW`, `deleted TOTAL AVAILABLE`, or `none` for a
--- rebalance; LOW 1 fires low_stock; the counts are the whole pool's, the server's sum of what
--- the freeze read and the plan), segment 0 unfrozen, the record gone. Only OP's planned record:
+-- pop_end POOL OP PART THRESHOLD SEGMENTS FIRED EVENT...: at K0, the op takes effect: segment
+-- 0's part of the plan (PART, one argument, as seg_apply's words), the pool's low-stock
+-- threshold, segment count and whether it is now at or below it (FIRED 1), the pool's one event
+-- (EVENT: `upserted TOTAL AVAILABLE DELTA LOW`, `restocked DELTA TOTAL AVAILABLE REQUEST_ID
+-- LOW`, `deleted TOTAL AVAILABLE`, `low TOTAL AVAILABLE` (low_stock alone), or `none`; LOW 1
+-- fires low_stock after it; the counts are the whole pool's, the server's sum of what the
+-- freeze read and the plan), segment 0 unfrozen, the record gone. Only OP's planned record:
 -- anything else is a late or repeated step (`done`).
 C.pop_end = function(a)
     local id, op = a[1], tonumber(a[2])
@@ -250,6 +255,8 @@ C.pop_end = function(a)
         if a[4] == '-' then redis.call('HDEL', pool_key, 'th') else redis.call('HSET', pool_key, 'th', a[4]) end
         pool.segments = tonumber(a[5])
         redis.call('HSET', pool_key, 'sg', a[5])
+        pool.low_fired = a[6] == '1'
+        if pool.low_fired then redis.call('HSET', pool_key, 'lf', '1') else redis.call('HDEL', pool_key, 'lf') end
         redis.call('HSET', pool_key, 'sp', '1')
         pool.spread = true
         redis.call('ZADD', S.key('pools'), '0', id)
@@ -258,7 +265,7 @@ C.pop_end = function(a)
         redis.call('ZREM', S.key('pools'), id)
     end
     local event = {}
-    for i = 6, #a do event[#event + 1] = a[i] end
+    for i = 7, #a do event[#event + 1] = a[i] end
     if event[1] == 'upserted' then
         S.emit('pool_upserted', { { 'pool', id, 's' }, { 'available', tonumber(event[3]), 'n' },
             { 'total', tonumber(event[2]), 'n' }, { 'delta', tonumber(event[4]), 'n' } })
@@ -280,6 +287,10 @@ C.pop_end = function(a)
                 { 'total', tonumber(event[3]), 'n' },
                 { 'low_stock_threshold', pool.low_stock_threshold, 'n' } })
         end
+    elseif event[1] == 'low' then
+        S.emit('low_stock', { { 'pool', id, 's' }, { 'available', tonumber(event[3]), 'n' },
+            { 'total', tonumber(event[2]), 'n' },
+            { 'low_stock_threshold', pool.low_stock_threshold, 'n' } })
     elseif event[1] == 'deleted' then
         S.emit('pool_deleted', { { 'pool', id, 's' }, { 'available', tonumber(event[3]), 'n' },
             { 'total', tonumber(event[2]), 'n' } })
@@ -330,10 +341,29 @@ C.seg_get = function(a)
         .. ',"version":' .. S.int(pool and pool.version or 0) .. '}')
 end
 
+-- A spread pool's low-stock watch (the demarcation of docs/redis.md): while the pool is above
+-- its threshold each segment has a floor, the floors adding up to one more than the threshold,
+-- so that no segment below its floor means the pool is above the threshold; while at or below,
+-- ceilings adding up to the threshold. A change that takes a segment past its watch is recorded
+-- (`lowq`, for the sweep, and the command's answer, for its server): a `low` pool op then
+-- counts the whole pool as of one instant, fires low_stock or re-arms, and sets new watches.
+function S.low_watch(pool)
+    local crossed = (pool.floor and pool.available < pool.floor)
+        or (pool.ceiling and pool.available > pool.ceiling)
+    if not crossed or not S.low_checks then return end
+    local public = S.segment_of(pool.id)
+    for _, id in ipairs(S.low_checks) do
+        if id == public then return end
+    end
+    S.low_checks[#S.low_checks + 1] = public
+    redis.call('ZADD', S.key('lowq'), S.now_text, public)
+end
+
 -- For the sweep: pools whose op is older than S.PENDING_TIMEOUT_MS (K0), and frozen sub-pools
 -- whose freeze is that old (`POOL SEGMENT OP`), for the server to roll back or forward, or ask
 -- K0 about.
 function S.segments_due()
+    -- Also the pools whose low-stock watch a change crossed (`lowq`), for a `low` pool op.
     local max = S.int(S.CROSS_DUE_MAX)
     local ops = redis.call('ZRANGEBYSCORE', S.key('popq'), '-inf',
         S.int(S.now - S.PENDING_TIMEOUT_MS), 'LIMIT', '0', max)
@@ -349,5 +379,7 @@ function S.segments_due()
             frozen[#frozen + 1] = pool .. ' ' .. S.int(segment) .. ' ' .. S.int(op)
         end
     end
-    return ops, frozen
+    local low = redis.call('ZRANGEBYSCORE', S.key('lowq'), '-inf', S.now_text, 'LIMIT', '0', max)
+    for _, id in ipairs(low) do redis.call('ZREM', S.key('lowq'), id) end
+    return ops, frozen, low
 end

@@ -54,6 +54,7 @@ function S.begin(meta_key, argv)
     S.dirty_order = {}
     S.seq = 0
     S.seq_dirty = false
+    S.low_checks = nil
     -- Sorted-set entries added by the call, by key in the order first written, written as one
     -- ZADD per key (S.zflush): a batch of holds on one pool adds to its indexes once, not once
     -- per hold.
@@ -183,14 +184,16 @@ end
 -- sa starts_at_ms, ea ends_at_ms, th low_stock_threshold (rule fields absent when unset), sg
 -- segments (absent for one; fixed when the pool is created), sp 1 when its segments are spread
 -- over partitions (segments.lua; a segmented pool made by an earlier version is whole), fz the
--- pool op freezing it, v a version bumped with its counts (for a consistent collect).
+-- pool op freezing it, v a version bumped with its counts (for a consistent collect), and for a
+-- spread pool's low-stock watch (segments.lua) lo a floor or hi a ceiling of the segment's
+-- available, lf (segment 0) 1 while the pool is at or below its threshold.
 -- The pool object is the call's one copy: changes to it are seen by every later command of the
 -- call, and S.pool_put_counts marks its counters to be written at the end.
 function S.pool_get(id)
     local cached = S.pools[id]
     if cached ~= nil then return cached or nil end
     local v = redis.call('HMGET', S.key('pool', id), 'g', 't', 'a', 'h', 's', 'l', 'sa', 'ea', 'th',
-        'sg', 'sp', 'fz', 'v')
+        'sg', 'sp', 'fz', 'v', 'lo', 'hi', 'lf')
     if not v[1] then
         S.pools[id] = false
         return nil
@@ -200,7 +203,8 @@ function S.pool_get(id)
         held = tonumber(v[4]), sold = tonumber(v[5]), per_user_limit = S.num(v[6]),
         starts_at_ms = S.num(v[7]), ends_at_ms = S.num(v[8]), low_stock_threshold = S.num(v[9]),
         segments = tonumber(v[10] or '1'), spread = v[11] == '1', frozen_by = S.num(v[12]),
-        version = tonumber(v[13] or '0'),
+        version = tonumber(v[13] or '0'), floor = S.num(v[14]), ceiling = S.num(v[15]),
+        low_fired = v[16] == '1',
     }
     S.pools[id] = pool
     return pool
@@ -208,6 +212,7 @@ end
 
 function S.pool_put_counts(pool)
     S.pools[pool.id] = pool
+    if pool.floor or pool.ceiling then S.low_watch(pool) end
     if not S.dirty[pool.id] then
         S.dirty[pool.id] = true
         S.dirty_order[#S.dirty_order + 1] = pool.id

@@ -46,7 +46,7 @@ C.sweep = function(a)
     -- roll forward (decided, not yet applied) or back (a reserve that never finished), and held
     -- parts whose home is to be asked whether it still owns them.
     local forward, back, parts = S.cross_due()
-    local pops, frozen = S.segments_due()
+    local pops, frozen, low = S.segments_due()
     local function ids(list)
         local texts = {}
         for i, id in ipairs(list) do texts[i] = S.json_string(id) end
@@ -56,5 +56,5 @@ C.sweep = function(a)
         .. ((#due == S.EXPIRIES_PER_SWEEP_MAX or #forget == S.FORGETS_PER_SWEEP_MAX)
             and 'true' or 'false') .. ',"forward":' .. ids(forward)
         .. ',"back":' .. ids(back) .. ',"parts":' .. ids(parts) .. ',"pops":' .. ids(pops)
-        .. ',"frozen":' .. ids(frozen) .. '}' }
+        .. ',"frozen":' .. ids(frozen) .. ',"low":' .. ids(low) .. '}' }
 end

@@ -231,6 +231,9 @@ async fn reserve_once(
         request.items.iter().map(|i| (i.pool.as_str(), i.qty)),
     );
     let mut failure: Option<(usize, Error)> = None;
+    // Spread pools whose low-stock watch a part crossed: counted once the hold is committed
+    // (a reserve rolled back gives the units back, and fires nothing).
+    let mut low: Vec<String> = Vec::new();
     for (position, (partition, items)) in parts.iter().enumerate() {
         let text = shared
             .submit_raw(
@@ -241,6 +244,7 @@ async fn reserve_once(
                 ),
             )
             .await?;
+        low.extend(wire::split_low(&text).0);
         if let Answer::Aborted =
             wire::decode(&text).map_err(|e| BackendError::Unavailable(e.to_string()))?
         {
@@ -293,11 +297,11 @@ async fn reserve_once(
         roll_back(shared, home, hold_id, Some(&attempt)).await?;
         return Ok(Attempt::Done(Err(error)));
     }
-    match shared
+    let committed = match shared
         .submit_one(home, op("x_commit", vec![hold_id.to_string(), attempt]))
         .await?
     {
-        Answer::Done(outcome) => Ok(Attempt::Done(outcome)),
+        Answer::Done(outcome) => Attempt::Done(outcome),
         Answer::Decided {
             reply,
             apply,
@@ -306,13 +310,21 @@ async fn reserve_once(
         } => {
             fault::point("cross.after_commit");
             apply_parts(shared, home, hold_id, &parts, &apply, &attempt).await?;
-            Ok(Attempt::Done(Ok(reply)))
+            Attempt::Done(Ok(reply))
         }
-        Answer::Aborted => Ok(Attempt::RolledBack(
-            "this reserve was rolled back while it ran",
-        )),
-        other => Err(unexpected(&other)),
+        Answer::Aborted => {
+            return Ok(Attempt::RolledBack(
+                "this reserve was rolled back while it ran",
+            ))
+        }
+        other => return Err(unexpected(&other)),
+    };
+    for pool in &low {
+        if let Ok(pool) = stockd_core::PoolId::parse(pool) {
+            shared.low_check(&pool).await?;
+        }
     }
+    Ok(committed)
 }
 
 /// Rolls back a reserve that did not finish: attempt `attempt` (`None`: whichever attempt the

@@ -116,6 +116,7 @@ impl RedisBackend {
             }
             let mut resume_at = last + 1;
             for (&i, text) in group.iter().zip(&answers) {
+                let (low, text) = wire::split_low(text);
                 let answer = decode(text)?;
                 // A command the library could not finish in this call (it parked, or the hold
                 // lives elsewhere, or spans partitions) ends the group's run: it is finished
@@ -127,6 +128,13 @@ impl RedisBackend {
                         | Answer::Decided { .. }
                         | Answer::Settled { .. }
                 );
+                // A spread pool whose low-stock watch this command crossed is counted before
+                // the command is answered, so that its low_stock follows the change.
+                for pool in &low {
+                    if let Ok(pool) = stockd_core::PoolId::parse(pool) {
+                        shared.low_check(&pool).await?;
+                    }
+                }
                 match self
                     .resolve(partition, &commands[i], answer, started)
                     .await?
@@ -306,7 +314,14 @@ impl RedisBackend {
                 Answer::Moved(home) => {
                     partition = home;
                     let op = wire::encode(&wired, shared.route(&wired, home, true));
-                    answer = shared.submit_one(home, op).await?;
+                    let text = shared.submit_raw(home, op).await?;
+                    let (low, text) = wire::split_low(&text);
+                    for pool in &low {
+                        if let Ok(pool) = stockd_core::PoolId::parse(pool) {
+                            shared.low_check(&pool).await?;
+                        }
+                    }
+                    answer = decode(text)?;
                 }
                 other => return Err(unexpected_answer(&other)),
             }

@@ -100,6 +100,9 @@ pub(crate) struct SegmentState {
     /// Segment 0 of a pool spread over partitions (a pool kept whole has none).
     #[serde(default)]
     pub spread: bool,
+    /// Segment 0: the pool is at or below its low-stock threshold (its low_stock fired).
+    #[serde(default)]
+    pub low_fired: bool,
 }
 
 /// An op's plan, as `pop_plan` records it at K0 (JSON), so that a sweeper can roll it forward:
@@ -108,8 +111,8 @@ pub(crate) struct SegmentState {
 pub(crate) struct Plan {
     /// `(segment, words)` for each segment J >= 1.
     pub parts: Vec<(u32, String)>,
-    /// Segment 0's part, then the pool's threshold ('-' for none), its segment count and the
-    /// event's words.
+    /// Segment 0's part, then the pool's threshold ('-' for none), its segment count, whether
+    /// it is at or below the threshold now ('1') and the event's words.
     pub end: Vec<String>,
 }
 
@@ -155,6 +158,8 @@ fn unavailable(what: impl Into<String>) -> BackendError {
 }
 
 fn parse(text: &str) -> Result<Value, BackendError> {
+    // A watch an op's own step crossed is left to the sweep (`lowq`).
+    let (_, text) = crate::wire::split_low(text);
     serde_json::from_str(text).map_err(|e| unavailable(format!("{e}: {text}")))
 }
 
@@ -173,19 +178,61 @@ pub(crate) fn word(value: Option<u64>) -> String {
 }
 
 /// `seg_apply`'s words for a segment: available and total move by `delta_available` and
-/// `delta_total`, the rules and generation set to the pool's.
+/// `delta_total`, the rules and generation set to the pool's, the low-stock watch (`watches`).
 pub(crate) fn delta_words(
     delta_available: i64,
     delta_total: i64,
     generation: u64,
     rules: [Option<u64>; 3],
+    watch: (Option<u64>, Option<u64>),
 ) -> String {
     format!(
-        "delta {delta_available} {delta_total} {generation} {} {} {}",
+        "delta {delta_available} {delta_total} {generation} {} {} {} {} {}",
         word(rules[0]),
         word(rules[1]),
-        word(rules[2])
+        word(rules[2]),
+        word(watch.0),
+        word(watch.1)
     )
+}
+
+/// The low-stock watch of each segment, from the segments' available units after an op: with
+/// no threshold none; while the pool is above it (`fired` false) floors no higher than each
+/// segment's units, adding up to the threshold + 1 (no segment under its floor: the pool is
+/// above the threshold); at or below it, ceilings no lower than each segment's units, adding up
+/// to the threshold. `(floor, ceiling)` per segment.
+pub(crate) fn watches(
+    available: &[u64],
+    threshold: Option<u64>,
+    fired: bool,
+) -> Vec<(Option<u64>, Option<u64>)> {
+    let Some(threshold) = threshold else {
+        return vec![(None, None); available.len()];
+    };
+    if fired {
+        let total: u64 = available.iter().sum();
+        let mut spare = threshold.saturating_sub(total);
+        let count = available.len() as u64;
+        available
+            .iter()
+            .enumerate()
+            .map(|(index, units)| {
+                let share = spare / (count - index as u64).max(1);
+                spare -= share;
+                (None, Some(units + share))
+            })
+            .collect()
+    } else {
+        let mut left = threshold + 1;
+        available
+            .iter()
+            .map(|units| {
+                let floor = (*units).min(left);
+                left -= floor;
+                (Some(floor), None)
+            })
+            .collect()
+    }
 }
 
 impl Shared {

@@ -76,8 +76,17 @@ impl Shared {
             .ok_or_else(|| BackendError::Unavailable("no answer".into()))
     }
 
+    /// One command, decoded. A spread pool whose low-stock watch the command crossed is
+    /// counted first (spread_ops.rs `low_check`), so that its low_stock follows the change.
     pub(crate) async fn submit_one(&self, partition: u32, op: Op) -> Result<Answer, BackendError> {
-        decode(&self.submit_raw(partition, op).await?)
+        let text = self.submit_raw(partition, op).await?;
+        let (low, text) = wire::split_low(&text);
+        for pool in &low {
+            if let Ok(pool) = stockd_core::PoolId::parse(pool) {
+                self.low_check(&pool).await?;
+            }
+        }
+        decode(text)
     }
 }
 

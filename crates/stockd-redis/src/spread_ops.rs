@@ -9,7 +9,7 @@ use stockd_core::limits::TOTAL_MAX;
 use stockd_core::{BackendError, Command, Error, Outcome, PoolId, PoolView, Reply};
 
 use crate::backend::RedisBackend;
-use crate::segments::{delta_words, spread, word, Decision, Frozen, OpOutcome, Plan};
+use crate::segments::{delta_words, spread, watches, word, Decision, Frozen, OpOutcome, Plan};
 
 /// What a rebalance found.
 pub(crate) enum Rebalanced {
@@ -24,17 +24,39 @@ pub(crate) enum Rebalanced {
 /// Deltas that spread `available` units over `frozen`'s segments, with the pool's rules and
 /// generation: `(segment 0's words, the other segments' parts)`. `home` and `need`, when given,
 /// make segment `home` end with at least `need` units more than its even share of the rest.
+/// The pool's low-stock state after an op: its threshold and whether it is at or below it.
+#[derive(Clone, Copy)]
+struct Low {
+    threshold: Option<u64>,
+    fired: bool,
+}
+
+impl Low {
+    fn after(threshold: Option<u64>, available: u64) -> Low {
+        Low {
+            threshold,
+            fired: threshold.is_some_and(|t| available <= t),
+        }
+    }
+
+    fn word(self) -> String {
+        if self.fired { "1" } else { "0" }.to_string()
+    }
+}
+
 fn respread(
     frozen: &Frozen,
     available: u64,
     generation: u64,
     rules: [Option<u64>; 3],
     home: Option<(usize, u64)>,
+    low: Low,
 ) -> (String, Vec<(u32, String)>) {
     let count = frozen.segments.len() as u32;
     let (need_at, need) = home.unwrap_or((0, 0));
     let mut shares = spread(available - need, count);
     shares[need_at] += need;
+    let watch = watches(&shares, low.threshold, low.fired);
     // The total's change goes with the available units: each segment's total is its available
     // plus what is held and sold there.
     let mut zero = String::new();
@@ -43,7 +65,13 @@ fn respread(
         let before = frozen.segments[index].as_ref();
         let had = before.map_or(0, |s| s.available);
         let delta_available = *share as i64 - had as i64;
-        let words = delta_words(delta_available, delta_available, generation, rules);
+        let words = delta_words(
+            delta_available,
+            delta_available,
+            generation,
+            rules,
+            watch[index],
+        );
         if index == 0 {
             zero = words;
         } else {
@@ -53,13 +81,13 @@ fn respread(
     (zero, parts)
 }
 
-fn end_args(
-    part_zero: String,
-    threshold: Option<u64>,
-    segments: u32,
-    event: Vec<String>,
-) -> Vec<String> {
-    let mut end = vec![part_zero, word(threshold), segments.to_string()];
+fn end_args(part_zero: String, low: Low, segments: u32, event: Vec<String>) -> Vec<String> {
+    let mut end = vec![
+        part_zero,
+        word(low.threshold),
+        segments.to_string(),
+        low.word(),
+    ];
     end.extend(event);
     end
 }
@@ -131,9 +159,10 @@ impl RedisBackend {
                 let Some(zero) = frozen.zero() else {
                     // A new pool, spread over `segments`.
                     let count = frozen.segments.len() as u32;
+                    let after = Low::after(spec.low_stock_threshold, spec.total);
                     let (part_zero, parts) =
-                        respread(frozen, spec.total, frozen.generation, rules, None);
-                    let low = spec.low_stock_threshold.is_some_and(|t| spec.total <= t);
+                        respread(frozen, spec.total, frozen.generation, rules, None, after);
+                    let low = after.fired;
                     let event = vec![
                         "upserted".to_string(),
                         spec.total.to_string(),
@@ -156,7 +185,7 @@ impl RedisBackend {
                     };
                     let plan = Plan {
                         parts,
-                        end: end_args(part_zero, spec.low_stock_threshold, count, event),
+                        end: end_args(part_zero, after, count, event),
                     };
                     return Decision::Apply(plan, Ok((view, true)));
                 };
@@ -189,8 +218,10 @@ impl RedisBackend {
                 }
                 let available = spec.total - committed;
                 let delta = spec.total as i64 - view.total as i64;
-                let (part_zero, parts) = respread(frozen, available, zero.g, rules, None);
-                let low = spec.low_stock_threshold.is_some_and(|t| available <= t);
+                let low_after = Low::after(spec.low_stock_threshold, available);
+                let (part_zero, parts) =
+                    respread(frozen, available, zero.g, rules, None, low_after);
+                let low = low_after.fired;
                 let event = vec![
                     "upserted".to_string(),
                     spec.total.to_string(),
@@ -209,7 +240,7 @@ impl RedisBackend {
                 };
                 let plan = Plan {
                     parts,
-                    end: end_args(part_zero, spec.low_stock_threshold, zero.segments, event),
+                    end: end_args(part_zero, low_after, zero.segments, event),
                 };
                 Decision::Apply(plan, Ok((after, false)))
             })
@@ -268,7 +299,9 @@ impl RedisBackend {
                     let available = (view.available as i64 + delta) as u64;
                     let total = (view.total as i64 + delta) as u64;
                     let rules = rules_of(&view);
-                    let (part_zero, parts) = respread(frozen, available, zero.g, rules, None);
+                    let low_after = Low::after(view.low_stock_threshold, available);
+                    let (part_zero, parts) =
+                        respread(frozen, available, zero.g, rules, None, low_after);
                     let low = view
                         .low_stock_threshold
                         .is_some_and(|t| view.available > t && available <= t);
@@ -287,7 +320,7 @@ impl RedisBackend {
                     };
                     let plan = Plan {
                         parts,
-                        end: end_args(part_zero, view.low_stock_threshold, zero.segments, event),
+                        end: end_args(part_zero, low_after, zero.segments, event),
                     };
                     Decision::Apply(plan, Ok(after))
                 },
@@ -340,7 +373,7 @@ impl RedisBackend {
                     parts,
                     end: end_args(
                         "delete".to_string(),
-                        zero.low_stock_threshold,
+                        Low::after(None, 0),
                         zero.segments,
                         event,
                     ),
@@ -389,16 +422,15 @@ impl RedisBackend {
                         return Decision::Nothing(Rebalanced::Ready);
                     }
                     let rules = [zero.per_user_limit, zero.starts_at_ms, zero.ends_at_ms];
+                    let low = Low {
+                        threshold: zero.low_stock_threshold,
+                        fired: zero.low_fired,
+                    };
                     let (part_zero, parts) =
-                        respread(frozen, available, zero.g, rules, Some((at, need)));
+                        respread(frozen, available, zero.g, rules, Some((at, need)), low);
                     let plan = Plan {
                         parts,
-                        end: end_args(
-                            part_zero,
-                            zero.low_stock_threshold,
-                            zero.segments,
-                            vec!["none".to_string()],
-                        ),
+                        end: end_args(part_zero, low, zero.segments, vec!["none".to_string()]),
                     };
                     Decision::Apply(plan, Rebalanced::Ready)
                 },
@@ -505,5 +537,48 @@ impl RedisBackend {
                 "unexpected answer {other:?}"
             ))),
         }
+    }
+}
+
+impl crate::shared::Shared {
+    /// A spread pool whose low-stock watch a change crossed: counted as of one instant (a `low`
+    /// pool op); low_stock fires if it went to or below its threshold since it last was above
+    /// (once), or the pool is armed again once above it; new watches either way. Units do not
+    /// move.
+    pub(crate) async fn low_check(&self, pool: &PoolId) -> Result<(), BackendError> {
+        let Some(segments) = self.spread.get(pool.as_str()) else {
+            return Ok(());
+        };
+        self.pool_op(pool, "low", vec![segments.to_string()], |frozen| {
+            let Some(zero) = frozen.zero() else {
+                return Decision::Nothing(());
+            };
+            let available = frozen.sum(|s| s.available);
+            let total = frozen.sum(|s| s.total);
+            let after = Low::after(zero.low_stock_threshold, available);
+            let fires = after.fired && !zero.low_fired;
+            // The units stay where they are: each segment keeps its available, with a new watch.
+            let shares: Vec<u64> = frozen
+                .segments
+                .iter()
+                .map(|s| s.as_ref().map_or(0, |s| s.available))
+                .collect();
+            let watch = watches(&shares, after.threshold, after.fired);
+            let rules = [zero.per_user_limit, zero.starts_at_ms, zero.ends_at_ms];
+            let words = |index: usize| delta_words(0, 0, zero.g, rules, watch[index]);
+            let parts = (1..shares.len()).map(|i| (i as u32, words(i))).collect();
+            let event = if fires {
+                vec!["low".to_string(), total.to_string(), available.to_string()]
+            } else {
+                vec!["none".to_string()]
+            };
+            let plan = Plan {
+                parts,
+                end: end_args(words(0), after, zero.segments, event),
+            };
+            Decision::Apply(plan, ())
+        })
+        .await?;
+        Ok(())
     }
 }

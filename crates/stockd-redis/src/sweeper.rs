@@ -55,6 +55,7 @@ pub(crate) async fn sweep_partition(shared: &Shared, partition: u32) -> Result<(
                 parts,
                 pool_ops,
                 frozen,
+                low,
             } => {
                 // Pool ops a server left (segments.rs): rolled back or forward; segments whose
                 // op is over at segment 0 but still frozen: unfrozen.
@@ -66,6 +67,14 @@ pub(crate) async fn sweep_partition(shared: &Shared, partition: u32) -> Result<(
                 for entry in frozen {
                     if let Err(error) = shared.unfreeze_left_segment(&entry).await {
                         tracing::debug!(partition, %error, "unfreezing a segment");
+                    }
+                }
+                for pool in low {
+                    let Ok(pool) = stockd_core::PoolId::parse(&pool) else {
+                        continue;
+                    };
+                    if let Err(error) = shared.low_check(&pool).await {
+                        tracing::debug!(partition, %error, "checking a pool's low stock");
                     }
                 }
                 let left = cross::LeftBehind {

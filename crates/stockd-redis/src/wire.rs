@@ -248,6 +248,8 @@ pub enum Answer {
         pool_ops: Vec<String>,
         /// Segments frozen longer than the timeout: `POOL SEGMENT OP`.
         frozen: Vec<String>,
+        /// Spread pools whose low-stock watch a change crossed.
+        low: Vec<String>,
     },
     /// The hold lives in another partition.
     Moved(u32),
@@ -378,6 +380,8 @@ struct SweptAnswer {
     pops: Vec<String>,
     #[serde(default)]
     frozen: Vec<String>,
+    #[serde(default)]
+    low: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -407,7 +411,17 @@ struct PoolsAnswer {
     spread: Vec<String>,
 }
 
+/// An answer's spread pools whose low-stock watch the command crossed (`L POOL,POOL ` before
+/// it, segments.lua), and the answer.
+pub fn split_low(text: &str) -> (Vec<String>, &str) {
+    match text.strip_prefix('L').and_then(|rest| rest.split_once(' ')) {
+        Some((pools, answer)) => (pools.split(',').map(str::to_string).collect(), answer),
+        None => (Vec::new(), text),
+    }
+}
+
 pub fn decode(text: &str) -> Result<Answer, DecodeError> {
+    let (_, text) = split_low(text);
     if text == "~" {
         return Ok(Answer::NotRun);
     }
@@ -498,6 +512,7 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
             parts: answer.parts,
             pool_ops: answer.pops,
             frozen: answer.frozen,
+            low: answer.low,
         });
     }
     if let Some(items) = object.get("aborting") {
