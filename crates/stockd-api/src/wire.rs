@@ -61,6 +61,17 @@ pub struct SegmentObject {
     pub sold: u64,
 }
 
+/// Units a hold took from one segment of a pool spread over partitions (a hold event's
+/// `segments`): per pool, the qtys add up to the item's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(bound = ""))]
+pub struct SegmentTake<S = String> {
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub pool: S,
+    pub segment: u32,
+    pub qty: u64,
+}
+
 /// The segments of a pool (`GET /v1/pools/{pool}/segments`), in segment order. A backend that
 /// keeps a segmented pool as one (the embedded engine, a single Redis) answers one segment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -277,6 +288,11 @@ pub struct EventObject<S = String> {
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, nullable = false))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_id: Option<S>,
+    /// A hold's events on a Redis Cluster, when its units came from segments of a segmented
+    /// pool: which segment gave how many.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Vec<SegmentTake>>, nullable = false))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segments: Option<Vec<SegmentTake<S>>>,
 }
 
 /// One page of one partition of the feed.
@@ -627,11 +643,20 @@ mod tests {
             expires_at_ms: None,
             restock: None,
             request_id: Some("r-1"),
+            segments: Some(vec![SegmentTake {
+                pool: "sku-1",
+                segment: 1,
+                qty: 2,
+            }]),
         };
         let written = serde_json::to_value(&borrowed).unwrap();
         let read: EventObject = serde_json::from_value(written.clone()).unwrap();
         assert_eq!(serde_json::to_value(&read).unwrap(), written);
         assert_eq!(read.request_id.as_deref(), Some("r-1"));
+        assert_eq!(
+            written["segments"],
+            json!([{"pool": "sku-1", "segment": 1, "qty": 2}])
+        );
         assert_eq!(written.get("hold_id"), None);
         assert_eq!(HoldStatus::Refunded.as_str(), "refunded");
         assert_eq!(

@@ -135,6 +135,19 @@ pub struct Event {
     /// `held` only: the hold's created_at_ms. It is the event's at_ms on one partition; a hold
     /// over several partitions (Redis Cluster) is created before it is held.
     pub created_at_ms: Option<u64>,
+    /// A hold's events, when its units came from segments of a pool spread over partitions (a
+    /// Redis Cluster): which segment gave how many, per pool. Never set by the core, which keeps
+    /// every pool whole; snapshots do not store it.
+    #[serde(default)]
+    pub segments: Option<Vec<SegmentTake>>,
+}
+
+/// Units a hold took from one segment of a pool (an event's `segments`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentTake {
+    pub pool: PoolId,
+    pub segment: u32,
+    pub qty: u64,
 }
 
 impl Event {
@@ -156,6 +169,7 @@ impl Event {
             restock: None,
             request_id: None,
             created_at_ms: None,
+            segments: None,
         }
     }
 }

@@ -120,6 +120,7 @@ fn blank_event(seq: u64, at_ms: u64, kind: EventKind) -> Event {
         restock: None,
         request_id: None,
         created_at_ms: None,
+        segments: None,
     }
 }
 

@@ -194,9 +194,48 @@ impl Run {
             }
         }
         let expected = self.model.take_events();
-        let got = target
+        let mut got = target
             .events_after(self.seen_seq)
             .map_err(|e| format!("{context}: reading events: {e}"))?;
+        // A hold's events say which segments of a segmented pool spread over partitions gave
+        // its units; the model keeps every pool whole, so they are checked here (per pool they
+        // add up to the item's qty, in segments the pool has) and then left out.
+        for event in &mut got {
+            if let Some(takes) = event.segments.take() {
+                let items = event.items.as_deref().unwrap_or_default();
+                for item in items {
+                    let taken: u64 = takes
+                        .iter()
+                        .filter(|take| take.pool == item.pool)
+                        .map(|take| take.qty)
+                        .sum();
+                    let count = self.model.segments_of(&item.pool).unwrap_or(1);
+                    let listed = takes.iter().any(|take| take.pool == item.pool);
+                    if listed && taken != item.qty {
+                        return Err(format!(
+                            "{context}: event {event:?}: segments {takes:?} give {taken} of {}",
+                            item.qty
+                        ));
+                    }
+                    if takes
+                        .iter()
+                        .any(|take| take.pool == item.pool && u64::from(take.segment) >= count)
+                    {
+                        return Err(format!(
+                            "{context}: event {event:?}: segments {takes:?} past the pool's {count}"
+                        ));
+                    }
+                }
+                if takes
+                    .iter()
+                    .any(|take| !items.iter().any(|item| item.pool == take.pool))
+                {
+                    return Err(format!(
+                        "{context}: event {event:?}: segments {takes:?} of a pool it does not hold"
+                    ));
+                }
+            }
+        }
         if target.partitions() > 1 {
             // A pool of several segments is spread over partitions there: its low_stock comes
             // from a count of the whole pool made after the change that crossed (a pool op), so

@@ -98,9 +98,12 @@ C.x_begin = function(a)
         local dead = S.attempt_rank(redis.call('GET', S.key('xdead', request.hold_id)) or '')
         if S.attempt_rank(attempt) <= dead then return raw('{"aborting":true}') end
     end
+    -- Segment 0 of a spread pool keeps its `~0` here, so that the hold's events can say
+    -- which segment gave its units (the record moves none: its parts do).
     local words = {}
     for _, item in ipairs(request.items) do
-        words[#words + 1] = item.pool .. ' ' .. S.int(item.qty) .. ' 0'
+        local name = item.segment_zero and (item.pool .. '~0') or item.pool
+        words[#words + 1] = name .. ' ' .. S.int(item.qty) .. ' 0'
     end
     local key = S.key('hold', request.hold_id)
     redis.call('HSET', key, 'st', 'pending', 'x', '1', 'it', table.concat(words, ' '),

@@ -341,7 +341,7 @@ function S.segments_json(items)
     local parts = {}
     for _, item in ipairs(items) do
         local pool, segment = S.segment_of(item.pool)
-        local spread = segment ~= 0
+        local spread = segment ~= 0 or string.sub(item.pool, -2) == '~0'
         if not spread then
             local whole = S.pool_get(pool)
             spread = whole ~= nil and whole.spread

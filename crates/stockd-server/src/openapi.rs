@@ -67,6 +67,7 @@ macro_rules! api_doc {
             wire::PoolList,
             wire::SegmentObject,
             wire::SegmentList,
+            wire::SegmentTake,
             wire::HoldList,
             wire::HoldStatus,
             wire::HoldObject,

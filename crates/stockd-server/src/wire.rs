@@ -15,7 +15,7 @@ use utoipa::ToSchema;
 pub(crate) use stockd_api::wire::{
     BatchResponse, BatchResult, EventObject, EventPage, EventPartitions, EventType, HoldItem,
     HoldList, HoldObject, HoldStatus, LockGrant, LockReleased, PoolList, PoolObject, SegmentList,
-    SegmentObject,
+    SegmentObject, SegmentTake,
 };
 
 /// An empty object: the body of confirm and release, which may also be absent, empty or `null`.
@@ -198,6 +198,7 @@ pub(crate) fn event(event: &Event) -> EventObject<&str> {
         restock,
         request_id,
         created_at_ms,
+        segments,
     } = event;
     EventObject {
         seq: *seq,
@@ -215,6 +216,16 @@ pub(crate) fn event(event: &Event) -> EventObject<&str> {
         expires_at_ms: *expires_at_ms,
         restock: *restock,
         request_id: request_id.as_ref().map(|request_id| request_id.as_str()),
+        segments: segments.as_ref().map(|takes| {
+            takes
+                .iter()
+                .map(|take| SegmentTake {
+                    pool: take.pool.as_str(),
+                    segment: take.segment,
+                    qty: take.qty,
+                })
+                .collect()
+        }),
     }
 }
 

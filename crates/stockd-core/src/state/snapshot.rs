@@ -61,7 +61,51 @@ pub enum SnapshotError {
 struct SnapshotRef<'a> {
     format: u32,
     state: &'a Snapshot,
-    events: Vec<&'a Event>,
+    events: Vec<EventV5Ref<'a>>,
+}
+
+/// An event as formats 5 and 6 store it ([`EventV5`]), borrowed from an [`Event`] to be written:
+/// every field in [`EventV5`]'s order (postcard is positional, and writes a nested struct as
+/// its fields), and nothing of the later `segments`, which only a Redis Cluster sets.
+#[derive(Serialize)]
+struct EventV5Ref<'a> {
+    seq: u64,
+    at_ms: u64,
+    kind: EventKind,
+    pool: &'a Option<PoolId>,
+    hold_id: &'a Option<HoldId>,
+    user: &'a Option<UserId>,
+    items: &'a Option<Arc<[HoldItem]>>,
+    available: Option<u64>,
+    total: Option<u64>,
+    delta: Option<i64>,
+    low_stock_threshold: Option<u64>,
+    expires_at_ms: Option<u64>,
+    restock: Option<bool>,
+    request_id: &'a Option<RequestId>,
+    created_at_ms: Option<u64>,
+}
+
+impl<'a> From<&'a Event> for EventV5Ref<'a> {
+    fn from(event: &'a Event) -> Self {
+        EventV5Ref {
+            seq: event.seq,
+            at_ms: event.at_ms,
+            kind: event.kind,
+            pool: &event.pool,
+            hold_id: &event.hold_id,
+            user: &event.user,
+            items: &event.items,
+            available: event.available,
+            total: event.total,
+            delta: event.delta,
+            low_stock_threshold: event.low_stock_threshold,
+            expires_at_ms: event.expires_at_ms,
+            restock: event.restock,
+            request_id: &event.request_id,
+            created_at_ms: event.created_at_ms,
+        }
+    }
 }
 
 /// A snapshot of any format, as read: that format's state and events.
@@ -77,7 +121,7 @@ pub fn encode_snapshot<'a>(state: &State, events: impl Iterator<Item = &'a Event
     let snapshot = SnapshotRef {
         format: SNAPSHOT_FORMAT,
         state: state.snapshot(),
-        events: events.collect(),
+        events: events.map(EventV5Ref::from).collect(),
     };
     postcard::to_allocvec(&snapshot).expect("serialising to memory cannot fail")
 }
@@ -88,8 +132,8 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<(Snapshot, Vec<Event>), SnapshotE
     // The tag is checked first: an untagged or older payload may not decode at all.
     let format = postcard::take_from_bytes::<u32>(bytes).map(|(format, _)| format);
     match format {
-        Ok(SNAPSHOT_FORMAT) => decode_as::<Snapshot, Event>(bytes, SNAPSHOT_FORMAT),
-        Ok(SNAPSHOT_FORMAT_V5) => decode_as::<SnapshotV5, Event>(bytes, SNAPSHOT_FORMAT_V5),
+        Ok(SNAPSHOT_FORMAT) => decode_as::<Snapshot, EventV5>(bytes, SNAPSHOT_FORMAT),
+        Ok(SNAPSHOT_FORMAT_V5) => decode_as::<SnapshotV5, EventV5>(bytes, SNAPSHOT_FORMAT_V5),
         Ok(SNAPSHOT_FORMAT_V4) => decode_as::<SnapshotV5, EventV4>(bytes, SNAPSHOT_FORMAT_V4),
         Ok(SNAPSHOT_FORMAT_V3) => decode_as::<SnapshotV3, EventV3>(bytes, SNAPSHOT_FORMAT_V3),
         Ok(SNAPSHOT_FORMAT_V2) => decode_as::<SnapshotV3, EventV2>(bytes, SNAPSHOT_FORMAT_V2),
@@ -293,6 +337,22 @@ pub struct EventV4 {
     pub request_id: Option<RequestId>,
 }
 
+/// An event as formats 5 and 6 store it: format 4's, then `created_at_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventV5 {
+    pub v4: EventV4,
+    pub created_at_ms: Option<u64>,
+}
+
+impl From<EventV5> for Event {
+    fn from(old: EventV5) -> Self {
+        Event {
+            created_at_ms: old.created_at_ms,
+            ..Event::from(old.v4)
+        }
+    }
+}
+
 impl From<EventV2> for EventV3 {
     fn from(v2: EventV2) -> Self {
         // Before format 3 every refund put its units back.
@@ -412,7 +472,7 @@ mod tests {
     /// What format 4 stored of `event`: the bytes of its fields up to `request_id`, the current
     /// event's first bytes (postcard is positional, and later formats only appended fields).
     fn as_v4(event: &Event) -> EventV4 {
-        let bytes = postcard::to_allocvec(event).unwrap();
+        let bytes = postcard::to_allocvec(&EventV5Ref::from(event)).unwrap();
         let (v4, created_at_ms) = postcard::take_from_bytes::<EventV4>(&bytes).unwrap();
         assert_eq!(
             created_at_ms,
@@ -520,10 +580,11 @@ mod tests {
     fn a_format_5_snapshot_still_opens() {
         let pool = PoolId::parse("p").unwrap();
         let (state, events) = one_hold();
+        let stored: Vec<EventV5Ref> = events.iter().map(EventV5Ref::from).collect();
         let payload = postcard::to_allocvec(&(
             SNAPSHOT_FORMAT_V5,
             SnapshotV5::from(state.snapshot()),
-            &events,
+            &stored,
         ))
         .unwrap();
         let (mut reopened, feed) = reopened(&payload, &state);

@@ -26,7 +26,9 @@ function S.parse_reserve(a, from)
     return request, from + 6 + 2 * n
 end
 
--- Same user, same items in any order, same confirm flag.
+-- Same user, same items in any order, same confirm flag. Items are compared by the pools the
+-- client named: a segment of a spread pool is that pool (its retry may name another segment,
+-- or none, if the pool was made again since).
 function S.hold_matches(hold, request)
     if hold.user ~= request.user or hold.confirm ~= request.confirm
         or #hold.items ~= #request.items then
@@ -35,7 +37,9 @@ function S.hold_matches(hold, request)
     for _, item in ipairs(request.items) do
         local found = false
         for _, held in ipairs(hold.items) do
-            if held.pool == item.pool and held.qty == item.qty then found = true end
+            if S.segment_of(held.pool) == S.segment_of(item.pool) and held.qty == item.qty then
+                found = true
+            end
         end
         if not found then return false end
     end
