@@ -498,7 +498,20 @@ impl RedisBackend {
                     .find(|item| item.pool == *pool)
                     .map_or(0, |item| item.qty);
                 let home = crate::segments::home_segment(request, segments);
-                match self.rebalance(pool, segments, home, need).await? {
+                // A read of the whole pool as of one instant that finds too few units is the
+                // refusal already, with no pool op (what every buyer after a sell-out meets).
+                let short = match shared.collect(pool, segments).await? {
+                    None => Some(Rebalanced::Gone),
+                    Some(states) => {
+                        let available: u64 = states.iter().map(|s| s.available).sum();
+                        (available < need).then_some(Rebalanced::Short(available))
+                    }
+                };
+                let found = match short {
+                    Some(found) => found,
+                    None => self.rebalance(pool, segments, home, need).await?,
+                };
+                match found {
                     Rebalanced::Ready => Ok(None),
                     Rebalanced::Gone => {
                         shared.spread.forget(pool.as_str());

@@ -296,3 +296,76 @@ async fn a_primary_failing_over_under_load_loses_no_acknowledged_change() {
     }
     assert_eq!(sold, present, "every unit sold is a hold that exists");
 }
+
+/// The contract's sell-out race on a segmented pool: 1,000 buyers at once over two servers, a
+/// 64-unit pool of 8 segments spread over the partitions. Exactly 64 are sold, whichever segment
+/// the last units were in (a buyer is refused only when the whole pool is out), and the pool
+/// and each of its segments add up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_segmented_pool_sells_exactly_its_stock_to_a_thousand_buyers() {
+    let (_cluster, servers) = cluster_servers(2).await;
+    let apis: Vec<Api> = servers.iter().map(Server::api).collect();
+    put_pool(&apis[0], "flash", json!({"total": 64, "segments": 8})).await;
+    let barrier = Arc::new(Barrier::new(1000));
+    let handles: Vec<_> = (0..1000)
+        .map(|i| {
+            let (api, barrier) = (apis[i % 2].clone(), barrier.clone());
+            let body = json!({"hold_id": format!("f{i}"), "user": format!("buyer-{i}"),
+                "items": [{"pool": "flash", "qty": 1}], "confirm": true});
+            tokio::spawn(async move {
+                barrier.wait().await;
+                api.call("POST", "/v1/holds", Some(body)).await
+            })
+        })
+        .collect();
+    let replies = support::join_all(handles).await;
+    let counts = tally(&replies);
+    let other = replies
+        .iter()
+        .find(|(status, _)| *status != 201 && *status != 409);
+    let sold = counts.get(&(201, String::new())).copied().unwrap_or(0);
+    let refused = counts
+        .get(&(409, "insufficient_stock".to_string()))
+        .copied()
+        .unwrap_or(0);
+    assert_eq!(
+        (sold, refused),
+        (64, 936),
+        "{counts:?}, for example {other:?}"
+    );
+    assert_pool(&apis[1].pool("flash").await, 64, 0, 0, 64);
+    let (status, list) = apis[0].call("GET", "/v1/pools/flash/segments", None).await;
+    assert_eq!(status, 200, "{list}");
+    let segments = list["segments"].as_array().expect("a list");
+    assert_eq!(segments.len(), 8, "{list}");
+    let mut partitions: Vec<u64> = segments
+        .iter()
+        .map(|s| s["partition"].as_u64().unwrap())
+        .collect();
+    partitions.sort_unstable();
+    partitions.dedup();
+    assert_eq!(
+        partitions.len(),
+        8,
+        "each segment in a partition of its own: {list}"
+    );
+    let count = |field: &str| {
+        segments
+            .iter()
+            .map(|s| s[field].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    assert_eq!(
+        (count("total"), count("sold"), count("available")),
+        (64, 64, 0),
+        "{list}"
+    );
+    for segment in segments {
+        let n = |field: &str| segment[field].as_u64().unwrap();
+        assert_eq!(
+            n("total"),
+            n("available") + n("held") + n("sold"),
+            "{segment}"
+        );
+    }
+}
