@@ -10,6 +10,10 @@
 # A single-partition hold is one call where its id hashes to its pool's partition, else two
 # (a directory entry, then the hold); a hold over N partitions runs the cross-partition protocol
 # (begin, N parts, commit, N applies, applied).
+# Then the hot pool: `stockd bench run --scenario flash` (one pool whose stock never runs out,
+# 100,000 buyers, no per-user limit) on a pool of 1 segment, then on a pool of 3 segments spread
+# over the 3 primaries, reading each primary's Redis CPU (INFO cpu) around each run: the busiest
+# primary's and all primaries' CPU per hold, as ratios of the 1-segment run's.
 # Exits 1 when a run's verdict failed (after printing the table).
 # Usage: scripts/bench-cluster.sh [seconds per run, default 10]. Set BENCH_OUT=DIR to keep the JSON
 # reports and SVG plots.
@@ -87,6 +91,32 @@ for span in "${SPANS[@]}"; do
     [ "$status" -eq 0 ] || FAILED+=("hold over $span partition(s): stockd bench run exited $status")
 done
 
+# Redis CPU seconds (user + sys) of each primary, one line.
+primaries_cpu() {
+    local node
+    for node in "${NODES[@]}"; do
+        redis-cli -p "${node#*:}" INFO cpu | tr -d '\r' \
+            | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%s ", s}'
+    done
+    echo
+}
+
+for segments in 1 3; do
+    status=0
+    primaries_cpu > "$WORK/flash$segments.before"
+    target/release/stockd bench run --quiet --url "$B" --scenario flash --segments "$segments" \
+        --stock 1000000000000 --per-user-limit 0 --connections "$CONNECTIONS" \
+        --duration "${DURATION}s" --json "$OUT/flash-segments$segments.json" \
+        --plot "$OUT/flash-segments$segments.svg" > "$WORK/flash$segments.txt" || status=$?
+    primaries_cpu > "$WORK/flash$segments.after"
+    if [ ! -s "$OUT/flash-segments$segments.json" ]; then
+        echo "stockd bench run on a pool of $segments segment(s) failed (exit $status) without a report:" >&2
+        cat "$WORK/flash$segments.txt" >&2
+        exit 1
+    fi
+    [ "$status" -eq 0 ] || FAILED+=("flash on $segments segment(s): stockd bench run exited $status")
+done
+
 echo
 echo "== Redis Cluster benchmark: 3 primaries, 16 partitions, $DURATION s per run, $CONNECTIONS connections, stockd at $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 python3 - "$OUT" "${SPANS[@]}" <<'PY'
@@ -103,6 +133,29 @@ print()
 for span, r in reports.items():
     checks = "; ".join(f"{c['name']} {'ok' if c['ok'] else 'FAILED'} ({c['detail']})" for c in r["verdict"]["checks"])
     print(f"verdict over {span} partition(s): {checks}; outcomes {r['outcomes']}")
+PY
+echo
+python3 - "$OUT" "$WORK" <<'PY'
+import json, os, re, sys
+out, work = sys.argv[1], sys.argv[2]
+rows = {}
+for segments in (1, 3):
+    r = json.load(open(os.path.join(out, f"flash-segments{segments}.json")))
+    before = [float(x) for x in open(os.path.join(work, f"flash{segments}.before")).split()]
+    after = [float(x) for x in open(os.path.join(work, f"flash{segments}.after")).split()]
+    # Every hold of the run, warm-up included, as the verdict read them back from the server.
+    acknowledged = [int(m) for c in r["verdict"]["checks"]
+                    for m in re.findall(r"\((\d+) holds acknowledged", c["detail"])]
+    holds = max(1, acknowledged[0] if acknowledged else r["outcomes"].get("201", 0))
+    per_primary = [(a - b) * 1e6 / holds for a, b in zip(after, before)]
+    rows[segments] = (r, per_primary)
+print("hot pool (flash)     req/s   p99 ms   Redis CPU us/hold: busiest / all primaries   verdict")
+base_busiest, base_all = max(rows[1][1]), sum(rows[1][1])
+for segments, (r, cpu) in rows.items():
+    print(f"{segments} segment(s)     {r['throughput_per_s']:>9,.0f} {r['latency']['p99_ms']:>8.2f}   "
+          f"{max(cpu):>8.1f} ({max(cpu) / base_busiest:.2f}x) / {sum(cpu):>8.1f} ({sum(cpu) / base_all:.2f}x)"
+          f"   {'OK' if r['verdict']['ok'] else 'FAILED'}")
+    print(f"    per primary: {', '.join(f'{c:.1f}' for c in cpu)} us/hold")
 PY
 [ -z "${BENCH_OUT:-}" ] || echo "reports and plots in $OUT"
 if [ ${#FAILED[@]} -gt 0 ]; then
