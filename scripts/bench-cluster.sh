@@ -141,8 +141,8 @@ out, work = sys.argv[1], sys.argv[2]
 rows = {}
 for segments in (1, 3):
     r = json.load(open(os.path.join(out, f"flash-segments{segments}.json")))
-    before = [float(x) for x in open(os.path.join(work, f"flash{segments}.before")).split()]
-    after = [float(x) for x in open(os.path.join(work, f"flash{segments}.after")).split()]
+    before = [float(x) for x in open(os.path.join(work, f"flash{segments}.before")).read().split()]
+    after = [float(x) for x in open(os.path.join(work, f"flash{segments}.after")).read().split()]
     # Every hold of the run, warm-up included, as the verdict read them back from the server.
     acknowledged = [int(m) for c in r["verdict"]["checks"]
                     for m in re.findall(r"\((\d+) holds acknowledged", c["detail"])]
