@@ -347,7 +347,7 @@ impl Shared {
             if refused {
                 // Another op's freeze is still on a segment (its server died: a sweeper lifts
                 // it): give this op up and start again.
-                self.abort_op(id, op_number, count).await?;
+                self.end_op(id, op_number.to_string(), Some(count)).await?;
                 if started.elapsed() > OP_WAIT {
                     return Err(unavailable(format!("a segment of pool {id} stays frozen")));
                 }
@@ -356,7 +356,7 @@ impl Shared {
             }
             match plan(&frozen) {
                 Decision::Nothing(answer) => {
-                    self.abort_op(id, op_number, count).await?;
+                    self.end_op(id, op_number.to_string(), Some(count)).await?;
                     return Ok(OpOutcome::Done(answer));
                 }
                 Decision::Apply(plan, answer) => {
@@ -392,44 +392,23 @@ impl Shared {
         args.extend(plan.end.iter().cloned());
         self.seg_call(k0, "pop_end", args).await?;
         for (segment, _) in &plan.parts {
-            self.seg_call(
-                self.segment_partition(id, *segment),
-                "seg_unfreeze",
-                vec![id.to_string(), segment.to_string(), op_number.to_string()],
-            )
-            .await?;
+            self.unfreeze(id, *segment, op_number).await?;
         }
         Ok(())
     }
 
-    /// Rolls back an op without a plan (`pop_abort`, then every other segment unfrozen), or
-    /// rolls forward one that has one.
-    async fn abort_op(&self, id: &str, op_number: u64, count: u32) -> Result<(), BackendError> {
+    /// Ends op `asked` (a number, or `*` for whichever K0 records) that cannot go on: rolled
+    /// forward when it has a plan, else rolled back at K0 (`pop_abort`) and every other segment
+    /// unfrozen: `count` of them, or as many as the op began with.
+    async fn end_op(
+        &self,
+        id: &str,
+        asked: String,
+        count: Option<u32>,
+    ) -> Result<(), BackendError> {
         let k0 = keys::partition_of(id, self.partitions);
         let answer = self
-            .seg_call(k0, "pop_abort", vec![id.to_string(), op_number.to_string()])
-            .await?;
-        if let Some(plan) = answer.get("plan").and_then(Value::as_str) {
-            let plan: Plan = serde_json::from_str(plan).map_err(|e| unavailable(e.to_string()))?;
-            return self.finish_op(id, op_number, &plan).await;
-        }
-        for segment in 1..count {
-            self.seg_call(
-                self.segment_partition(id, segment),
-                "seg_unfreeze",
-                vec![id.to_string(), segment.to_string(), op_number.to_string()],
-            )
-            .await?;
-        }
-        Ok(())
-    }
-
-    /// A sweeper's share for a pool op older than the timeout at K0: rolled back (no plan) or
-    /// forward.
-    pub(crate) async fn finish_left_op(&self, id: &str) -> Result<(), BackendError> {
-        let k0 = keys::partition_of(id, self.partitions);
-        let answer = self
-            .seg_call(k0, "pop_abort", vec![id.to_string(), "*".to_string()])
+            .seg_call(k0, "pop_abort", vec![id.to_string(), asked])
             .await?;
         if let (Some(op_number), Some(plan)) = (
             answer.get("planned").and_then(Value::as_u64),
@@ -439,22 +418,34 @@ impl Shared {
             return self.finish_op(id, op_number, &plan).await;
         }
         if let Some(op_number) = answer.get("aborted").and_then(Value::as_u64) {
-            let count: u32 = answer
+            let began_with = answer
                 .get("args")
                 .and_then(Value::as_str)
                 .and_then(|args| args.split(' ').next())
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(1);
-            for segment in 1..count {
-                self.seg_call(
-                    self.segment_partition(id, segment),
-                    "seg_unfreeze",
-                    vec![id.to_string(), segment.to_string(), op_number.to_string()],
-                )
-                .await?;
+            for segment in 1..count.unwrap_or(began_with) {
+                self.unfreeze(id, segment, op_number).await?;
             }
         }
         Ok(())
+    }
+
+    /// `seg_unfreeze` of op `op_number` in segment `segment`.
+    async fn unfreeze(&self, id: &str, segment: u32, op_number: u64) -> Result<(), BackendError> {
+        self.seg_call(
+            self.segment_partition(id, segment),
+            "seg_unfreeze",
+            vec![id.to_string(), segment.to_string(), op_number.to_string()],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// A sweeper's share for a pool op older than the timeout at K0: rolled back (no plan) or
+    /// forward.
+    pub(crate) async fn finish_left_op(&self, id: &str) -> Result<(), BackendError> {
+        self.end_op(id, "*".to_string(), None).await
     }
 
     /// A sweeper's share for a segment frozen longer than the timeout (`POOL SEGMENT OP`):
@@ -473,12 +464,10 @@ impl Shared {
             let segment: u32 = segment
                 .parse()
                 .map_err(|_| unavailable(entry.to_string()))?;
-            self.seg_call(
-                self.segment_partition(id, segment),
-                "seg_unfreeze",
-                vec![id.to_string(), segment.to_string(), op_number.to_string()],
-            )
-            .await?;
+            let op_number: u64 = op_number
+                .parse()
+                .map_err(|_| unavailable(entry.to_string()))?;
+            self.unfreeze(id, segment, op_number).await?;
         }
         Ok(())
     }
