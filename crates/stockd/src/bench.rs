@@ -35,6 +35,11 @@ pub struct CompareArgs {
     /// How long each stack is measured, after the warm-up (`10s`, `500ms`, `1m`).
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     duration: Duration,
+    /// How many requests each stack is measured over, after the warm-up; with --duration,
+    /// whichever ends first. With a small --stock, enough requests to sell it out make every
+    /// stack's sales a fixed number however fast the machine is.
+    #[arg(long)]
+    requests: Option<u64>,
     /// How long requests go to each stack before measuring starts (`1s`, `0s`).
     #[arg(long, value_parser = parse_duration, default_value = "1s")]
     warmup: Duration,
@@ -436,6 +441,9 @@ impl CompareArgs {
         within("--connections", self.connections, 1..=10_000)?;
         within("--stock", self.stock, 1..=1_000_000_000_000)?;
         above_zero("--duration", self.duration)?;
+        if let Some(requests) = self.requests {
+            within("--requests", requests, 1..=u64::MAX)?;
+        }
         let stockd_executable = std::env::current_exe().map_err(|error| {
             format!("cannot find the stockd executable to start the servers with: {error}")
         })?;
@@ -445,6 +453,7 @@ impl CompareArgs {
             buyers: self.buyers.max(1),
             connections: self.connections,
             duration: self.duration,
+            requests: self.requests,
             warmup: self.warmup,
             seed: self.seed,
             worker_threads: worker_threads(self.worker_threads)?,

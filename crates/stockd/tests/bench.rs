@@ -326,8 +326,12 @@ async fn the_seeds_stack_sells_exactly_its_stock_beside_stockd_in_one_comparison
             "compare",
             "--json",
             "-",
+            // Measured over a fixed count of requests, twice the stock: every stack sells out
+            // however slowly this machine's disk syncs (the duration is only a bound).
+            "--requests",
+            "600",
             "--duration",
-            "1s",
+            "120s",
             "--warmup",
             "0s",
         ])
@@ -351,6 +355,7 @@ async fn the_seeds_stack_sells_exactly_its_stock_beside_stockd_in_one_comparison
         String::from_utf8_lossy(&output.stderr)
     );
     assert_eq!(report["failed"], json!([]), "{report:#}");
+    assert_eq!(report["requests"], 600, "{report:#}");
     let rows = report["rows"].as_array().unwrap();
     let stacks: Vec<&str> = rows
         .iter()
@@ -363,6 +368,7 @@ async fn the_seeds_stack_sells_exactly_its_stock_beside_stockd_in_one_comparison
         let run = &row["report"];
         assert_eq!(row["sold"], 300, "{row:#}");
         assert_eq!(run["outcomes"]["201"], 300, "{row:#}");
+        assert_eq!(run["requests"], 600, "{row:#}");
         assert!(
             run["outcomes"]["409 insufficient_stock"].as_u64().unwrap() > 0,
             "{row:#}"

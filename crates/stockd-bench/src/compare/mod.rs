@@ -133,6 +133,8 @@ pub struct CompareConfig {
     pub buyers: u64,
     pub connections: usize,
     pub duration: Duration,
+    /// Stop each stack's measurement after this many requests, if that comes before `duration`.
+    pub requests: Option<u64>,
     pub warmup: Duration,
     pub seed: u64,
     /// HTTP worker threads of every server.
@@ -189,6 +191,8 @@ pub struct CompareReport {
     pub buyers: u64,
     pub connections: usize,
     pub duration_s: f64,
+    /// The request count each stack's measurement stopped at, when one was given.
+    pub requests: Option<u64>,
     pub warmup_s: f64,
     pub seed: u64,
     pub worker_threads: usize,
@@ -232,11 +236,15 @@ impl CompareReport {
     /// The table people read.
     pub fn table(&self) -> String {
         let mut out = String::new();
+        let measured = match self.requests {
+            Some(requests) => format!("{requests} requests or {:.1} s", self.duration_s),
+            None => format!("{:.1} s", self.duration_s),
+        };
         let _ = writeln!(
             out,
-            "stockd bench compare: flash, {} connections, closed loop, {:.1} s measured after {:.1} s \
-             of warm-up, seed {}",
-            self.connections, self.duration_s, self.warmup_s, self.seed
+            "stockd bench compare: flash, {} connections, closed loop, {measured} measured after \
+             {:.1} s of warm-up, seed {}",
+            self.connections, self.warmup_s, self.seed
         );
         let _ = writeln!(
             out,
@@ -366,6 +374,7 @@ pub async fn run(config: &CompareConfig) -> CompareReport {
         buyers: config.buyers,
         connections: config.connections,
         duration_s: config.duration.as_secs_f64(),
+        requests: config.requests,
         warmup_s: config.warmup.as_secs_f64(),
         seed: config.seed,
         worker_threads: config.worker_threads,
@@ -432,7 +441,7 @@ async fn run_stack(
         connections: config.connections,
         pace: Pace::Closed,
         duration: Some(config.duration),
-        requests: None,
+        requests: config.requests,
         warmup: config.warmup,
         seed: config.seed,
         progress: config.progress,
