@@ -1,7 +1,8 @@
 -- segments.lua: a segmented pool spread over a Redis Cluster's partitions (Redis only, like
 -- cross.lua: stockd-core keeps every pool whole). Segment 0 is the pool's own hash, `pool:POOL`,
 -- in the pool's partition K0, with the pool's rules and its op record; segment J >= 1 is the
--- sub-pool `pool:POOL~J` in partition (K0 + J) mod P (`~` is never in a pool id), with its own
+-- sub-pool `pool:POOL~J` in the partition the dataset's placement gives it (keys.rs
+-- `Placement`; `~` is never in a pool id), with its own
 -- counts, the pool's generation and a copy of the rules a reserve checks. Every unit of the pool
 -- is in exactly one segment, and a hold takes each segmented pool's units from one segment: a
 -- sub-pool is a pool to every command that moves units (reserve, confirm, release, expiry,

@@ -25,7 +25,9 @@ impl Shared {
         // An accept on a Redis that had lost everything leaves no fleet settings stored: the
         // first server to adopt it stores its own (the fleet's), and a server whose settings are
         // not the dataset's does not serve it.
-        if let Err(error) = dataset::check_settings(&self.link, &self.keys, &self.config).await {
+        if let Err(error) =
+            dataset::check_settings(&self.link, &self.keys, &self.config, &self.placement).await
+        {
             tracing::error!(%error, "not adopting the dataset an operator accepted");
             return false;
         }

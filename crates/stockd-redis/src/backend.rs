@@ -63,11 +63,13 @@ impl RedisBackend {
         let keys: Vec<keys::PartitionKeys> = (0..partitions)
             .map(|k| keys::PartitionKeys::new(k, partitions))
             .collect();
-        let marker = dataset::init(&link, &keys, &config).await?;
+        let proposed = dataset::proposed_placement(&link, partitions).await?;
+        let (marker, placement) = dataset::init(&link, &keys, &config, &proposed).await?;
         let shared = Arc::new(Shared {
             config,
             link,
             partitions,
+            placement,
             keys,
             marker: Mutex::new(marker),
             seq_seen: (0..partitions).map(|_| AtomicU64::new(0)).collect(),

@@ -33,13 +33,13 @@ type PartItem = (usize, String, u64);
 
 /// Items grouped by partition, in the order each partition first appears.
 fn parts<'a>(
-    partitions: u32,
+    placement: &keys::Placement,
     items: impl Iterator<Item = (&'a str, u64)>,
 ) -> Vec<(u32, Vec<PartItem>)> {
     let mut order: Vec<u32> = Vec::new();
     let mut by_partition: BTreeMap<u32, Vec<PartItem>> = BTreeMap::new();
     for (index, (pool, qty)) in items.enumerate() {
-        let partition = keys::pool_partition(pool, partitions);
+        let partition = placement.pool_partition(pool);
         if !by_partition.contains_key(&partition) {
             order.push(partition);
         }
@@ -134,7 +134,7 @@ pub(crate) async fn reserve(
     let deadline = started + Duration::from_millis(request.wait_ms);
     loop {
         let mut watches: Vec<_> = parts(
-            shared.partitions,
+            &shared.placement,
             request.items.iter().map(|i| (i.pool.as_str(), i.qty)),
         )
         .iter()
@@ -227,7 +227,7 @@ async fn reserve_once(
     };
     fault::point("cross.after_begin");
     let parts = parts(
-        shared.partitions,
+        &shared.placement,
         request.items.iter().map(|i| (i.pool.as_str(), i.qty)),
     );
     let mut failure: Option<(usize, Error)> = None;
@@ -347,7 +347,7 @@ pub(crate) async fn roll_back(
     };
     fault::point("cross.after_abort");
     for (partition, _) in parts(
-        shared.partitions,
+        &shared.placement,
         items.iter().map(|i| (i.pool.as_str(), i.qty)),
     ) {
         let args = vec![
@@ -376,7 +376,7 @@ pub(crate) async fn apply_parts(
     attempt: &str,
 ) -> Result<(), BackendError> {
     for (partition, _) in parts(
-        shared.partitions,
+        &shared.placement,
         items.iter().map(|i| (i.pool.as_str(), i.qty)),
     ) {
         let args = vec![
@@ -403,7 +403,7 @@ pub(crate) async fn refund(
     restock: bool,
 ) -> Result<Outcome, BackendError> {
     for (partition, _) in parts(
-        shared.partitions,
+        &shared.placement,
         items.iter().map(|i| (i.pool.as_str(), i.qty)),
     ) {
         let args = vec![hold.hold_id.to_string()];

@@ -12,11 +12,17 @@
 //! count and the retention settings (`fleet_settings`). A server whose settings differ refuses
 //! to start, naming each one; a dataset made by an earlier version, which stored no retention
 //! settings, takes those of the first server of this version that meets it.
+//!
+//! It also holds the dataset's `placement` (keys::Placement): the partitions grouped by the
+//! primary that served them when the dataset was made, which says where a segmented pool's
+//! segments live. It is the first server's, read from the Cluster's slot map, and every server
+//! adopts the stored one: a pool's segments are found by it for the dataset's life, whatever
+//! the Cluster's slots did since.
 
 use rand::Rng;
 use redis::Value;
 
-use crate::keys::PartitionKeys;
+use crate::keys::{self, PartitionKeys, Placement};
 use crate::library;
 use crate::link::{Link, Target};
 use crate::{RedisConfig, StartError};
@@ -79,14 +85,36 @@ fn fleet_settings(config: &RedisConfig) -> [(&'static str, &'static str, String)
     ]
 }
 
-/// What one partition's meta holds: the marker, the partition count, the layout and the stored
-/// value of each fleet setting (in `fleet_settings` order), after the library stored this
-/// server's settings where the dataset had none. With `marker` empty, no marker is written.
+/// The meta field of the dataset's placement, stored after the fleet settings.
+const PLACEMENT: &str = "placement";
+
+/// The placement this server would give a new dataset: the partitions grouped by the primary
+/// serving each one's slot now (one group on a single Redis).
+pub(crate) async fn proposed_placement(
+    link: &Link,
+    partitions: u32,
+) -> Result<Placement, StartError> {
+    let Some(owners) = link.slot_owners().await? else {
+        return Ok(Placement::whole(partitions));
+    };
+    Ok(Placement::by_owner(partitions, |k| {
+        let slot = keys::slot(&keys::partition_tag(k, partitions));
+        owners
+            .iter()
+            .find(|(first, last, _)| (*first..=*last).contains(&slot))
+            .map(|(_, _, primary)| primary.clone())
+    }))
+}
+
+/// What one partition's meta holds: the marker, the partition count, the layout, the stored
+/// value of each fleet setting (in `fleet_settings` order) and the placement, after the library
+/// stored this server's where the dataset had none. With `marker` empty, no marker is written.
 async fn init_partition(
     link: &Link,
     partition_keys: &PartitionKeys,
     marker: &str,
     config: &RedisConfig,
+    placement: &Placement,
 ) -> Result<Vec<Option<String>>, StartError> {
     let mut cmd = redis::cmd("FCALL");
     cmd.arg(library::FN_INIT)
@@ -97,6 +125,7 @@ async fn init_partition(
     for (field, _, value) in fleet_settings(config) {
         cmd.arg(field).arg(value);
     }
+    cmd.arg(PLACEMENT).arg(placement.text());
     let Value::Array(values) = link.fcall(&cmd).await? else {
         return Err(StartError::Dataset("unexpected answer to init".into()));
     };
@@ -143,18 +172,38 @@ fn compare_settings(
     )))
 }
 
+/// The placement a partition's meta holds (after the fleet settings).
+fn stored_placement(
+    meta: &[Option<String>],
+    config: &RedisConfig,
+    partition_keys: &PartitionKeys,
+) -> Result<Placement, StartError> {
+    match meta.get(3 + fleet_settings(config).len()) {
+        Some(Some(text)) => Placement::parse(text, config.partitions).map_err(|why| {
+            StartError::Dataset(format!("partition meta {}: {why}", partition_keys.meta()))
+        }),
+        _ => Err(StartError::Dataset(format!(
+            "partition meta {} has no {PLACEMENT} stored",
+            partition_keys.meta()
+        ))),
+    }
+}
+
 /// Reads the marker of every partition, writing a new one where Redis has none (an empty Redis),
 /// and checks that all partitions agree, with this layout, partition count and fleet settings
-/// (storing this server's settings in a dataset that has none yet).
+/// (storing this server's settings in a dataset that has none yet). Answers the marker and the
+/// dataset's placement (`proposed` where it had none).
 pub(crate) async fn init(
     link: &Link,
     keys: &[PartitionKeys],
     config: &RedisConfig,
-) -> Result<Marker, StartError> {
+    proposed: &Placement,
+) -> Result<(Marker, Placement), StartError> {
     let fresh = Marker::new(0);
     let mut found: Option<Marker> = None;
+    let mut placement: Option<Placement> = None;
     for partition_keys in keys {
-        let meta = init_partition(link, partition_keys, &fresh.text, config).await?;
+        let meta = init_partition(link, partition_keys, &fresh.text, config, proposed).await?;
         let [Some(marker), Some(_), Some(layout), ..] = meta.as_slice() else {
             return Err(StartError::Dataset(format!(
                 "partition meta {} is incomplete: {meta:?}",
@@ -169,6 +218,20 @@ pub(crate) async fn init(
             )));
         }
         compare_settings(&meta, config, partition_keys)?;
+        let stored = stored_placement(&meta, config, partition_keys)?;
+        match &placement {
+            Some(first) if first != &stored => {
+                return Err(StartError::Dataset(format!(
+                    "partitions disagree on the dataset's placement of segments ({} and {}, \
+                     at {}): the Cluster's slots moved while the dataset was being made; \
+                     flush it and start again",
+                    first.text(),
+                    stored.text(),
+                    partition_keys.meta()
+                )))
+            }
+            _ => placement = Some(stored),
+        }
         let marker = Marker::parse(marker);
         match &found {
             Some(first) if first != &marker => {
@@ -181,22 +244,34 @@ pub(crate) async fn init(
             _ => found = Some(marker),
         }
     }
-    found.ok_or_else(|| StartError::Dataset("no partitions".into()))
+    match (found, placement) {
+        (Some(marker), Some(placement)) => Ok((marker, placement)),
+        _ => Err(StartError::Dataset("no partitions".into())),
+    }
 }
 
-/// Checks (storing them where the dataset has none) this server's fleet settings against the
-/// dataset's, without writing any marker: for a server about to adopt a dataset an operator
-/// accepted.
+/// Checks (storing them where the dataset has none) this server's fleet settings and placement
+/// against the dataset's, without writing any marker: for a server about to adopt a dataset an
+/// operator accepted.
 pub(crate) async fn check_settings(
     link: &Link,
     keys: &[PartitionKeys],
     config: &RedisConfig,
+    placement: &Placement,
 ) -> Result<(), StartError> {
     for partition_keys in keys {
-        let meta = init_partition(link, partition_keys, "", config).await?;
+        let meta = init_partition(link, partition_keys, "", config, placement).await?;
         if let [Some(_), Some(_), Some(layout), ..] = meta.as_slice() {
             if layout == library::LAYOUT_VERSION {
                 compare_settings(&meta, config, partition_keys)?;
+                let stored = stored_placement(&meta, config, partition_keys)?;
+                if &stored != placement {
+                    return Err(StartError::Dataset(format!(
+                        "the dataset places segments as {}, this server as {}",
+                        stored.text(),
+                        placement.text()
+                    )));
+                }
             }
         }
     }

@@ -56,17 +56,124 @@ pub fn split_segment(name: &str) -> (&str, Option<u32>) {
     }
 }
 
-/// The partition of segment `segment` of a pool: (K0 + J) mod P, so that while S <= P each
-/// segment has a partition of its own.
-pub fn segment_partition(pool: &str, segment: u32, partitions: u32) -> u32 {
-    (partition_of(pool, partitions) + segment % partitions) % partitions
+/// Where the segments of a pool spread over partitions live: the dataset's partitions grouped
+/// by the primary that served them when the dataset was made (`placement` in every partition's
+/// meta, dataset.rs), groups in the order of their first partition. Segment 0 is the pool's own
+/// partition K0, the I-th of group G; segment J is in group (G + J) mod N, at position
+/// (I + (G + J) div N) mod that group's size. So a pool's first N segments sit on N different
+/// primaries, and its segments take distinct partitions while each primary has partitions to
+/// spare. The placement is fixed for the dataset's life: a pool's segments are found by it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    partitions: u32,
+    groups: Vec<Vec<u32>>,
+    /// For each partition, its group and its position in it.
+    at: Vec<(usize, usize)>,
 }
 
-/// The partition a pool name as the library takes it lives in: a segment's, or the pool's.
-pub fn pool_partition(name: &str, partitions: u32) -> u32 {
-    match split_segment(name) {
-        (pool, Some(segment)) => segment_partition(pool, segment, partitions),
-        (pool, None) => partition_of(pool, partitions),
+impl Placement {
+    /// Every partition in one group: segment J of a pool in partition (K0 + J) mod P (a single
+    /// Redis, or a dataset whose servers had no Cluster to read).
+    pub fn whole(partitions: u32) -> Placement {
+        Placement::from_groups(partitions, vec![(0..partitions).collect()])
+            .expect("one group of every partition")
+    }
+
+    /// Partitions grouped by `owner` (the primary serving each partition's tag).
+    pub fn by_owner<T: PartialEq>(partitions: u32, owner: impl Fn(u32) -> T) -> Placement {
+        let mut owners: Vec<T> = Vec::new();
+        let mut groups: Vec<Vec<u32>> = Vec::new();
+        for k in 0..partitions {
+            let of = owner(k);
+            match owners.iter().position(|known| *known == of) {
+                Some(group) => groups[group].push(k),
+                None => {
+                    owners.push(of);
+                    groups.push(vec![k]);
+                }
+            }
+        }
+        Placement::from_groups(partitions, groups).expect("every partition in one group")
+    }
+
+    fn from_groups(partitions: u32, groups: Vec<Vec<u32>>) -> Result<Placement, String> {
+        let mut at = vec![None; partitions as usize];
+        for (group, members) in groups.iter().enumerate() {
+            if members.is_empty() {
+                return Err("an empty group".into());
+            }
+            for (index, &k) in members.iter().enumerate() {
+                match at.get_mut(k as usize) {
+                    Some(slot @ None) => *slot = Some((group, index)),
+                    Some(Some(_)) => return Err(format!("partition {k} is in two groups")),
+                    None => return Err(format!("partition {k} is not below {partitions}")),
+                }
+            }
+        }
+        let at = at
+            .into_iter()
+            .enumerate()
+            .map(|(k, place)| place.ok_or_else(|| format!("partition {k} is in no group")))
+            .collect::<Result<_, _>>()?;
+        Ok(Placement {
+            partitions,
+            groups,
+            at,
+        })
+    }
+
+    /// The stored form: groups separated by `;`, partitions by `,` (`0,1,2;3,4;5,6`).
+    pub fn text(&self) -> String {
+        self.groups
+            .iter()
+            .map(|group| {
+                group
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect::<Vec<_>>()
+            .join(";")
+    }
+
+    /// Reads [`Placement::text`]'s form; an error unless it places each of `partitions` once.
+    pub fn parse(text: &str, partitions: u32) -> Result<Placement, String> {
+        let groups = text
+            .split(';')
+            .map(|group| {
+                group
+                    .split(',')
+                    .map(|k| {
+                        k.parse::<u32>()
+                            .map_err(|_| format!("{k:?} is not a partition"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Placement::from_groups(partitions, groups)
+            .map_err(|why| format!("placement {text:?} of {partitions} partitions: {why}"))
+    }
+
+    pub fn partitions(&self) -> u32 {
+        self.partitions
+    }
+
+    /// The partition of segment `segment` of `pool`.
+    pub fn segment_partition(&self, pool: &str, segment: u32) -> u32 {
+        let (group, index) = self.at[partition_of(pool, self.partitions) as usize];
+        let count = self.groups.len();
+        let step = group + segment as usize;
+        let members = &self.groups[step % count];
+        members[(index + step / count) % members.len()]
+    }
+
+    /// The partition a pool name as the library takes it lives in: a segment's, or the pool's.
+    pub fn pool_partition(&self, name: &str) -> u32 {
+        match split_segment(name) {
+            (pool, Some(segment)) => self.segment_partition(pool, segment),
+            (pool, None) => partition_of(pool, self.partitions),
+        }
     }
 }
 
@@ -141,15 +248,66 @@ mod tests {
     }
 
     #[test]
-    fn segments_of_a_pool_take_the_partitions_after_its_own() {
+    fn segments_of_a_pool_on_one_primary_take_the_partitions_after_its_own() {
+        let placement = Placement::whole(16);
         let k0 = partition_of("hot", 16);
         for segment in 0..20 {
             let name = segment_name("hot", segment);
             assert_eq!(split_segment(&name), ("hot", Some(segment)));
-            assert_eq!(pool_partition(&name, 16), (k0 + segment) % 16);
+            assert_eq!(placement.pool_partition(&name), (k0 + segment) % 16);
         }
-        assert_eq!(pool_partition("hot", 16), k0);
+        assert_eq!(placement.pool_partition("hot"), k0);
         assert_eq!(split_segment("hot"), ("hot", None));
+    }
+
+    /// Which of three primaries with `redis-cli --cluster create`'s slot ranges serves
+    /// partition `k` of `partitions`.
+    fn primary_of(k: u32, partitions: u32) -> u16 {
+        slot(&partition_tag(k, partitions)) / 5461
+    }
+
+    #[test]
+    fn segments_spread_over_the_primaries_first() {
+        for partitions in [3u32, 16, 17, 64] {
+            let placement = Placement::by_owner(partitions, |k| primary_of(k, partitions));
+            assert_eq!(
+                Placement::parse(&placement.text(), partitions).as_ref(),
+                Ok(&placement)
+            );
+            for n in 0..200 {
+                let pool = format!("sku-{n}");
+                let primaries: Vec<u16> = (0..3)
+                    .map(|j| primary_of(placement.segment_partition(&pool, j), partitions))
+                    .collect();
+                assert!(
+                    primaries[0] != primaries[1]
+                        && primaries[1] != primaries[2]
+                        && primaries[0] != primaries[2],
+                    "{pool} of {partitions}: {primaries:?}"
+                );
+                assert_eq!(
+                    placement.segment_partition(&pool, 0),
+                    partition_of(&pool, partitions)
+                );
+                // Distinct partitions while every primary has one to spare.
+                let spare = placement.groups.iter().map(Vec::len).min().unwrap() as u32;
+                let count = spare * placement.groups.len() as u32;
+                let mut taken: Vec<u32> = (0..count)
+                    .map(|j| placement.segment_partition(&pool, j))
+                    .collect();
+                taken.sort_unstable();
+                taken.dedup();
+                assert_eq!(taken.len(), count as usize, "{pool} of {partitions}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_placement_that_does_not_place_each_partition_once_is_refused() {
+        assert!(Placement::parse("0,1;2", 3).is_ok());
+        for text in ["0,1", "0,1;1,2", "0,1;2,3", "0,x;1,2", "", "0,1;;2"] {
+            assert!(Placement::parse(text, 3).is_err(), "{text}");
+        }
     }
 
     #[test]

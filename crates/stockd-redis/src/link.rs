@@ -205,6 +205,49 @@ impl Link {
         }
     }
 
+    /// Who serves each slot range of a Cluster, as `(first slot, last slot, primary's
+    /// HOST:PORT)` from `CLUSTER SLOTS`; `None` for a single Redis.
+    pub async fn slot_owners(&self) -> RedisResult<Option<Vec<(u16, u16, String)>>> {
+        if matches!(self.connection, Connection::Single(_)) {
+            return Ok(None);
+        }
+        let Value::Array(ranges) = self
+            .query(&redis::cmd("CLUSTER").arg("SLOTS").clone())
+            .await?
+        else {
+            return Err(unexpected_slots());
+        };
+        let slot = |value: Option<&Value>| match value {
+            Some(Value::Int(n)) => u16::try_from(*n).ok(),
+            _ => None,
+        };
+        let word = |value: Option<&Value>| match value {
+            Some(Value::BulkString(bytes)) => Some(String::from_utf8_lossy(bytes).into_owned()),
+            Some(Value::SimpleString(text)) => Some(text.clone()),
+            Some(Value::Int(n)) => Some(n.to_string()),
+            _ => None,
+        };
+        let mut owners = Vec::new();
+        for range in ranges {
+            let Value::Array(fields) = range else {
+                return Err(unexpected_slots());
+            };
+            let Some(Value::Array(primary)) = fields.get(2) else {
+                return Err(unexpected_slots());
+            };
+            let (Some(first), Some(last), Some(host), Some(port)) = (
+                slot(fields.first()),
+                slot(fields.get(1)),
+                word(primary.first()),
+                word(primary.get(1)),
+            ) else {
+                return Err(unexpected_slots());
+            };
+            owners.push((first, last, format!("{host}:{port}")));
+        }
+        Ok(Some(owners))
+    }
+
     /// Runs a function call, loading the library first if Redis does not have it (a new server,
     /// `FUNCTION FLUSH`, a restart without persistence).
     pub async fn fcall(&self, cmd: &Cmd) -> RedisResult<Value> {
@@ -222,6 +265,13 @@ impl Link {
         load.arg("LOAD").arg("REPLACE").arg(library::source());
         self.query(&load).await.map(|_| ())
     }
+}
+
+fn unexpected_slots() -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "CLUSTER SLOTS answered in an unexpected shape",
+    ))
 }
 
 /// Whether `error` is Redis's own answer (it was reached), not a failure to reach it.

@@ -55,16 +55,16 @@ impl Shared {
             Command::Reserve(request) => request
                 .items
                 .iter()
-                .all(|item| keys::pool_partition(item.pool.as_str(), self.partitions) == at),
+                .all(|item| self.placement.pool_partition(item.pool.as_str()) == at),
             _ => true,
         };
         if moved {
             return Route::Home { local };
         }
         let home = match command {
-            Command::Reserve(request) => {
-                keys::pool_partition(request.items[0].pool.as_str(), self.partitions)
-            }
+            Command::Reserve(request) => self
+                .placement
+                .pool_partition(request.items[0].pool.as_str()),
             _ => at,
         };
         Route::Dir { home, local }

@@ -1,6 +1,6 @@
-//! Pools spread over partitions: a segmented pool on a Cluster keeps segment J in partition
-//! (K0 + J) mod P (`keys::segment_partition`), so that a flash sale's holds spread over the
-//! primaries. The library's `segments.lua` keeps each segment as a pool of its own and runs the
+//! Pools spread over partitions: a segmented pool on a Cluster keeps segment J in a partition
+//! of its own, its first segments on different primaries (`keys::Placement`), so that a flash
+//! sale's holds spread over the primaries. The library's `segments.lua` keeps each segment as a pool of its own and runs the
 //! pool op's steps; this module drives them, in the order crates/stockd-crosscheck's `poolop`
 //! model explores: `pop_begin` (K0) -> `seg_freeze` each other segment -> a plan from what they
 //! read -> `pop_plan` (the decision) -> `seg_apply` each -> `pop_end` (K0: the op takes effect,
@@ -237,7 +237,7 @@ pub(crate) fn watches(
 
 impl Shared {
     fn segment_partition(&self, pool: &str, segment: u32) -> u32 {
-        keys::segment_partition(pool, segment, self.partitions)
+        self.placement.segment_partition(pool, segment)
     }
 
     /// The request as the library takes it: each item of a pool known to be spread named by

@@ -18,6 +18,8 @@ pub(crate) struct Shared {
     pub(crate) config: RedisConfig,
     pub(crate) link: link::Link,
     pub(crate) partitions: u32,
+    /// Where segmented pools' segments live (the dataset's, dataset.rs).
+    pub(crate) placement: keys::Placement,
     pub(crate) keys: Vec<keys::PartitionKeys>,
     pub(crate) marker: Mutex<Marker>,
     /// Per partition: the highest event seq this server has seen. Redis answering with less is

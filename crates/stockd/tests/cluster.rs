@@ -303,7 +303,7 @@ async fn a_primary_failing_over_under_load_loses_no_acknowledged_change() {
 /// and each of its segments add up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_segmented_pool_sells_exactly_its_stock_to_a_thousand_buyers() {
-    let (_cluster, servers) = cluster_servers(2).await;
+    let (cluster, servers) = cluster_servers(2).await;
     let apis: Vec<Api> = servers.iter().map(Server::api).collect();
     put_pool(&apis[0], "flash", json!({"total": 64, "segments": 8})).await;
     let barrier = Arc::new(Barrier::new(1000));
@@ -349,6 +349,38 @@ async fn a_segmented_pool_sells_exactly_its_stock_to_a_thousand_buyers() {
         8,
         "each segment in a partition of its own: {list}"
     );
+    // Segments are placed by primary: the first three on the three primaries, and the eight
+    // spread 3 / 3 / 2. Each segment's hash is found on the primary serving it.
+    let primaries = cluster.primaries();
+    assert_eq!(primaries.len(), 3);
+    let primary_of = |segment: &serde_json::Value| {
+        let (index, partition) = (
+            segment["segment"].as_u64().unwrap(),
+            segment["partition"].as_u64().unwrap(),
+        );
+        let name = if index == 0 {
+            "flash".to_string()
+        } else {
+            format!("flash~{index}")
+        };
+        let key = stockd_redis::keys::PartitionKeys::new(partition as u32, PARTITIONS).pool(&name);
+        let found: Vec<usize> = (0..primaries.len())
+            .filter(|&p| primaries[p].cli(&["EXISTS", &key]).trim() == "1")
+            .collect();
+        assert_eq!(found.len(), 1, "{key} on one primary: {found:?}");
+        found[0]
+    };
+    let on: Vec<usize> = segments.iter().map(primary_of).collect();
+    assert!(
+        on[0] != on[1] && on[1] != on[2] && on[0] != on[2],
+        "{on:?}: {list}"
+    );
+    let mut per_primary = [0; 3];
+    for primary in &on {
+        per_primary[*primary] += 1;
+    }
+    per_primary.sort_unstable();
+    assert_eq!(per_primary, [2, 3, 3], "{on:?}: {list}");
     let count = |field: &str| {
         segments
             .iter()

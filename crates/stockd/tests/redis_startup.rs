@@ -1,5 +1,6 @@
 //! Starting a server on Redis, against a real `redis-server`: the fleet settings are the
-//! dataset's (a server started with other values refuses to start and names them), and the
+//! dataset's (a server started with other values refuses to start and names them), so is the
+//! placement of segments over a Cluster's partitions (adopted, checked for agreement), and the
 //! Redis is checked at start: a `maxmemory-policy` that can evict keys is refused, on every
 //! primary of a Cluster; `appendfsync` other than `always` is a loud warning in the log and in
 //! `/readyz`; a Redis that does not let its settings be read is a warning, not a refusal; and a
@@ -318,4 +319,52 @@ async fn every_primary_of_a_cluster_is_checked() {
     second.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
     let server = Server::start_with(ServerConfig::on(cluster.clone())).await;
     assert_eq!(readyz_warnings(&server.api()).await, Vec::<String>::new());
+}
+
+/// Where a segmented pool's segments live is the dataset's: the first server stores the
+/// partitions grouped by the primary serving each, every later server adopts what is stored
+/// (whatever the Cluster looks like to it), and partitions that disagree stop a server, saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_dataset_keeps_where_segments_live() {
+    use stockd_redis::keys::{PartitionKeys, Placement};
+    let cluster = Arc::new(RedisClusterBackend::of_primaries(
+        2,
+        4,
+        &["--appendonly", "yes", "--appendfsync", "always"],
+    ));
+    let node = &cluster.nodes[0];
+    let meta = |k: u32| PartitionKeys::new(k, 4).meta();
+    let first = Server::start_with(ServerConfig::on(cluster.clone())).await;
+    for k in 0..4 {
+        // Two primaries with half the slots each: partitions 0 and 1 on one, 2 and 3 on the other.
+        assert_eq!(node.cli(&["-c", "HGET", &meta(k), "placement"]), "0,1;2,3");
+    }
+    drop(first);
+
+    for k in 0..4 {
+        node.cli(&["-c", "HSET", &meta(k), "placement", "0,2;1,3"]);
+    }
+    let second = Server::start_with(ServerConfig::on(cluster.clone())).await;
+    put_pool(&second.api(), "p", json!({"total": 10, "segments": 2})).await;
+    let (status, list) = second.api().call("GET", "/v1/pools/p/segments", None).await;
+    assert_eq!(status, 200, "{list}");
+    let stored = Placement::parse("0,2;1,3", 4).unwrap();
+    let partitions: Vec<u64> = list["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|segment| segment["partition"].as_u64().unwrap())
+        .collect();
+    let expected: Vec<u64> = (0..2)
+        .map(|j| u64::from(stored.segment_partition("p", j)))
+        .collect();
+    assert_eq!(partitions, expected, "{list}");
+    drop(second);
+
+    node.cli(&["-c", "HSET", &meta(3), "placement", "0,1;2,3"]);
+    let said = refused(cluster.as_ref(), &[]);
+    assert!(
+        said.contains("partitions disagree on the dataset's placement of segments"),
+        "{said}"
+    );
 }
