@@ -58,11 +58,12 @@ pub fn split_segment(name: &str) -> (&str, Option<u32>) {
 
 /// Where the segments of a pool spread over partitions live: the dataset's partitions grouped
 /// by the primary that served them when the dataset was made (`placement` in every partition's
-/// meta, dataset.rs), groups in the order of their first partition. Segment 0 is the pool's own
-/// partition K0, the I-th of group G; segment J is in group (G + J) mod N, at position
-/// (I + (G + J) div N) mod that group's size. So a pool's first N segments sit on N different
-/// primaries, and its segments take distinct partitions while each primary has partitions to
-/// spare. The placement is fixed for the dataset's life: a pool's segments are found by it.
+/// meta, dataset.rs), groups in the order of their first partition. A pool's segments take the
+/// partitions in rounds from its own partition K0, the I-th of group G: round R visits groups
+/// G, G + 1, ... (mod N) and takes the (I + R)-th partition (mod its size) of each group that
+/// has more than R. So segment 0 is K0, a pool's first N segments sit on N different primaries,
+/// every segment has a partition of its own while S <= P, and more share them evenly. The
+/// placement is fixed for the dataset's life: a pool's segments are found by it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
     partitions: u32,
@@ -163,9 +164,19 @@ impl Placement {
     pub fn segment_partition(&self, pool: &str, segment: u32) -> u32 {
         let (group, index) = self.at[partition_of(pool, self.partitions) as usize];
         let count = self.groups.len();
-        let step = group + segment as usize;
-        let members = &self.groups[step % count];
-        members[(index + step / count) % members.len()]
+        let mut left = segment % self.partitions;
+        for round in 0.. {
+            for step in 0..count {
+                let members = &self.groups[(group + step) % count];
+                if round < members.len() {
+                    if left == 0 {
+                        return members[(index + round) % members.len()];
+                    }
+                    left -= 1;
+                }
+            }
+        }
+        unreachable!("the rounds visit every partition")
     }
 
     /// The partition a pool name as the library takes it lives in: a segment's, or the pool's.
@@ -289,15 +300,17 @@ mod tests {
                     placement.segment_partition(&pool, 0),
                     partition_of(&pool, partitions)
                 );
-                // Distinct partitions while every primary has one to spare.
-                let spare = placement.groups.iter().map(Vec::len).min().unwrap() as u32;
-                let count = spare * placement.groups.len() as u32;
-                let mut taken: Vec<u32> = (0..count)
+                // A partition of its own for each of P segments, then evenly again.
+                let mut taken: Vec<u32> = (0..partitions)
                     .map(|j| placement.segment_partition(&pool, j))
                     .collect();
                 taken.sort_unstable();
                 taken.dedup();
-                assert_eq!(taken.len(), count as usize, "{pool} of {partitions}");
+                assert_eq!(taken.len(), partitions as usize, "{pool} of {partitions}");
+                assert_eq!(
+                    placement.segment_partition(&pool, partitions + 1),
+                    placement.segment_partition(&pool, 1)
+                );
             }
         }
     }
