@@ -15,7 +15,7 @@
 //! whole pool at an instant during the request.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -42,6 +42,9 @@ const COLLECT_ROUNDS: usize = 2_000;
 #[derive(Default)]
 pub(crate) struct SpreadPools {
     segments: Mutex<HashMap<String, u32>>,
+    /// Per pool with reserves of this server parked on it: the turn to look at the whole pool
+    /// for their units, with when it was last looked at.
+    looks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<tokio::time::Instant>>>>>,
 }
 
 impl SpreadPools {
@@ -58,6 +61,19 @@ impl SpreadPools {
             .lock()
             .expect("spread pools lock")
             .insert(pool.to_string(), segments);
+    }
+
+    /// The turn of `pool`'s parked reserves to look at the whole pool (spread_ops.rs).
+    pub(crate) fn look_turn(
+        &self,
+        pool: &str,
+    ) -> Arc<tokio::sync::Mutex<Option<tokio::time::Instant>>> {
+        let mut looks = self.looks.lock().expect("spread pools lock");
+        // A server that waited on many pools keeps only the turns someone still holds.
+        if looks.len() > 1_000 {
+            looks.retain(|_, turn| Arc::strong_count(turn) > 1);
+        }
+        looks.entry(pool.to_string()).or_default().clone()
     }
 
     pub(crate) fn forget(&self, pool: &str) {

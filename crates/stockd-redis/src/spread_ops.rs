@@ -11,6 +11,15 @@ use stockd_core::{BackendError, Command, Error, Outcome, PoolId, PoolView, Reply
 use crate::backend::RedisBackend;
 use crate::segments::{delta_words, spread, watches, word, Decision, Frozen, OpOutcome, Plan};
 
+/// A reserve parked in its segment of a spread pool: the pool, its segment count, the
+/// reserve's segment and the units it asks of the pool.
+struct SpreadWaiter<'a> {
+    pool: &'a PoolId,
+    segments: u32,
+    home: u32,
+    need: u64,
+}
+
 /// What a rebalance found.
 pub(crate) enum Rebalanced {
     /// Units were moved (or were there already): send the reserve again.
@@ -21,9 +30,6 @@ pub(crate) enum Rebalanced {
     Gone,
 }
 
-/// Deltas that spread `available` units over `frozen`'s segments, with the pool's rules and
-/// generation: `(segment 0's words, the other segments' parts)`. `home` and `need`, when given,
-/// make segment `home` end with at least `need` units more than its even share of the rest.
 /// The pool's low-stock state after an op: its threshold and whether it is at or below it.
 #[derive(Clone, Copy)]
 struct Low {
@@ -44,6 +50,9 @@ impl Low {
     }
 }
 
+/// Deltas that spread `available` units over `frozen`'s segments, with the pool's rules and
+/// generation: `(segment 0's words, the other segments' parts)`. `home` and `need`, when given,
+/// make segment `home` end with at least `need` units more than its even share of the rest.
 fn respread(
     frozen: &Frozen,
     available: u64,
@@ -449,8 +458,8 @@ fn stockd_redis_partition(shared: &crate::shared::Shared, pool: &PoolId) -> u32 
 
 impl crate::shared::Shared {
     /// The command as the library takes it: a reserve names its segment of each pool known to
-    /// be spread, and does not park there (a segment's waiters see only that segment's units:
-    /// the server waits for the whole pool itself, `spread_refusal`).
+    /// be spread, and does not park there at first: a segment short of units may not be the
+    /// pool, so `spread_refusal` looks at the whole pool before it parks the reserve.
     pub(crate) fn wire_command(&self, command: &Command) -> Command {
         match command {
             Command::Reserve(request) => {
@@ -468,8 +477,9 @@ impl crate::shared::Shared {
     }
 }
 
-/// How long a reserve waiting for a spread pool's stock sleeps between two looks at the whole
-/// pool.
+/// How long a reserve waiting for a spread pool's stock, parked in its segment, waits between
+/// two looks at the whole pool for units that came back in other segments; and, for a hold over
+/// several partitions (which cannot park), between two tries.
 const SPREAD_WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 impl RedisBackend {
@@ -498,20 +508,7 @@ impl RedisBackend {
                     .find(|item| item.pool == *pool)
                     .map_or(0, |item| item.qty);
                 let home = crate::segments::home_segment(request, segments);
-                // A read of the whole pool as of one instant that finds too few units is the
-                // refusal already, with no pool op (what every buyer after a sell-out meets).
-                let short = match shared.collect(pool, segments).await? {
-                    None => Some(Rebalanced::Gone),
-                    Some(states) => {
-                        let available: u64 = states.iter().map(|s| s.available).sum();
-                        (available < need).then_some(Rebalanced::Short(available))
-                    }
-                };
-                let found = match short {
-                    Some(found) => found,
-                    None => self.rebalance(pool, segments, home, need).await?,
-                };
-                match found {
+                match self.find_units(pool, segments, home, need).await? {
                     Rebalanced::Ready => Ok(None),
                     Rebalanced::Gone => {
                         shared.spread.forget(pool.as_str());
@@ -519,15 +516,32 @@ impl RedisBackend {
                     }
                     Rebalanced::Short(available) => {
                         let deadline = started + std::time::Duration::from_millis(request.wait_ms);
-                        if tokio::time::Instant::now() + SPREAD_WAIT_POLL < deadline {
-                            tokio::time::sleep(SPREAD_WAIT_POLL).await;
-                            return Ok(None);
-                        }
-                        Ok(Some(Err(Error::InsufficientStock {
+                        let refusal = Error::InsufficientStock {
                             pool: pool.clone(),
                             available,
                             requested: need,
-                        })))
+                        };
+                        if tokio::time::Instant::now() + SPREAD_WAIT_POLL >= deadline {
+                            return Ok(Some(Err(refusal)));
+                        }
+                        let wired = shared.wire_reserve(request);
+                        let partitions: Vec<u32> = wired
+                            .items
+                            .iter()
+                            .map(|item| shared.placement.pool_partition(item.pool.as_str()))
+                            .collect();
+                        if partitions.iter().all(|&k| k == partitions[0]) {
+                            let waiter = SpreadWaiter {
+                                pool,
+                                segments,
+                                home,
+                                need,
+                            };
+                            return self.park_spread(request, wired, &waiter, deadline).await;
+                        }
+                        // A hold over several partitions cannot park: it looks again.
+                        tokio::time::sleep(SPREAD_WAIT_POLL).await;
+                        Ok(None)
                     }
                 }
             }
@@ -537,6 +551,149 @@ impl RedisBackend {
             }
             _ => Ok(Some(Err(error))),
         }
+    }
+
+    /// Units for `need` in segment `home` of a spread pool: a read of the whole pool as of one
+    /// instant that finds too few is the refusal already, with no pool op (what every buyer
+    /// after a sell-out meets); else a rebalance moves them there.
+    async fn find_units(
+        &self,
+        pool: &PoolId,
+        segments: u32,
+        home: u32,
+        need: u64,
+    ) -> Result<Rebalanced, BackendError> {
+        match self.shared.collect(pool, segments).await? {
+            None => Ok(Rebalanced::Gone),
+            Some(states) => {
+                let available: u64 = states.iter().map(|s| s.available).sum();
+                if available < need {
+                    return Ok(Rebalanced::Short(available));
+                }
+                if states
+                    .get(home as usize)
+                    .is_some_and(|s| s.available >= need)
+                {
+                    return Ok(Rebalanced::Ready);
+                }
+                self.rebalance(pool, segments, home, need).await
+            }
+        }
+    }
+
+    /// Parks a reserve short of a spread pool in its own segment's queue until `deadline`, so
+    /// that the segment's waiters are served in arrival order by the units that come back
+    /// there; meanwhile units that come back in other segments are looked for every
+    /// `SPREAD_WAIT_POLL` and moved to the waiter's segment (where they serve its queue in
+    /// order). At the deadline, a waiter still short in its segment looks at the whole pool
+    /// once more: the refusal is true of the whole pool.
+    async fn park_spread(
+        &self,
+        request: &stockd_core::ReserveRequest,
+        wired: stockd_core::ReserveRequest,
+        waiter: &SpreadWaiter<'_>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<Outcome>, BackendError> {
+        let shared = &self.shared;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let parked = Command::Reserve(stockd_core::ReserveRequest {
+            wait_ms: (left.as_millis() as u64).max(1),
+            ..wired
+        });
+        let mut partition = shared.first_partition(&parked);
+        let op = crate::wire::encode(&parked, shared.route(&parked, partition, false));
+        let mut answer = shared.submit_one(partition, op).await?;
+        if let crate::wire::Answer::Moved(home) = answer {
+            partition = home;
+            let op = crate::wire::encode(&parked, shared.route(&parked, home, true));
+            answer = shared.submit_one(home, op).await?;
+        }
+        let outcome = match answer {
+            crate::wire::Answer::Parked(ticket) => {
+                self.wait_spread(partition, ticket, &parked, waiter).await?
+            }
+            crate::wire::Answer::Made { created_at_ms } => {
+                return Ok(Some(Ok(Reply::Hold {
+                    hold: crate::wire::made_hold(request, partition, created_at_ms),
+                    created: true,
+                })));
+            }
+            crate::wire::Answer::Done(outcome) => outcome,
+            crate::wire::Answer::Frozen { .. } => {
+                tokio::time::sleep(crate::segments::OP_POLL).await;
+                return Ok(None);
+            }
+            crate::wire::Answer::Segmented { .. } => return Ok(None),
+            other => {
+                return Err(BackendError::Unavailable(format!(
+                    "unexpected answer to a parked reserve: {other:?}"
+                )))
+            }
+        };
+        match outcome {
+            Err(Error::InsufficientStock { .. }) => {
+                match self
+                    .find_units(waiter.pool, waiter.segments, waiter.home, waiter.need)
+                    .await?
+                {
+                    // Units found at the last moment: the reserve is sent once more, and its
+                    // refusal, past its deadline, is final.
+                    Rebalanced::Ready | Rebalanced::Gone => Ok(None),
+                    Rebalanced::Short(available) => Ok(Some(Err(Error::InsufficientStock {
+                        pool: waiter.pool.clone(),
+                        available,
+                        requested: waiter.need,
+                    }))),
+                }
+            }
+            other => Ok(Some(other)),
+        }
+    }
+
+    /// A parked reserve's wait (`wait`), while units that came back in other segments are
+    /// moved to its segment.
+    async fn wait_spread(
+        &self,
+        partition: u32,
+        ticket: u64,
+        parked: &Command,
+        waiter: &SpreadWaiter<'_>,
+    ) -> Result<Outcome, BackendError> {
+        let waiting = self.wait(partition, ticket, parked);
+        tokio::pin!(waiting);
+        loop {
+            tokio::select! {
+                outcome = &mut waiting => return outcome,
+                _ = tokio::time::sleep(SPREAD_WAIT_POLL) => {
+                    if let Err(error) = self.move_units_to(waiter).await {
+                        tracing::debug!(%error, pool = %waiter.pool, "looking for a waiter's units");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Moves available units of other segments to a waiter's segment when its own has fewer
+    /// than it asks and the whole pool has enough. One look per pool at a time on this server,
+    /// and none within `SPREAD_WAIT_POLL` of the last, however many of its requests wait.
+    async fn move_units_to(&self, waiter: &SpreadWaiter<'_>) -> Result<(), BackendError> {
+        let shared = &self.shared;
+        let turn = shared.spread.look_turn(waiter.pool.as_str());
+        let mut last = turn.lock().await;
+        if last.is_some_and(|at| at.elapsed() < SPREAD_WAIT_POLL) {
+            return Ok(());
+        }
+        *last = Some(tokio::time::Instant::now());
+        let Some(states) = shared.collect(waiter.pool, waiter.segments).await? else {
+            return Ok(());
+        };
+        let available: u64 = states.iter().map(|s| s.available).sum();
+        let mine = states.get(waiter.home as usize).map_or(0, |s| s.available);
+        if mine < waiter.need && available >= waiter.need {
+            self.rebalance(waiter.pool, waiter.segments, waiter.home, waiter.need)
+                .await?;
+        }
+        Ok(())
     }
 
     /// A PUT of a pool kept whole, in its partition.

@@ -229,6 +229,77 @@ async fn released_units_go_to_the_first_waiter_before_anyone_else() {
     assert_eq!(hold["status"], "held", "{hold}");
 }
 
+/// A segmented pool's waiters wait in their own segment, are served there in arrival order, and
+/// are served by units that come back in any segment (where the pool is whole, one segment,
+/// the same holds). The waiters here are one user's, so in one segment; the units come back in
+/// another user's segment where there are several.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_a_segmented_pool_are_served_in_order_by_units_freed_in_any_segment() {
+    let server = Server::start().await;
+    let api = server.api();
+    // Two users whose holds land in different segments (partitions), where there are several.
+    put_pool(&api, "swp", json!({"total": 100, "segments": 2})).await;
+    let mut partitions = Vec::new();
+    for n in 0..16 {
+        let body = json!({"hold_id": format!("swp-{n}"), "user": format!("user-{n}"),
+            "items": [{"pool": "swp", "qty": 1}]});
+        let (status, hold) = api.call("POST", "/v1/holds", Some(body)).await;
+        assert_eq!(status, 201, "{hold}");
+        partitions.push(hold["partition"].as_u64().unwrap());
+    }
+    let other = (1..16)
+        .find(|&n| partitions[n] != partitions[0])
+        .unwrap_or(1);
+    let waiting_user = format!("user-{other}");
+
+    put_pool(&api, "sw", json!({"total": 2, "segments": 2})).await;
+    let body = json!({"hold_id": "sw-all", "user": "user-0", "items": [{"pool": "sw", "qty": 2}]});
+    let (status, hold) = api.call("POST", "/v1/holds", Some(body)).await;
+    assert_eq!(status, 201, "{hold}");
+    let spawn = |hold_id: &str, wait_ms: u64| {
+        let api = api.clone();
+        let body = json!({"hold_id": hold_id, "user": waiting_user, "wait_ms": wait_ms,
+            "items": [{"pool": "sw", "qty": 1}]});
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let reply = api.call("POST", "/v1/holds", Some(body)).await;
+            (reply, started.elapsed())
+        })
+    };
+    let first = spawn("sw-first", 20_000);
+    tokio::time::sleep(ARRIVAL_GAP).await;
+    let second = spawn("sw-second", 20_000);
+    tokio::time::sleep(ARRIVAL_GAP).await;
+    let third = spawn("sw-third", 4_000);
+    tokio::time::sleep(ARRIVAL_GAP).await;
+    assert!(
+        !first.is_finished() && !second.is_finished() && !third.is_finished(),
+        "waiters must still be waiting: no stock yet"
+    );
+
+    let (status, body) = api.call("POST", "/v1/holds/sw-all/release", None).await;
+    assert_eq!(status, 200, "{body}");
+    for (waiter, name) in [(first, "first"), (second, "second")] {
+        let ((status, body), waited) = waiter.await.unwrap();
+        assert_eq!(status, 201, "the {name} waiter gets a unit: {body}");
+        assert!(
+            waited < Duration::from_secs(10),
+            "the {name} waiter was served late: {waited:?}"
+        );
+    }
+    let ((status, body), waited) = third.await.unwrap();
+    assert_eq!(
+        (status, &body["error"]),
+        (409, &json!("insufficient_stock")),
+        "the third waiter, last to arrive, times out: {body}"
+    );
+    assert!(
+        waited >= Duration::from_millis(3_800),
+        "the third waiter gave up early: {waited:?}"
+    );
+    assert_pool(&api.pool("sw").await, 2, 0, 2, 0);
+}
+
 /// A client whose waiting reserve timed out on its side retries it (the same hold id and body)
 /// while the first is still parked: when stock comes back, both are answered at once, the first
 /// with the hold (201) and the retry with its replay (200), not the retry at its own deadline.
