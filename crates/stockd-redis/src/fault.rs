@@ -1,6 +1,7 @@
-//! Fault injection for tests: a named point in the cross-partition protocol (or right after a
-//! restock's library call, `restock.after_call`) where a test can make this process die, to show
-//! that what it leaves behind is rolled forward or back, or that a retry elsewhere finishes it.
+//! Fault injection for tests: a named point in the cross-partition protocol (`cross.*`), in a
+//! pool op on a segmented pool (`pop.*`), or right after a restock's library call
+//! (`restock.after_call`) where a test can make this process die, to show that what it leaves
+//! behind is rolled forward or back, or that a retry elsewhere finishes it.
 //!
 //! Compiled in only with the `fault-injection` feature (the test suite turns it on; release
 //! builds never have it). `STOCKD_FAULT=NAME` or `NAME:N` aborts the process the N-th time

@@ -334,6 +334,7 @@ impl Shared {
                 .get("begun")
                 .and_then(Value::as_u64)
                 .ok_or_else(|| unavailable(format!("unexpected answer {begun}")))?;
+            crate::fault::point("pop.after_begin");
             let generation = value.get("generation").and_then(Value::as_u64).unwrap_or(0);
             let zero = state(value.get("segment").unwrap_or(&Value::Null))?;
             let count: u32 = begin_args.first().and_then(|s| s.parse().ok()).unwrap_or(1);
@@ -348,6 +349,7 @@ impl Shared {
                         vec![id.to_string(), segment.to_string(), op_number.to_string()],
                     )
                     .await?;
+                crate::fault::point("pop.after_freeze");
                 match answer.get("segment") {
                     Some(found) => segments.push(state(found)?),
                     None => {
@@ -388,6 +390,7 @@ impl Shared {
                         // A sweeper rolled it back meanwhile: nothing was applied.
                         continue;
                     }
+                    crate::fault::point("pop.after_plan");
                     self.finish_op(id, op_number, &plan).await?;
                     return Ok(OpOutcome::Done(answer));
                 }
@@ -402,13 +405,16 @@ impl Shared {
             args.extend(words.split(' ').map(str::to_string));
             self.seg_call(self.segment_partition(id, *segment), "seg_apply", args)
                 .await?;
+            crate::fault::point("pop.after_apply");
         }
         let k0 = keys::partition_of(id, self.partitions);
         let mut args = vec![id.to_string(), op_number.to_string()];
         args.extend(plan.end.iter().cloned());
         self.seg_call(k0, "pop_end", args).await?;
+        crate::fault::point("pop.after_end");
         for (segment, _) in &plan.parts {
             self.unfreeze(id, *segment, op_number).await?;
+            crate::fault::point("pop.after_unfreeze");
         }
         Ok(())
     }

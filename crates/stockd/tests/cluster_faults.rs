@@ -199,3 +199,134 @@ async fn a_server_killed_at_each_step_of_a_cross_partition_hold_leaves_nothing_s
         task.await.expect("case panicked");
     }
 }
+
+/// What the dying server was asked to do to a pool of 3 segments spread over the partitions.
+#[derive(Clone, Copy, Debug)]
+enum PoolChange {
+    /// Create it: 9 units.
+    Create,
+    /// Restock a pool of 4 by 6, naming a request id.
+    Restock,
+    /// Reserve 5 units (user `u`) of a pool of 6 spread 2 / 2 / 2: a rebalance first.
+    Rebalance,
+}
+
+impl PoolChange {
+    fn request(self, pool: &str) -> (&'static str, String, Value) {
+        match self {
+            PoolChange::Create => (
+                "PUT",
+                format!("/v1/pools/{pool}"),
+                json!({"total": 9, "segments": 3}),
+            ),
+            PoolChange::Restock => (
+                "POST",
+                format!("/v1/pools/{pool}/restock"),
+                json!({"delta": 6, "request_id": format!("{pool}-r")}),
+            ),
+            PoolChange::Rebalance => (
+                "POST",
+                "/v1/holds".to_string(),
+                json!({"hold_id": format!("{pool}-h"), "user": "u",
+                    "items": [{"pool": pool, "qty": 5}]}),
+            ),
+        }
+    }
+}
+
+/// Polls a spread pool until its counts are `want` ((total, available, held), or `None`: no
+/// pool), then shows nothing stayed frozen: every available unit can be taken by one hold,
+/// whichever segments they are in (a rebalance freezes every segment), and given back.
+async fn pool_converges(api: &Api, pool: &str, want: Option<(u64, u64, u64)>, case: &str) {
+    let deadline = Instant::now() + CONVERGE_WITHIN;
+    loop {
+        let (status, view) = api.call("GET", &format!("/v1/pools/{pool}"), None).await;
+        let got = (status == 200).then(|| {
+            (
+                view["total"].as_u64().unwrap_or(u64::MAX),
+                view["available"].as_u64().unwrap_or(u64::MAX),
+                view["held"].as_u64().unwrap_or(u64::MAX),
+            )
+        });
+        if got == want {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{case}: pool {pool} is {status} {view}, expected {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let Some((_, available, _)) = want else {
+        return;
+    };
+    let hold_id = format!("{pool}-all");
+    let body = hold_body(&hold_id, &[(pool, available)], json!({}));
+    let (status, hold) = api.call("POST", "/v1/holds", Some(body)).await;
+    assert_eq!(status, 201, "{case}: taking every available unit: {hold}");
+    let (status, hold) = api
+        .call("POST", &format!("/v1/holds/{hold_id}/release"), None)
+        .await;
+    assert_eq!(status, 200, "{case}: {hold}");
+}
+
+/// A server killed at each step of a pool op on a segmented pool spread over a Cluster (a
+/// create, a restock with its request id, the rebalance under a reserve): an op that died before
+/// its plan is rolled back by the survivor's sweeper, one with a plan rolled forward, no segment
+/// stays frozen, and a client's retry elsewhere applies the change exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_killed_at_each_step_of_a_pool_op_leaves_the_pool_whole() {
+    use PoolChange::*;
+    let cluster = Arc::new(RedisClusterBackend::start(16));
+    let survivor = server(&cluster, None).await;
+    // (fault point, change, the client retries on the survivor, the pool's (total, available,
+    // held) at the end, None: no pool)
+    let table = [
+        ("pop.after_begin", Restock, false, Some((4, 4, 0))),
+        ("pop.after_begin", Restock, true, Some((10, 10, 0))),
+        ("pop.after_freeze", Restock, false, Some((4, 4, 0))),
+        ("pop.after_plan", Restock, false, Some((10, 10, 0))),
+        // The retry meets the op under way, waits for the sweeper to roll it forward, and is
+        // then answered as a replay: restocked once.
+        ("pop.after_plan", Restock, true, Some((10, 10, 0))),
+        ("pop.after_apply", Restock, false, Some((10, 10, 0))),
+        ("pop.after_end", Restock, false, Some((10, 10, 0))),
+        ("pop.after_unfreeze", Restock, false, Some((10, 10, 0))),
+        ("pop.after_freeze", Create, false, None),
+        ("pop.after_plan", Create, false, Some((9, 9, 0))),
+        ("pop.after_apply", Rebalance, false, Some((6, 6, 0))),
+        ("pop.after_freeze", Rebalance, true, Some((6, 1, 5))),
+    ];
+    let mut tasks = Vec::new();
+    for (name, (fault, change, retry, want)) in table.into_iter().enumerate() {
+        let (cluster, survivor) = (cluster.clone(), survivor.api());
+        tasks.push(tokio::spawn(async move {
+            let label = format!("{fault} {change:?} retry={retry} (case {name})");
+            let pool = format!("s{name}");
+            let total = match change {
+                Create => None,
+                Restock => Some(4),
+                Rebalance => Some(6),
+            };
+            if let Some(total) = total {
+                support::put_pool(&survivor, &pool, json!({"total": total, "segments": 3})).await;
+            }
+            let (method, path, body) = change.request(&pool);
+            let mut dying = server(&cluster, Some(fault)).await;
+            dying
+                .call_and_die(method, &path, body.clone(), &label)
+                .await;
+            if retry {
+                let (status, answer) = survivor.call(method, &path, Some(body)).await;
+                assert!(
+                    matches!(status, 200 | 201),
+                    "{label}: retry answered {status} {answer}"
+                );
+            }
+            pool_converges(&survivor, &pool, want, &label).await;
+        }));
+    }
+    for task in tasks {
+        task.await.expect("case panicked");
+    }
+}
