@@ -73,6 +73,24 @@ C.x_attempt = function()
     return raw('{"next_attempt":"' .. S.int(redis.call('HINCRBY', S.meta, 'attempt', 1)) .. '"}')
 end
 
+-- The name a request item has in a record (segment 0 of a spread pool as `POOL~0`).
+local function wire_name(item)
+    return item.segment_zero and (item.pool .. '~0') or item.pool
+end
+
+-- Whether a record (matching `request` by its pools, S.hold_matches) names each pool as the
+-- request does: the same segment of each spread pool, or the pool itself for each.
+local function same_wire_names(hold, request)
+    for _, item in ipairs(request.items) do
+        local found = false
+        for _, held in ipairs(hold.items) do
+            if held.pool == wire_name(item) and held.qty == item.qty then found = true end
+        end
+        if not found then return false end
+    end
+    return true
+end
+
 -- x_begin HOLD USER CONFIRM TTL_MS WAIT_MS N POOL QTY ... ATTEMPT: the coordinator's record,
 -- 'pending(ATTEMPT)' ('-': a new attempt from this partition's counter, when the hold id hashes
 -- here). Answers the replay or conflict of an existing hold, {"begun": A} to go on (A is the
@@ -89,7 +107,14 @@ C.x_begin = function(a)
         end
         return S.error('hold_id_conflict', { { 'hold_id', request.hold_id, 's' } })
     end
-    if hold then return raw('{"begun":' .. S.json_string(hold.attempt) .. '}') end
+    if hold then
+        -- The request joins the attempt under way only if it names the same segments: a server
+        -- that did not know a pool is spread names the pool itself, and that attempt's parts
+        -- (and the record's items, which decide where its steps go) are not where this
+        -- request's would be. It waits for that attempt to end instead, as for a roll back.
+        if not same_wire_names(hold, request) then return raw('{"aborting":true}') end
+        return raw('{"begun":' .. S.json_string(hold.attempt) .. '}')
+    end
     local attempt = candidate
     if attempt == '-' then
         attempt = S.int(redis.call('HINCRBY', S.meta, 'attempt', 1))
@@ -102,8 +127,7 @@ C.x_begin = function(a)
     -- which segment gave its units (the record moves none: its parts do).
     local words = {}
     for _, item in ipairs(request.items) do
-        local name = item.segment_zero and (item.pool .. '~0') or item.pool
-        words[#words + 1] = name .. ' ' .. S.int(item.qty) .. ' 0'
+        words[#words + 1] = wire_name(item) .. ' ' .. S.int(item.qty) .. ' 0'
     end
     local key = S.key('hold', request.hold_id)
     redis.call('HSET', key, 'st', 'pending', 'x', '1', 'it', table.concat(words, ' '),

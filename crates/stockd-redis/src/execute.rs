@@ -223,9 +223,8 @@ impl RedisBackend {
                     }
                     return self.on_spread_pool(command, segments).await.map(Some);
                 }
-                Answer::Frozen { .. } => {
-                    tokio::time::sleep(crate::segments::OP_POLL).await;
-                    return Ok(None);
+                Answer::Frozen { pool, op } => {
+                    return self.frozen(command, &pool, op, started).await;
                 }
                 Answer::Done(Err(error)) if wired != *command => {
                     return self.spread_refusal(command, error, started).await;
@@ -296,6 +295,19 @@ impl RedisBackend {
                     return match outcome {
                         Some(Err(error)) if wired != *command => {
                             self.spread_refusal(command, error, started).await
+                        }
+                        // A part met a pool it did not know was spread, or a segment a pool op
+                        // froze: the attempt was rolled back; sent again after a pause, for as
+                        // long as a request waits for a pool op.
+                        None => {
+                            if started.elapsed() > crate::segments::OP_WAIT {
+                                return Err(BackendError::Unavailable(
+                                    "a pool of this hold is being changed as a whole; try again"
+                                        .into(),
+                                ));
+                            }
+                            tokio::time::sleep(crate::segments::OP_POLL).await;
+                            Ok(None)
                         }
                         other => Ok(other),
                     };

@@ -39,7 +39,7 @@ pub const RELEASED: &[(&str, u64)] = &[
     ("stockd_v5", 12826422988549671740),
     ("stockd_v6", 10549540710608719138),
     ("stockd_v7", 4524167667604329455),
-    ("stockd_v8", 16389302531855696008),
+    ("stockd_v8", 15751764587899780863),
 ];
 
 /// `(name, text)` of each file under `lua/`, the text compiled in.

@@ -26,15 +26,17 @@ use crate::keys;
 use crate::shared::Shared;
 use crate::wire::Op;
 
-/// How long a pool op waits for another op on the same pool before it gives up (503): ops are
-/// a few calls long; one left by a dead server is rolled back by a sweeper after
-/// `PENDING_TIMEOUT_MS`.
-const OP_WAIT: Duration = Duration::from_secs(15);
+/// How long a request waits for a pool op on its pool (another op, a collect, a reserve on a
+/// frozen segment) before it gives up (503): ops are a few calls long; one left by a dead
+/// server is rolled back or forward by a sweeper after `PENDING_TIMEOUT_MS`, and a segment it
+/// left frozen after its end is unfrozen by the first request that waits `ORPHAN_AFTER` for it.
+pub(crate) const OP_WAIT: Duration = Duration::from_secs(5);
 /// The pause between two looks at a pool another op holds.
 pub(crate) const OP_POLL: Duration = Duration::from_millis(2);
-/// Rounds of a collect before it gives up (503): two reads of every segment with equal versions
-/// and none frozen make one consistent round.
-const COLLECT_ROUNDS: usize = 2_000;
+/// How long a segment stays frozen by one op before a request waiting for it asks the op's
+/// coordinator (K0, `pop_owner`) whether the op is still under way; if it is not (it ended, or
+/// was rolled back, and its server died before unfreezing), the request unfreezes the segment.
+pub(crate) const ORPHAN_AFTER: Duration = Duration::from_millis(100);
 
 /// What this server knows of pools spread over partitions: their segment counts. Filled by the
 /// library's `segmented` answers; a count is fixed for a pool's life, and an entry left by a pool
@@ -315,7 +317,7 @@ impl Shared {
             if value.get("busy").is_some() {
                 if started.elapsed() > OP_WAIT {
                     return Err(unavailable(format!(
-                        "pool {id} is busy with another change"
+                        "pool {id} is being changed as a whole by another request; try again"
                     )));
                 }
                 tokio::time::sleep(OP_POLL).await;
@@ -353,6 +355,13 @@ impl Shared {
                 match answer.get("segment") {
                     Some(found) => segments.push(state(found)?),
                     None => {
+                        // Still frozen by an older op: one that is over had its server die
+                        // before it unfroze this segment.
+                        if let Some(older) = answer.get("busy").and_then(Value::as_u64) {
+                            if started.elapsed() > ORPHAN_AFTER {
+                                self.unfreeze_if_orphaned(id, segment, older).await?;
+                            }
+                        }
                         refused = true;
                         break;
                     }
@@ -367,7 +376,9 @@ impl Shared {
                 // it): give this op up and start again.
                 self.end_op(id, op_number.to_string(), Some(count)).await?;
                 if started.elapsed() > OP_WAIT {
-                    return Err(unavailable(format!("a segment of pool {id} stays frozen")));
+                    return Err(unavailable(format!(
+                        "pool {id} is being changed as a whole: a segment stays frozen; try again"
+                    )));
                 }
                 tokio::time::sleep(OP_POLL).await;
                 continue;
@@ -478,17 +489,31 @@ impl Shared {
         else {
             return Err(unavailable(format!("a frozen segment entry {entry}")));
         };
+        let segment: u32 = segment
+            .parse()
+            .map_err(|_| unavailable(entry.to_string()))?;
+        let op_number: u64 = op_number
+            .parse()
+            .map_err(|_| unavailable(entry.to_string()))?;
+        self.unfreeze_if_orphaned(id, segment, op_number).await
+    }
+
+    /// Segment `segment` of `id`, frozen by op `op_number`: unfrozen when K0 says it has no
+    /// record of that op (it ended or was rolled back, and its server died before it unfroze
+    /// this segment). A live op keeps its freeze. Safe at any time: an op's freeze is its own
+    /// only while K0 records it (crates/stockd-crosscheck `poolop`, whose sweepers run at any
+    /// time).
+    pub(crate) async fn unfreeze_if_orphaned(
+        &self,
+        id: &str,
+        segment: u32,
+        op_number: u64,
+    ) -> Result<(), BackendError> {
         let k0 = keys::partition_of(id, self.partitions);
         let owner = self
             .seg_call(k0, "pop_owner", vec![id.to_string(), op_number.to_string()])
             .await?;
         if owner.get("owner").and_then(Value::as_bool) == Some(false) {
-            let segment: u32 = segment
-                .parse()
-                .map_err(|_| unavailable(entry.to_string()))?;
-            let op_number: u64 = op_number
-                .parse()
-                .map_err(|_| unavailable(entry.to_string()))?;
             self.unfreeze(id, segment, op_number).await?;
         }
         Ok(())
@@ -502,8 +527,9 @@ impl Shared {
         count: u32,
     ) -> Result<Option<Vec<SegmentState>>, BackendError> {
         let id = pool.as_str();
+        let started = tokio::time::Instant::now();
         let mut previous: Option<Vec<(u64, Option<SegmentState>)>> = None;
-        for _ in 0..COLLECT_ROUNDS {
+        while started.elapsed() < OP_WAIT {
             let mut round = Vec::with_capacity(count as usize);
             let mut frozen = false;
             for segment in 0..count {
@@ -514,7 +540,11 @@ impl Shared {
                         vec![id.to_string(), segment.to_string()],
                     )
                     .await?;
-                frozen |= answer.get("frozen").and_then(Value::as_u64).unwrap_or(0) != 0;
+                let by = answer.get("frozen").and_then(Value::as_u64).unwrap_or(0);
+                if by != 0 && started.elapsed() > ORPHAN_AFTER {
+                    self.unfreeze_if_orphaned(id, segment, by).await?;
+                }
+                frozen |= by != 0;
                 let version = answer.get("version").and_then(Value::as_u64).unwrap_or(0);
                 round.push((
                     version,
@@ -542,7 +572,8 @@ impl Shared {
             previous = Some(round);
         }
         Err(unavailable(format!(
-            "pool {id} changed too often to be read as of one instant"
+            "pool {id} could not be read as of one instant: it is being changed as a whole; try \
+             again"
         )))
     }
 

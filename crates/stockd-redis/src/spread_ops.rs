@@ -537,7 +537,9 @@ impl RedisBackend {
                                 home,
                                 need,
                             };
-                            return self.park_spread(request, wired, &waiter, deadline).await;
+                            return self
+                                .park_spread(request, wired, &waiter, started, deadline)
+                                .await;
                         }
                         // A hold over several partitions cannot park: it looks again.
                         tokio::time::sleep(SPREAD_WAIT_POLL).await;
@@ -551,6 +553,37 @@ impl RedisBackend {
             }
             _ => Ok(Some(Err(error))),
         }
+    }
+
+    /// A command that met a pool (or its segment) frozen by pool op `op`: sent again after a
+    /// pause, a segment frozen by an op that is over unfrozen first (`unfreeze_if_orphaned`),
+    /// until `OP_WAIT` after `started` (then 503: a sweeper ends an op left by a dead server).
+    /// `None`: send the command again.
+    pub(crate) async fn frozen(
+        &self,
+        command: &Command,
+        pool: &str,
+        op: u64,
+        started: tokio::time::Instant,
+    ) -> Result<Option<Outcome>, BackendError> {
+        let shared = &self.shared;
+        let waited = started.elapsed();
+        if waited > crate::segments::OP_WAIT {
+            return Err(BackendError::Unavailable(format!(
+                "pool {pool} is being changed as a whole (pool op {op}) and stayed so for {} ms; \
+                 try again",
+                waited.as_millis()
+            )));
+        }
+        if waited > crate::segments::ORPHAN_AFTER {
+            if let (Command::Reserve(request), Some(segments)) = (command, shared.spread.get(pool))
+            {
+                let segment = crate::segments::home_segment(request, segments);
+                shared.unfreeze_if_orphaned(pool, segment, op).await?;
+            }
+        }
+        tokio::time::sleep(crate::segments::OP_POLL).await;
+        Ok(None)
     }
 
     /// Units for `need` in segment `home` of a spread pool: a read of the whole pool as of one
@@ -592,6 +625,7 @@ impl RedisBackend {
         request: &stockd_core::ReserveRequest,
         wired: stockd_core::ReserveRequest,
         waiter: &SpreadWaiter<'_>,
+        started: tokio::time::Instant,
         deadline: tokio::time::Instant,
     ) -> Result<Option<Outcome>, BackendError> {
         let shared = &self.shared;
@@ -619,9 +653,10 @@ impl RedisBackend {
                 })));
             }
             crate::wire::Answer::Done(outcome) => outcome,
-            crate::wire::Answer::Frozen { .. } => {
-                tokio::time::sleep(crate::segments::OP_POLL).await;
-                return Ok(None);
+            crate::wire::Answer::Frozen { pool, op } => {
+                return self
+                    .frozen(&Command::Reserve(request.clone()), &pool, op, started)
+                    .await;
             }
             crate::wire::Answer::Segmented { .. } => return Ok(None),
             other => {

@@ -199,9 +199,11 @@ pub enum Answer {
         pool: String,
         segments: u32,
     },
-    /// A pool op is under way on the pool (or froze the segment): ask again once it is over.
+    /// A pool op (number `op`) is under way on the pool (or froze the segment): ask again once
+    /// it is over.
     Frozen {
         pool: String,
+        op: u64,
     },
     /// An error, after the command expired holds over several partitions on its way (a confirm
     /// of a hold past its deadline): each one's parts must follow its expiry (`part_apply` of
@@ -453,7 +455,10 @@ pub fn decode(text: &str) -> Result<Answer, DecodeError> {
                     segments: segments as u32,
                 });
             }
-            "frozen" => return Ok(Answer::Frozen { pool: pool() }),
+            "frozen" => {
+                let op = object.get("op").and_then(Value::as_u64).unwrap_or(0);
+                return Ok(Answer::Frozen { pool: pool(), op });
+            }
             _ => {}
         }
         let error = error(code, &value)?;

@@ -17,9 +17,10 @@ use stockd_core::{
     Outcome, PoolView, Reply,
 };
 use stockd_history::{Bounds, History, Item, Op, Outcome as HistoryOutcome, Request};
-use stockd_redis::keys::PartitionKeys;
+use stockd_redis::keys::{split_segment, PartitionKeys, Placement};
 
 use crate::deploy::Raw;
+use crate::plan::PoolPlan;
 use crate::run::{show_result, Run, Sent, Server};
 
 /// Events read per page of the feed.
@@ -27,6 +28,90 @@ const FEED_PAGE: usize = 1_000;
 
 fn keys(run: &Run, partition: u32) -> PartitionKeys {
     PartitionKeys::new(partition, run.plan.partitions)
+}
+
+/// Where segmented pools' segments live: the dataset's placement, as partition 0's meta holds
+/// it.
+async fn placement(run: &Run, raw: &mut Raw) -> Result<Placement, String> {
+    let meta = hash(raw, &keys(run, 0).meta()).await?;
+    match meta.get("placement") {
+        Some(text) => Placement::parse(text, run.plan.partitions),
+        None => Ok(Placement::whole(run.plan.partitions)),
+    }
+}
+
+/// Each segment of a planned pool as the library keeps it: its name and partition.
+fn segment_keys(placement: &Placement, pool: &PoolPlan) -> Vec<(String, u32)> {
+    (0..pool.segments)
+        .map(|j| match j {
+            0 => (pool.name.clone(), pool.partition),
+            j => (
+                format!("{}~{j}", pool.name),
+                placement.segment_partition(&pool.name, j),
+            ),
+        })
+        .collect()
+}
+
+/// Every part of every planned hold id, in any partition, that names `pool` (or a segment of
+/// it): (partition, hold id, the part's fields), to show where units went.
+async fn parts_naming(
+    run: &Run,
+    raw: &mut Raw,
+    pool: &str,
+) -> Result<Vec<(u32, String, HashMap<String, String>)>, String> {
+    let mut found = Vec::new();
+    for hold in &run.plan.holds {
+        for partition in 0..run.plan.partitions {
+            let key = format!("{}part:{}", keys(run, partition).prefix, hold.id);
+            let part = hash(raw, &key).await?;
+            let names = part.get("it").is_some_and(|it| {
+                it.split_whitespace()
+                    .step_by(3)
+                    .any(|name| split_segment(name).0 == pool)
+            });
+            if names {
+                found.push((partition, hold.id.clone(), part));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Where each item of a hold on segmented pools took its units, from its `held` event (the
+/// segments of a segmented pool's items, every other pool's own partition): (pool, qty,
+/// partition). None without such an event.
+fn taken_where(
+    last: &Final,
+    plan: &crate::plan::Plan,
+    placement: &Placement,
+    id: &str,
+) -> Option<Vec<(String, u64, u32)>> {
+    let held = last.feed.iter().flatten().find(|e| {
+        e.kind == EventKind::Held && e.hold_id.as_ref().is_some_and(|h| h.as_str() == id)
+    })?;
+    let mut taken = Vec::new();
+    for item in held.items.iter().flat_map(|items| items.iter()) {
+        let takes: Vec<_> = held
+            .segments
+            .iter()
+            .flatten()
+            .filter(|take| take.pool == item.pool)
+            .collect();
+        if takes.is_empty() {
+            let partition = plan
+                .pools
+                .iter()
+                .find(|pool| pool.name == item.pool.as_str())
+                .map_or(0, |pool| pool.partition);
+            taken.push((item.pool.to_string(), item.qty, partition));
+        }
+        for take in takes {
+            let partition = placement.segment_partition(take.pool.as_str(), take.segment);
+            taken.push((take.pool.to_string(), take.qty, partition));
+        }
+    }
+    Some(taken)
 }
 
 fn redis_error(what: &str, error: redis::RedisError) -> String {
@@ -83,6 +168,8 @@ pub struct Counts {
     pub events: u64,
     pub histories_checked: u64,
     pub history_ops: u64,
+    /// Seeds with segmented pools spread over partitions.
+    pub segmented_seeds: u64,
 }
 
 impl Counts {
@@ -96,6 +183,7 @@ impl Counts {
         self.events += other.events;
         self.histories_checked += other.histories_checked;
         self.history_ops += other.history_ops;
+        self.segmented_seeds += other.segmented_seeds;
     }
 }
 
@@ -203,6 +291,10 @@ pub async fn judge(
 ) -> Result<Vec<String>, String> {
     let mut violations = Vec::new();
     let plan = &run.plan;
+    let placement = placement(run, raw).await?;
+    if plan.pools.iter().any(|pool| pool.segments > 1) {
+        counts.segmented_seeds += 1;
+    }
 
     for left in unfinished(run, raw).await? {
         violations.push(format!("unfinished after quiescing: {left}"));
@@ -365,22 +457,42 @@ pub async fn judge(
             }
         }
 
-        // Redis: the record is not left pending, and every part follows the hold.
-        let home = plan.pools[hold_plan.items[0].0].partition;
-        let record = hash(raw, &keys(run, home).hold(id)).await?;
-        if let Some(status) = record.get("st") {
-            if status == "pending" || status == "aborting" {
-                violations.push(format!("hold {id}: its record is left {status}"));
+        // Redis: the record is not left pending, and every part follows the hold. A hold on a
+        // segmented pool lives where its units were taken (its `held` event says): its record
+        // is looked for in every partition.
+        let on_segments = hold_plan
+            .items
+            .iter()
+            .any(|&(pool, _)| plan.pools[pool].segments > 1);
+        let homes: Vec<u32> = if on_segments {
+            (0..plan.partitions).collect()
+        } else {
+            vec![plan.pools[hold_plan.items[0].0].partition]
+        };
+        for home in homes {
+            let record = hash(raw, &keys(run, home).hold(id)).await?;
+            if let Some(status) = record.get("st") {
+                if status == "pending" || status == "aborting" {
+                    violations.push(format!("hold {id}: its record is left {status}"));
+                }
             }
         }
-        if cross {
-            let mut by_partition: BTreeMap<u32, Vec<(String, u64)>> = BTreeMap::new();
+        let mut by_partition: BTreeMap<u32, Vec<(String, u64)>> = BTreeMap::new();
+        if on_segments {
+            for (pool, qty, partition) in
+                taken_where(&last, plan, &placement, id).unwrap_or_default()
+            {
+                by_partition.entry(partition).or_default().push((pool, qty));
+            }
+        } else {
             for &(pool, qty) in &hold_plan.items {
                 by_partition
                     .entry(plan.pools[pool].partition)
                     .or_default()
                     .push((plan.pools[pool].name.clone(), qty));
             }
+        }
+        if by_partition.len() > 1 {
             for (partition, items) in by_partition {
                 let key = format!("{}part:{id}", keys(run, partition).prefix);
                 let part = hash(raw, &key).await?;
@@ -412,7 +524,7 @@ pub async fn judge(
                         .chunks(3)
                         .map(|w| {
                             (
-                                w[0].to_string(),
+                                split_segment(w[0]).0.to_string(),
                                 w.get(1).and_then(|q| q.parse().ok()).unwrap_or(0),
                             )
                         })
@@ -437,24 +549,37 @@ pub async fn judge(
         let Some(view) = &last.pools[index] else {
             continue;
         };
-        let raw_pool = hash(raw, &keys(run, pool_plan.partition).pool(name)).await?;
-        let number = |field: &str| -> i64 {
-            raw_pool
-                .get(field)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(i64::MIN)
-        };
-        let (t, a, h, s) = (number("t"), number("a"), number("h"), number("s"));
-        if [t, a, h, s].iter().any(|&n| n < 0) || t != a + h + s {
-            violations.push(format!(
-                "pool {name}: Redis holds total {t}, available {a}, held {h}, sold {s}"
-            ));
+        // Every segment adds up, and the segments add up to what the pool reads.
+        let (mut t, mut a, mut h, mut s) = (0, 0, 0, 0);
+        let mut raw_segments = Vec::new();
+        for (segment, partition) in segment_keys(&placement, pool_plan) {
+            let raw_pool = hash(raw, &keys(run, partition).pool(&segment)).await?;
+            let number = |field: &str| -> i64 {
+                raw_pool
+                    .get(field)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(i64::MIN / 8)
+            };
+            let counts = (number("t"), number("a"), number("h"), number("s"));
+            if [counts.0, counts.1, counts.2, counts.3]
+                .iter()
+                .any(|&n| n < 0)
+                || counts.0 != counts.1 + counts.2 + counts.3
+            {
+                violations.push(format!(
+                    "pool {name}: Redis holds total {}, available {}, held {}, sold {} in \
+                     {segment}",
+                    counts.0, counts.1, counts.2, counts.3
+                ));
+            }
+            (t, a, h, s) = (t + counts.0, a + counts.1, h + counts.2, s + counts.3);
+            raw_segments.push(raw_pool);
         }
         if (view.total, view.available, view.held, view.sold)
             != (t as u64, a as u64, h as u64, s as u64)
         {
             violations.push(format!(
-                "pool {name}: reads {view:?}, Redis holds {raw_pool:?}"
+                "pool {name}: reads {view:?}, Redis holds {raw_segments:?}"
             ));
         }
         let in_pool = |hold: &HoldView| -> u64 {
@@ -482,9 +607,11 @@ pub async fn judge(
             } else {
                 "held and sold mixed up"
             };
+            let parts = parts_naming(run, raw, name).await?;
             violations.push(format!(
                 "pool {name}: held {} and sold {}, but its holds hold {held} and have bought \
-                 {sold} ({what})",
+                 {sold} ({what}); the parts naming it: {parts:?}; its segments: \
+                 {raw_segments:?}",
                 view.held, view.sold
             ));
         }
@@ -514,9 +641,20 @@ pub async fn judge(
                 view.total, pool_plan.total
             ));
         }
-        let usage = hash(raw, &keys(run, pool_plan.partition).usage(name)).await?;
+        let mut usages = Vec::new();
+        for (segment, partition) in segment_keys(&placement, pool_plan) {
+            usages.push(hash(raw, &keys(run, partition).usage(&segment)).await?);
+        }
         for user in ["u1", "u2"] {
-            let used: u64 = usage.get(user).and_then(|u| u.parse().ok()).unwrap_or(0);
+            let used: u64 = usages
+                .iter()
+                .map(|usage| {
+                    usage
+                        .get(user)
+                        .and_then(|u| u.parse::<u64>().ok())
+                        .unwrap_or(0)
+                })
+                .sum();
             let want: u64 = last
                 .holds
                 .iter()
@@ -740,6 +878,13 @@ fn history(run: &Run, sent: &[Sent], last: &Final) -> History {
                 .map(|&(pool, _)| plan.pools[pool].name.as_str())
         })
         .collect();
+    // A segmented pool's holds are in its segments' partitions, its own events in its own.
+    cross_pools.extend(
+        plan.pools
+            .iter()
+            .filter(|pool| pool.segments > 1)
+            .map(|pool| pool.name.as_str()),
+    );
     loop {
         let before = cross_pools.len();
         for hold in &plan.holds {

@@ -74,6 +74,9 @@ pub struct PoolPlan {
     pub total: u64,
     pub per_user_limit: Option<u64>,
     pub low_stock_threshold: Option<u64>,
+    /// Its segment count: above 1 (segmented seeds on a Cluster only), spread over partitions,
+    /// its holds in its segments' partitions, every change of the whole pool a pool op.
+    pub segments: u32,
 }
 
 /// The one request every copy and retry of a hold id sends.
@@ -239,6 +242,9 @@ fn pool_name(k: usize, partition: u32, partitions: u32) -> String {
         .expect("some name hashes to every partition")
 }
 
+/// Of the Cluster seeds that are not storms, how many in 1000 have segmented pools.
+const SEGMENTED_PER_MILLE: u64 = 330;
+
 /// What a plan is made of besides its faults.
 struct Workload {
     pools: Vec<PoolPlan>,
@@ -254,11 +260,24 @@ impl Plan {
         let storms_only = std::env::var("STOCKD_SIM_STORMS").is_ok_and(|v| v == "1");
         let storms = partitions > 1 && (rng.chance(500) || storms_only);
         let slots = rng.range(if storms { 3 } else { 2 }, 4) as usize;
-        let workload = if storms {
+        let mut workload = if storms {
             Workload::storms(&mut rng, partitions, slots)
         } else {
             Workload::mixed(&mut rng, partitions, slots)
         };
+        // On a Cluster, a third of the other seeds make some of their pools segmented (from a
+        // stream of their own, so that every other draw of a seed stays what it was).
+        let mut shape = Rng::new(mix(seed ^ 0x5E67_3E17));
+        if partitions > 1 && !storms && shape.chance(SEGMENTED_PER_MILLE) {
+            for pool in &mut workload.pools {
+                if shape.chance(600) {
+                    pool.segments = shape.range(2, 3) as u32;
+                }
+            }
+            if workload.pools.iter().all(|pool| pool.segments == 1) {
+                workload.pools[0].segments = 3;
+            }
+        }
 
         // A quarter of the seeds injects no call faults (kills only), so that those are
         // explored alone too.
@@ -343,6 +362,7 @@ impl Workload {
                     total: rng.range(0, 3),
                     per_user_limit: rng.chance(200).then(|| rng.range(1, 3)),
                     low_stock_threshold: rng.chance(300).then(|| rng.range(0, 2)),
+                    segments: 1,
                 });
             }
         }
@@ -501,6 +521,7 @@ impl Workload {
                 },
                 per_user_limit: None,
                 low_stock_threshold: rng.chance(300).then(|| rng.range(0, 1)),
+                segments: 1,
             })
             .collect();
         let hold_count = rng.range(5, 10) as usize;

@@ -336,8 +336,9 @@ impl Run {
 
     /// A client: sends `command` to the server in `slot`, and on 503 again to the next slot,
     /// up to [`RETRIES`] times. A 503 that says another attempt of the hold is being rolled
-    /// back has already been retried for seconds inside the server (src/cross.rs): the
-    /// client tries once more at most, so that a seed does not spend its time there.
+    /// back, or that a pool is being changed as a whole, has already been retried for seconds
+    /// inside the server (src/cross.rs, src/segments.rs): the client tries once more at most,
+    /// so that a seed does not spend its time there.
     async fn client(self: Arc<Self>, command: Command, slot: usize) -> Option<Outcome> {
         let process = self.new_process();
         let mut rolled_back = 0;
@@ -345,7 +346,11 @@ impl Run {
             let server = self.server_in(slot + attempt);
             match self.send(process, &server, &command).await {
                 Ok(outcome) => return Some(outcome),
-                Err(BackendError::Unavailable(why)) if why.contains("rolled back") => {
+                // A pool op left by a dead server waits for the sweepers, which the test clock
+                // holds back until the next join: as for an attempt being rolled back.
+                Err(BackendError::Unavailable(why))
+                    if why.contains("rolled back") || why.contains("changed as a whole") =>
+                {
                     rolled_back += 1;
                     if rolled_back == 2 {
                         return None;
@@ -369,7 +374,9 @@ impl Run {
         })
     }
 
-    /// One client restocking the pool +1, -1, +1, ... `times` times.
+    /// One client restocking the pool +1, -1, +1, ... `times` times; it stops at a restock that
+    /// found no answer (a segmented pool's op left by a dead server holds the pool until the
+    /// next join lets the sweepers end it).
     fn spawn_flicker(self: &Arc<Self>, pool: usize, times: usize, slot: usize) -> JoinHandle<()> {
         let run = self.clone();
         tokio::spawn(async move {
@@ -381,7 +388,9 @@ impl Run {
                     delta: if i % 2 == 0 { 1 } else { -1 },
                     request_id: None,
                 };
-                run.clone().client(command, slot).await;
+                if run.clone().client(command, slot).await.is_none() {
+                    break;
+                }
             }
         })
     }
@@ -410,7 +419,7 @@ impl Run {
                     low_stock_threshold: pool.low_stock_threshold,
                     ..PoolSpec::default()
                 },
-                segments: None,
+                segments: (pool.segments > 1).then_some(u64::from(pool.segments)),
                 if_absent: false,
             };
             let process = self.new_process();
@@ -422,7 +431,8 @@ impl Run {
         }
         self.calm.store(false, Ordering::SeqCst);
 
-        let mut tasks: Vec<JoinHandle<()>> = Vec::new();
+        let mut clients = Clients(Vec::new());
+        let tasks = &mut clients.0;
         for (index, step) in self.plan.steps.iter().enumerate() {
             self.trace.note(format!("step {index}: {step:?}"));
             match *step {
@@ -496,20 +506,20 @@ impl Run {
                 Step::Kill { slot } => self.kill(slot).await?,
                 Step::Pause { ms } => tokio::time::sleep(Duration::from_millis(ms)).await,
                 Step::Time { ms } => {
-                    join(&mut tasks).await?;
+                    join(tasks).await?;
                     self.restart_dead().await?;
                     self.clock.advance(ms);
                     self.trace.note(format!("time moves {ms} ms"));
                 }
                 Step::Join => {
-                    join(&mut tasks).await?;
+                    join(tasks).await?;
                     self.restart_dead().await?;
                 }
             }
             // Lets the clients just spawned start before the next step.
             tokio::task::yield_now().await;
         }
-        join(&mut tasks).await
+        join(tasks).await
     }
 
     /// The server in `slot` dies; a new one takes its place.
@@ -594,6 +604,18 @@ impl Run {
 }
 
 /// Waits for every task; a task that panicked fails the seed.
+/// The client tasks of a run not joined yet: aborted when the run is dropped before it joins
+/// them (a seed given up at its timeout), so that none goes on against servers shut down.
+struct Clients(Vec<JoinHandle<()>>);
+
+impl Drop for Clients {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
 async fn join(tasks: &mut Vec<JoinHandle<()>>) -> Result<(), String> {
     for task in tasks.drain(..) {
         task.await
