@@ -14,6 +14,9 @@
 # 100,000 buyers, no per-user limit) on a pool of 1 segment, then on a pool of 3 segments spread
 # over the 3 primaries, reading each primary's Redis CPU (INFO cpu) around each run: the busiest
 # primary's and all primaries' CPU per hold, as ratios of the 1-segment run's.
+# Then the slow path of segments: one hold at a time whose segment is short while its pool is not
+# (a collect, then a rebalance), on pools of 2, 3, 4 and 8 segments against a pool of 1: its
+# latency, the FCALLs and the Redis CPU it costs.
 # Exits 1 when a run's verdict failed (after printing the table).
 # Usage: scripts/bench-cluster.sh [seconds per run, default 10]. Set BENCH_OUT=DIR to keep the JSON
 # reports and SVG plots.
@@ -117,6 +120,57 @@ for segments in 1 3; do
     [ "$status" -eq 0 ] || FAILED+=("flash on $segments segment(s): stockd bench run exited $status")
 done
 
+# The slow path: a hold whose segment is short while the pool is not. Each pool of S segments
+# holds 2S units, 2 in each segment, and its one hold asks 3: every hold reads the whole pool
+# (a collect) and runs a rebalance before it is made. One client, one hold at a time, on pools
+# made beforehand; the baseline is the same hold on a pool of one segment (6 units).
+slow_path() {
+    local segments=$1 total=$2
+    python3 - "$B" "$segments" "$total" "$SLOW_HOLDS" "$WORK/slow$segments.lat" <<'PY'
+import http.client, json, sys, time
+base, segments, total, holds, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+host, port = base.removeprefix("http://").split(":")
+conn = http.client.HTTPConnection(host, int(port))
+def call(method, path, body):
+    conn.request(method, path, json.dumps(body), {"content-type": "application/json"})
+    r = conn.getresponse(); data = r.read()
+    return r.status, data
+for i in range(holds):
+    status, data = call("PUT", f"/v1/pools/slow{segments}-{i}", {"total": total, "segments": segments})
+    assert status == 201, (status, data)
+print("ready", flush=True)
+sys.stdin.readline()
+lat = []
+for i in range(holds):
+    started = time.perf_counter()
+    status, data = call("POST", "/v1/holds", {"hold_id": f"slow{segments}-h{i}", "user": f"u{i}",
+                        "items": [{"pool": f"slow{segments}-{i}", "qty": 3}], "confirm": True})
+    lat.append((time.perf_counter() - started) * 1000)
+    assert status == 201, (status, data)
+open(out, "w").write(" ".join(f"{x:.3f}" for x in lat))
+PY
+}
+SLOW_HOLDS=200
+# FCALLs run by the primaries so far, one number.
+primaries_fcalls() {
+    local node
+    for node in "${NODES[@]}"; do
+        redis-cli -p "${node#*:}" INFO commandstats | tr -d '\r' \
+            | awk -F'[=,:]' '/^cmdstat_fcall:/ {print $3}'
+    done | awk '{s += $1} END {print s + 0}'
+}
+for segments in 1 2 3 4 8; do
+    total=$((segments == 1 ? 6 : 2 * segments))
+    coproc SLOW { slow_path "$segments" "$total"; }
+    read -r _ <&"${SLOW[0]}"
+    primaries_cpu > "$WORK/slow$segments.before"
+    primaries_fcalls > "$WORK/slow$segments.fbefore"
+    echo go >&"${SLOW[1]}"
+    wait "$SLOW_PID"
+    primaries_cpu > "$WORK/slow$segments.after"
+    primaries_fcalls > "$WORK/slow$segments.fafter"
+done
+
 echo
 echo "== Redis Cluster benchmark: 3 primaries, 16 partitions, $DURATION s per run, $CONNECTIONS connections, stockd at $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 python3 - "$OUT" "${SPANS[@]}" <<'PY'
@@ -156,6 +210,24 @@ for segments, (r, cpu) in rows.items():
           f"{max(cpu):>8.1f} ({max(cpu) / base_busiest:.2f}x) / {sum(cpu):>8.1f} ({sum(cpu) / base_all:.2f}x)"
           f"   {'OK' if r['verdict']['ok'] else 'FAILED'}")
     print(f"    per primary: {', '.join(f'{c:.1f}' for c in cpu)} us/hold")
+PY
+echo
+python3 - "$WORK" "$SLOW_HOLDS" <<'PY'
+import os, statistics, sys
+work, holds = sys.argv[1], int(sys.argv[2])
+def read(name):
+    return [float(x) for x in open(os.path.join(work, name)).read().split()]
+print(f"slow path (one client, {holds} holds each)   p50 ms   p99 ms   FCALLs/hold   Redis CPU us/hold")
+base = None
+for segments in (1, 2, 3, 4, 8):
+    lat = sorted(read(f"slow{segments}.lat"))
+    p50, p99 = statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    calls = (read(f"slow{segments}.fafter")[0] - read(f"slow{segments}.fbefore")[0]) / holds
+    cpu = sum(a - b for a, b in zip(read(f"slow{segments}.after"), read(f"slow{segments}.before"))) * 1e6 / holds
+    base = base or (p50, calls, cpu)
+    what = "1 segment, within it" if segments == 1 else f"{segments} segments, rebalanced"
+    print(f"{what:<38} {p50:>8.2f} ({p50 / base[0]:.1f}x) {p99:>7.2f}   {calls:>6.1f} ({calls / base[1]:.1f}x)"
+          f"   {cpu:>7.0f} ({cpu / base[2]:.1f}x)")
 PY
 [ -z "${BENCH_OUT:-}" ] || echo "reports and plots in $OUT"
 if [ ${#FAILED[@]} -gt 0 ]; then
