@@ -719,16 +719,9 @@ impl RedisBackend {
             return Ok(());
         }
         *last = Some(tokio::time::Instant::now());
-        let Some(states) = shared.collect(waiter.pool, waiter.segments).await? else {
-            return Ok(());
-        };
-        let available: u64 = states.iter().map(|s| s.available).sum();
-        let mine = states.get(waiter.home as usize).map_or(0, |s| s.available);
-        if mine < waiter.need && available >= waiter.need {
-            self.rebalance(waiter.pool, waiter.segments, waiter.home, waiter.need)
-                .await?;
-        }
-        Ok(())
+        self.find_units(waiter.pool, waiter.segments, waiter.home, waiter.need)
+            .await
+            .map(|_| ())
     }
 
     /// A PUT of a pool kept whole, in its partition.
