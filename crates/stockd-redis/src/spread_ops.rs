@@ -11,13 +11,13 @@ use stockd_core::{BackendError, Command, Error, Outcome, PoolId, PoolView, Reply
 use crate::backend::RedisBackend;
 use crate::segments::{delta_words, spread, watches, word, Decision, Frozen, OpOutcome, Plan};
 
-/// A reserve parked in its segment of a spread pool: the pool, its segment count, the
-/// reserve's segment and the units it asks of the pool.
-struct SpreadWaiter<'a> {
-    pool: &'a PoolId,
-    segments: u32,
-    home: u32,
-    need: u64,
+/// What a reserve asks of a spread pool: the pool, its segment count, the reserve's segment
+/// (`segments::home_segment`) and the units it needs there.
+pub(crate) struct SegmentNeed<'a> {
+    pub pool: &'a PoolId,
+    pub segments: u32,
+    pub home: u32,
+    pub need: u64,
 }
 
 /// What a rebalance found.
@@ -404,11 +404,14 @@ impl RedisBackend {
     /// finds that the whole pool has fewer.
     pub(crate) async fn rebalance(
         &self,
-        pool: &PoolId,
-        segments: u32,
-        home: u32,
-        need: u64,
+        asked: &SegmentNeed<'_>,
     ) -> Result<Rebalanced, BackendError> {
+        let SegmentNeed {
+            pool,
+            segments,
+            home,
+            need,
+        } = *asked;
         let outcome = self
             .shared
             .pool_op(
@@ -507,8 +510,13 @@ impl RedisBackend {
                     .iter()
                     .find(|item| item.pool == *pool)
                     .map_or(0, |item| item.qty);
-                let home = crate::segments::home_segment(request, segments);
-                match self.find_units(pool, segments, home, need).await? {
+                let asked = SegmentNeed {
+                    pool,
+                    segments,
+                    home: crate::segments::home_segment(request, segments),
+                    need,
+                };
+                match self.find_units(&asked).await? {
                     Rebalanced::Ready => Ok(None),
                     Rebalanced::Gone => {
                         shared.spread.forget(pool.as_str());
@@ -531,14 +539,8 @@ impl RedisBackend {
                             .map(|item| shared.placement.pool_partition(item.pool.as_str()))
                             .collect();
                         if partitions.iter().all(|&k| k == partitions[0]) {
-                            let waiter = SpreadWaiter {
-                                pool,
-                                segments,
-                                home,
-                                need,
-                            };
                             return self
-                                .park_spread(request, wired, &waiter, started, deadline)
+                                .park_spread(request, wired, &asked, started, deadline)
                                 .await;
                         }
                         // A hold over several partitions cannot park: it looks again.
@@ -589,13 +591,13 @@ impl RedisBackend {
     /// Units for `need` in segment `home` of a spread pool: a read of the whole pool as of one
     /// instant that finds too few is the refusal already, with no pool op (what every buyer
     /// after a sell-out meets); else a rebalance moves them there.
-    async fn find_units(
-        &self,
-        pool: &PoolId,
-        segments: u32,
-        home: u32,
-        need: u64,
-    ) -> Result<Rebalanced, BackendError> {
+    async fn find_units(&self, asked: &SegmentNeed<'_>) -> Result<Rebalanced, BackendError> {
+        let SegmentNeed {
+            pool,
+            segments,
+            home,
+            need,
+        } = *asked;
         match self.shared.collect(pool, segments).await? {
             None => Ok(Rebalanced::Gone),
             Some(states) => {
@@ -609,7 +611,7 @@ impl RedisBackend {
                 {
                     return Ok(Rebalanced::Ready);
                 }
-                self.rebalance(pool, segments, home, need).await
+                self.rebalance(asked).await
             }
         }
     }
@@ -624,7 +626,7 @@ impl RedisBackend {
         &self,
         request: &stockd_core::ReserveRequest,
         wired: stockd_core::ReserveRequest,
-        waiter: &SpreadWaiter<'_>,
+        waiter: &SegmentNeed<'_>,
         started: tokio::time::Instant,
         deadline: tokio::time::Instant,
     ) -> Result<Option<Outcome>, BackendError> {
@@ -667,10 +669,7 @@ impl RedisBackend {
         };
         match outcome {
             Err(Error::InsufficientStock { .. }) => {
-                match self
-                    .find_units(waiter.pool, waiter.segments, waiter.home, waiter.need)
-                    .await?
-                {
+                match self.find_units(waiter).await? {
                     // Units found at the last moment: the reserve is sent once more, and its
                     // refusal, past its deadline, is final.
                     Rebalanced::Ready | Rebalanced::Gone => Ok(None),
@@ -692,7 +691,7 @@ impl RedisBackend {
         partition: u32,
         ticket: u64,
         parked: &Command,
-        waiter: &SpreadWaiter<'_>,
+        waiter: &SegmentNeed<'_>,
     ) -> Result<Outcome, BackendError> {
         let waiting = self.wait(partition, ticket, parked);
         tokio::pin!(waiting);
@@ -711,7 +710,7 @@ impl RedisBackend {
     /// Moves available units of other segments to a waiter's segment when its own has fewer
     /// than it asks and the whole pool has enough. One look per pool at a time on this server,
     /// and none within `SPREAD_WAIT_POLL` of the last, however many of its requests wait.
-    async fn move_units_to(&self, waiter: &SpreadWaiter<'_>) -> Result<(), BackendError> {
+    async fn move_units_to(&self, waiter: &SegmentNeed<'_>) -> Result<(), BackendError> {
         let shared = &self.shared;
         let turn = shared.spread.look_turn(waiter.pool.as_str());
         let mut last = turn.lock().await;
@@ -719,9 +718,7 @@ impl RedisBackend {
             return Ok(());
         }
         *last = Some(tokio::time::Instant::now());
-        self.find_units(waiter.pool, waiter.segments, waiter.home, waiter.need)
-            .await
-            .map(|_| ())
+        self.find_units(waiter).await.map(|_| ())
     }
 
     /// A PUT of a pool kept whole, in its partition.
