@@ -34,6 +34,9 @@ local function call(keys, argv)
     end
     local out = { 0, 0 }
     local changes = false
+    -- Whether an answer of a change could differ if the call ran again: only then is the call
+    -- remembered (a call of directory moves answers the same, S.moved).
+    local record = false
     local i = 10
     while i <= #argv do
         local group_len = tonumber(argv[i])
@@ -49,26 +52,30 @@ local function call(keys, argv)
             else
                 local handler = C[op]
                 if not handler then
-                    S.finish()
+                    S.rev = S.rev + 1
+                    S.finish(true)
                     error('stockd: unknown op ' .. tostring(op))
                 end
                 if not S.READ_OPS[op] then changes = true end
                 S.settled = {}
                 S.low_checks = {}
                 -- A call is not rolled back when it fails: what it kept in memory is written
-                -- before the error goes on, so every command before the failing one is whole.
+                -- (and counted in `rev`) before the error goes on, so every command before the
+                -- failing one is whole.
                 local ran, reply = pcall(function()
                     local reply = handler(args)
                     S.serve_freed()
                     return reply
                 end)
                 if not ran then
-                    S.finish()
+                    S.rev = S.rev + 1
+                    S.finish(true)
                     error(reply)
                 end
                 -- A command that parks, or that must be finished by the server (a hold that
                 -- lives elsewhere, a cross-partition step), ends its group's run here.
                 if reply.kind == 'wait' or reply.stop then parked = true end
+                if not S.READ_OPS[op] and not reply.replayable then record = true end
                 local text
                 if reply.kind == 'raw' then
                     text = reply.json
@@ -84,13 +91,13 @@ local function call(keys, argv)
             end
         end
     end
-    S.finish()
     local seq = S.seq
     if S.seq ~= S.seq_at_begin then changes = true end
-    if changes then S.rev = redis.call('HINCRBY', S.meta, 'rev', 1) end
+    if changes then S.rev = S.rev + 1 end
+    S.finish(changes)
     out[1] = seq
     out[2] = S.rev
-    if call_key and changes then
+    if call_key and record then
         redis.call('SET', call_key, cjson.encode(out), 'PX', S.int(S.CALL_MEMORY_MS))
     end
     if S.published or #S.woken > 0 then

@@ -91,8 +91,9 @@ function S.zrem(key, member)
 end
 
 -- Writes what the call kept in memory: the changed pools' counters, the event counter and the
--- queued sorted-set entries.
-function S.finish()
+-- queued sorted-set entries; and the change counter `rev` (S.rev, already counted) when BUMP_REV,
+-- in the same write as the event counter.
+function S.finish(bump_rev)
     S.zflush()
     for _, id in ipairs(S.dirty_order) do
         local pool = S.dirty[id] and S.pools[id]
@@ -104,10 +105,17 @@ function S.finish()
     end
     S.dirty = {}
     S.dirty_order = {}
+    local counters = {}
     if S.seq_dirty then
-        redis.call('HSET', S.meta, 'seq', S.int(S.seq))
+        table.insert(counters, 'seq')
+        table.insert(counters, S.int(S.seq))
         S.seq_dirty = false
     end
+    if bump_rev then
+        table.insert(counters, 'rev')
+        table.insert(counters, S.int(S.rev))
+    end
+    if #counters > 0 then redis.call('HSET', S.meta, unpack(counters)) end
 end
 
 -- The dataset this server knows must be the one in Redis, and no older than what it has seen:
@@ -411,6 +419,13 @@ function S.find_hold(id, route)
     return nil, S.hold_not_found(id)
 end
 
+-- The answer that sends a command to the partition HOME (text) where its hold lives. It is a
+-- function of the directory entry alone, which no call changes once written: a call whose every
+-- answer is one of these answers the same when run again, so it needs no call record (main.lua).
+function S.moved(home)
+    return { kind = 'raw', json = '{"moved":' .. home .. '}', stop = true, replayable = true }
+end
+
 -- The directory entry of a hold whose home is another partition: {"moved"} to it, or nil.
 -- Every lookup keeps the entry alive for longer than the hold can be kept.
 function S.dir_lookup(id)
@@ -418,7 +433,20 @@ function S.dir_lookup(id)
     local home = redis.call('HGET', key, 'p')
     if not home or tonumber(home) == S.partition then return nil end
     redis.call('PEXPIRE', key, S.int(S.dir_ttl_ms()))
-    return { kind = 'raw', json = '{"moved":' .. home .. '}', stop = true }
+    return S.moved(home)
+end
+
+-- A new hold's first stop, on the partition its id hashes to when it lives in partition HOME
+-- (text) elsewhere: its directory entry, written unless one is there, and {"moved"} to HOME.
+-- nil when a record of the id is here, or an entry was (cmd/reserve.lua then decides, as for
+-- any command). The hot path of a hold on a pool of another partition: three writes and reads,
+-- and nothing of the request parsed.
+function S.dir_write(id, home)
+    if redis.call('EXISTS', S.key('hold', id)) == 1 then return nil end
+    local key = S.key('dir', id)
+    if redis.call('HSETNX', key, 'p', home) == 0 then return nil end
+    redis.call('PEXPIRE', key, S.int(S.dir_ttl_ms()))
+    return S.moved(home)
 end
 
 function S.hold_not_found(id)

@@ -57,12 +57,18 @@ impl Shared {
 
     async fn call_once(&self, partition: u32, groups: &[&[Op]]) -> Result<Vec<String>, CallError> {
         let mut cmd = self.call_args(library::FN_CALL, partition);
+        // A resent call (a Cluster connection broke) must not run twice, so it carries an id the
+        // library remembers its answers under; a call of directory moves alone answers the same
+        // when it runs again, and spares Redis the record (`Op::moves_elsewhere`).
+        let replayable = groups
+            .iter()
+            .all(|group| group.iter().all(|op| op.moves_elsewhere(partition)));
         let call_id = match &self.call_prefix {
-            Some(prefix) => format!(
+            Some(prefix) if !replayable => format!(
                 "{prefix}-{}",
                 self.next_call.fetch_add(1, Ordering::Relaxed)
             ),
-            None => String::new(),
+            _ => String::new(),
         };
         cmd.arg(self.now_override())
             .arg(self.config.hold_retention_ms)

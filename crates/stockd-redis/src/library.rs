@@ -17,7 +17,7 @@
 /// of another version.
 macro_rules! library_name {
     () => {
-        "stockd_v8"
+        "stockd_v9"
     };
 }
 
@@ -40,6 +40,7 @@ pub const RELEASED: &[(&str, u64)] = &[
     ("stockd_v6", 10549540710608719138),
     ("stockd_v7", 4524167667604329455),
     ("stockd_v8", 15751764587899780863),
+    ("stockd_v9", 14834270066594879682),
 ];
 
 /// `(name, text)` of each file under `lua/`, the text compiled in.

@@ -20,6 +20,23 @@ pub struct Op {
     pub args: Vec<String>,
 }
 
+impl Op {
+    /// A reserve sent to the partition its hold id hashes to (`Route::Dir`) for a hold whose
+    /// home is another partition. At `partition` it makes no hold: it writes the hold's directory
+    /// entry and answers {"moved"}, or finds the entry (the same move again) or a record of the
+    /// id (a replay or a conflict, as any retry). A second run answers what the first did, so a
+    /// call of these alone needs no record of its answers (`Shared::call`). (A held hold found
+    /// past its deadline is expired by the first run; the second answers it expired too, and a
+    /// cross-partition hold's parts are then returned by the sweeper, not by this call.)
+    pub(crate) fn moves_elsewhere(&self, partition: u32) -> bool {
+        let n = self.args.len();
+        self.name == "reserve"
+            && n >= 3
+            && self.args[n - 3] == "dir"
+            && self.args[n - 2] != partition.to_string()
+    }
+}
+
 fn opt(value: Option<u64>) -> String {
     value.map_or_else(|| "-".to_string(), |v| v.to_string())
 }
@@ -628,4 +645,35 @@ fn error(code: &str, value: &Value) -> Result<Error, DecodeError> {
         }
     })
     .map_err(|e| DecodeError(format!("{e}: {value}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stockd_core::{HoldId, PoolId};
+
+    #[test]
+    fn only_a_reserve_sent_where_its_id_hashes_for_a_home_elsewhere_moves_elsewhere() {
+        let reserve = Command::Reserve(ReserveRequest {
+            hold_id: HoldId::parse("h1").unwrap(),
+            user: None,
+            items: vec![HoldItem {
+                pool: PoolId::parse("p").unwrap(),
+                qty: 1,
+            }]
+            .into(),
+            ttl_ms: 60_000,
+            confirm: false,
+            wait_ms: 0,
+        });
+        let dir = |home| Route::Dir { home, local: false };
+        assert!(encode(&reserve, dir(3)).moves_elsewhere(1));
+        assert!(!encode(&reserve, dir(1)).moves_elsewhere(1));
+        assert!(!encode(&reserve, Route::Home { local: true }).moves_elsewhere(1));
+        assert!(!encode(&reserve, Route::Only).moves_elsewhere(0));
+        let confirm = Command::Confirm {
+            hold_id: HoldId::parse("h1").unwrap(),
+        };
+        assert!(!encode(&confirm, dir(3)).moves_elsewhere(1));
+    }
 }

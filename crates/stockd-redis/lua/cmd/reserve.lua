@@ -146,6 +146,11 @@ end
 -- is in this partition; otherwise the answer is {"cross"} and the caller runs cross.lua's
 -- protocol with this partition as home.
 C.reserve = function(a)
+    local n = #a
+    if a[n - 2] == 'dir' and tonumber(a[n - 1]) ~= S.partition then
+        local moved = S.dir_write(a[1], a[n - 1])
+        if moved then return moved end
+    end
     local request, next = S.parse_reserve(a, 1)
     local route, home, is_local = a[next], tonumber(a[next + 1]), a[next + 2] == '1'
     local hold = S.hold_get(request.hold_id)
@@ -159,7 +164,7 @@ C.reserve = function(a)
             local key = S.key('dir', request.hold_id)
             redis.call('HSET', key, 'p', S.int(home))
             redis.call('PEXPIRE', key, S.int(S.dir_ttl_ms()))
-            return { kind = 'raw', json = '{"moved":' .. S.int(home) .. '}', stop = true }
+            return S.moved(S.int(home))
         end
     end
     if not hold and not is_local then
