@@ -59,10 +59,14 @@ function S.take_units(request, pools)
 end
 
 -- Fires low_stock for each pool named, with its counters as they are now.
+-- A hold over several partitions fires at its commit what its reserve crossed before: a pool no
+-- longer at or below its threshold by then (a restock since, or another threshold) fires
+-- nothing, so that every low_stock shows its pool low.
 function S.emit_low_stock_of(pool_ids)
     for _, id in ipairs(pool_ids) do
         local pool = S.pool_get(id)
-        if pool then S.emit_low_stock(pool) end
+        local t = pool and pool.low_stock_threshold
+        if t and pool.available <= t then S.emit_low_stock(pool) end
     end
 end
 

@@ -40,7 +40,7 @@ pub const RELEASED: &[(&str, u64)] = &[
     ("stockd_v6", 10549540710608719138),
     ("stockd_v7", 4524167667604329455),
     ("stockd_v8", 15751764587899780863),
-    ("stockd_v9", 14834270066594879682),
+    ("stockd_v9", 1510726880974697431),
 ];
 
 /// `(name, text)` of each file under `lua/`, the text compiled in.
