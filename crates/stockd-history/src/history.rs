@@ -25,6 +25,10 @@ pub enum Request {
         total: u64,
         per_user_limit: Option<u64>,
         low_stock_threshold: Option<u64>,
+        /// The segment count sent on a create (`None`: not sent, one segment). Histories
+        /// recorded before the field existed have none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        segments: Option<u64>,
     },
     Reserve {
         hold_id: String,
@@ -89,12 +93,15 @@ impl Request {
                 total,
                 per_user_limit,
                 low_stock_threshold,
-            } => (
-                "PUT",
-                format!("/v1/pools/{pool}"),
-                Some(json!({"total": total, "per_user_limit": per_user_limit,
-                            "low_stock_threshold": low_stock_threshold})),
-            ),
+                segments,
+            } => {
+                let mut body = json!({"total": total, "per_user_limit": per_user_limit,
+                                      "low_stock_threshold": low_stock_threshold});
+                if let Some(segments) = segments {
+                    body["segments"] = json!(segments);
+                }
+                ("PUT", format!("/v1/pools/{pool}"), Some(body))
+            }
             Request::Reserve {
                 hold_id,
                 user,

@@ -19,11 +19,18 @@
 //! request carries an `at_ms` inside the request's window, give or take [`Bounds::slack_ms`]; the
 //! checker relies on that, and on `at_ms` never going backwards within a partition, which it
 //! checks.
+//!
+//! Segmented pools, and pools taken from by holds over several partitions, are **spread**: their
+//! units are held in partitions other than the one of their own events, and no single feed
+//! orders them. For those the checker places every event at an instant of real time instead
+//! ([`instants`]) and judges the pool with sure and possible sums over partitions ([`spread`]).
 
 mod answers;
 mod history;
+mod instants;
 mod locks;
 mod replay;
+mod spread;
 #[cfg(test)]
 mod tests;
 
@@ -40,6 +47,9 @@ pub struct Bounds {
     /// The latest an expiry may be applied after its deadline. The contract says 1 s; runs with
     /// killed servers allow the time a server is down on top.
     pub expiry_lag_max_ms: u64,
+    /// How far an event's `at_ms` may lie from the clients' clock at the instant it was applied
+    /// (0 when both read one clock). Only spread pools' checks place events in real time.
+    pub clock_skew_ms: u64,
 }
 
 impl Default for Bounds {
@@ -47,6 +57,7 @@ impl Default for Bounds {
         Bounds {
             slack_ms: 25,
             expiry_lag_max_ms: 5_000,
+            clock_skew_ms: 25,
         }
     }
 }
@@ -68,6 +79,12 @@ pub struct Stats {
     pub unsure: usize,
     /// How many answers of each kind (`reserve 201`, `confirm 409 hold_expired`, ...).
     pub answers: HashMap<String, usize>,
+    /// Pools judged as spread over partitions (see the crate documentation).
+    pub spread_pools: usize,
+    /// What the checker could not judge exactly for spread pools and left unchecked: answers
+    /// (a pool read, a limit refusal, the held/sold split of a PUT's answer) and per-user limits
+    /// of a user whose holds of the pool are in several partitions.
+    pub spread_unchecked: usize,
 }
 
 /// The verdict on one history.
@@ -94,9 +111,19 @@ pub fn check(history: &History, bounds: Bounds) -> Report {
         expiries: replay.expiry_lags_ms.len(),
         expiry_lag_max_ms: replay.expiry_lags_ms.iter().copied().max().unwrap_or(0),
         unsure: replay.unsure.iter().filter(|&&u| u).count(),
+        spread_pools: replay.spread.len(),
+        spread_unchecked: replay.spread_unchecked,
         ..Stats::default()
     };
-    answers::check_answers(history, &replay, bounds, &mut violations, &mut stats);
+    let instants = instants::Instants::place(history, &replay, bounds, &mut violations);
+    let spread = spread::Spread {
+        history,
+        replay: &replay,
+        instants: &instants,
+        bounds,
+    };
+    spread.check_pools(&mut violations);
+    answers::check_answers(history, &replay, &spread, &mut violations, &mut stats);
     real_time_order(history, &replay, &mut violations);
     stats.lock_grants = locks::check_locks(history, bounds, &mut violations);
     Report { violations, stats }

@@ -5,8 +5,13 @@
 //!
 //! Positions: in a partition with N events there are N + 1 states; state `s` is the one after the
 //! first `s` events. A timeline is a list of `(s, value)`: the value from state `s` on.
+//!
+//! A spread pool (see the crate documentation) has no timeline of its numbers: its own events are
+//! kept as snapshots of the whole pool ([`SpreadLine::snapshots`]), and the units its holds take
+//! as one timeline per partition holding such holds ([`SpreadLine::taken`]). Which of those states
+//! coexist is decided in real time (`instants.rs`, `spread.rs`), never by replay order here.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -48,8 +53,14 @@ pub(crate) struct HoldLine {
     pub user: Option<String>,
     pub items: Vec<Item>,
     pub created_at_ms: u64,
+    /// The held event's at_ms (`created_at_ms` too, unless the hold is over several partitions).
+    pub held_at_ms: u64,
     /// The reserve that made it (the op index).
     pub creator: usize,
+    /// Every reserve that may have made it (`creator` among them).
+    pub creators: Vec<usize>,
+    /// The held event's `segments`, which every later event of the hold repeats.
+    pub segments: Option<Value>,
     /// The reserve that made it asked for `confirm: true`: its `confirmed` must follow at once.
     pub confirm_on_create: bool,
     /// `(s, status, expires_at_ms)`; the hold is absent before the first entry.
@@ -64,9 +75,60 @@ pub(crate) struct PoolLine {
     pub timeline: Vec<(usize, PoolNums)>,
 }
 
+/// What made an event, to place it in real time (`instants.rs`).
+#[derive(Clone, Debug, Default)]
+pub(crate) enum Cause {
+    /// Nothing known (the event is a violation already, or no request causes it).
+    #[default]
+    Unknown,
+    /// One of these ops (several when which one is a guess).
+    Ops(Vec<usize>),
+    /// Time: an expiry, due once the deadline (`expires_at_ms`) passed.
+    Deadline(u64),
+}
+
+/// A spread pool's own event: the whole pool as of the instant the event was applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Snapshot {
+    pub total: u64,
+    pub available: u64,
+    /// The total as if no refund without restock had taken units out: the sum of the pool
+    /// events' deltas. `effective_total - total` units had left by refunds at that instant.
+    pub effective_total: u64,
+}
+
+/// A pool whose units are held in partitions other than its own events'.
+pub(crate) struct SpreadLine {
+    /// The partition of its own events.
+    pub partition: usize,
+    /// Its segment count, as the PUTs sent it (`None`: none sent one).
+    pub segments: Option<u64>,
+    /// The highest per-user limit a PUT of it set (`None`: one set none, or there was none).
+    pub per_user_limit: Option<u64>,
+    /// `(s, snapshot)` in its own partition.
+    pub snapshots: Vec<(usize, Snapshot)>,
+    /// Per partition: the units its holds there have taken, `(s, units)`: held, sold, and sold
+    /// then written off by a refund without restock (those left the total too, so that
+    /// `taken <= effective_total` is the no-oversell rule).
+    pub taken: BTreeMap<usize, Vec<(usize, u64)>>,
+    /// Units going back (release, expiry, refund with restock): `(partition, position, units)`.
+    pub returns: Vec<(usize, usize, u64)>,
+    /// Refunds without restock: `(partition, position, units)`.
+    pub write_offs: Vec<(usize, usize, u64)>,
+}
+
 pub(crate) struct Replay {
     /// `at_ms` of every event, per partition.
     pub at_ms: Vec<Vec<u64>>,
+    /// What caused every event, per partition.
+    pub causes: Vec<Vec<Cause>>,
+    /// Spread pools by name.
+    pub spread: HashMap<String, SpreadLine>,
+    /// (pool, user) of spread pools whose holds are in several partitions: their usage has no
+    /// one order, and their per-user limit is not checked.
+    pub split_users: HashSet<(String, String)>,
+    /// Checks left out for spread pools (`Stats::spread_unchecked`).
+    pub spread_unchecked: usize,
     pub holds: HashMap<String, HoldLine>,
     pub pools: HashMap<String, PoolLine>,
     /// Per (pool, user): units in held and confirmed holds, `(s, units)`.
@@ -205,13 +267,20 @@ struct Runner<'a> {
     replay: Replay,
     /// Ops that cause at most one event and have caused it.
     used: Vec<bool>,
+    /// What caused the event being replayed.
+    cause: Cause,
     violations: &'a mut Vec<String>,
 }
 
 impl Replay {
     pub(crate) fn run(history: &History, bounds: Bounds, violations: &mut Vec<String>) -> Replay {
+        let (spread, split_users) = spread_pools(history);
         let replay = Replay {
             at_ms: Vec::new(),
+            causes: Vec::new(),
+            spread,
+            split_users,
+            spread_unchecked: 0,
             holds: HashMap::new(),
             pools: HashMap::new(),
             usage: HashMap::new(),
@@ -227,6 +296,7 @@ impl Replay {
             index: Index::new(history),
             replay,
             used: vec![false; history.ops.len()],
+            cause: Cause::Unknown,
             violations,
         };
         for (partition, events) in history.feed.iter().enumerate() {
@@ -246,9 +316,14 @@ impl Runner<'_> {
 
     fn partition(&mut self, partition: usize, events: &[Value]) {
         let mut at_ms = Vec::with_capacity(events.len());
+        let mut causes = Vec::with_capacity(events.len());
         // Pools whose `low_stock` must come next, in any order.
         let mut low_stock_due: BTreeSet<String> = BTreeSet::new();
         for (position, event) in events.iter().enumerate() {
+            if position > 0 {
+                causes.push(std::mem::take(&mut self.cause));
+            }
+            self.cause = Cause::Unknown;
             let seq = u64_field(event, "seq");
             if seq != Some(position as u64 + 1) {
                 self.fail(
@@ -306,6 +381,9 @@ impl Runner<'_> {
             };
             low_stock_due.extend(crossed);
         }
+        if !events.is_empty() {
+            causes.push(std::mem::take(&mut self.cause));
+        }
         if !low_stock_due.is_empty() {
             self.violations.push(format!(
                 "feed partition {partition}: ends without the low_stock of {low_stock_due:?}"
@@ -313,8 +391,10 @@ impl Runner<'_> {
         }
         if self.replay.at_ms.len() <= partition {
             self.replay.at_ms.resize(partition + 1, Vec::new());
+            self.replay.causes.resize(partition + 1, Vec::new());
         }
         self.replay.at_ms[partition] = at_ms;
+        self.replay.causes[partition] = causes;
     }
 
     /// Claims the op `cause` picked for an event (used up, and the event attributed to it), or
@@ -371,6 +451,7 @@ impl Runner<'_> {
         if usable.len() > 1 {
             self.replay.unsure[picked] = true;
         }
+        self.cause = Cause::Ops(usable);
         Some(picked)
     }
 
@@ -411,6 +492,25 @@ impl Runner<'_> {
         due: &mut BTreeSet<String>,
     ) {
         let pool = str_field(event, "pool").unwrap_or("").to_string();
+        if self.replay.spread.contains_key(&pool) {
+            // Fired by a step of its own some time after the crossing (a `low` pool op, a part
+            // of a hold over several partitions): the "due" rule is not held to it, but it
+            // shows the pool low; its numbers are a snapshot.
+            let said = (
+                u64_field(event, "available"),
+                u64_field(event, "low_stock_threshold"),
+            );
+            if !matches!(said, (Some(available), Some(threshold)) if available <= threshold) {
+                self.fail(
+                    partition,
+                    position,
+                    event,
+                    "low_stock of a pool above its threshold".to_string(),
+                );
+            }
+            self.spread_snapshot((partition, position, event), &pool, 0);
+            return;
+        }
         if !due.remove(&pool) {
             self.fail(
                 partition,
@@ -453,6 +553,33 @@ impl Runner<'_> {
         else {
             unreachable!("picked a PUT");
         };
+        if self.replay.spread.contains_key(&pool) {
+            let line = self
+                .replay
+                .pools
+                .entry(pool.clone())
+                .or_insert_with(|| PoolLine {
+                    partition,
+                    per_user_limit,
+                    low_stock_threshold,
+                    timeline: Vec::new(),
+                });
+            line.per_user_limit = per_user_limit;
+            line.low_stock_threshold = low_stock_threshold;
+            match event.get("delta").and_then(Value::as_i64) {
+                Some(delta) => self.spread_snapshot((partition, position, event), &pool, delta),
+                None => self.fail(partition, position, event, "no delta".to_string()),
+            }
+            if u64_field(event, "total") != Some(total) {
+                self.fail(
+                    partition,
+                    position,
+                    event,
+                    format!("total is not the PUT's {total}"),
+                );
+            }
+            return Vec::new();
+        }
         let before = self.pool_nums(&pool);
         let (held, sold) = before.map_or((0, 0), |n| (n.held, n.sold));
         let Some(available) = total.checked_sub(held + sold) else {
@@ -560,6 +687,19 @@ impl Runner<'_> {
                 return Vec::new();
             }
         }
+        if self.replay.spread.contains_key(&pool) {
+            if self.replay.pools.contains_key(&pool) {
+                self.spread_snapshot((partition, position, event), &pool, delta);
+            } else {
+                self.fail(
+                    partition,
+                    position,
+                    event,
+                    "restock of a pool that does not exist".to_string(),
+                );
+            }
+            return Vec::new();
+        }
         let Some(before) = self.pool_nums(&pool) else {
             self.fail(
                 partition,
@@ -605,9 +745,173 @@ impl Runner<'_> {
         }
     }
 
+    /// A spread pool's own event: a snapshot of the whole pool. Its total and available are the
+    /// event's (the model does not know the segments' numbers); they must add up with the
+    /// deltas: `effective_total` is the sum of the deltas, and the units written off by refunds
+    /// (`effective_total - total`) never come back. Whether they fit the holds is `spread.rs`'s.
+    fn spread_snapshot(
+        &mut self,
+        (partition, position, event): (usize, usize, &Value),
+        pool: &str,
+        delta: i64,
+    ) {
+        let Some(line) = self.replay.spread.get(pool) else {
+            return;
+        };
+        if line.partition != partition {
+            let pool_partition = line.partition;
+            self.fail(
+                partition,
+                position,
+                event,
+                format!(
+                    "the pool's events are in two partitions ({pool_partition} and {partition})"
+                ),
+            );
+            return;
+        }
+        let before = line.snapshots.last().map(|(_, snapshot)| *snapshot);
+        let (Some(total), Some(available)) =
+            (u64_field(event, "total"), u64_field(event, "available"))
+        else {
+            self.fail(
+                partition,
+                position,
+                event,
+                "no total or available".to_string(),
+            );
+            return;
+        };
+        let effective = before
+            .map_or(0, |b| b.effective_total)
+            .checked_add_signed(delta);
+        let written_before = before.map_or(0, |b| b.effective_total - b.total);
+        let why = match effective {
+            _ if available > total => Some(format!("available {available} above total {total}")),
+            None => Some(format!("delta {delta} takes the pool's total below zero")),
+            Some(effective) if effective < total + written_before => Some(format!(
+                "total {total} is more than the deltas leave ({effective}, {written_before}                  written off by refunds before)"
+            )),
+            _ => None,
+        };
+        if let Some(why) = why {
+            self.fail(partition, position, event, why);
+            return;
+        }
+        let snapshot = Snapshot {
+            total,
+            available,
+            effective_total: effective.unwrap_or(total),
+        };
+        if let Some(line) = self.replay.spread.get_mut(pool) {
+            line.snapshots.push((position + 1, snapshot));
+        }
+    }
+
+    /// A hold event's `segments`: per spread pool of a segment count above one, which segments
+    /// gave how many units: distinct segments below the count, adding up to the item's qty.
+    fn check_segments(&mut self, partition: usize, position: usize, event: &Value, items: &[Item]) {
+        let takes = event.get("segments");
+        let mut why = Vec::new();
+        let parsed: Option<Vec<(String, u64, u64)>> = match takes {
+            None | Some(Value::Null) => Some(Vec::new()),
+            Some(takes) => takes.as_array().and_then(|takes| {
+                takes
+                    .iter()
+                    .map(|t| {
+                        Some((
+                            str_field(t, "pool")?.to_string(),
+                            u64_field(t, "segment")?,
+                            u64_field(t, "qty")?,
+                        ))
+                    })
+                    .collect()
+            }),
+        };
+        let Some(parsed) = parsed else {
+            self.fail(
+                partition,
+                position,
+                event,
+                "segments is not a list of {pool, segment, qty}".to_string(),
+            );
+            return;
+        };
+        for (pool, _, _) in &parsed {
+            if !items.iter().any(|item| &item.pool == pool) {
+                why.push(format!("segments name pool {pool}, not an item"));
+            }
+        }
+        for item in items {
+            let count = self
+                .replay
+                .spread
+                .get(&item.pool)
+                .and_then(|line| line.segments);
+            let mine: Vec<(u64, u64)> = parsed
+                .iter()
+                .filter(|(pool, _, _)| pool == &item.pool)
+                .map(|(_, segment, qty)| (*segment, *qty))
+                .collect();
+            if mine.is_empty() {
+                if count.is_some_and(|count| count > 1) {
+                    why.push(format!(
+                        "no segments of pool {}, which has {} segments",
+                        item.pool,
+                        count.unwrap_or(0)
+                    ));
+                }
+                continue;
+            }
+            let distinct: BTreeSet<u64> = mine.iter().map(|(segment, _)| *segment).collect();
+            if distinct.len() != mine.len() {
+                why.push(format!("segments of pool {} repeat a segment", item.pool));
+            }
+            if let Some(count) = count {
+                if let Some(segment) = distinct.iter().find(|&&segment| segment >= count) {
+                    why.push(format!(
+                        "segment {segment} of pool {}, which has {count} segments",
+                        item.pool
+                    ));
+                }
+            }
+            let sum: u64 = mine.iter().map(|(_, qty)| qty).sum();
+            if sum != item.qty {
+                why.push(format!(
+                    "segments of pool {} add up to {sum}, the item takes {}",
+                    item.pool, item.qty
+                ));
+            }
+        }
+        if !why.is_empty() {
+            self.fail(partition, position, event, why.join("; "));
+        }
+    }
+
+    /// Moves the units a spread pool's holds in `partition` have taken by `delta` from state `s`.
+    fn take_spread(&mut self, pool: &str, partition: usize, s: usize, delta: i64) {
+        let Some(line) = self.replay.spread.get_mut(pool) else {
+            return;
+        };
+        let timeline = line.taken.entry(partition).or_default();
+        let now = timeline.last().map_or(0, |(_, units)| *units);
+        let next = now.saturating_add_signed(delta);
+        match timeline.last_mut() {
+            Some((from, units)) if *from == s => *units = next,
+            _ => timeline.push((s, next)),
+        }
+    }
+
     fn change_usage(&mut self, s: usize, user: &Option<String>, items: &[Item], add: bool) {
         let Some(user) = user else { return };
         for item in items {
+            if self
+                .replay
+                .split_users
+                .contains(&(item.pool.clone(), user.clone()))
+            {
+                continue;
+            }
             let line = self
                 .replay
                 .usage
@@ -680,6 +984,10 @@ impl Runner<'_> {
         let Some(cause) = self.claim(cause, (partition, position, event), why) else {
             return Vec::new();
         };
+        let creators = match &self.cause {
+            Cause::Ops(ops) => ops.clone(),
+            _ => vec![cause],
+        };
         let Request::Reserve {
             user: sent_user,
             items: sent_items,
@@ -701,17 +1009,14 @@ impl Runner<'_> {
                 ),
             );
         }
-        if expires != at + ttl_ms {
-            self.fail(
-                partition,
-                position,
-                event,
-                format!("expires_at_ms is not at_ms + ttl_ms {ttl_ms}"),
-            );
-        }
-        // The checker knows holds of one partition only, created when they are held; a stockd
-        // older than the field sends no created_at_ms.
-        if u64_field(event, "created_at_ms").is_some_and(|created| created != at) {
+        // A hold of one partition is created when it is held; one that takes from a spread pool
+        // may be over several partitions, created first. A stockd older than the field sends no
+        // created_at_ms.
+        let spread = items
+            .iter()
+            .any(|item| self.replay.spread.contains_key(&item.pool));
+        let created = u64_field(event, "created_at_ms").unwrap_or(at);
+        if created != at && !(spread && created < at) {
             self.fail(
                 partition,
                 position,
@@ -719,10 +1024,23 @@ impl Runner<'_> {
                 "created_at_ms is not at_ms".to_string(),
             );
         }
+        if expires != created + ttl_ms {
+            self.fail(
+                partition,
+                position,
+                event,
+                format!("expires_at_ms is not created_at_ms + ttl_ms {ttl_ms}"),
+            );
+        }
+        self.check_segments(partition, position, event, &items);
 
         let s = position + 1;
         let mut crossed = Vec::new();
         for item in &items {
+            if self.replay.spread.contains_key(&item.pool) {
+                self.held_spread(partition, position, event, item, &user);
+                continue;
+            }
             let Some(before) = self.pool_nums(&item.pool) else {
                 self.fail(
                     partition,
@@ -793,13 +1111,56 @@ impl Runner<'_> {
                 partition,
                 user,
                 items,
-                created_at_ms: at,
+                created_at_ms: created,
+                held_at_ms: at,
                 creator: cause,
+                creators,
+                segments: event.get("segments").cloned(),
                 confirm_on_create: *confirm,
                 timeline: vec![(s, Status::Held, expires)],
             },
         );
         crossed
+    }
+
+    /// An item of a held event taken from a spread pool: the units its partition has taken
+    /// grow (whether the pool had them is `spread.rs`'s), and a per-user limit holds exactly
+    /// when the user's holds of the pool are all in this partition (their order is this feed's).
+    fn held_spread(
+        &mut self,
+        partition: usize,
+        position: usize,
+        event: &Value,
+        item: &Item,
+        user: &Option<String>,
+    ) {
+        self.take_spread(&item.pool, partition, position + 1, item.qty as i64);
+        let limit = self.replay.spread[&item.pool].per_user_limit;
+        let (Some(limit), Some(user)) = (limit, user) else {
+            return;
+        };
+        let key = (item.pool.clone(), user.clone());
+        if self.replay.split_users.contains(&key) {
+            self.replay.spread_unchecked += 1;
+            return;
+        }
+        let used = self
+            .replay
+            .usage
+            .get(&key)
+            .and_then(|line| line.last().map(|(_, units)| *units))
+            .unwrap_or(0);
+        if used + item.qty > limit {
+            self.fail(
+                partition,
+                position,
+                event,
+                format!(
+                    "per-user limit of {} is {limit}: {user} had {used}, the hold adds {}",
+                    item.pool, item.qty
+                ),
+            );
+        }
     }
 
     fn transition(
@@ -846,6 +1207,17 @@ impl Runner<'_> {
                 position,
                 event,
                 format!("user and items differ from the held event's ({user:?}, {items:?})"),
+            );
+        }
+        let segments = self.replay.holds[&hold_id].segments.clone();
+        if (kind != "extended" || event.get("segments").is_some())
+            && event.get("segments") != segments.as_ref()
+        {
+            self.fail(
+                partition,
+                position,
+                event,
+                format!("segments differ from the held event's ({segments:?})"),
             );
         }
         if confirm_on_create && first_after_create && kind != "confirmed" {
@@ -914,10 +1286,14 @@ impl Runner<'_> {
         let candidates = self.index.of_hold(&hold_id);
         let event_expires = u64_field(event, "expires_at_ms").unwrap_or(0);
         let cause = match kind {
-            "expired" => None,
+            "expired" => {
+                self.cause = Cause::Deadline(expires);
+                None
+            }
             "confirmed" if confirm_on_create && first_after_create => {
                 let creator = Some(self.replay.holds[&hold_id].creator);
-                if at != self.replay.holds[&hold_id].created_at_ms {
+                self.cause = Cause::Ops(self.replay.holds[&hold_id].creators.clone());
+                if at != self.replay.holds[&hold_id].held_at_ms {
                     self.fail(
                         partition,
                         position,
@@ -973,6 +1349,10 @@ impl Runner<'_> {
             }
         } else {
             for item in &items {
+                if self.replay.spread.contains_key(&item.pool) {
+                    self.transition_spread(kind, (partition, position, event), item);
+                    continue;
+                }
                 let Some(before) = self.pool_nums(&item.pool) else {
                     continue;
                 };
@@ -1017,6 +1397,26 @@ impl Runner<'_> {
         crossed
     }
 
+    /// An item of a spread pool in a hold's transition: returned units leave what its
+    /// partition has taken; units written off by a refund stay (they left the total too).
+    fn transition_spread(
+        &mut self,
+        kind: &str,
+        (partition, position, event): (usize, usize, &Value),
+        item: &Item,
+    ) {
+        let Some(line) = self.replay.spread.get_mut(&item.pool) else {
+            return;
+        };
+        let written_off = kind == "refunded" && event.get("restock") == Some(&Value::Bool(false));
+        if written_off {
+            line.write_offs.push((partition, position, item.qty));
+        } else if kind != "confirmed" {
+            line.returns.push((partition, position, item.qty));
+            self.take_spread(&item.pool, partition, position + 1, -(item.qty as i64));
+        }
+    }
+
     /// Holds left held long past their deadline when the feed was read were never expired, and a
     /// `confirm: true` hold left held was never confirmed.
     fn end_of_feed(&mut self) {
@@ -1043,4 +1443,138 @@ impl Runner<'_> {
         problems.sort();
         self.violations.extend(problems);
     }
+}
+
+/// The spread pools of a history: those a hold event names from a partition other than the one
+/// of the pool's own events, or takes from by segment; those made with several segments; those
+/// of a reserve over several partitions; and every pool a reserve names with a spread one. Also
+/// the (pool, user) pairs of those pools whose holds are in several partitions.
+fn spread_pools(history: &History) -> (HashMap<String, SpreadLine>, HashSet<(String, String)>) {
+    let mut home: HashMap<&str, usize> = HashMap::new();
+    for (partition, events) in history.feed.iter().enumerate() {
+        for event in events {
+            if str_field(event, "type") == Some("pool_upserted") {
+                if let Some(pool) = str_field(event, "pool") {
+                    home.entry(pool).or_insert(partition);
+                }
+            }
+        }
+    }
+    let mut spread: BTreeSet<&str> = BTreeSet::new();
+    let mut user_partitions: HashMap<(String, String), BTreeSet<usize>> = HashMap::new();
+    for (partition, events) in history.feed.iter().enumerate() {
+        for event in events {
+            let Some(items) = event.get("items").and_then(Value::as_array) else {
+                continue;
+            };
+            let by_segment: Vec<&str> = event
+                .get("segments")
+                .and_then(Value::as_array)
+                .map(|takes| takes.iter().filter_map(|t| str_field(t, "pool")).collect())
+                .unwrap_or_default();
+            for pool in items.iter().filter_map(|item| str_field(item, "pool")) {
+                let Some((&name, &pool_partition)) = home.get_key_value(pool) else {
+                    continue;
+                };
+                if pool_partition != partition || by_segment.contains(&pool) {
+                    spread.insert(name);
+                }
+                if let Some(user) = str_field(event, "user") {
+                    user_partitions
+                        .entry((pool.to_string(), user.to_string()))
+                        .or_default()
+                        .insert(partition);
+                }
+            }
+        }
+    }
+    // A PUT with several segments on a dataset of several partitions (one partition keeps a
+    // segmented pool whole), and the pools of a reserve over several partitions: their units
+    // may be held by a part of an attempt before any event says so. Then every pool a reserve
+    // names with a spread one, to a fixpoint (its hold may be in another partition).
+    let partitioned = history.feed.len() > 1;
+    for op in history.ops.iter().filter(|_| partitioned) {
+        if let Request::PutPool {
+            pool,
+            segments: Some(segments),
+            ..
+        } = &op.request
+        {
+            if let Some((&name, _)) = home.get_key_value(pool.as_str()) {
+                if *segments > 1 {
+                    spread.insert(name);
+                }
+            }
+        }
+    }
+    let reserves: Vec<Vec<&str>> = history
+        .ops
+        .iter()
+        .filter_map(|op| match &op.request {
+            Request::Reserve { items, .. } => Some(
+                items
+                    .iter()
+                    .filter_map(|item| home.get_key_value(item.pool.as_str()).map(|(&n, _)| n))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect();
+    for pools in &reserves {
+        let partitions: BTreeSet<usize> = pools.iter().map(|pool| home[pool]).collect();
+        if partitions.len() > 1 {
+            spread.extend(pools.iter().copied());
+        }
+    }
+    loop {
+        let before = spread.len();
+        for pools in &reserves {
+            if pools.iter().any(|pool| spread.contains(pool)) {
+                spread.extend(pools.iter().copied());
+            }
+        }
+        if spread.len() == before {
+            break;
+        }
+    }
+    let lines = spread
+        .iter()
+        .map(|&pool| {
+            let puts: Vec<(Option<u64>, Option<u64>)> = history
+                .ops
+                .iter()
+                .filter_map(|op| match &op.request {
+                    Request::PutPool {
+                        pool: put,
+                        per_user_limit,
+                        segments,
+                        ..
+                    } if put == pool => Some((*per_user_limit, *segments)),
+                    _ => None,
+                })
+                .collect();
+            // The most any PUT allowed: sound whichever PUT was in force.
+            let per_user_limit = if puts.iter().all(|(limit, _)| limit.is_some()) {
+                puts.iter().filter_map(|(limit, _)| *limit).max()
+            } else {
+                None
+            };
+            let line = SpreadLine {
+                partition: home[pool],
+                segments: puts.iter().filter_map(|(_, segments)| *segments).max(),
+                per_user_limit,
+                snapshots: Vec::new(),
+                taken: BTreeMap::new(),
+                returns: Vec::new(),
+                write_offs: Vec::new(),
+            };
+            (pool.to_string(), line)
+        })
+        .collect();
+    let split_users = user_partitions
+        .into_iter()
+        .filter(|((pool, _), partitions)| spread.contains(pool.as_str()) && partitions.len() > 1)
+        .map(|(key, _)| key)
+        .collect();
+    (lines, split_users)
 }

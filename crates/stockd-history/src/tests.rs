@@ -97,6 +97,7 @@ fn pool_put() -> (Op, Value) {
                 total: 2,
                 per_user_limit: Some(2),
                 low_stock_threshold: None,
+                segments: None,
             },
             201,
             pool(2, 2, 0, 0),
@@ -664,4 +665,272 @@ fn twin_restocks_may_be_answered_in_either_order() {
 #[test]
 fn a_twin_restock_answered_with_no_state_is_rejected() {
     rejected(&twin_restocks(pool(3, 1, 2, 0)), "not a state the pool had");
+}
+
+// Segmented pools: pool p of 2 units in 2 segments, its own events in partition 0; u1's units
+// come from segment 0 (partition 0), u2's from segment 1 (partition 1). Requests are 100 ms
+// apart, beyond the default slack and clock skew, so that real time orders them.
+
+/// `event` with `"segments": [{"pool": "p", "segment": SEGMENT, "qty": QTY}, ...]`.
+fn with_segments(mut event: Value, takes: &[(u64, u64)]) -> Value {
+    event["segments"] = takes
+        .iter()
+        .map(|&(segment, qty)| json!({"pool": "p", "segment": segment, "qty": qty}))
+        .collect();
+    event
+}
+
+/// A hold object of `partition`.
+fn hold_in(partition: u64, hold_id: &str, user: &str, status: &str, created: u64) -> Value {
+    let mut body = hold(hold_id, user, 1, status, created);
+    body["partition"] = json!(partition);
+    body
+}
+
+/// A reserve of one unit answered 201, its hold in `partition`.
+fn reserved_in(
+    partition: u64,
+    (process, from_ms, to_ms): (u32, u64, u64),
+    hold_id: &str,
+    user: &str,
+) -> Op {
+    answered(
+        (process, from_ms, to_ms),
+        reserve(hold_id, user, 1),
+        201,
+        hold_in(partition, hold_id, user, "held", from_ms + 1),
+    )
+}
+
+fn sold_out(process: u32, from_ms: u64) -> Op {
+    answered(
+        (process, from_ms, from_ms + 2),
+        reserve("h3", "u3", 1),
+        409,
+        json!({"error": "insufficient_stock", "pool": "p", "available": 0, "requested": 1}),
+    )
+}
+
+/// Both units taken, one from each segment, then a reserve refused and a read.
+fn segmented() -> History {
+    let mut put = pool_put().0;
+    if let Request::PutPool { segments, .. } = &mut put.request {
+        *segments = Some(2);
+    }
+    let mut read = pool(2, 0, 2, 0);
+    read["segments"] = json!(2);
+    History {
+        ops: vec![
+            put,
+            reserved_in(0, (1, 1_100, 1_102), "h1", "u1"),
+            reserved_in(1, (2, 1_200, 1_202), "h2", "u2"),
+            sold_out(3, 1_400),
+            answered(
+                (3, 1_500, 1_501),
+                Request::GetPool {
+                    pool: "p".to_string(),
+                },
+                200,
+                read,
+            ),
+        ],
+        feed: vec![
+            vec![
+                pool_put().1,
+                with_segments(held(2, 1_101, "h1", "u1", 1), &[(0, 1)]),
+            ],
+            vec![with_segments(held(1, 1_201, "h2", "u2", 1), &[(1, 1)])],
+        ],
+        feed_read_us: 3_000 * MS,
+    }
+}
+
+#[test]
+fn a_segmented_history_passes_and_is_counted() {
+    let report = check(&segmented(), Bounds::default());
+    assert!(report.ok(), "{:#?}", report.violations);
+    assert_eq!(report.stats.spread_pools, 1);
+    // The held/sold split of the read of the pool within a window and of the PUT's answer are
+    // beyond the model.
+    assert_eq!(report.stats.spread_unchecked, 2);
+    assert_eq!(report.stats.answers["reserve 409 insufficient_stock"], 1);
+}
+
+#[test]
+fn a_segmented_pool_read_no_instant_gives_is_rejected() {
+    let read_of = |total: u64, available: u64| {
+        let mut history = segmented();
+        let mut body = pool(total, available, total - available, 0);
+        body["segments"] = json!(2);
+        history.ops[4].outcome = Outcome::Answered { status: 200, body };
+        history
+    };
+    // A total the pool never had.
+    rejected(
+        &read_of(1_002, 1_000),
+        "no instant within the request's window gives spread pool p total 1002 and 1000 available",
+    );
+    // A unit available while both are surely held.
+    rejected(
+        &read_of(2, 1),
+        "no instant within the request's window gives spread pool p total 2 and 1 available",
+    );
+}
+
+#[test]
+fn a_segmented_oversell_is_rejected() {
+    let mut history = segmented();
+    // A third unit taken from segment 1 while both are surely taken.
+    history.ops[3] = reserved_in(1, (3, 1_400, 1_402), "h3", "u3");
+    history.feed[1].push(with_segments(held(2, 1_401, "h3", "u3", 1), &[(1, 1)]));
+    rejected(&history, "OVERSELL of spread pool p");
+}
+
+/// `segmented` with h2 released by a request sent at `from_ms` (its event in partition 1).
+fn segmented_released_at(from_ms: u64) -> History {
+    let mut history = segmented();
+    history.ops.push(answered(
+        (2, from_ms, from_ms + 2),
+        release("h2"),
+        200,
+        hold_in(1, "h2", "u2", "released", 1_201),
+    ));
+    history.feed[1].push(with_segments(
+        step(2, from_ms + 1, "released", "h2", "u2", 2_201),
+        &[(1, 1)],
+    ));
+    history.ops.remove(4); // the read, which would see the released unit
+    history
+}
+
+#[test]
+fn a_segmented_false_sold_out_is_rejected() {
+    // Released while the refused reserve was in flight: the refusal may have come first.
+    let overlapping = segmented_released_at(1_399);
+    let report = check(&overlapping, Bounds::default());
+    assert!(report.ok(), "{:#?}", report.violations);
+    // Released and acknowledged before the refused reserve was sent: a unit was surely free.
+    rejected(
+        &segmented_released_at(1_250),
+        "no instant within the request's window gives spread pool p 0 available",
+    );
+}
+
+#[test]
+fn segments_not_adding_up_are_rejected() {
+    let mut history = segmented();
+    history.feed[1][0] = with_segments(held(1, 1_201, "h2", "u2", 1), &[(1, 2)]);
+    rejected(&history, "segments of pool p add up to 2, the item takes 1");
+    history.feed[1][0] = with_segments(held(1, 1_201, "h2", "u2", 1), &[(2, 1)]);
+    rejected(&history, "segment 2 of pool p, which has 2 segments");
+    history.feed[1][0] = held(1, 1_201, "h2", "u2", 1);
+    rejected(&history, "no segments of pool p, which has 2 segments");
+    // A later event of the hold says otherwise.
+    let mut history = segmented_released_at(1_250);
+    history.feed[1][1] = with_segments(step(2, 1_251, "released", "h2", "u2", 2_201), &[(0, 1)]);
+    rejected(&history, "segments differ from the held event's");
+}
+
+#[test]
+fn a_segmented_snapshot_off_is_rejected() {
+    let mut history = segmented();
+    // A restock after both units were surely taken whose available ignores them.
+    history.ops.push(answered(
+        (0, 1_600, 1_602),
+        restock(1, None),
+        200,
+        pool(3, 3, 0, 0),
+    ));
+    history.feed[0].push(
+        json!({"seq": 3, "at_ms": 1_601, "type": "restocked", "pool": "p",
+                                "total": 3, "available": 3, "delta": 1}),
+    );
+    rejected(&history, "spread pool p has 0 units held or sold");
+    // ... and the true one passes.
+    history.feed[0][2]["available"] = json!(1);
+    history.ops.last_mut().expect("the restock").outcome = Outcome::Answered {
+        status: 200,
+        body: pool(3, 1, 2, 0),
+    };
+    let report = check(&history, Bounds::default());
+    assert!(report.ok(), "{:#?}", report.violations);
+}
+
+/// An op sent and answered within one millisecond (as the simulation's clock stamps them).
+fn at_us(process: u32, (from_us, to_us): (u64, u64), request: Request, outcome: Outcome) -> Op {
+    Op {
+        process,
+        invoke_us: from_us,
+        complete_us: to_us,
+        request,
+        outcome,
+    }
+}
+
+#[test]
+fn an_event_order_no_instant_fits_is_rejected() {
+    // Within millisecond 1_250 of one clock (no slack, no skew): h4 is acknowledged at
+    // 1_250_300 µs, h2's release sent from 1_250_500 µs (twice, one answer lost). A feed of
+    // partition 1 with the release before h4's held fits no instant. The pool has 3 units here,
+    // so that either order keeps to the stock.
+    let bounds = Bounds {
+        slack_ms: 0,
+        clock_skew_ms: 0,
+        ..Bounds::default()
+    };
+    let mut history = segmented();
+    history.ops.truncate(3); // no refusal, no read
+    if let Request::PutPool { total, .. } = &mut history.ops[0].request {
+        *total = 3;
+    }
+    history.ops[0].outcome = Outcome::Answered {
+        status: 201,
+        body: pool(3, 3, 0, 0),
+    };
+    for key in ["total", "available", "delta"] {
+        history.feed[0][0][key] = json!(3);
+    }
+    history.ops.push(at_us(
+        4,
+        (1_250_100, 1_250_300),
+        reserve("h4", "u2", 1),
+        Outcome::Answered {
+            status: 201,
+            body: hold_in(1, "h4", "u2", "held", 1_250),
+        },
+    ));
+    history.ops.push(at_us(
+        2,
+        (1_250_500, 1_250_700),
+        release("h2"),
+        Outcome::Answered {
+            status: 200,
+            body: hold_in(1, "h2", "u2", "released", 1_201),
+        },
+    ));
+    history.ops.push(at_us(
+        5,
+        (1_250_600, 1_250_900),
+        release("h2"),
+        Outcome::Unknown {
+            why: "connection reset".to_string(),
+        },
+    ));
+    let h4 = |seq| with_segments(held(seq, 1_250, "h4", "u2", 1), &[(1, 1)]);
+    let released = |seq| with_segments(step(seq, 1_250, "released", "h2", "u2", 2_201), &[(1, 1)]);
+    history.feed[1].extend([h4(2), released(3)]);
+    let report = check(&history, bounds);
+    assert!(report.ok(), "{:#?}", report.violations);
+    history.feed[1].truncate(1);
+    history.feed[1].extend([released(2), h4(3)]);
+    let found = check(&history, bounds).violations;
+    assert!(
+        found.iter().any(|v| v.contains("no instant fits it")),
+        "{found:#?}"
+    );
+    // The release is a guess between two requests: the real-time order check leaves it out.
+    assert!(
+        !found.iter().any(|v| v.contains("real-time order")),
+        "{found:#?}"
+    );
 }

@@ -338,23 +338,41 @@ fn cluster() -> Backends {
     (Arc::new(RedisClusterBackend::start(4)), None)
 }
 
-/// Pools of the run: (name, total, per_user_limit, low_stock_threshold). On a Cluster, more
-/// pools, so that some partitions get several (a hold combines pools of one partition only).
-fn pool_specs(many: bool) -> Vec<(String, u64, Option<u64>, Option<u64>)> {
+/// A pool of the run.
+struct PoolSpec {
+    name: String,
+    total: u64,
+    per_user_limit: Option<u64>,
+    low_stock_threshold: Option<u64>,
+    segments: Option<u64>,
+}
+
+/// Pools of the run. On a Cluster, more pools, so that some partitions get several (a hold
+/// combines pools of one partition, as far as the client knows). Two pools are segmented, one
+/// with a per-user limit and a low-stock threshold: on a Cluster their segments live in other
+/// partitions than their own events (the checker judges them in real time); elsewhere they are
+/// kept whole.
+fn pool_specs(many: bool) -> Vec<PoolSpec> {
     let base = [
-        (100, Some(8), Some(20)),
-        (60, None, Some(10)),
-        (30, Some(4), None),
-        (120, None, None),
+        (100, Some(8), Some(20), Some(3)),
+        (60, None, Some(10), None),
+        (30, Some(4), None, None),
+        (120, None, None, Some(2)),
     ];
     let copies = if many { 3 } else { 1 };
     (0..copies)
         .flat_map(|copy| {
             base.iter()
                 .enumerate()
-                .map(move |(i, (total, limit, low))| {
-                    (format!("pool-{copy}-{i}"), *total, *limit, *low)
-                })
+                .map(
+                    move |(i, &(total, per_user_limit, low, segments))| PoolSpec {
+                        name: format!("pool-{copy}-{i}"),
+                        total,
+                        per_user_limit,
+                        low_stock_threshold: low,
+                        segments: segments.filter(|_| copy == 0),
+                    },
+                )
         })
         .collect()
 }
@@ -382,12 +400,14 @@ async fn run_history(scenario: &Scenario, seed: u64, secs: u64) -> stockd_histor
     // Pools, recorded like every other request; grouped by the partition their answer names.
     let specs = pool_specs(matches!(scenario.name, "cluster"));
     let mut by_partition: BTreeMap<u64, Vec<String>> = BTreeMap::new();
-    for (pool, total, per_user_limit, low_stock_threshold) in specs {
+    for spec in specs {
+        let pool = spec.name;
         let request = Request::PutPool {
             pool: pool.clone(),
-            total,
-            per_user_limit,
-            low_stock_threshold,
+            total: spec.total,
+            per_user_limit: spec.per_user_limit,
+            low_stock_threshold: spec.low_stock_threshold,
+            segments: spec.segments,
         };
         let outcome = recorder.perform(&apis[0], CLIENTS, request).await;
         let Some((201, body)) = status_of(&outcome) else {
@@ -506,7 +526,8 @@ async fn run_history(scenario: &Scenario, seed: u64, secs: u64) -> stockd_histor
     eprintln!(
         "history {} (seed {seed}): {} ops ({} answered, {} unknown), {} events over {} \
          partitions, {} holds, {} expiries (lag at most {} ms), {} lock grants, {} ops whose \
-         place in the feed is a guess; answers: {:?}",
+         place in the feed is a guess, {} pools judged in real time ({} answers of theirs not \
+         judged exactly); answers: {:?}",
         scenario.name,
         stats.ops,
         stats.answered,
@@ -518,6 +539,8 @@ async fn run_history(scenario: &Scenario, seed: u64, secs: u64) -> stockd_histor
         stats.expiry_lag_max_ms,
         stats.lock_grants,
         stats.unsure,
+        stats.spread_pools,
+        stats.spread_unchecked,
         stats.answers.iter().collect::<BTreeMap<_, _>>()
     );
     if !report.ok() {
@@ -540,6 +563,12 @@ async fn run_history(scenario: &Scenario, seed: u64, secs: u64) -> stockd_histor
     assert!(
         stats.answered >= 300 && stats.holds >= 50 && stats.expiries >= 5,
         "history {} (seed {seed}) too thin to mean anything: {stats:?}",
+        scenario.name
+    );
+    // On a Cluster the segmented pools' units are taken in other partitions than their events.
+    assert!(
+        scenario.name != "cluster" || stats.spread_pools >= 2,
+        "history {} (seed {seed}): the segmented pools were not judged in real time: {stats:?}",
         scenario.name
     );
     assert!(

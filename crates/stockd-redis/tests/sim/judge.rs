@@ -9,7 +9,7 @@
 //! the simulation looks under the contract, so that what the API cannot show (units a part
 //! holds for no hold, a record left pending) is judged too.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Value};
 use stockd_core::{
@@ -704,21 +704,63 @@ pub async fn judge(
         }
     }
 
-    // The history checker, over the part of the run it can order (see `history`).
+    // The history checker, over every request and the whole feed (see `history`).
     let history = history(run, &sent, &last);
-    let report = stockd_history::check(
-        &history,
-        Bounds {
-            slack_ms: 0,
-            expiry_lag_max_ms: EXPIRY_LAG_UNCHECKED_MS,
-        },
-    );
+    let bounds = Bounds {
+        slack_ms: 0,
+        expiry_lag_max_ms: EXPIRY_LAG_UNCHECKED_MS,
+        // Every primary and every client read the test clock.
+        clock_skew_ms: 0,
+    };
+    let report = stockd_history::check(&history, bounds);
     counts.histories_checked += 1;
     counts.history_ops += history.ops.len() as u64;
     for violation in report.violations {
         violations.push(format!("history checker: {violation}"));
     }
+    // Proof that the checker judges this seed's segmented pools: a copy of the history where a
+    // hold of one of them takes more than any stock is an oversell.
+    if let Some(copy) = oversold_copy(&history) {
+        let report = stockd_history::check(&copy, bounds);
+        if !report.violations.iter().any(|v| v.contains("OVERSELL")) {
+            violations.push(format!(
+                "history checker: a copy where a hold takes {OVERSOLD_UNITS} units of a \
+                 segmented pool was not judged an oversell: {:?}",
+                report.violations
+            ));
+        }
+    }
     Ok(violations)
+}
+
+/// More units than any pool of the simulation ever has.
+const OVERSOLD_UNITS: u64 = 1_000_000_000;
+
+/// The history with the first hold that took units from segments taking `OVERSOLD_UNITS` of
+/// each of its pools instead (all from the first segment it names of each), as its `held` event
+/// says; `None` when no hold took units from segments.
+fn oversold_copy(history: &History) -> Option<History> {
+    let mut copy = history.clone();
+    let held = copy
+        .feed
+        .iter_mut()
+        .flatten()
+        .find(|event| event["type"] == "held" && event["segments"].is_array())?;
+    for item in held["items"].as_array_mut()? {
+        item["qty"] = json!(OVERSOLD_UNITS);
+    }
+    let mut named = Vec::new();
+    let mut segments = Vec::new();
+    for part in held["segments"].as_array()? {
+        if !named.contains(&part["pool"]) {
+            named.push(part["pool"].clone());
+            let mut part = part.clone();
+            part["qty"] = json!(OVERSOLD_UNITS);
+            segments.push(part);
+        }
+    }
+    held["segments"] = json!(segments);
+    Some(copy)
 }
 
 /// Expiry lag is not judged here: time moves in phases of up to a few seconds, and quiescing
@@ -739,11 +781,17 @@ fn command_hold(command: &Command) -> Option<&str> {
 /// The request as the history checker knows it (its HTTP shape).
 fn request(command: &Command) -> Option<Request> {
     Some(match command {
-        Command::PutPool { pool, spec, .. } => Request::PutPool {
+        Command::PutPool {
+            pool,
+            spec,
+            segments,
+            ..
+        } => Request::PutPool {
             pool: pool.to_string(),
             total: spec.total,
             per_user_limit: spec.per_user_limit,
             low_stock_threshold: spec.low_stock_threshold,
+            segments: *segments,
         },
         Command::Restock {
             pool,
@@ -859,66 +907,13 @@ fn outcome(result: &Result<Outcome, BackendError>) -> HistoryOutcome {
     HistoryOutcome::Answered { status, body }
 }
 
-/// The history of the seed for stockd-history's checker. It orders a history by each
-/// partition's feed, so a hold over several partitions is beyond it (the units it takes in
-/// another partition leave no event there): on a Cluster, the history keeps only the pools no
-/// cross-partition hold names, the holds over those pools, and their events, renumbered. On a
-/// single Redis that is everything.
+/// The history of the seed for stockd-history's checker: every request sent and every
+/// partition's feed. Pools whose units are held in partitions other than their own events'
+/// (segmented pools, and pools of holds over several partitions) are judged by the checker in
+/// real time (stockd-history's spread.rs).
 fn history(run: &Run, sent: &[Sent], last: &Final) -> History {
-    let plan = &run.plan;
-    // The pools of cross-partition holds, and every pool a hold shares with one of those
-    // (its numbers move with them), to a fixpoint.
-    let mut cross_pools: HashSet<&str> = plan
-        .holds
-        .iter()
-        .filter(|hold| hold.cross(&plan.pools))
-        .flat_map(|hold| {
-            hold.items
-                .iter()
-                .map(|&(pool, _)| plan.pools[pool].name.as_str())
-        })
-        .collect();
-    // A segmented pool's holds are in its segments' partitions, its own events in its own.
-    cross_pools.extend(
-        plan.pools
-            .iter()
-            .filter(|pool| pool.segments > 1)
-            .map(|pool| pool.name.as_str()),
-    );
-    loop {
-        let before = cross_pools.len();
-        for hold in &plan.holds {
-            let mut names = hold
-                .items
-                .iter()
-                .map(|&(pool, _)| plan.pools[pool].name.as_str());
-            if names.clone().any(|name| cross_pools.contains(name)) {
-                cross_pools.extend(&mut names);
-            }
-        }
-        if cross_pools.len() == before {
-            break;
-        }
-    }
-    let kept_holds: HashSet<&str> = plan
-        .holds
-        .iter()
-        .filter(|hold| {
-            hold.items
-                .iter()
-                .all(|&(pool, _)| !cross_pools.contains(plan.pools[pool].name.as_str()))
-        })
-        .map(|hold| hold.id.as_str())
-        .collect();
-    let keeps_pool = |pool: &str| !cross_pools.contains(pool);
     let ops = sent
         .iter()
-        .filter(|s| match &s.command {
-            Command::PutPool { pool, .. }
-            | Command::Restock { pool, .. }
-            | Command::GetPool { pool } => keeps_pool(pool.as_str()),
-            command => command_hold(command).is_some_and(|h| kept_holds.contains(h)),
-        })
         .filter_map(|s| {
             Some(Op {
                 process: s.process,
@@ -935,11 +930,6 @@ fn history(run: &Run, sent: &[Sent], last: &Final) -> History {
         .map(|events| {
             events
                 .iter()
-                .filter(|e| match (&e.hold_id, &e.pool) {
-                    (Some(hold_id), _) => kept_holds.contains(hold_id.as_str()),
-                    (None, Some(pool)) => keeps_pool(pool.as_str()),
-                    (None, None) => true,
-                })
                 .enumerate()
                 .map(|(position, event)| {
                     let mut value = serde_json::to_value(event).expect("an event serialises");
