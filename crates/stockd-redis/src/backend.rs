@@ -119,7 +119,8 @@ impl RedisBackend {
     pub async fn sweep_now(&self) -> Result<(), stockd_core::BackendError> {
         let mut first_error = None;
         for partition in 0..self.shared.partitions {
-            if let Err(error) = crate::sweeper::sweep_partition(&self.shared, partition).await {
+            if let Err(error) = crate::sweeper::sweep_partition(&self.shared, partition, None).await
+            {
                 first_error.get_or_insert(error);
             }
         }
