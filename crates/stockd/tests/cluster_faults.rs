@@ -338,3 +338,67 @@ async fn a_server_killed_at_each_step_of_a_pool_op_leaves_the_pool_whole() {
         task.await.expect("case panicked");
     }
 }
+
+/// While an op a dead server left holds a segmented pool (its low-stock checks wait for it, up
+/// to 5 s each, until the survivor's sweeper ends it 10 s after it began), the survivor's
+/// sweeper still expires the holds of every other pool on time: the work a sweep reports is
+/// finished beside the sweeps, not before the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pool_op_left_by_a_dead_server_does_not_hold_up_expiry() {
+    let cluster = Arc::new(RedisClusterBackend::start(16));
+    let survivor = server(&cluster, None).await;
+    let api = survivor.api();
+    // Segments of 2 units, floors adding up to the threshold + 1: any unit taken crosses one.
+    support::put_pool(
+        &api,
+        "watched",
+        json!({"total": 6, "segments": 3, "low_stock_threshold": 5}),
+    )
+    .await;
+    support::put_pool(&api, "other", json!({"total": 10})).await;
+    let mut dying = server(&cluster, Some("pop.after_begin")).await;
+    dying
+        .call_and_die(
+            "POST",
+            "/v1/pools/watched/restock",
+            json!({"delta": 1}),
+            "restock",
+        )
+        .await;
+    // Units taken from the watched pool's segments: their low-stock checks meet the op.
+    let takers: Vec<_> = (0..4)
+        .map(|n| {
+            let api = api.clone();
+            tokio::spawn(async move {
+                let body = hold_body(
+                    &format!("w{n}"),
+                    &[("watched", 1)],
+                    json!({"user": format!("u{n}")}),
+                );
+                api.call("POST", "/v1/holds", Some(body)).await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let body = hold_body("short", &[("other", 10)], json!({"ttl_ms": 1_000}));
+    let (status, hold) = api.call("POST", "/v1/holds", Some(body)).await;
+    assert_eq!(status, 201, "{hold}");
+    let made = Instant::now();
+    // The contract's second of lag, and some for a loaded machine; reading the pool settles
+    // nothing, so its units come back only by the sweeper.
+    loop {
+        let view = api.pool("other").await;
+        if view["available"] == json!(10) {
+            break;
+        }
+        assert!(
+            made.elapsed() < Duration::from_millis(3_000),
+            "the hold on another pool was not expired 3 s after it was made: {view}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for taker in takers {
+        let (status, answer) = taker.await.expect("taker");
+        assert!(matches!(status, 201 | 503), "{status} {answer}");
+    }
+}
