@@ -159,6 +159,11 @@ impl Model {
         self.pools.get(pool).map(|p| p.segments)
     }
 
+    /// Every pool with its segment count.
+    pub fn segment_counts(&self) -> impl Iterator<Item = (&PoolId, u64)> {
+        self.pools.iter().map(|(id, p)| (id, p.segments))
+    }
+
     pub fn next_seq(&self) -> u64 {
         self.next_seq
     }

@@ -11,7 +11,9 @@
 use std::collections::BTreeMap;
 
 use proptest::test_runner::TestCaseError;
-use stockd_core::{Command, Error, Event, EventKind, HoldId, HoldView, Outcome, PoolView, Reply};
+use stockd_core::{
+    Command, Error, Event, EventKind, HoldId, HoldView, Outcome, PoolId, PoolView, Reply,
+};
 
 use crate::model::{Expect, Model};
 use crate::steps::{hold_id, Memory, Step, CONFIG, HOLDS, START_MS};
@@ -105,6 +107,13 @@ pub fn check_sequence_counting(
     Ok(())
 }
 
+fn note_segments(segments: &mut BTreeMap<PoolId, u64>, model: &Model) {
+    for (pool, count) in model.segment_counts() {
+        let seen = segments.entry(pool.clone()).or_insert(count);
+        *seen = (*seen).max(count);
+    }
+}
+
 /// Error messages of `invalid_request` are prose; the code is the contract.
 pub fn normalise(outcome: &Outcome) -> Outcome {
     match outcome {
@@ -140,6 +149,10 @@ impl Run {
         coverage: &mut Coverage,
     ) -> Result<(), String> {
         let context = format!("step {index} at {} ms", self.now_ms);
+        // The most segments each pool had during the step: its events are checked after all
+        // its commands ran, and one of them may have deleted or remade the pool.
+        let mut segments: BTreeMap<PoolId, u64> = BTreeMap::new();
+        note_segments(&mut segments, &self.model);
         match step {
             Step::Advance { ms, sweep } => {
                 let sweep = *sweep || target.sweeps_before_every_request();
@@ -190,9 +203,11 @@ impl Run {
                     self.memory.note(command, Some(outcome));
                     self.compare_outcome(command, outcome)
                         .map_err(|e| format!("{context}: {e}"))?;
+                    note_segments(&mut segments, &self.model);
                 }
             }
         }
+        note_segments(&mut segments, &self.model);
         let expected = self.model.take_events();
         let mut got = target
             .events_after(self.seen_seq)
@@ -209,7 +224,7 @@ impl Run {
                         .filter(|take| take.pool == item.pool)
                         .map(|take| take.qty)
                         .sum();
-                    let count = self.model.segments_of(&item.pool).unwrap_or(1);
+                    let count = segments.get(&item.pool).copied().unwrap_or(1);
                     let listed = takes.iter().any(|take| take.pool == item.pool);
                     if listed && taken != item.qty {
                         return Err(format!(
@@ -247,8 +262,8 @@ impl Run {
                     && event
                         .pool
                         .as_ref()
-                        .and_then(|pool| self.model.segments_of(pool))
-                        .is_some_and(|segments| segments > 1)
+                        .and_then(|pool| segments.get(pool))
+                        .is_some_and(|&count| count > 1)
             };
             for partition in 0..target.partitions() {
                 let in_partition = |events: &[Event]| -> (Vec<Event>, Vec<String>) {

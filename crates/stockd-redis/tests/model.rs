@@ -260,6 +260,58 @@ fn redis_cluster_of_16_partitions_matches_model() {
     matches_model(&server.url(), 16, 16);
 }
 
+/// A hold of a segmented pool refunded in the request that deletes the pool: its event names
+/// a segment of a pool that no longer exists once the request is over, and is checked against
+/// the segments the pool had (the runner once read them after the request, found the pool
+/// gone and took it for a pool of one segment).
+#[test]
+fn a_hold_refunded_as_its_segmented_pool_is_deleted_matches_model() {
+    use model::{Op, Step};
+    let server = RedisProcess::start_one_node_cluster();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let _entered = runtime.enter();
+    let put = |pool, total, segments| Op::PutPool {
+        pool,
+        total,
+        per_user_limit: None,
+        starts_offset_ms: None,
+        ends_offset_ms: None,
+        low_stock_threshold: None,
+        segments,
+        if_absent: false,
+    };
+    let steps = [
+        Step::Commands(vec![put(0, 6, Some(3))]),
+        Step::Commands(vec![put(1, 0, None)]),
+        Step::Commands(vec![Op::Reserve {
+            hold: 4,
+            user: Some(1),
+            items: vec![(0, 2)],
+            ttl_ms: 2_500,
+            confirm: true,
+            wait_ms: 0,
+        }]),
+        Step::Commands(vec![
+            Op::Refund {
+                hold: 4,
+                restock: true,
+            },
+            Op::DeletePool { pool: 0 },
+        ]),
+    ];
+    // Refunds go to a segment in the order of the partitions' answers: a few runs reach
+    // segments past the first.
+    for _ in 0..8 {
+        let mut target = RedisTarget::open(&runtime, &server.url(), 16).expect("connecting");
+        if let Err(failure) = model::check_sequence(&mut target, &steps) {
+            panic!("{failure}");
+        }
+    }
+}
+
 /// A Redis for stockd-model's rule scenarios: a single Redis, or a one-node Cluster of several
 /// partitions. Its parked requests are the members of the queues of the hold ids and lock names
 /// sent with a wait (`holdq:ID` in the reserve's home, `lockq:NAME` in the lock's partition).
