@@ -20,7 +20,7 @@
 -- Ops that change nothing but what time alone would (a lazy expiry writes events, and counts
 -- through them): a call made only of these bumps no `rev` and is not remembered by CALL_ID.
 S.READ_OPS = { get_pool = true, get_segments = true, get_hold = true, list_pools = true, list_holds = true,
-    restock_seen = true, x_state = true, part_refundable = true, sweep = true, pop_owner = true,
+    x_state = true, part_refundable = true, sweep = true, pop_owner = true,
     seg_get = true }
 local function call(keys, argv)
     S.begin(keys[1], argv)

@@ -43,6 +43,8 @@ impl RedisBackend {
             .collect();
         // Times each command was sent again (a spread pool found, a pool op waited out).
         let mut again = vec![0u32; commands.len()];
+        // Restocks whose request id this request claimed (`claim_request_id`).
+        let mut claimed = vec![false; commands.len()];
         let mut next = 0;
         while next < commands.len() {
             if outcomes[next].is_some() {
@@ -74,14 +76,15 @@ impl RedisBackend {
                 next += 1;
                 continue;
             }
-            // Only a restock naming a request id on a partitioned dataset asks the other
-            // partitions first; every other command goes straight to its group.
-            if shared.asks_other_partitions(&commands[next]) {
-                if let Some(conflict) = self.restock_seen_elsewhere(&commands[next]).await? {
+            // Only a restock naming a request id on a partitioned dataset claims its id first
+            // (once, even when it is sent again); every other command goes straight to its group.
+            if shared.claims_request_id(&commands[next]) && !claimed[next] {
+                if let Some(conflict) = self.claim_request_id(&commands[next], "rid_claim").await? {
                     outcomes[next] = Some(Err(conflict));
                     next += 1;
                     continue;
                 }
+                claimed[next] = true;
             }
             // The rest of the request, up to the next command that goes elsewhere, in one group.
             let partition = shared.first_partition(&commands[next]);
@@ -91,8 +94,8 @@ impl RedisBackend {
                         commands[i],
                         Command::ListPools { .. } | Command::ListHolds { .. }
                     ) && shared.first_partition(&commands[i]) == partition
-                        // Such a restock starts a group of its own, after its check.
-                        && (i == next || !shared.asks_other_partitions(&commands[i]))
+                        // Such a restock starts a group of its own, after its claim.
+                        && (i == next || !shared.claims_request_id(&commands[i]))
                 })
                 .filter(|&i| outcomes[i].is_none())
                 .collect();
@@ -158,6 +161,14 @@ impl RedisBackend {
             }
             next = resume_at;
         }
+        // A refused restock takes its claim back, so that its id stays new (as the core has
+        // it). A request that failed on the way keeps its claims: whether its restock ran is
+        // not known, and the id stays bound to that pool and delta.
+        for (i, command) in commands.iter().enumerate() {
+            if claimed[i] && matches!(outcomes[i], Some(Err(_))) {
+                self.claim_request_id(command, "rid_unclaim").await?;
+            }
+        }
         Ok(outcomes
             .into_iter()
             .map(|outcome| outcome.expect("every command answered"))
@@ -165,14 +176,14 @@ impl RedisBackend {
     }
 
     /// A restock naming a request id, on a dataset of several partitions: the id is remembered
-    /// in the partition of the pool it first restocked, so every other partition is asked
-    /// whether it remembers the id for another pool (a conflict) before the restock runs in its
-    /// own. A retry of the same pool is decided atomically in that pool's partition; only two
-    /// first uses of one id on pools of different partitions, at the same moment, can both
-    /// pass this check.
-    async fn restock_seen_elsewhere(
+    /// in its pool's partition by the call that restocks, so before that call the id is
+    /// claimed (`rid_claim`) in the partition it hashes to, where two first uses of it on pools
+    /// of different partitions meet: the second is a conflict. `rid_unclaim` takes back the
+    /// claim of a restock that was refused. Answers the conflict, if any.
+    async fn claim_request_id(
         &self,
         command: &Command,
+        name: &'static str,
     ) -> Result<Option<Error>, BackendError> {
         let Command::Restock {
             pool,
@@ -183,19 +194,16 @@ impl RedisBackend {
             return Ok(None);
         };
         let shared = &self.shared;
-        let own = shared.first_partition(command);
-        for partition in (0..shared.partitions).filter(|&k| k != own) {
-            let op = Op {
-                name: "restock_seen",
-                args: vec![request_id.to_string(), pool.to_string(), delta.to_string()],
-            };
-            match shared.submit_one(partition, op).await? {
-                Answer::Unseen => {}
-                Answer::Done(Err(conflict)) => return Ok(Some(conflict)),
-                other => return Err(unexpected_answer(&other)),
-            }
+        let op = Op {
+            name,
+            args: vec![request_id.to_string(), pool.to_string(), delta.to_string()],
+        };
+        let partition = crate::keys::partition_of(request_id.as_str(), shared.partitions);
+        match shared.submit_one(partition, op).await? {
+            Answer::Unseen => Ok(None),
+            Answer::Done(Err(conflict)) => Ok(Some(conflict)),
+            other => Err(unexpected_answer(&other)),
         }
-        Ok(None)
     }
 
     /// Finishes one command from the library's answer to it at `partition`.

@@ -17,7 +17,7 @@
 /// of another version.
 macro_rules! library_name {
     () => {
-        "stockd_v9"
+        "stockd_v10"
     };
 }
 
@@ -41,6 +41,7 @@ pub const RELEASED: &[(&str, u64)] = &[
     ("stockd_v7", 4524167667604329455),
     ("stockd_v8", 15751764587899780863),
     ("stockd_v9", 1510726880974697431),
+    ("stockd_v10", 3913726379151470452),
 ];
 
 /// `(name, text)` of each file under `lua/`, the text compiled in.

@@ -32,10 +32,10 @@ impl Shared {
         keys::partition_of(id, self.partitions)
     }
 
-    /// Whether `command` must first ask every other partition (see
-    /// `RedisBackend::restock_seen_elsewhere`): a restock naming a request id, on a dataset of
+    /// Whether `command` must first claim its request id (see
+    /// `RedisBackend::claim_request_id`): a restock naming a request id, on a dataset of
     /// several partitions.
-    pub(crate) fn asks_other_partitions(&self, command: &Command) -> bool {
+    pub(crate) fn claims_request_id(&self, command: &Command) -> bool {
         self.partitions > 1
             && matches!(
                 command,

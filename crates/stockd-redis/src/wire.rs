@@ -272,7 +272,7 @@ pub enum Answer {
     },
     /// The hold lives in another partition.
     Moved(u32),
-    /// `restock_seen`: this partition remembers no conflicting restock of the request id.
+    /// `rid_claim`: the request id is claimed for this restock (`rid_unclaim`: taken back).
     Unseen,
     /// The hold's pools span partitions: run the cross-partition protocol with this partition
     /// as home.

@@ -123,6 +123,98 @@ async fn two_hundred_copies_of_one_request_make_one_hold() {
     assert_eq!(held, 1, "one held event");
 }
 
+/// One request id sent at the same moment to restocks of eight pools (on a Cluster, pools of
+/// several partitions): one of them adds its unit, the other seven are `request_id_conflict`
+/// naming it, round after round. A refused restock leaves its id new for another pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_request_id_sent_to_eight_pools_at_once_restocks_one() {
+    let server = Server::start().await;
+    let api = server.api();
+    let pools: Vec<String> = (0..8).map(|i| format!("rid-pool-{i}")).collect();
+    for pool in &pools {
+        put_pool(&api, pool, json!({"total": 10})).await;
+    }
+    const ROUNDS: usize = 12;
+    for round in 0..ROUNDS {
+        let request_id = format!("shared-{round}");
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(pools.len()));
+        let handles: Vec<_> = pools
+            .iter()
+            .map(|pool| {
+                let (api, barrier) = (api.clone(), barrier.clone());
+                let path = format!("/v1/pools/{pool}/restock");
+                let body = json!({"delta": 1, "request_id": request_id});
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    api.call("POST", &path, Some(body)).await
+                })
+            })
+            .collect();
+        let mut replies = Vec::new();
+        for handle in handles {
+            replies.push(handle.await.expect("restock task"));
+        }
+        let counts = tally(&replies);
+        assert_eq!(
+            (
+                counts.get(&(200, String::new())),
+                counts.get(&(409, "request_id_conflict".to_string()))
+            ),
+            (Some(&1), Some(&7)),
+            "round {round}: one restock applies, seven conflict: {counts:?}"
+        );
+        let winner = &replies.iter().find(|(status, _)| *status == 200).unwrap().1;
+        for (status, body) in &replies {
+            if *status == 409 {
+                assert_eq!(
+                    (&body["request_id"], &body["pool"], &body["delta"]),
+                    (&json!(request_id), &winner["pool"], &json!(1)),
+                    "round {round}: the conflict names the restock that applied: {body}"
+                );
+            }
+        }
+    }
+    let mut total = 0;
+    for pool in &pools {
+        total += api.pool(pool).await["total"].as_u64().unwrap();
+    }
+    assert_eq!(total, 80 + ROUNDS as u64, "each round added one unit");
+    let restocked = api
+        .events_after(0)
+        .await
+        .into_iter()
+        .filter(|event| event["type"] == "restocked")
+        .count();
+    assert_eq!(restocked, ROUNDS, "one restocked event per round");
+
+    // A refused restock leaves its id new: the next pool may use it.
+    let (status, body) = api
+        .call(
+            "POST",
+            &format!("/v1/pools/{}/restock", pools[0]),
+            Some(json!({"delta": -1000, "request_id": "refused-first"})),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["error"]),
+        (409, &json!("insufficient_stock")),
+        "{body}"
+    );
+    let before = api.pool(&pools[5]).await["total"].as_u64().unwrap();
+    let (status, body) = api
+        .call(
+            "POST",
+            &format!("/v1/pools/{}/restock", pools[5]),
+            Some(json!({"delta": 2, "request_id": "refused-first"})),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["total"]),
+        (200, &json!(before + 2)),
+        "{body}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn per_user_limit_holds_under_concurrency() {
     let server = Server::start().await;

@@ -76,13 +76,55 @@ C.restock = function(a)
     return S.pool_reply(pool, false, false)
 end
 
--- restock_seen REQUEST_ID POOL DELTA: on a dataset of several partitions, a restock first asks
--- every partition but its pool's whether the id is remembered there (for a pool of that
--- partition): {"unseen":true}, or the conflict. Reads only.
-C.restock_seen = function(a)
-    local first = S.restock_request_get(a[1])
-    if first and (first.pool ~= a[2] or first.delta ~= tonumber(a[3])) then
-        return S.request_id_conflict(a[1], first)
+-- On a dataset of several partitions a request id is first claimed where the id hashes, in the
+-- key `ridc:ID` (value 'AT_MS DELTA PENDING POOL'), before its restock runs in its pool's
+-- partition: two first uses of one id on pools of different partitions meet there, and the second
+-- is a conflict. PENDING counts the claims not known to be refused: a refused restock takes its
+-- claim back (rid_unclaim), and the key goes when none is left, so a refused restock leaves the id
+-- new as the core has it. A restock that succeeded, or whose answer was lost, keeps its claim until
+-- the id is forgotten (AT_MS + the hold retention, AT_MS of the first claim), which is no later
+-- than its pool's partition forgets it.
+local function rid_claim_get(request_id)
+    local text = redis.call('GET', S.key('ridc', request_id))
+    if not text then return nil end
+    local at_ms, delta, pending, pool = string.match(text, '^(%d+) (%-?%d+) (%d+) (.+)$')
+    at_ms = tonumber(at_ms)
+    if at_ms + S.hold_retention_ms <= S.now then return nil end
+    return { at_ms = at_ms, delta = tonumber(delta), pending = tonumber(pending), pool = pool }
+end
+
+local function rid_claim_put(request_id, claim)
+    local key = S.key('ridc', request_id)
+    if claim.pending == 0 then
+        redis.call('DEL', key)
+        return
+    end
+    redis.call('SET', key, S.int(claim.at_ms) .. ' ' .. S.int(claim.delta) .. ' '
+        .. S.int(claim.pending) .. ' ' .. claim.pool,
+        'PX', S.int(claim.at_ms + S.hold_retention_ms + S.FORGOTTEN_KEY_MARGIN_MS - S.now))
+end
+
+-- rid_claim REQUEST_ID POOL DELTA: {"unseen":true} (the restock may run in its pool's partition),
+-- or the conflict with the id's claim for another pool or delta.
+C.rid_claim = function(a)
+    local request_id, pool, delta = a[1], a[2], tonumber(a[3])
+    local claim = rid_claim_get(request_id)
+    if claim and (claim.pool ~= pool or claim.delta ~= delta) then
+        return S.request_id_conflict(request_id, claim)
+    end
+    claim = claim or { at_ms = S.now, delta = delta, pending = 0, pool = pool }
+    claim.pending = claim.pending + 1
+    rid_claim_put(request_id, claim)
+    return { kind = 'raw', json = '{"unseen":true}' }
+end
+
+-- rid_unclaim REQUEST_ID POOL DELTA: the restock of a claim was refused; takes the claim back.
+C.rid_unclaim = function(a)
+    local request_id, pool, delta = a[1], a[2], tonumber(a[3])
+    local claim = rid_claim_get(request_id)
+    if claim and claim.pool == pool and claim.delta == delta and claim.pending > 0 then
+        claim.pending = claim.pending - 1
+        rid_claim_put(request_id, claim)
     end
     return { kind = 'raw', json = '{"unseen":true}' }
 end
