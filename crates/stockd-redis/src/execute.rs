@@ -79,6 +79,10 @@ impl RedisBackend {
             // Only a restock naming a request id on a partitioned dataset claims its id first
             // (once, even when it is sent again); every other command goes straight to its group.
             if shared.claims_request_id(&commands[next]) && !claimed[next] {
+                // An earlier restock of the request that was refused gives its claim back
+                // first: the same id may come again for another pool in this request.
+                self.take_back_refused_claims(&commands[..next], &mut claimed, &outcomes)
+                    .await?;
                 if let Some(conflict) = self.claim_request_id(&commands[next], "rid_claim").await? {
                     outcomes[next] = Some(Err(conflict));
                     next += 1;
@@ -161,18 +165,30 @@ impl RedisBackend {
             }
             next = resume_at;
         }
-        // A refused restock takes its claim back, so that its id stays new (as the core has
-        // it). A request that failed on the way keeps its claims: whether its restock ran is
-        // not known, and the id stays bound to that pool and delta.
-        for (i, command) in commands.iter().enumerate() {
-            if claimed[i] && matches!(outcomes[i], Some(Err(_))) {
-                self.claim_request_id(command, "rid_unclaim").await?;
-            }
-        }
+        self.take_back_refused_claims(&commands, &mut claimed, &outcomes)
+            .await?;
         Ok(outcomes
             .into_iter()
             .map(|outcome| outcome.expect("every command answered"))
             .collect())
+    }
+
+    /// A refused restock takes its claim back, so that its id stays new (as the core has it).
+    /// A request that failed on the way keeps its claims: whether its restock ran is not known,
+    /// and the id stays bound to that pool and delta.
+    async fn take_back_refused_claims(
+        &self,
+        commands: &[Command],
+        claimed: &mut [bool],
+        outcomes: &[Option<Outcome>],
+    ) -> Result<(), BackendError> {
+        for (i, command) in commands.iter().enumerate() {
+            if claimed[i] && matches!(outcomes[i], Some(Err(_))) {
+                self.claim_request_id(command, "rid_unclaim").await?;
+                claimed[i] = false;
+            }
+        }
+        Ok(())
     }
 
     /// A restock naming a request id, on a dataset of several partitions: the id is remembered

@@ -312,6 +312,43 @@ fn a_hold_refunded_as_its_segmented_pool_is_deleted_matches_model() {
     }
 }
 
+/// A refused restock and a restock of another pool with the same request id, in one request:
+/// the first leaves the id new, so the second applies (on a Cluster the first's claim of the
+/// id is taken back before the second claims it).
+#[test]
+fn a_request_id_refused_then_used_for_another_pool_in_one_request_matches_model() {
+    use model::{Op, Step};
+    let server = RedisProcess::start_one_node_cluster();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let _entered = runtime.enter();
+    let put = |pool| Op::PutPool {
+        pool,
+        total: 5,
+        per_user_limit: None,
+        starts_offset_ms: None,
+        ends_offset_ms: None,
+        low_stock_threshold: None,
+        segments: None,
+        if_absent: false,
+    };
+    let restock = |pool, delta| Op::Restock {
+        pool,
+        delta,
+        request: Some(0),
+    };
+    let steps = [
+        Step::Commands(vec![put(0), put(2)]),
+        Step::Commands(vec![restock(0, -100), restock(2, 1)]),
+    ];
+    let mut target = RedisTarget::open(&runtime, &server.url(), 16).expect("connecting");
+    if let Err(failure) = model::check_sequence(&mut target, &steps) {
+        panic!("{failure}");
+    }
+}
+
 /// A Redis for stockd-model's rule scenarios: a single Redis, or a one-node Cluster of several
 /// partitions. Its parked requests are the members of the queues of the hold ids and lock names
 /// sent with a wait (`holdq:ID` in the reserve's home, `lockq:NAME` in the lock's partition).
