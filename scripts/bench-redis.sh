@@ -10,7 +10,14 @@
 #   2. one stockd server on another fresh Redis, the same load;
 #   3. redis-benchmark -c 50 running EVALSHA of the seeds' Lua check-and-deduct (the coupon
 #      script of seeds/004: the coupon exists, its stock is above zero, take one) on the Redis
-#      of run 2.
+#      of run 2;
+#   4. redis-benchmark -c 50 running EVALSHA of a script that makes only the writes a confirmed
+#      hold needs, in the smallest form we know, for 15 holds per call (stockd's calls carry
+#      about 15 under this load): per hold the user's usage, the record with its expiry, the
+#      three list indexes and the retention queue, and per call the pool's counts, one feed entry
+#      with every event in a compact form and the seq. It checks no rule and reads nothing: the
+#      floor under what any library keeping stockd's features could cost Redis, on the Redis of
+#      run 2.
 # And once, before both: 4. the bare axum JSON handler (crates/stockd-server/examples/bare_axum.rs:
 # parse the hold, answer a fixed object, no state, no Redis) under wrk with the same requests
 # (scripts/wrk/reserve_confirm.lua; the handler has no pools for `stockd bench` to set up and read
@@ -64,6 +71,29 @@ if(tonumber(redis.call('hget', KEYS[1], 'totalNum')) <= 0) then return 2 end
 redis.call('hincrby', KEYS[1], 'totalNum', '-1')
 return 0"
 SEED_KEY='prs:coupon:1'
+
+# Run 4's writes (ARGV[1]: a random number, so that every call makes new hold ids and users).
+FLOOR_HOLDS_PER_CALL=15
+FLOOR_LUA="local base = ARGV[1]
+local events = {}
+for i = 1, $FLOOR_HOLDS_PER_CALL do
+    local id = 'order-' .. base .. '-' .. i
+    local user = 'user-' .. base .. '-' .. i
+    redis.call('HINCRBY', 'stockd:{p0.0}:usage:flash', user, 1)
+    redis.call('SET', 'stockd:{p0.0}:hold:' .. id,
+        'C flash 1 1 ' .. user .. ' 1795956094674 1795956694674 1795956094674', 'PXAT', 1796564494674)
+    redis.call('ZADD', 'stockd:{p0.0}:holds', 0, id)
+    redis.call('ZADD', 'stockd:{p0.0}:pholds:flash', 0, id)
+    redis.call('ZADD', 'stockd:{p0.0}:uholds:' .. user, 0, id)
+    redis.call('ZADD', 'stockd:{p0.0}:forget', 1796560894674, id)
+    events[#events + 1] = 'H ' .. id .. ' ' .. user .. ' flash 1'
+    events[#events + 1] = 'C ' .. id
+end
+redis.call('HINCRBY', 'stockd:{p0.0}:pool:flash', 's', $FLOOR_HOLDS_PER_CALL)
+redis.call('HINCRBY', 'stockd:{p0.0}:pool:flash', 'a', -$FLOOR_HOLDS_PER_CALL)
+redis.call('XADD', 'stockd:{p0.0}:events', 'MAXLEN', '1000000', '*', 'e', table.concat(events, ' '))
+redis.call('HSET', 'stockd:{p0.0}:meta', 'seq', 1, 'rev', 1)
+return 0"
 
 # snap NAME REDIS_PORT [STOCKD_PID...]: everything the analysis needs, before or after a run.
 snap() {
@@ -192,7 +222,7 @@ def stockd_run(mode, label, before, after, report_file, pool_file):
                      redis_cores=d["redis_cpu"] / d["wall"], stockd_cores=d["stockd_cpu"] / d["wall"],
                      load_cores=d["load_cores"],
                      latency=f"{lat['p50_ms']:.2f}/{lat['p99_ms']:.2f}",
-                     others=d["others"], verdict_ok=int(ok),
+                     others=d["others"], verdict_ok=int(ok), aof=d["aof_bytes"] / max(1, sold),
                      other_answers=sum(others.values())).items():
         save(f"{key}.{k}", v)
 
@@ -210,6 +240,17 @@ def evalsha_run(mode, before, after, csv_file, left):
     for k, v in dict(rps=rps, redis_us=d["redis_cpu"] / max(1, ops) * 1e6,
                      eval_us=d["evalsha_usec"] / max(1, ops), others=d["others"]).items():
         save(f"{mode}.evalsha.{k}", v)
+
+def floor_run(mode, before, after, per_call):
+    d = delta(before, after)
+    holds = d["evalshas"] * int(per_call)
+    print(f"[{mode}] the writes of {holds:,} holds alone ({per_call} per EVALSHA): Redis CPU "
+          f"{us(d['redis_cpu'] / max(1, holds))} us per hold; time inside EVALSHA "
+          f"{d['evalsha_usec'] / max(1, holds):.1f} us per hold"
+          + (f"; AOF {d['aof_bytes'] / max(1, holds):,.0f} bytes per hold" if d["aof_bytes"] else ""))
+    for k, v in dict(redis_us=d["redis_cpu"] / max(1, holds) * 1e6,
+                     aof=d["aof_bytes"] / max(1, holds)).items():
+        save(f"{mode}.floor.{k}", v)
 
 def ceiling_run(wrk_file):
     r = wrk(os.path.join(work, wrk_file))
@@ -250,6 +291,10 @@ def table():
     row("Redis CPU us per hold, stockd (2 servers)", lambda m: g(f"{m}.two.redis_us"), ".1f")
     row("Redis CPU us per op, EVALSHA", lambda m: g(f"{m}.evalsha.redis_us"), ".1f")
     row("ratio Redis CPU per hold, stockd / EVALSHA", lambda m: g(f"{m}.one.redis_us") / g(f"{m}.evalsha.redis_us"), ".1f")
+    row("Redis CPU us per hold, its writes alone", lambda m: g(f"{m}.floor.redis_us"), ".1f")
+    row("ratio writes alone / EVALSHA", lambda m: g(f"{m}.floor.redis_us") / g(f"{m}.evalsha.redis_us"), ".2f")
+    row("ratio stockd / writes alone", lambda m: g(f"{m}.one.redis_us") / g(f"{m}.floor.redis_us"), ".1f")
+    row("AOF bytes per hold: stockd / writes alone", lambda m: f"{g(f'{m}.one.aof'):,.0f} / {g(f'{m}.floor.aof'):,.0f}" if g(f"{m}.one.aof") else "-", "")
     row("us inside FCALL per hold / inside EVALSHA", lambda m: f"{g(f'{m}.one.fcall_us'):.1f} / {g(f'{m}.evalsha.eval_us'):.1f}", "")
     row("holds per FCALL (1 server)", lambda m: g(f"{m}.one.holds_per_fcall"), ".1f")
     row("FCALLs per hold (1 server)", lambda m: 1 / g(f"{m}.one.holds_per_fcall"), ".3f")
@@ -267,7 +312,8 @@ def table():
     print(f"answers other than 201: {errors if errors else 'none'}")
 
 if __name__ == "__main__":
-    {"stockd": stockd_run, "evalsha": evalsha_run, "ceiling": ceiling_run, "table": table}[sys.argv[1]](*sys.argv[2:])
+    {"stockd": stockd_run, "evalsha": evalsha_run, "floor": floor_run, "ceiling": ceiling_run,
+     "table": table}[sys.argv[1]](*sys.argv[2:])
 PY
 export WORK OUT DURATION CONNECTIONS
 bench() { python3 "$WORK/bench.py" "$@"; }
@@ -366,6 +412,16 @@ one_mode() { # MODE redis-server persistence arguments...
     snap "$mode-eval-1" "$rport"
     bench evalsha "$mode" "$mode-eval-0" "$mode-eval-1" "$mode-eval.csv" \
         "$(redis-cli -p "$rport" HGET "$SEED_KEY" totalNum)"
+
+    # 4. the writes alone, as many holds as the EVALSHA run made calls (at most 50,000 calls)
+    local fsha; fsha=$(redis-cli -p "$rport" SCRIPT LOAD "$FLOOR_LUA")
+    local fn=$(( n / FLOOR_HOLDS_PER_CALL < 50000 ? n / FLOOR_HOLDS_PER_CALL : 50000 ))
+    fn=$(( fn < 1000 ? 1000 : fn ))
+    snap "$mode-floor-0" "$rport"
+    timeout $((DURATION * 3 + 30)) redis-benchmark -p "$rport" -c "$CONNECTIONS" -n "$fn" -r 1000000000 -q \
+        EVALSHA "$fsha" 0 __rand_int__ > /dev/null
+    snap "$mode-floor-1" "$rport"
+    bench floor "$mode" "$mode-floor-0" "$mode-floor-1" "$FLOOR_HOLDS_PER_CALL"
     stop "$rpid"
 }
 
