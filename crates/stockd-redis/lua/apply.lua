@@ -11,13 +11,36 @@ function S.emit(kind, fields)
 end
 
 -- The same with the event's own fields already as JSON (`,"name":value...`): the hot path.
+-- Layout 1: one stream entry per event, id `0-SEQ`, field `e` the event's JSON, trimmed to the
+-- newest EVENT_RETENTION_MAX entries. Layout 2: the call's events are kept (S.batch) and
+-- written by S.flush_events as one entry.
 function S.emit_json(kind, tail)
     S.seq = S.seq + 1
     S.seq_dirty = true
+    S.published = true
+    if S.layout == '2' then
+        S.batch[#S.batch + 1] = kind .. tail
+        return
+    end
     local seq = S.int(S.seq)
     redis.call('XADD', S.key('events'), 'MAXLEN', S.event_retention_max_text, '0-' .. seq, 'e',
         '{"seq":' .. seq .. ',"at_ms":' .. S.now_text .. ',"type":"' .. kind .. '"' .. tail .. '}')
-    S.published = true
+end
+
+-- Layout 2: a call's events as one stream entry, id `0-LAST_SEQ`, fields `at` (the call's time,
+-- every event's at_ms) and `b`, the events in seq order, each its type and its own fields as
+-- JSON (`held,"hold_id":...`), one per line (no event's JSON holds a raw newline). The entry
+-- names its last seq, so its first is LAST_SEQ + 1 minus its event count. Entries whose events
+-- are all older than the last EVENT_RETENTION_MAX seqs are trimmed (MINID); the feed (main.lua,
+-- `events`) hides the older events of the entry on the window's edge: the newest
+-- EVENT_RETENTION_MAX events are kept, as layout 1 keeps them (S.feed_window_start counts them
+-- across the seq's jump at an accept).
+function S.flush_events()
+    if #S.batch == 0 then return end
+    redis.call('XADD', S.key('events'), 'MINID', '0-' .. S.int(S.feed_window_start(S.seq)),
+        '0-' .. S.int(S.seq),
+        'at', S.now_text, 'b', table.concat(S.batch, '\n'))
+    S.batch = {}
 end
 
 function S.emit_low_stock(pool)

@@ -107,35 +107,88 @@ local function call(keys, argv)
     return out
 end
 
--- FCALL_RO LIBRARY_events 1 META PARTITION DATASET SEQ_FLOOR AFTER LIMIT
+local function entry_last_seq(entry)
+    return tonumber(string.match(entry[1], '^0%-(%d+)$'))
+end
+
+-- The seq of an entry's first event.
+local function entry_first_seq(entry)
+    local fields = entry[2]
+    if fields[1] == 'e' then return entry_last_seq(entry) end
+    local _, newlines = string.gsub(fields[4], '\n', '')
+    return entry_last_seq(entry) - newlines
+end
+
+-- One stream entry's events as { seq, json } pairs, in seq order: a layout-1 entry (`e`) is one
+-- event; a layout-2 entry (`at`, `b`: apply.lua, S.flush_events) is a call's events, its id
+-- their last seq.
+local function entry_events(entry)
+    local fields = entry[2]
+    local last = entry_last_seq(entry)
+    if fields[1] == 'e' then return { { last, fields[2] } } end
+    local at, lines = fields[2], {}
+    for line in string.gmatch(fields[4], '[^\n]+') do lines[#lines + 1] = line end
+    local out = {}
+    for i, line in ipairs(lines) do
+        local seq = last - #lines + i
+        local comma = string.find(line, ',', 1, true)
+        local kind = comma and string.sub(line, 1, comma - 1) or line
+        local rest = comma and string.sub(line, comma) or ''
+        out[i] = { seq, '{"seq":' .. S.int(seq) .. ',"at_ms":' .. at .. ',"type":"' .. kind .. '"'
+            .. rest .. '}' }
+    end
+    return out
+end
+
+-- FCALL_RO LIBRARY_events 1 META PARTITION DATASET SEQ_FLOOR AFTER LIMIT EVENT_RETENTION_MAX
 -- Returns { '!' .. why }; or { next_seq, oldest_kept_seq } when an event after AFTER is no
--- longer kept (the stream, trimmed to the retention, starts past AFTER + 1: the feed answers
--- events_expired); or { next_seq, 0, json_1, ..., json_n } with the events of seq > AFTER, at
--- most LIMIT. Mirrors stockd-engine's feed, which decides the same for the embedded backend.
+-- longer kept (the oldest event kept is past AFTER + 1: the feed answers events_expired); or
+-- { next_seq, 0, json_1, ..., json_n } with the events of seq > AFTER, at most LIMIT. The
+-- events kept are the newest EVENT_RETENTION_MAX: in layout 1 the stream holds exactly those
+-- (trimmed by count); in layout 2 the entry on the window's edge may hold older ones, which are
+-- not answered (S.feed_window_start). Mirrors stockd-engine's feed, which decides the same for the embedded backend.
 local function events(keys, argv)
-    S.begin(keys[1], { argv[1], argv[2], argv[3], '0', '0', '0', '0' })
+    S.begin(keys[1], { argv[1], argv[2], argv[3], '0', '0', '0', argv[6] })
     local refused = S.check_dataset()
     if refused then return { '!' .. refused } end
     local stream = S.key('events')
     local seq = tonumber(redis.call('HGET', S.meta, 'seq') or '0')
     local after = tonumber(argv[4])
+    local limit = tonumber(argv[5])
     local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', '1')
+    local oldest = 0
     if #first > 0 then
-        local oldest = tonumber(string.match(first[1][1], '^0%-(%d+)$'))
+        oldest = entry_first_seq(first[1])
+        if S.layout == '2' then
+            local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', '1')
+            oldest = math.max(oldest, S.feed_window_start(entry_last_seq(last[1])))
+        end
         -- An AFTER of 2^53 or more (as a double, AFTER + 1 may round to it) is past every seq:
         -- nothing after it was ever dropped.
         if after + 1 < oldest then return { seq, oldest } end
     end
     local out = { seq, 0 }
     -- Seqs stay below 2^53 (exact in a double): no event comes after a larger AFTER, and XRANGE
-    -- cannot start after the largest stream id (AFTER = 2^64 - 1) at all.
+    -- cannot start after the largest stream id (AFTER = 2^64 - 1) at all. An entry names its
+    -- last seq, so the one holding AFTER + 1 is the first after AFTER; each holds one event at
+    -- least, so LIMIT entries hold LIMIT events.
     local entries = {}
     if after < S.SEQ_LIMIT then
         entries = redis.call('XRANGE', stream, '(0-' .. argv[4], '+', 'COUNT', argv[5])
     end
-    for _, entry in ipairs(entries) do out[#out + 1] = entry[2][2] end
+    for _, entry in ipairs(entries) do
+        for _, event in ipairs(entry_events(entry)) do
+            if event[1] > after and event[1] >= oldest and #out - 2 < limit then
+                out[#out + 1] = event[2]
+            end
+        end
+    end
     return out
 end
+
+-- The layout a new dataset is made in: 2 (a call's events in one stream entry). A dataset made
+-- in layout 1 (by stockd_v9 or earlier) stays in it: every call reads and writes it as then.
+S.NEW_LAYOUT = '2'
 
 -- FCALL LIBRARY_init 1 META DATASET PARTITIONS [SETTING VALUE]...: writes the marker of a new
 -- dataset unless one is there (none when DATASET is ''), and stores each fleet setting (the
@@ -146,13 +199,13 @@ end
 local function init(keys, argv)
     local meta = redis.call('HMGET', keys[1], 'dataset', 'partitions', 'layout')
     if not meta[1] and argv[1] ~= '' then
-        redis.call('HSET', keys[1], 'dataset', argv[1], 'partitions', argv[2], 'layout', '1')
-        meta = { argv[1], argv[2], '1' }
+        redis.call('HSET', keys[1], 'dataset', argv[1], 'partitions', argv[2], 'layout', S.NEW_LAYOUT)
+        meta = { argv[1], argv[2], S.NEW_LAYOUT }
     end
     local out = { meta[1], meta[2], meta[3] }
     for i = 3, #argv - 1, 2 do
         local stored = redis.call('HGET', keys[1], argv[i])
-        if not stored and meta[1] and meta[3] == '1' then
+        if not stored and meta[1] and (meta[3] == '1' or meta[3] == '2') then
             redis.call('HSET', keys[1], argv[i], argv[i + 1])
             stored = argv[i + 1]
         end
@@ -189,14 +242,23 @@ end
 local function accept(keys, argv)
     local time = redis.call('TIME')
     local floor = tonumber(time[1]) * 1000000 + tonumber(time[2])
-    floor = math.max(floor, last_stream_seq(string.sub(keys[1], 1, -5) .. 'events'))
+    local stream_last = last_stream_seq(string.sub(keys[1], 1, -5) .. 'events')
+    floor = math.max(floor, stream_last)
     if floor >= S.SEQ_LIMIT then error('stockd: the Redis clock is past what a seq can hold') end
     for _, counter in ipairs(S.ACCEPT_COUNTERS) do
         if tonumber(redis.call('HGET', keys[1], counter) or '0') < floor then
             redis.call('HSET', keys[1], counter, S.int(floor))
         end
     end
-    redis.call('HSET', keys[1], 'dataset', argv[1], 'partitions', argv[2], 'layout', '1')
+    -- The seq's jump, for the feed's window in layout 2 (S.feed_window_start): the events kept
+    -- from before it still count among the newest.
+    redis.call('HSET', keys[1], 'jfrom', S.int(stream_last),
+        'jto', redis.call('HGET', keys[1], 'seq'))
+    -- The layout stays the one the partition has (its stream's entries are in it); a partition
+    -- whose meta is gone takes a new dataset's.
+    local layout = redis.call('HGET', keys[1], 'layout')
+    if layout ~= '1' and layout ~= '2' then layout = S.NEW_LAYOUT end
+    redis.call('HSET', keys[1], 'dataset', argv[1], 'partitions', argv[2], 'layout', layout)
     return 'OK'
 end
 

@@ -46,6 +46,8 @@ function S.begin(meta_key, argv)
     S.created_holds = {}
     S.woken = {}
     S.published = false
+    -- A layout-2 partition's events of the call, written as one stream entry (S.finish).
+    S.batch = {}
     -- Per call: pools read (id -> pool, or false when there is none) and whose counters changed,
     -- written once at the end of the call (S.finish), and the partition's event counter. A batch
     -- of holds on one hot pool then reads and writes that pool once, not once per hold.
@@ -95,6 +97,7 @@ end
 -- in the same write as the event counter.
 function S.finish(bump_rev)
     S.zflush()
+    S.flush_events()
     for _, id in ipairs(S.dirty_order) do
         local pool = S.dirty[id] and S.pools[id]
         if pool then
@@ -125,20 +128,33 @@ end
 -- one that has less than the server saw: an event seq below SEQ_FLOOR, or a change counter below
 -- REV_FLOOR (see `call` in main.lua; nil for a call that reads only).
 function S.check_dataset(rev_floor)
-    local meta = redis.call('HMGET', S.meta, 'dataset', 'seq', 'layout', 'rev')
+    local meta = redis.call('HMGET', S.meta, 'dataset', 'seq', 'layout', 'rev', 'jfrom', 'jto')
     if meta[1] ~= S.dataset then
         return 'dataset_mismatch'
     end
-    if meta[3] ~= '1' then
+    if meta[3] ~= '1' and meta[3] ~= '2' then
         return 'layout_unknown'
     end
+    S.layout = meta[3]
     S.seq = tonumber(meta[2] or '0')
     S.seq_at_begin = S.seq
     S.rev = tonumber(meta[4] or '0')
+    S.jump_from = tonumber(meta[5] or '0')
+    S.jump_to = tonumber(meta[6] or '0')
     if S.seq < S.seq_floor or (rev_floor and S.rev < rev_floor) then
         return 'dataset_regressed'
     end
     return nil
+end
+
+-- Layout 2: the oldest seq the feed keeps once the newest is NEWEST, the newest
+-- EVENT_RETENTION_MAX events. Seqs run on without gaps but at the last accept (main.lua), which
+-- moved the seq from the stream's last id JUMP_FROM to JUMP_TO: a window reaching back past it
+-- goes as many events further back as there were before the jump.
+function S.feed_window_start(newest)
+    local start = newest - S.event_retention_max + 1
+    if start <= S.jump_to then start = start - (S.jump_to - S.jump_from) end
+    return math.max(start, 1)
 end
 
 -- The channel of this dataset's wake-ups (waits.rs): pub/sub ignores the DB number, so each

@@ -210,11 +210,11 @@ pub(crate) async fn init(
                 partition_keys.meta()
             )));
         };
-        if layout != library::LAYOUT_VERSION {
+        if !library::LAYOUTS.contains(&layout.as_str()) {
             return Err(StartError::Dataset(format!(
                 "Redis holds a stockd dataset of layout version {layout}; this server knows \
-                 version {}",
-                library::LAYOUT_VERSION
+                 versions {}",
+                library::LAYOUTS.join(" and ")
             )));
         }
         compare_settings(&meta, config, partition_keys)?;
@@ -262,7 +262,7 @@ pub(crate) async fn check_settings(
     for partition_keys in keys {
         let meta = init_partition(link, partition_keys, "", config, placement).await?;
         if let [Some(_), Some(_), Some(layout), ..] = meta.as_slice() {
-            if layout == library::LAYOUT_VERSION {
+            if library::LAYOUTS.contains(&layout.as_str()) {
                 compare_settings(&meta, config, partition_keys)?;
                 let stored = stored_placement(&meta, config, partition_keys)?;
                 if &stored != placement {

@@ -23,7 +23,9 @@ impl RedisBackend {
     ) -> Result<Result<EventPage, Error>, BackendError> {
         let shared = &self.shared;
         let mut cmd = shared.call_args(library::FN_EVENTS, partition);
-        cmd.arg(after).arg(limit);
+        cmd.arg(after)
+            .arg(limit)
+            .arg(shared.config.event_retention_max);
         let value = shared
             .link
             .fcall(&cmd)

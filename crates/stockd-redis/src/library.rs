@@ -22,7 +22,10 @@ macro_rules! library_name {
 }
 
 pub const LIBRARY_NAME: &str = library_name!();
-pub const LAYOUT_VERSION: &str = "1";
+/// The key layouts this library reads and writes (a dataset keeps the one it was made in), and
+/// the one a new dataset is made in (`S.NEW_LAYOUT` in main.lua). Layout 2 writes a call's
+/// events as one stream entry.
+pub const LAYOUTS: &[&str] = &["1", "2"];
 
 pub const FN_CALL: &str = concat!(library_name!(), "_call");
 pub const FN_EVENTS: &str = concat!(library_name!(), "_events");
@@ -41,7 +44,7 @@ pub const RELEASED: &[(&str, u64)] = &[
     ("stockd_v7", 4524167667604329455),
     ("stockd_v8", 15751764587899780863),
     ("stockd_v9", 1510726880974697431),
-    ("stockd_v10", 3913726379151470452),
+    ("stockd_v10", 17598287296793736997),
 ];
 
 /// `(name, text)` of each file under `lua/`, the text compiled in.

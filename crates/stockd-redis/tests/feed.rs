@@ -21,14 +21,46 @@ async fn page(backend: &RedisBackend, after: u64) -> Result<EventPage, Error> {
         .expect("Redis answers")
 }
 
+/// In the layout a new dataset is made in (2: a call's events in one stream entry, so the
+/// window's edge falls inside an entry).
 #[test]
 fn a_page_is_expired_exactly_when_an_event_after_it_is_no_longer_kept() {
+    window_is_exact(None);
+}
+
+/// The same on a dataset of layout 1 (made by stockd_v9 or earlier: one entry per event).
+#[test]
+fn a_page_is_expired_exactly_when_an_event_after_it_is_no_longer_kept_in_layout_1() {
+    window_is_exact(Some("1"));
+}
+
+fn window_is_exact(layout: Option<&str>) {
     let server = RedisProcess::start(&[]);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let mut redis = redis::Client::open(server.url())
+        .and_then(|client| client.get_connection())
+        .expect("redis connection");
     runtime.block_on(async {
         let mut config = RedisConfig::new(Target::Single(server.url()));
         config.event_retention_max = RETAINED;
         let backend = RedisBackend::connect(config).await.expect("connect");
+        let meta = "stockd:{p0.0}:meta";
+        if let Some(layout) = layout {
+            // Before any event: as if an older version had made the dataset.
+            let () = redis::cmd("HSET")
+                .arg(meta)
+                .arg("layout")
+                .arg(layout)
+                .query(&mut redis)
+                .map(|_: i64| ())
+                .expect("HSET layout");
+        }
+        let made_in: String = redis::cmd("HGET")
+            .arg(meta)
+            .arg("layout")
+            .query(&mut redis)
+            .expect("HGET layout");
+        assert_eq!(made_in, layout.unwrap_or("2"));
         let pool = PoolId::parse("p").unwrap();
         let spec = PoolSpec {
             total: 10,
@@ -58,6 +90,13 @@ fn a_page_is_expired_exactly_when_an_event_after_it_is_no_longer_kept() {
             .collect();
         let outcomes = backend.execute(restocks).await.expect("restocks");
         assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+        // Layout 1 keeps one entry per event, the newest RETAINED; layout 2 only the restocks'
+        // entry (one call: the put's is trimmed), the window's edge inside it.
+        let entries: usize = redis::cmd("XLEN")
+            .arg("stockd:{p0.0}:events")
+            .query(&mut redis)
+            .expect("XLEN");
+        assert_eq!(entries, if layout == Some("1") { RETAINED } else { 1 });
 
         let Err(Error::EventsExpired { after, oldest_seq }) = page(&backend, 0).await else {
             panic!("the events from the start are trimmed");
@@ -85,6 +124,106 @@ fn a_page_is_expired_exactly_when_an_event_after_it_is_no_longer_kept() {
             assert!(empty.events.is_empty());
             assert_eq!(empty.next_after, after);
         }
+        backend.shutdown().await.expect("shutdown");
+    });
+}
+
+/// After an accepted loss the seq jumps up to the clock; the window still counts the newest
+/// `event_retention_max` events, those from before the jump included, in both layouts.
+#[test]
+fn the_window_counts_the_events_kept_from_before_an_accept() {
+    window_counts_across_an_accept(None);
+}
+
+#[test]
+fn the_window_counts_the_events_kept_from_before_an_accept_in_layout_1() {
+    window_counts_across_an_accept(Some("1"));
+}
+
+fn window_counts_across_an_accept(layout: Option<&str>) {
+    let server = RedisProcess::start(&[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let mut redis = redis::Client::open(server.url())
+        .and_then(|client| client.get_connection())
+        .expect("redis connection");
+    runtime.block_on(async {
+        let mut config = RedisConfig::new(Target::Single(server.url()));
+        config.event_retention_max = RETAINED;
+        let backend = RedisBackend::connect(config).await.expect("connect");
+        if let Some(layout) = layout {
+            let _: i64 = redis::cmd("HSET")
+                .arg("stockd:{p0.0}:meta")
+                .arg("layout")
+                .arg(layout)
+                .query(&mut redis)
+                .expect("HSET layout");
+        }
+        let pool = PoolId::parse("p").unwrap();
+        let put = Command::PutPool {
+            pool: pool.clone(),
+            spec: PoolSpec {
+                total: 10,
+                per_user_limit: None,
+                starts_at_ms: None,
+                ends_at_ms: None,
+                low_stock_threshold: None,
+            },
+            segments: None,
+            if_absent: false,
+        };
+        let restock = || Command::Restock {
+            pool: pool.clone(),
+            delta: 1,
+            request_id: None,
+        };
+        // Seqs 1, 2 and 3, one call each: all kept.
+        for command in [put, restock(), restock()] {
+            let outcomes = backend.execute(vec![command]).await.expect("execute");
+            assert!(outcomes[0].is_ok(), "{outcomes:?}");
+        }
+        let seqs = |page: &EventPage| page.events.iter().map(|e| e.seq).collect::<Vec<u64>>();
+        assert_eq!(seqs(&page(&backend, 0).await.expect("all kept")), [1, 2, 3]);
+
+        stockd_redis::accept(&Target::Single(server.url()), 1)
+            .await
+            .expect("accept");
+        // The first event after the jump pushes out seq 1 only.
+        let mut outcomes = backend.execute(vec![restock()]).await.expect("restock");
+        for _ in 0..50 {
+            if outcomes[0].is_ok() {
+                break;
+            }
+            // The server adopts the accepted marker at its next call.
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            outcomes = backend.execute(vec![restock()]).await.expect("restock");
+        }
+        assert!(outcomes[0].is_ok(), "{outcomes:?}");
+        assert_eq!(
+            page(&backend, 0).await.unwrap_err(),
+            Error::EventsExpired {
+                after: 0,
+                oldest_seq: 2
+            }
+        );
+        let kept = page(&backend, 1).await.expect("from the oldest kept");
+        let after_jump = kept.events[2].seq;
+        assert_eq!(seqs(&kept), [2, 3, after_jump]);
+        assert!(after_jump > 1_000_000, "the seq jumped: {after_jump}");
+
+        // The next one pushes out seq 2.
+        let outcomes = backend.execute(vec![restock()]).await.expect("restock");
+        assert!(outcomes[0].is_ok(), "{outcomes:?}");
+        assert_eq!(
+            page(&backend, 1).await.unwrap_err(),
+            Error::EventsExpired {
+                after: 1,
+                oldest_seq: 3
+            }
+        );
+        assert_eq!(
+            seqs(&page(&backend, 2).await.expect("from the oldest kept")),
+            [3, after_jump, after_jump + 1]
+        );
         backend.shutdown().await.expect("shutdown");
     });
 }

@@ -170,6 +170,15 @@ async fn after_an_accepted_loss_no_token_or_seq_is_handed_out_again() {
         new.iter().any(|event| event["hold_id"] == "h3"),
         "the consumer at seq {checkpoint} does not get h3's event: {new:?}"
     );
+    // A consumer that lost its checkpoint reads the feed kept again from 0: the events from
+    // before the loss that Redis still has, then the new ones (the seq's jump does not push
+    // them out of the window).
+    let all = events_after(&api, 0).await;
+    assert!(
+        all.iter().any(|event| event["hold_id"] == "h1")
+            && all.iter().any(|event| event["hold_id"] == "h3"),
+        "the feed from 0 keeps h1's events and has h3's: {all:?}"
+    );
     // Seqs stay exact in every JSON reader (JavaScript's numbers included).
     for event in &new {
         assert!(event["seq"].as_u64().expect("seq") < 1 << 53, "{event}");

@@ -221,7 +221,7 @@ async fn a_server_refuses_a_layout_it_does_not_know() {
     assert_eq!(
         redis
             .redis
-            .cli(&["HSET", "stockd:{p0.0}:meta", "layout", "2"]),
+            .cli(&["HSET", "stockd:{p0.0}:meta", "layout", "3"]),
         "0"
     );
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_stockd"))
@@ -236,5 +236,5 @@ async fn a_server_refuses_a_layout_it_does_not_know() {
         .expect("run stockd serve");
     assert!(!output.status.success(), "started on an unknown layout");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("layout version 2"), "{stderr}");
+    assert!(stderr.contains("layout version 3"), "{stderr}");
 }
