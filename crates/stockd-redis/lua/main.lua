@@ -146,7 +146,8 @@ end
 -- { next_seq, 0, json_1, ..., json_n } with the events of seq > AFTER, at most LIMIT. The
 -- events kept are the newest EVENT_RETENTION_MAX: in layout 1 the stream holds exactly those
 -- (trimmed by count); in layout 2 the entry on the window's edge may hold older ones, which are
--- not answered (S.feed_window_start). Mirrors stockd-engine's feed, which decides the same for the embedded backend.
+-- not answered (S.feed_window_start). Mirrors stockd-engine's feed, which decides the same for
+-- the embedded backend.
 local function events(keys, argv)
     S.begin(keys[1], { argv[1], argv[2], argv[3], '0', '0', '0', argv[6] })
     local refused = S.check_dataset()
@@ -199,7 +200,8 @@ S.NEW_LAYOUT = '2'
 local function init(keys, argv)
     local meta = redis.call('HMGET', keys[1], 'dataset', 'partitions', 'layout')
     if not meta[1] and argv[1] ~= '' then
-        redis.call('HSET', keys[1], 'dataset', argv[1], 'partitions', argv[2], 'layout', S.NEW_LAYOUT)
+        redis.call('HSET', keys[1], 'dataset', argv[1], 'partitions', argv[2],
+            'layout', S.NEW_LAYOUT)
         meta = { argv[1], argv[2], S.NEW_LAYOUT }
     end
     local out = { meta[1], meta[2], meta[3] }

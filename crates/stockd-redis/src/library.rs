@@ -44,7 +44,7 @@ pub const RELEASED: &[(&str, u64)] = &[
     ("stockd_v7", 4524167667604329455),
     ("stockd_v8", 15751764587899780863),
     ("stockd_v9", 1510726880974697431),
-    ("stockd_v10", 17598287296793736997),
+    ("stockd_v10", 16204500529167765093),
 ];
 
 /// `(name, text)` of each file under `lua/`, the text compiled in.
