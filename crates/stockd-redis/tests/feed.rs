@@ -21,6 +21,34 @@ async fn page(backend: &RedisBackend, after: u64) -> Result<EventPage, Error> {
         .expect("Redis answers")
 }
 
+/// A backend keeping RETAINED events, on a new dataset in `layout` (set before any event, as if
+/// an older version had made the dataset), or in the layout a new dataset is made in (2).
+async fn backend_in_layout(
+    server: &RedisProcess,
+    redis: &mut redis::Connection,
+    layout: Option<&str>,
+) -> RedisBackend {
+    let mut config = RedisConfig::new(Target::Single(server.url()));
+    config.event_retention_max = RETAINED;
+    let backend = RedisBackend::connect(config).await.expect("connect");
+    let meta = "stockd:{p0.0}:meta";
+    if let Some(layout) = layout {
+        let _: i64 = redis::cmd("HSET")
+            .arg(meta)
+            .arg("layout")
+            .arg(layout)
+            .query(redis)
+            .expect("HSET layout");
+    }
+    let made_in: String = redis::cmd("HGET")
+        .arg(meta)
+        .arg("layout")
+        .query(redis)
+        .expect("HGET layout");
+    assert_eq!(made_in, layout.unwrap_or("2"));
+    backend
+}
+
 /// In the layout a new dataset is made in (2: a call's events in one stream entry, so the
 /// window's edge falls inside an entry).
 #[test]
@@ -41,26 +69,7 @@ fn window_is_exact(layout: Option<&str>) {
         .and_then(|client| client.get_connection())
         .expect("redis connection");
     runtime.block_on(async {
-        let mut config = RedisConfig::new(Target::Single(server.url()));
-        config.event_retention_max = RETAINED;
-        let backend = RedisBackend::connect(config).await.expect("connect");
-        let meta = "stockd:{p0.0}:meta";
-        if let Some(layout) = layout {
-            // Before any event: as if an older version had made the dataset.
-            let () = redis::cmd("HSET")
-                .arg(meta)
-                .arg("layout")
-                .arg(layout)
-                .query(&mut redis)
-                .map(|_: i64| ())
-                .expect("HSET layout");
-        }
-        let made_in: String = redis::cmd("HGET")
-            .arg(meta)
-            .arg("layout")
-            .query(&mut redis)
-            .expect("HGET layout");
-        assert_eq!(made_in, layout.unwrap_or("2"));
+        let backend = backend_in_layout(&server, &mut redis, layout).await;
         let pool = PoolId::parse("p").unwrap();
         let spec = PoolSpec {
             total: 10,
@@ -147,17 +156,7 @@ fn window_counts_across_an_accept(layout: Option<&str>) {
         .and_then(|client| client.get_connection())
         .expect("redis connection");
     runtime.block_on(async {
-        let mut config = RedisConfig::new(Target::Single(server.url()));
-        config.event_retention_max = RETAINED;
-        let backend = RedisBackend::connect(config).await.expect("connect");
-        if let Some(layout) = layout {
-            let _: i64 = redis::cmd("HSET")
-                .arg("stockd:{p0.0}:meta")
-                .arg("layout")
-                .arg(layout)
-                .query(&mut redis)
-                .expect("HSET layout");
-        }
+        let backend = backend_in_layout(&server, &mut redis, layout).await;
         let pool = PoolId::parse("p").unwrap();
         let put = Command::PutPool {
             pool: pool.clone(),

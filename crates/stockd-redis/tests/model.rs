@@ -260,20 +260,26 @@ fn redis_cluster_of_16_partitions_matches_model() {
     matches_model(&server.url(), 16, 16);
 }
 
-/// A hold of a segmented pool refunded in the request that deletes the pool: its event names
-/// a segment of a pool that no longer exists once the request is over, and is checked against
-/// the segments the pool had (the runner once read them after the request, found the pool
-/// gone and took it for a pool of one segment).
-#[test]
-fn a_hold_refunded_as_its_segmented_pool_is_deleted_matches_model() {
-    use model::{Op, Step};
+/// Runs `steps` against the model `runs` times, each on a fresh dataset of 16 partitions of a
+/// one-node Cluster.
+fn fixed_sequence_on_16_partitions(steps: &[model::Step], runs: usize) {
     let server = RedisProcess::start_one_node_cluster();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
     let _entered = runtime.enter();
-    let put = |pool, total, segments| Op::PutPool {
+    for _ in 0..runs {
+        let mut target = RedisTarget::open(&runtime, &server.url(), 16).expect("connecting");
+        if let Err(failure) = model::check_sequence(&mut target, steps) {
+            panic!("{failure}");
+        }
+    }
+}
+
+/// `PUT` of pool `pool` (an index into the model's pools) with `total` units and no rules.
+fn put_pool(pool: usize, total: u64, segments: Option<u64>) -> model::Op {
+    model::Op::PutPool {
         pool,
         total,
         per_user_limit: None,
@@ -282,10 +288,19 @@ fn a_hold_refunded_as_its_segmented_pool_is_deleted_matches_model() {
         low_stock_threshold: None,
         segments,
         if_absent: false,
-    };
+    }
+}
+
+/// A hold of a segmented pool refunded in the request that deletes the pool: its event names
+/// a segment of a pool that no longer exists once the request is over, and is checked against
+/// the segments the pool had (the runner once read them after the request, found the pool
+/// gone and took it for a pool of one segment).
+#[test]
+fn a_hold_refunded_as_its_segmented_pool_is_deleted_matches_model() {
+    use model::{Op, Step};
     let steps = [
-        Step::Commands(vec![put(0, 6, Some(3))]),
-        Step::Commands(vec![put(1, 0, None)]),
+        Step::Commands(vec![put_pool(0, 6, Some(3))]),
+        Step::Commands(vec![put_pool(1, 0, None)]),
         Step::Commands(vec![Op::Reserve {
             hold: 4,
             user: Some(1),
@@ -304,12 +319,7 @@ fn a_hold_refunded_as_its_segmented_pool_is_deleted_matches_model() {
     ];
     // Refunds go to a segment in the order of the partitions' answers: a few runs reach
     // segments past the first.
-    for _ in 0..8 {
-        let mut target = RedisTarget::open(&runtime, &server.url(), 16).expect("connecting");
-        if let Err(failure) = model::check_sequence(&mut target, &steps) {
-            panic!("{failure}");
-        }
-    }
+    fixed_sequence_on_16_partitions(&steps, 8);
 }
 
 /// A refused restock and a restock of another pool with the same request id, in one request:
@@ -318,35 +328,16 @@ fn a_hold_refunded_as_its_segmented_pool_is_deleted_matches_model() {
 #[test]
 fn a_request_id_refused_then_used_for_another_pool_in_one_request_matches_model() {
     use model::{Op, Step};
-    let server = RedisProcess::start_one_node_cluster();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let _entered = runtime.enter();
-    let put = |pool| Op::PutPool {
-        pool,
-        total: 5,
-        per_user_limit: None,
-        starts_offset_ms: None,
-        ends_offset_ms: None,
-        low_stock_threshold: None,
-        segments: None,
-        if_absent: false,
-    };
     let restock = |pool, delta| Op::Restock {
         pool,
         delta,
         request: Some(0),
     };
     let steps = [
-        Step::Commands(vec![put(0), put(2)]),
+        Step::Commands(vec![put_pool(0, 5, None), put_pool(2, 5, None)]),
         Step::Commands(vec![restock(0, -100), restock(2, 1)]),
     ];
-    let mut target = RedisTarget::open(&runtime, &server.url(), 16).expect("connecting");
-    if let Err(failure) = model::check_sequence(&mut target, &steps) {
-        panic!("{failure}");
-    }
+    fixed_sequence_on_16_partitions(&steps, 1);
 }
 
 /// A Redis for stockd-model's rule scenarios: a single Redis, or a one-node Cluster of several
