@@ -21,6 +21,41 @@ async fn page(backend: &RedisBackend, after: u64) -> Result<EventPage, Error> {
         .expect("Redis answers")
 }
 
+/// A redis-server of the test's own, a runtime and a plain connection to read keys with.
+fn start() -> (RedisProcess, tokio::runtime::Runtime, redis::Connection) {
+    let server = RedisProcess::start(&[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let redis = redis::Client::open(server.url())
+        .and_then(|client| client.get_connection())
+        .expect("redis connection");
+    (server, runtime, redis)
+}
+
+/// `PUT` of pool `p`, 10 units, no rules.
+fn put_p() -> Command {
+    Command::PutPool {
+        pool: PoolId::parse("p").unwrap(),
+        spec: PoolSpec {
+            total: 10,
+            per_user_limit: None,
+            starts_at_ms: None,
+            ends_at_ms: None,
+            low_stock_threshold: None,
+        },
+        segments: None,
+        if_absent: false,
+    }
+}
+
+/// One more unit in pool `p`.
+fn restock_p() -> Command {
+    Command::Restock {
+        pool: PoolId::parse("p").unwrap(),
+        delta: 1,
+        request_id: None,
+    }
+}
+
 /// A backend keeping RETAINED events, on a new dataset in `layout` (set before any event, as if
 /// an older version had made the dataset), or in the layout a new dataset is made in (2).
 async fn backend_in_layout(
@@ -63,40 +98,16 @@ fn a_page_is_expired_exactly_when_an_event_after_it_is_no_longer_kept_in_layout_
 }
 
 fn window_is_exact(layout: Option<&str>) {
-    let server = RedisProcess::start(&[]);
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let mut redis = redis::Client::open(server.url())
-        .and_then(|client| client.get_connection())
-        .expect("redis connection");
+    let (server, runtime, mut redis) = start();
     runtime.block_on(async {
         let backend = backend_in_layout(&server, &mut redis, layout).await;
-        let pool = PoolId::parse("p").unwrap();
-        let spec = PoolSpec {
-            total: 10,
-            per_user_limit: None,
-            starts_at_ms: None,
-            ends_at_ms: None,
-            low_stock_threshold: None,
-        };
-        let put = Command::PutPool {
-            pool: pool.clone(),
-            spec,
-            segments: None,
-            if_absent: false,
-        };
-        let outcomes = backend.execute(vec![put]).await.expect("put");
+        let outcomes = backend.execute(vec![put_p()]).await.expect("put");
         assert!(outcomes[0].is_ok(), "{outcomes:?}");
         // Nothing trimmed yet: the whole feed from the start.
         let first = page(&backend, 0).await.expect("nothing trimmed yet");
         assert!(!first.events.is_empty() && first.events.len() <= RETAINED);
 
-        let restocks = (0..2 * RETAINED)
-            .map(|_| Command::Restock {
-                pool: pool.clone(),
-                delta: 1,
-                request_id: None,
-            })
-            .collect();
+        let restocks = (0..2 * RETAINED).map(|_| restock_p()).collect();
         let outcomes = backend.execute(restocks).await.expect("restocks");
         assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
         // Layout 1 keeps one entry per event, the newest RETAINED; layout 2 only the restocks'
@@ -150,33 +161,11 @@ fn the_window_counts_the_events_kept_from_before_an_accept_in_layout_1() {
 }
 
 fn window_counts_across_an_accept(layout: Option<&str>) {
-    let server = RedisProcess::start(&[]);
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let mut redis = redis::Client::open(server.url())
-        .and_then(|client| client.get_connection())
-        .expect("redis connection");
+    let (server, runtime, mut redis) = start();
     runtime.block_on(async {
         let backend = backend_in_layout(&server, &mut redis, layout).await;
-        let pool = PoolId::parse("p").unwrap();
-        let put = Command::PutPool {
-            pool: pool.clone(),
-            spec: PoolSpec {
-                total: 10,
-                per_user_limit: None,
-                starts_at_ms: None,
-                ends_at_ms: None,
-                low_stock_threshold: None,
-            },
-            segments: None,
-            if_absent: false,
-        };
-        let restock = || Command::Restock {
-            pool: pool.clone(),
-            delta: 1,
-            request_id: None,
-        };
         // Seqs 1, 2 and 3, one call each: all kept.
-        for command in [put, restock(), restock()] {
+        for command in [put_p(), restock_p(), restock_p()] {
             let outcomes = backend.execute(vec![command]).await.expect("execute");
             assert!(outcomes[0].is_ok(), "{outcomes:?}");
         }
@@ -187,14 +176,14 @@ fn window_counts_across_an_accept(layout: Option<&str>) {
             .await
             .expect("accept");
         // The first event after the jump pushes out seq 1 only.
-        let mut outcomes = backend.execute(vec![restock()]).await.expect("restock");
+        let mut outcomes = backend.execute(vec![restock_p()]).await.expect("restock");
         for _ in 0..50 {
             if outcomes[0].is_ok() {
                 break;
             }
             // The server adopts the accepted marker at its next call.
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            outcomes = backend.execute(vec![restock()]).await.expect("restock");
+            outcomes = backend.execute(vec![restock_p()]).await.expect("restock");
         }
         assert!(outcomes[0].is_ok(), "{outcomes:?}");
         assert_eq!(
@@ -210,7 +199,7 @@ fn window_counts_across_an_accept(layout: Option<&str>) {
         assert!(after_jump > 1_000_000, "the seq jumped: {after_jump}");
 
         // The next one pushes out seq 2.
-        let outcomes = backend.execute(vec![restock()]).await.expect("restock");
+        let outcomes = backend.execute(vec![restock_p()]).await.expect("restock");
         assert!(outcomes[0].is_ok(), "{outcomes:?}");
         assert_eq!(
             page(&backend, 1).await.unwrap_err(),
