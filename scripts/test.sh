@@ -41,6 +41,14 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
 fi
 redis-server --version
 
+# redis-sentinel (Debian's package), for the failover tests (crates/stockd/tests/redis_replicas.rs),
+# which start their own primary, replica and three Sentinels on free loopback ports. The packaged
+# service is not started.
+if ! command -v redis-sentinel >/dev/null 2>&1; then
+    echo "== installing redis-sentinel (the packaged service is not started)"
+    install_without_services redis-sentinel
+fi
+
 # PostgreSQL (Debian's postgresql), for the sink's tests (crates/stockd/tests/sink.rs) and the
 # oversell lab (`stockd bench lab`), which run initdb in a temporary directory and their own
 # postgres on a free loopback port (as the `postgres` user

@@ -48,8 +48,12 @@ impl RedisBackend {
     /// library, checks (or, on an empty Redis, writes) the dataset marker, and starts the
     /// dispatchers, the sweeper and the pub/sub listener.
     pub async fn connect(config: RedisConfig) -> Result<RedisBackend, StartError> {
-        let link = link::Link::connect(&config.target).await?;
-        let warnings = checks::check(&link).await?;
+        let replicas = link::Replicas {
+            count: config.replicas,
+            timeout_ms: config.replica_timeout_ms,
+        };
+        let link = link::Link::connect(&config.target, Some(replicas)).await?;
+        let warnings = checks::check(&link, config.replicas).await?;
         for warning in &warnings {
             tracing::warn!("{warning}");
         }

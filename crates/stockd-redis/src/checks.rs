@@ -3,6 +3,9 @@
 //! acknowledged changes is a warning (the log at start, and `/readyz` for as long as the server
 //! runs). This module only reads settings; it never changes them.
 //!
+//! With `--redis-replicas N`, a primary with fewer than N replicas connected is a warning: every
+//! change is answered 503 until they are (a replica may be starting, so it is no refusal).
+//!
 //! Managed Redis services often rename or forbid `CONFIG`: a node whose settings cannot be read
 //! is a warning that they could not be checked, never a refusal.
 
@@ -13,7 +16,7 @@ use crate::StartError;
 
 /// Checks every primary's settings; the warnings to show, or why the server must not start.
 /// An error reaching Redis is `StartError::Redis` (the start may be retried).
-pub(crate) async fn check(link: &Link) -> Result<Vec<String>, StartError> {
+pub(crate) async fn check(link: &Link, replicas: u32) -> Result<Vec<String>, StartError> {
     let mut cmd = redis::cmd("CONFIG");
     cmd.arg("GET")
         .arg("maxmemory-policy")
@@ -69,11 +72,42 @@ pub(crate) async fn check(link: &Link) -> Result<Vec<String>, StartError> {
             )),
         }
     }
+    if replicas > 0 {
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("replication");
+        for (node, answer) in link.on_every_primary(cmd).await? {
+            let connected = answer.ok().and_then(|info| connected_replicas(&info));
+            match connected {
+                Some(connected) if connected >= u64::from(replicas) => {}
+                Some(connected) => warnings.push(format!(
+                    "Redis {node} has {connected} replicas connected, and --redis-replicas is \
+                     {replicas}: every change is answered 503 until {replicas} are"
+                )),
+                None => warnings.push(format!(
+                    "the replicas of Redis {node} could not be counted (INFO replication): \
+                     --redis-replicas is {replicas}"
+                )),
+            }
+        }
+    }
     if refusals.is_empty() {
         Ok(warnings)
     } else {
         Err(StartError::Config(refusals.join("; ")))
     }
+}
+
+/// `connected_slaves` of an `INFO replication` answer.
+fn connected_replicas(info: &Value) -> Option<u64> {
+    let text = match info {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::VerbatimString { text, .. } => text.clone(),
+        Value::SimpleString(text) => text.clone(),
+        _ => return None,
+    };
+    text.lines()
+        .find_map(|line| line.trim().strip_prefix("connected_slaves:"))
+        .and_then(|count| count.parse().ok())
 }
 
 /// `CONFIG GET`'s answer as (name, value) pairs: a flat array (RESP2) or a map (RESP3).
@@ -103,6 +137,13 @@ mod tests {
 
     fn bulk(text: &str) -> Value {
         Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn replicas_are_counted_from_info_replication() {
+        let info = bulk("# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave0:ip=x\r\n");
+        assert_eq!(connected_replicas(&info), Some(2));
+        assert_eq!(connected_replicas(&bulk("role:master\r\n")), None);
     }
 
     #[test]

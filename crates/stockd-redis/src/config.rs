@@ -17,6 +17,13 @@ pub use stockd_core::limits::EVENT_RETENTION_MAX_DEFAULT;
 pub const CLUSTER_PARTITIONS_DEFAULT: u32 = 16;
 /// Most partitions a dataset may have.
 pub const PARTITIONS_MAX: u32 = 1024;
+/// Most replicas a change may be made to wait for (`--redis-replicas`).
+pub const REPLICAS_MAX: u32 = 16;
+/// How long a change waits for its replicas by default (`--redis-replica-timeout-ms`).
+pub const REPLICA_TIMEOUT_MS_DEFAULT: u64 = 1000;
+/// The longest such wait: half the time one Redis call may take, which the call and its
+/// `WAIT` share.
+pub const REPLICA_TIMEOUT_MS_MAX: u64 = crate::link::RESPONSE_TIMEOUT.as_millis() as u64 / 2;
 
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
@@ -26,6 +33,11 @@ pub struct RedisConfig {
     pub hold_retention_ms: u64,
     pub confirmed_retention_ms: u64,
     pub event_retention_max: usize,
+    /// Replicas that must have a change before it is answered (Redis `WAIT`, once per call);
+    /// 0 answers once the primary has it.
+    pub replicas: u32,
+    /// How long a call waits for its replicas before it is answered 503 (outcome unknown).
+    pub replica_timeout_ms: u64,
     /// Test builds only (feature `test-clock`): the time every call uses instead of Redis's
     /// `TIME`, so that model tests can drive time. Production builds cannot set it.
     #[cfg(feature = "test-clock")]
@@ -68,6 +80,18 @@ impl RedisConfig {
                  partitions are for a Redis Cluster (redis+cluster://...)"
             ));
         }
+        if self.replicas > REPLICAS_MAX {
+            return Err(format!(
+                "--redis-replicas must be from 0 to {REPLICAS_MAX}, got {}",
+                self.replicas
+            ));
+        }
+        if self.replica_timeout_ms == 0 || self.replica_timeout_ms > REPLICA_TIMEOUT_MS_MAX {
+            return Err(format!(
+                "--redis-replica-timeout-ms must be from 1 to {REPLICA_TIMEOUT_MS_MAX}, got {}",
+                self.replica_timeout_ms
+            ));
+        }
         Ok(())
     }
 
@@ -82,6 +106,8 @@ impl RedisConfig {
             hold_retention_ms: HOLD_RETENTION_MS_DEFAULT,
             confirmed_retention_ms: CONFIRMED_RETENTION_MS_DEFAULT,
             event_retention_max: EVENT_RETENTION_MAX_DEFAULT,
+            replicas: 0,
+            replica_timeout_ms: REPLICA_TIMEOUT_MS_DEFAULT,
             #[cfg(feature = "test-clock")]
             clock: None,
             #[cfg(feature = "test-clock")]
@@ -126,6 +152,20 @@ mod tests {
             .validate()
             .unwrap_err()
             .contains("single Redis"));
+        let mut replicas = config("redis://127.0.0.1:6379", 1);
+        replicas.replicas = REPLICAS_MAX + 1;
+        assert!(replicas
+            .validate()
+            .unwrap_err()
+            .contains("--redis-replicas"));
+        replicas.replicas = 1;
+        replicas.replica_timeout_ms = REPLICA_TIMEOUT_MS_MAX + 1;
+        assert!(replicas
+            .validate()
+            .unwrap_err()
+            .contains("--redis-replica-timeout-ms"));
+        replicas.replica_timeout_ms = REPLICA_TIMEOUT_MS_MAX;
+        assert!(replicas.validate().is_ok());
     }
 
     #[test]
@@ -138,6 +178,37 @@ mod tests {
             ])
         );
         assert!(Target::parse("redis+cluster://").is_err());
+        let Target::Sentinel(sentinel) = Target::parse(
+            "redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/shop?db=2&password=p%26w&sentinel_password=s",
+        )
+        .unwrap() else {
+            panic!("a Sentinel target")
+        };
+        assert_eq!(sentinel.sentinels, ["10.0.0.1:26379", "10.0.0.2:26379"]);
+        assert_eq!(sentinel.master, "shop");
+        assert_eq!(sentinel.db, 2);
+        assert_eq!(sentinel.password.as_deref(), Some("p&w"));
+        assert_eq!(sentinel.sentinel_password.as_deref(), Some("s"));
+        for (bad, why) in [
+            ("redis+sentinel://10.0.0.1:26379", "name the primary"),
+            ("redis+sentinel:///shop", "at least one Sentinel"),
+            ("redis+sentinel://h:1/shop?dbb=1", "unknown setting \"dbb\""),
+            (
+                "redis+sentinel://h:1/shop?db=x",
+                "db must be a database number",
+            ),
+            (
+                "redis+sentinel://:pw@h:1/shop",
+                "credentials go in the query",
+            ),
+            (
+                "redis+sentinel://h:notaport/shop",
+                "Sentinel \"h:notaport\"",
+            ),
+        ] {
+            let error = Target::parse(bad).unwrap_err();
+            assert!(error.contains(why), "{bad}: {error}");
+        }
         assert!(Target::parse("memcached://127.0.0.1:1")
             .unwrap_err()
             .contains("expected embedded"));
@@ -160,5 +231,10 @@ mod tests {
         let refused = Target::parse("redis://:s3cret-pw@h:notaport").unwrap_err();
         assert!(!refused.contains("s3cret-pw"), "{refused}");
         assert_eq!(link::redact("redis://h:1"), "redis://h:1");
+        let sentinel = "redis+sentinel://h:1/shop?password=s3cret-pw&sentinel_password=s3cret-pw";
+        let shown = format!("{:?}", Target::parse(sentinel).unwrap());
+        assert!(!shown.contains("s3cret-pw"), "{shown}");
+        let refused = Target::parse(&format!("{sentinel}&db=x")).unwrap_err();
+        assert!(!refused.contains("s3cret-pw"), "{refused}");
     }
 }

@@ -126,7 +126,7 @@ async fn init_partition(
         cmd.arg(field).arg(value);
     }
     cmd.arg(PLACEMENT).arg(placement.text());
-    let Value::Array(values) = link.fcall(&cmd).await? else {
+    let Value::Array(values) = link.fcall(&cmd, Some(&partition_keys.touch())).await? else {
         return Err(StartError::Dataset("unexpected answer to init".into()));
     };
     Ok(values.iter().map(text).collect())
@@ -291,7 +291,7 @@ pub(crate) async fn read(link: &Link, keys: &PartitionKeys) -> redis::RedisResul
 /// tickets, pool generations) up to Redis's clock in microseconds, above every value handed out
 /// before the loss (main.lua's `accept` says why).
 pub async fn accept(target: &Target, partitions: u32) -> Result<Marker, StartError> {
-    let link = Link::connect(target).await?;
+    let link = Link::connect(target, None).await?;
     link.load_library().await?;
     let Value::Array(time) = link.query(&redis::cmd("TIME")).await? else {
         return Err(StartError::Dataset("unexpected answer to TIME".into()));
@@ -309,7 +309,8 @@ pub async fn accept(target: &Target, partitions: u32) -> Result<Marker, StartErr
             .arg(PartitionKeys::new(k, partitions).meta())
             .arg(&marker.text)
             .arg(partitions);
-        link.fcall(&cmd).await?;
+        let partition_keys = PartitionKeys::new(k, partitions);
+        link.fcall(&cmd, Some(&partition_keys.touch())).await?;
     }
     Ok(marker)
 }

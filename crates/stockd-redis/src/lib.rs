@@ -55,8 +55,9 @@ pub use backend::{RedisBackend, StartError};
 pub use config::TestClock;
 pub use config::{
     RedisConfig, CLUSTER_PARTITIONS_DEFAULT, EVENT_RETENTION_MAX_DEFAULT, PARTITIONS_MAX,
+    REPLICAS_MAX, REPLICA_TIMEOUT_MS_DEFAULT, REPLICA_TIMEOUT_MS_MAX,
 };
 pub use dataset::{accept, Marker};
-pub use link::Target;
+pub use link::{SentinelTarget, Target};
 pub use starting::StartingBackend;
 pub use sweeper::SWEEP_INTERVAL;

@@ -137,12 +137,12 @@ impl Drop for CancelGuard {
 /// The subscriber: reconnects for as long as the backend runs, and subscribes again when the
 /// server adopts another dataset.
 pub(crate) async fn listen(shared: Arc<Shared>) {
-    let urls = shared.link.node_urls().to_vec();
-    for url in urls.iter().cycle() {
-        let client = match redis::Client::open(url.as_str()) {
+    for attempt in 0.. {
+        let client = match shared.link.pubsub_client(attempt).await {
             Ok(client) => client,
             Err(error) => {
-                tracing::warn!(%error, "pub/sub: bad node URL");
+                tracing::warn!(%error, "pub/sub: no node to subscribe on");
+                tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }
         };

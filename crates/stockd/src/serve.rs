@@ -100,6 +100,8 @@ impl ServeArgs {
                 if let Some(partitions) = values.redis_partitions {
                     redis.partitions = partitions;
                 }
+                redis.replicas = values.redis_replicas;
+                redis.replica_timeout_ms = values.redis_replica_timeout_ms;
                 redis.validate()?;
                 redis.hold_retention_ms = engine.state.hold_retention_ms;
                 redis.confirmed_retention_ms = engine.state.confirmed_retention_ms;
@@ -220,8 +222,8 @@ pub enum RedisCommand {
     /// fencing tokens and the other counters then go on above every value handed out before
     /// the loss (Redis's clock in microseconds).
     Accept {
-        /// The Redis to accept: `redis://[:PASSWORD@]HOST:PORT[/DB]` or
-        /// `redis+cluster://HOST:PORT,...`.
+        /// The Redis to accept: `redis://[:PASSWORD@]HOST:PORT[/DB]`,
+        /// `redis+sentinel://HOST:PORT,.../MASTER_NAME` or `redis+cluster://HOST:PORT,...`.
         #[arg(long, env = "STOCKD_BACKEND")]
         backend: String,
         /// The dataset's partitions (a Redis Cluster's; default 16 there, 1 on a single Redis).
@@ -407,6 +409,11 @@ mod tests {
                     "(default {} on a Cluster",
                     stockd_redis::CLUSTER_PARTITIONS_DEFAULT
                 ),
+            ),
+            ("redis_replicas", "(default 0:".into()),
+            (
+                "redis_replica_timeout_ms",
+                format!("(default {})", stockd_redis::REPLICA_TIMEOUT_MS_DEFAULT),
             ),
             ("listen", format!("(default {LISTEN_DEFAULT};")),
             ("data_dir", format!("(default {DATA_DIR_DEFAULT})")),

@@ -31,6 +31,15 @@ const TIMEOUT_MS: Bounds<u64> = Bounds {
     range: 100..=3_600_000,
     unit: " (milliseconds)",
 };
+const REDIS_REPLICAS: Bounds<u32> = Bounds {
+    range: 0..=stockd_redis::REPLICAS_MAX,
+    unit: "",
+};
+/// At most half the time one Redis call may take: the call and its WAIT share it.
+const REDIS_REPLICA_TIMEOUT_MS: Bounds<u64> = Bounds {
+    range: 1..=stockd_redis::REPLICA_TIMEOUT_MS_MAX,
+    unit: " (milliseconds)",
+};
 const MAX_CONNECTIONS: Bounds<usize> = Bounds {
     range: 1..=1_000_000,
     unit: "",
@@ -161,13 +170,29 @@ serve_settings! {
         default: "embedded".to_owned(),
         help: "Where the data lives: `embedded` (this process, its --data-dir), or \
                `redis://[:PASSWORD@]HOST:PORT[/DB]` (one Redis primary shared by any number of \
-               servers), or `redis+cluster://HOST:PORT,HOST:PORT,...` (default {})",
+               servers), or `redis+sentinel://HOST:PORT,.../MASTER_NAME[?db=N&password=...]` \
+               (the primary Redis Sentinel names, followed through failovers), or \
+               `redis+cluster://HOST:PORT,HOST:PORT,...` (default {})",
     }
     redis_partitions: u32 {
         arg: [env = "STOCKD_REDIS_PARTITIONS", value_name = "N"], key: redis_partitions,
         help: "Event feed partitions of a Redis Cluster dataset, fixed when the dataset is made \
                (default {} on a Cluster; a single Redis and the embedded engine have 1)",
         showing: stockd_redis::CLUSTER_PARTITIONS_DEFAULT,
+    }
+    redis_replicas: u32 {
+        arg: [env = "STOCKD_REDIS_REPLICAS", value_name = "N"], key: redis_replicas,
+        default: 0, range: REDIS_REPLICAS,
+        help: "On Redis, replicas that must have a change before it is answered (one `WAIT` per \
+               batched call); a change they do not acknowledge in time is answered 503 \
+               (default {}: answered once the primary has it)",
+    }
+    redis_replica_timeout_ms: u64 {
+        arg: [env = "STOCKD_REDIS_REPLICA_TIMEOUT_MS", value_name = "MS"],
+        key: redis_replica_timeout_ms,
+        default: stockd_redis::REPLICA_TIMEOUT_MS_DEFAULT, range: REDIS_REPLICA_TIMEOUT_MS,
+        help: "How long a change waits for its --redis-replicas before it is answered 503, \
+               outcome unknown (default {})",
     }
     listen: SocketAddr {
         arg: [env = "STOCKD_LISTEN", value_name = "IP:PORT", value_parser = parse_listen],

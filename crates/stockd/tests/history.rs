@@ -9,7 +9,9 @@
 //!
 //! Each test runs against its own backend, whatever `STOCKD_TEST_BACKEND` says: the embedded
 //! engine, a single Redis with two stockd servers, a single Redis (AOF, appendfsync always) that
-//! is itself killed, and a 3-primary Redis Cluster with two stockd servers.
+//! is itself killed, a primary with its replica and three Sentinels whose primary is killed and
+//! failed over (two stockd servers with `--redis-replicas 1`), and a 3-primary Redis Cluster
+//! with two stockd servers.
 //!
 //! Bounded by default (one history of 3 s per test); `STOCKD_HISTORY_RUNS=N` and
 //! `STOCKD_HISTORY_SECS=S` make long runs, `STOCKD_HISTORY_SEED` repeats the random choices of a
@@ -27,7 +29,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use stockd_history::{check, Bounds, History, Item, Op, Outcome, Request};
-use support::{Api, EmbeddedBackend, RedisBackend, RedisClusterBackend, Server, TestBackend};
+use support::{
+    Api, EmbeddedBackend, RedisBackend, RedisClusterBackend, SentinelGroup, Server, TestBackend,
+};
 
 /// Clients sending requests at once, each one request at a time.
 const CLIENTS: u32 = 12;
@@ -304,10 +308,22 @@ enum Fault {
     Server,
     /// SIGKILL Redis (AOF, appendfsync always) and restart it.
     Redis,
+    /// SIGKILL the primary of a primary and its replica watched by three Sentinels (servers on
+    /// `redis+sentinel://` with `--redis-replicas 1`); once the replica is promoted, the killed
+    /// node comes back as its replica, as a supervisor would restart it.
+    Failover,
 }
 
-/// A backend for the stockd servers, and the Redis to kill when the scenario kills Redis.
-type Backends = (Arc<dyn TestBackend>, Option<Arc<RedisBackend>>);
+/// What a scenario kills besides stockd servers.
+#[derive(Clone)]
+enum Killable {
+    Nothing,
+    Redis(Arc<RedisBackend>),
+    Sentinels(Arc<SentinelGroup>),
+}
+
+/// A backend for the stockd servers, and what the scenario's faults kill.
+type Backends = (Arc<dyn TestBackend>, Killable);
 
 struct Scenario {
     name: &'static str,
@@ -317,11 +333,16 @@ struct Scenario {
 }
 
 fn embedded() -> Backends {
-    (Arc::new(EmbeddedBackend), None)
+    (Arc::new(EmbeddedBackend), Killable::Nothing)
 }
 
 fn redis() -> Backends {
-    (Arc::new(RedisBackend::start()), None)
+    (Arc::new(RedisBackend::start()), Killable::Nothing)
+}
+
+fn sentinels() -> Backends {
+    let group = Arc::new(SentinelGroup::start(1));
+    (group.clone(), Killable::Sentinels(group))
 }
 
 fn durable_redis() -> Backends {
@@ -331,11 +352,11 @@ fn durable_redis() -> Backends {
         "--appendfsync",
         "always",
     ]));
-    (redis.clone(), Some(redis))
+    (redis.clone(), Killable::Redis(redis))
 }
 
 fn cluster() -> Backends {
-    (Arc::new(RedisClusterBackend::start(4)), None)
+    (Arc::new(RedisClusterBackend::start(4)), Killable::Nothing)
 }
 
 /// A pool of the run.
@@ -392,7 +413,7 @@ async fn wait_ready(apis: &[Api]) {
 
 /// Runs one history of `secs` seconds and checks it.
 async fn run_history(scenario: &Scenario, seed: u64, secs: u64) -> stockd_history::Stats {
-    let (backend, killable_redis) = (scenario.backend)();
+    let (backend, killable) = tokio::task::block_in_place(scenario.backend);
     let mut servers = Server::fleet(backend.clone(), scenario.servers).await;
     let apis: Vec<Api> = servers.iter().map(Server::api).collect();
     let recorder = Arc::new(Recorder::default());
@@ -437,6 +458,7 @@ async fn run_history(scenario: &Scenario, seed: u64, secs: u64) -> stockd_histor
         .collect();
 
     // Faults, spread over the run.
+    let mut outage_max = Duration::ZERO;
     let gap = Duration::from_millis(secs * 1_000 / (KILLS as u64 + 1));
     for kill in 0..KILLS {
         tokio::time::sleep(gap).await;
@@ -448,10 +470,31 @@ async fn run_history(scenario: &Scenario, seed: u64, secs: u64) -> stockd_histor
                 server.start_again().await;
             }
             Fault::Redis => {
-                let redis = killable_redis.clone().expect("a Redis to kill");
+                let Killable::Redis(redis) = &killable else {
+                    panic!("no Redis to kill")
+                };
                 redis.redis.kill();
                 tokio::time::sleep(DOWN_FOR).await;
                 tokio::task::block_in_place(|| redis.redis.start_again());
+            }
+            Fault::Failover => {
+                let Killable::Sentinels(group) = &killable else {
+                    panic!("no primary to fail over")
+                };
+                let killed = std::time::Instant::now();
+                tokio::task::block_in_place(|| {
+                    let old = group.kill_primary();
+                    let promoted = group.wait_promoted(old);
+                    group.bring_back(old);
+                    eprintln!(
+                        "failover: the replica promoted {promoted:?} after the kill, its own \
+                         replica back {:?} after it",
+                        killed.elapsed()
+                    );
+                });
+                // No change is acknowledged from the kill until the new primary has a replica
+                // again: expiries wait that long too.
+                outage_max = outage_max.max(killed.elapsed());
             }
         }
     }
@@ -521,7 +564,9 @@ async fn run_history(scenario: &Scenario, seed: u64, secs: u64) -> stockd_histor
         feed_read_us: now_us(),
     };
 
-    let report = check(&history, Bounds::default());
+    let mut bounds = Bounds::default();
+    bounds.expiry_lag_max_ms += outage_max.as_millis() as u64;
+    let report = check(&history, bounds);
     let stats = report.stats.clone();
     eprintln!(
         "history {} (seed {seed}): {} ops ({} answered, {} unknown), {} events over {} \
@@ -707,6 +752,17 @@ async fn redis_itself_killed_history_is_explained() {
         servers: 2,
         fault: Fault::Redis,
         backend: durable_redis,
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_primary_failed_over_to_its_replica_history_is_explained() {
+    run_scenario(Scenario {
+        name: "failover",
+        servers: 2,
+        fault: Fault::Failover,
+        backend: sentinels,
     })
     .await;
 }

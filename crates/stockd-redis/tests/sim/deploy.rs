@@ -133,6 +133,7 @@ impl Deployment {
                     .get_async_connection()
                     .await?,
             ),
+            Target::Sentinel(_) => unreachable!("the simulation deploys no Sentinels"),
         })
     }
 }

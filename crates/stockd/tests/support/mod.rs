@@ -4,7 +4,8 @@
 //!
 //! - [`process`]: the one launcher of every child process (spawn, log, readiness deadline,
 //!   SIGKILL on drop);
-//! - [`redis`], [`cluster`]: a `redis-server` and a Redis Cluster of a test's own;
+//! - [`redis`], [`cluster`], [`sentinel`]: a `redis-server`, a Redis Cluster, and a primary with
+//!   its replica and three Sentinels, of a test's own;
 //! - [`backend`]: which storage `stockd` runs on (`STOCKD_TEST_BACKEND`);
 //! - [`server`]: a `stockd serve` process (restart on the same data dir and port, SIGTERM);
 //! - [`commands`]: one-shot `stockd` commands a suite runs against a server (`redis accept`);
@@ -27,6 +28,7 @@ pub mod matching;
 pub mod postgres;
 pub mod process;
 pub mod redis;
+pub mod sentinel;
 pub mod server;
 pub mod workload;
 
@@ -41,6 +43,7 @@ pub use matching::*;
 pub use postgres::*;
 pub use process::{free_port, Process, READY_TIMEOUT, START_ATTEMPTS};
 pub use redis::*;
+pub use sentinel::*;
 pub use server::*;
 pub use workload::*;
 

@@ -60,6 +60,8 @@ pub struct RedisServer {
     pub port: u16,
     pub dir: tempfile::TempDir,
     args: Vec<String>,
+    /// Arguments of the next start only, after the fixed ones (a node restarted as a replica).
+    next_args: std::sync::Mutex<Vec<String>>,
     process: Process,
 }
 
@@ -100,6 +102,7 @@ impl RedisServer {
             port,
             dir,
             args: args.iter().map(|a| a.to_string()).collect(),
+            next_args: std::sync::Mutex::new(Vec::new()),
             process: Process::new("redis-server", log_path),
         }
     }
@@ -115,16 +118,29 @@ impl RedisServer {
         }
     }
 
+    /// Starts the process again (after [`RedisServer::kill`]) as a replica of the Redis on
+    /// loopback port `primary`, as an operator brings a failed primary back after a failover.
+    pub fn start_again_as_replica_of(&self, primary: u16) {
+        *self.next_args.lock().expect("next args lock") = vec![
+            "--replicaof".to_string(),
+            "127.0.0.1".to_string(),
+            primary.to_string(),
+        ];
+        self.start_again();
+    }
+
     /// Starts the process and waits until it answers PING; an error when it exits first (its
     /// port is taken) or does not answer in time.
     fn try_start(&self) -> Result<(), String> {
+        let next_args = std::mem::take(&mut *self.next_args.lock().expect("next args lock"));
         let mut command = Command::new("redis-server");
         command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--daemonize", "no", "--protected-mode", "no"])
             .arg("--dir")
             .arg(self.dir.path())
-            .args(&self.args);
+            .args(&self.args)
+            .args(&next_args);
         self.process
             .spawn(command)
             .map_err(|error| format!("{error} (scripts/test.sh installs it)"))?;
@@ -159,6 +175,34 @@ impl RedisServer {
     /// SIGKILL (no shutdown save); a no-op when already stopped.
     pub fn kill(&self) {
         self.process.kill();
+    }
+
+    /// SIGSTOP: the process stays, answering nothing (a replica that stops acknowledging, a
+    /// node that hangs), until [`RedisServer::resume`].
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`RedisServer::pause`].
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.process.pid().expect("a running redis-server");
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
+    /// One field of `INFO replication` (`role`, `connected_slaves`, `master_link_status`...).
+    pub fn replication(&self, field: &str) -> Option<String> {
+        let prefix = format!("{field}:");
+        self.cli(&["INFO", "replication"])
+            .lines()
+            .find_map(|line| line.trim().strip_prefix(&prefix).map(str::to_string))
     }
 
     /// Runs one command with `redis-cli` and returns its output.

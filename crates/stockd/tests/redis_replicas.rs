@@ -1,0 +1,283 @@
+//! Redis with replicas: `--redis-replicas N` answers a change only once N replicas have it, and
+//! `redis+sentinel://` follows a failover, so that a primary killed under load loses nothing
+//! acknowledged and the fleet serves again by itself; with N = 0 a failover that lost changes
+//! fails closed until an operator accepts the dataset.
+//!
+//! Real processes on loopback: a primary, a replica and three Sentinels (Debian's
+//! `redis-sentinel`, which scripts/test.sh installs), and stockd servers. These tests always run
+//! (they start their own Redis, whatever `STOCKD_TEST_BACKEND` says).
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{
+    acknowledged_holds_present, hold_body, pool_invariant_problem, put_pool, redis_accept, Api,
+    RedisAt, RedisServer, SentinelGroup, Server, ServerConfig,
+};
+
+/// How long the servers may take to serve again after the primary died (Sentinel's own part is
+/// DOWN_AFTER_MS plus an election).
+const RECOVERY_DEADLINE: Duration = Duration::from_secs(20);
+
+fn hold(hold_id: &str, pool: &str) -> Value {
+    hold_body(hold_id, &[(pool, 1)], json!({"confirm": true}))
+}
+
+async fn readyz(api: &Api) -> u16 {
+    api.try_call("GET", "/readyz", None)
+        .await
+        .map(|(status, _)| status)
+        .unwrap_or(0)
+}
+
+fn wait_in_sync(replica: &RedisServer) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while replica.replication("master_link_status").as_deref() != Some("up") {
+        assert!(Instant::now() < deadline, "the replica did not sync");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_change_is_answered_once_its_replica_has_it_and_503_when_it_cannot_be() {
+    let primary = RedisServer::start_with(&["--appendonly", "no"]);
+    let port = primary.port.to_string();
+    let replica =
+        RedisServer::start_with(&["--appendonly", "no", "--replicaof", "127.0.0.1", &port]);
+    tokio::task::block_in_place(|| wait_in_sync(&replica));
+    let server = Server::start_with(
+        ServerConfig::on(Arc::new(RedisAt(primary.url())))
+            .arg("--redis-replicas")
+            .arg("1")
+            .arg("--redis-replica-timeout-ms")
+            .arg("300"),
+    )
+    .await;
+    let api = server.api();
+    put_pool(&api, "p", json!({"total": 10})).await;
+    let (status, reply) = api.call("POST", "/v1/holds", Some(hold("h1", "p"))).await;
+    assert_eq!(status, 201, "{reply}");
+
+    // The replica stops acknowledging: a change is not answered as done.
+    replica.pause();
+    let started = Instant::now();
+    let (status, reply) = api.call("POST", "/v1/holds", Some(hold("h2", "p"))).await;
+    assert_eq!(status, 503, "{reply}");
+    assert_eq!(reply["error"], "backend_unavailable", "{reply}");
+    let message = reply["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("--redis-replicas") && message.contains("same id"),
+        "{message}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    // A read is not served either: what it would show may not survive a failover.
+    let (status, reply) = api.call("GET", "/v1/holds/h1", None).await;
+    assert_eq!(status, 503, "{reply}");
+
+    // Back: the same id retried is the one hold, whether the first attempt landed or not.
+    replica.resume();
+    let (status, reply) = api.call("POST", "/v1/holds", Some(hold("h2", "p"))).await;
+    assert!(matches!(status, 200 | 201), "{status} {reply}");
+    let (status, pool) = api.call("GET", "/v1/pools/p", None).await;
+    assert_eq!(status, 200, "{pool}");
+    assert_eq!(
+        (pool["sold"].as_u64(), pool["available"].as_u64()),
+        (Some(2), Some(8)),
+        "{pool}"
+    );
+    assert_eq!(readyz(&api).await, 200);
+}
+
+/// What the load saw: each hold id with its answer's status (0: no answer).
+type Tried = Arc<Mutex<Vec<(String, u16, Instant)>>>;
+
+/// Closed-loop clients sending one-unit holds with `confirm: true` to the servers in turn, until
+/// `stop`.
+fn load(
+    apis: &[Api],
+    pool: &str,
+    stop: &Arc<AtomicBool>,
+    tried: &Tried,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..8)
+        .map(|client| {
+            let api = apis[client % apis.len()].clone();
+            let (pool, stop, tried) = (pool.to_string(), stop.clone(), tried.clone());
+            tokio::spawn(async move {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let hold_id = format!("c{client}-{n}");
+                    let status = api
+                        .try_call("POST", "/v1/holds", Some(hold(&hold_id, &pool)))
+                        .await
+                        .map(|(status, _)| status)
+                        .unwrap_or(0);
+                    tried
+                        .lock()
+                        .unwrap()
+                        .push((hold_id, status, Instant::now()));
+                    if status != 201 {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_primary_killed_under_load_loses_no_acknowledged_hold_and_the_fleet_heals_by_itself() {
+    let group = Arc::new(tokio::task::block_in_place(|| SentinelGroup::start(1)));
+    let servers = Server::fleet(group.clone(), 2).await;
+    let apis: Vec<Api> = servers.iter().map(Server::api).collect();
+    put_pool(&apis[0], "hot", json!({"total": 1_000_000})).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let tried: Tried = Arc::default();
+    let clients = load(&apis, "hot", &stop, &tried);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    let killed_at = Instant::now();
+    let old = group.kill_primary();
+    let promoted = tokio::task::block_in_place(|| group.wait_promoted(old));
+    // The promoted replica has no replica of its own until the dead node is back: a supervisor
+    // (systemd) restarts it, as a replica of the new primary. Until then changes wait (503).
+    tokio::task::block_in_place(|| group.bring_back(old));
+    // Every server serves again by itself: a hold sent to it after the promotion is answered 201.
+    for (i, api) in apis.iter().enumerate() {
+        let mut n = 0;
+        loop {
+            n += 1;
+            let probe = format!("probe-{i}-{n}");
+            let (status, reply) = api
+                .try_call("POST", "/v1/holds", Some(hold(&probe, "hot")))
+                .await
+                .unwrap_or((0, Value::Null));
+            tried.lock().unwrap().push((probe, status, Instant::now()));
+            if status == 201 {
+                break;
+            }
+            assert!(
+                killed_at.elapsed() < RECOVERY_DEADLINE,
+                "server {i} still answers {status} {reply} {:?} after the primary died",
+                killed_at.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let healed = killed_at.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.await.expect("client");
+    }
+    eprintln!("failover: promoted {promoted:?} after the kill, every server 201 again {healed:?} after it");
+
+    let tried: Vec<(String, u16)> = tried
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(id, status, _)| (id.clone(), *status))
+        .collect();
+    let acknowledged = tried.iter().filter(|(_, status)| *status == 201).count();
+    assert!(acknowledged > 100, "too little load: {acknowledged} holds");
+    assert!(
+        tried
+            .iter()
+            .all(|(_, status)| matches!(status, 201 | 503 | 0)),
+        "an answer other than 201 or 503: {:?}",
+        tried
+            .iter()
+            .find(|(_, status)| !matches!(status, 201 | 503 | 0))
+    );
+    // Every acknowledged hold is there, and the pool sold exactly the holds that exist.
+    let present = acknowledged_holds_present(&apis[1], &tried).await;
+    let (status, pool) = apis[0].call("GET", "/v1/pools/hot", None).await;
+    assert_eq!(status, 200, "{pool}");
+    assert_eq!(pool_invariant_problem(&pool), None);
+    assert_eq!(pool["sold"].as_u64(), Some(present), "{pool}");
+    for api in &apis {
+        assert_eq!(readyz(api).await, 200);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failover_that_lost_changes_without_replicas_to_wait_for_fails_closed_until_accepted() {
+    let group = Arc::new(tokio::task::block_in_place(|| SentinelGroup::start(0)));
+    let server = Server::start_with(ServerConfig::on(group.clone())).await;
+    let api = server.api();
+    put_pool(&api, "p", json!({"total": 10})).await;
+    let (status, reply) = api.call("POST", "/v1/holds", Some(hold("h1", "p"))).await;
+    assert_eq!(status, 201, "{reply}");
+
+    // The replica falls behind (the primary drops it and, with a password set now, keeps it
+    // out); the primary acknowledges holds it never sends on, and dies.
+    let replica = group.replica();
+    let primary = group.primary();
+    assert_eq!(
+        primary.cli(&["CONFIG", "SET", "requirepass", "keep-the-replica-out"]),
+        "OK"
+    );
+    let with_password = ["-a", "keep-the-replica-out", "--no-auth-warning"];
+    primary.cli(&[&with_password[..], &["CLIENT", "KILL", "TYPE", "replica"]].concat());
+    tokio::task::block_in_place(|| {
+        while replica.replication("master_link_status").as_deref() == Some("up") {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    for n in 2..=4 {
+        let (status, reply) = api
+            .call("POST", "/v1/holds", Some(hold(&format!("h{n}"), "p")))
+            .await;
+        assert_eq!(status, 201, "{reply}");
+    }
+    let old = group.kill_primary();
+    tokio::task::block_in_place(|| group.wait_promoted(old));
+
+    // The new primary lacks acknowledged holds: refused, never served, until an operator accepts.
+    let deadline = Instant::now() + RECOVERY_DEADLINE;
+    loop {
+        let (status, reply) = api
+            .try_call("GET", "/v1/pools/p", None)
+            .await
+            .unwrap_or((0, Value::Null));
+        assert_ne!(
+            status, 200,
+            "a Redis that lost acknowledged holds was served: {reply}"
+        );
+        let message = reply["message"].as_str().unwrap_or_default();
+        if status == 503 && message.contains("stockd redis accept") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not refused: {status} {reply}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, reply) = api.call("POST", "/v1/holds", Some(hold("h5", "p"))).await;
+    assert_eq!(status, 503, "{reply}");
+    assert_eq!(readyz(&api).await, 503);
+
+    redis_accept(&group.url(), &[]);
+    let deadline = Instant::now() + RECOVERY_DEADLINE;
+    loop {
+        let (status, reply) = api.call("POST", "/v1/holds", Some(hold("h5", "p"))).await;
+        if status == 201 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not serving after accept: {status} {reply}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, pool) = api.call("GET", "/v1/pools/p", None).await;
+    assert_eq!(pool_invariant_problem(&pool), None);
+    assert_eq!(
+        pool["sold"].as_u64(),
+        Some(2),
+        "h1 and h5; h2..h4 were lost: {pool}"
+    );
+}
