@@ -297,6 +297,149 @@ async fn a_primary_failing_over_under_load_loses_no_acknowledged_change() {
     assert_eq!(sold, present, "every unit sold is a hold that exists");
 }
 
+/// `--redis-replicas 1` on a 6-node Cluster: a primary killed with SIGKILL under load (holds of
+/// one partition and holds over two) is replaced by its replica, the killed node comes back as
+/// the new primary's replica (a supervisor restarts it), and then: every acknowledged hold is
+/// there, every cross-partition hold is whole, every pool sold exactly the holds that exist, and
+/// the server serves again by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_primary_killed_under_load_with_a_replica_to_wait_for_loses_no_acknowledged_hold() {
+    let mut cluster = tokio::task::block_in_place(|| RedisClusterBackend::start(PARTITIONS));
+    cluster.server_args = vec!["--redis-replicas".into(), "1".into()];
+    let cluster = Arc::new(cluster);
+    let servers = Server::fleet(cluster.clone(), 2).await;
+    let apis: Vec<Api> = servers.iter().map(Server::api).collect();
+    let pools = pools_in_distinct_partitions(&apis[0], "k", 4, 1_000_000).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..8)
+        .map(|worker| {
+            let (api, stop, pools) = (apis[worker % 2].clone(), stop.clone(), pools.clone());
+            tokio::spawn(async move {
+                let mut tried = Vec::new();
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let hold_id = format!("k-{worker}-{i}");
+                    let first = &pools[i % pools.len()];
+                    let second = &pools[(i + 1) % pools.len()];
+                    let items = if i % 2 == 0 {
+                        json!([{"pool": first, "qty": 1}])
+                    } else {
+                        json!([{"pool": first, "qty": 1}, {"pool": second, "qty": 1}])
+                    };
+                    i += 1;
+                    let body = json!({"hold_id": hold_id, "items": items, "confirm": true});
+                    let status = api
+                        .try_call("POST", "/v1/holds", Some(body))
+                        .await
+                        .map(|r| r.0)
+                        .unwrap_or(0);
+                    tried.push((hold_id, status));
+                    if status != 201 {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+                tried
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+
+    let killed_at = Instant::now();
+    let primary = cluster.primaries()[0];
+    let port = primary.port;
+    let replica = cluster.replica_of(port).expect("the primary has a replica");
+    primary.kill();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !replica.cli(&["ROLE"]).starts_with("master") {
+        assert!(Instant::now() < deadline, "the replica never took over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let promoted = killed_at.elapsed();
+    tokio::task::block_in_place(|| {
+        primary.start_again();
+        cluster.wait_healthy();
+    });
+    assert_eq!(
+        primary.replication("role").as_deref(),
+        Some("slave"),
+        "the killed node came back as a replica"
+    );
+    // Every server serves holds in every pool again by itself.
+    let mut probes = Vec::new();
+    for (i, api) in apis.iter().enumerate() {
+        for pool in &pools {
+            let mut n = 0;
+            loop {
+                n += 1;
+                let probe = format!("probe-{i}-{pool}-{n}");
+                let body =
+                    json!({"hold_id": probe, "items": [{"pool": pool, "qty": 1}], "confirm": true});
+                let status = api
+                    .try_call("POST", "/v1/holds", Some(body))
+                    .await
+                    .map(|r| r.0)
+                    .unwrap_or(0);
+                probes.push((probe, status));
+                if status == 201 {
+                    break;
+                }
+                assert!(
+                    killed_at.elapsed() < Duration::from_secs(40),
+                    "server {i} still answers {status} for {pool}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    let healed = killed_at.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let mut tried = Vec::new();
+    for handle in handles {
+        tried.extend(handle.await.expect("load task"));
+    }
+    eprintln!(
+        "cluster failover: promoted {promoted:?} after the kill, serving again {healed:?} after it"
+    );
+    let acknowledged = tried.iter().filter(|(_, s)| *s == 201).count();
+    assert!(acknowledged > 50, "too little load: {acknowledged}");
+    tried.extend(probes);
+
+    // Whole holds only: each present hold is confirmed with all its items; each pool sold
+    // exactly the units of the holds that exist (probes included), once nothing is held.
+    let mut sold_by_pool = std::collections::BTreeMap::<String, u64>::new();
+    let api = &apis[1];
+    for (hold_id, status) in &tried {
+        let (got, hold) = api.call("GET", &format!("/v1/holds/{hold_id}"), None).await;
+        if *status == 201 {
+            assert_eq!(
+                (got, &hold["status"]),
+                (200, &json!("confirmed")),
+                "acknowledged {hold_id} lost: {hold}"
+            );
+        }
+        if got == 200 && hold["status"] == "confirmed" {
+            for item in hold["items"].as_array().expect("items") {
+                *sold_by_pool
+                    .entry(item["pool"].as_str().unwrap().to_string())
+                    .or_default() += 1;
+            }
+        }
+    }
+    for pool in &pools {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let view = loop {
+            let view = api.pool(pool).await;
+            if view["held"] == json!(0) || Instant::now() > deadline {
+                break view;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(view["held"], json!(0), "{view}");
+        let expected = sold_by_pool.get(pool.as_str()).copied().unwrap_or(0);
+        assert_eq!(view["sold"].as_u64(), Some(expected), "{pool}: {view}");
+    }
+}
+
 /// The contract's sell-out race on a segmented pool: 1,000 buyers at once over two servers, a
 /// 64-unit pool of 8 segments spread over the partitions. Exactly 64 are sold, whichever segment
 /// the last units were in (a buyer is refused only when the whole pool is out), and the pool

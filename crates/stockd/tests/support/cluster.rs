@@ -16,6 +16,8 @@ use super::redis::RedisServer;
 pub struct RedisClusterBackend {
     pub nodes: Vec<RedisServer>,
     pub partitions: u32,
+    /// More settings for the stockd servers started on it (`--redis-replicas 1`, ...).
+    pub server_args: Vec<String>,
 }
 
 /// Cluster node timeout: how long a primary may be silent before its replica takes over.
@@ -43,7 +45,11 @@ impl RedisClusterBackend {
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
-        let cluster = RedisClusterBackend { nodes, partitions };
+        let cluster = RedisClusterBackend {
+            nodes,
+            partitions,
+            server_args: Vec::new(),
+        };
         cluster.wait_healthy();
         cluster
     }
@@ -76,7 +82,11 @@ impl RedisClusterBackend {
             assert!(Instant::now() < deadline, "the cluster is not ok");
             std::thread::sleep(Duration::from_millis(20));
         }
-        RedisClusterBackend { nodes, partitions }
+        RedisClusterBackend {
+            nodes,
+            partitions,
+            server_args: Vec::new(),
+        }
     }
 
     /// Waits until every running node sees the cluster ok and every replica is in sync.
@@ -110,6 +120,14 @@ impl RedisClusterBackend {
         format!("redis+cluster://{}", nodes.join(","))
     }
 
+    /// The node that replicates the primary on `port`, if one does.
+    pub fn replica_of(&self, port: u16) -> Option<&RedisServer> {
+        self.nodes.iter().find(|node| {
+            node.is_running()
+                && node.replication("master_port").as_deref() == Some(&port.to_string())
+        })
+    }
+
     /// The nodes that are primaries now.
     pub fn primaries(&self) -> Vec<&RedisServer> {
         self.nodes
@@ -124,12 +142,14 @@ impl TestBackend for RedisClusterBackend {
         "redis-cluster"
     }
     fn extra_args(&self) -> Vec<String> {
-        vec![
+        let mut args = vec![
             "--backend".to_string(),
             self.url(),
             "--redis-partitions".to_string(),
             self.partitions.to_string(),
-        ]
+        ];
+        args.extend(self.server_args.iter().cloned());
+        args
     }
 }
 
