@@ -28,6 +28,8 @@
 # Exits 1 when a stockd run's verdict failed (after printing the table).
 # Usage: scripts/bench-redis.sh [seconds per run, default 10]. Set BENCH_OUT=DIR to keep the JSON
 # reports and SVG plots of the stockd runs.
+# Then 5. --redis-replicas 0 against 1: one stockd server on a primary with one replica (both
+# here, no persistence), the same flash load, req/s and p50/p99 as ratios of the N = 0 run.
 # Installs wrk, redis-server and redis-tools from Debian's packages when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -346,10 +348,11 @@ read_pool() {
     curl -fs "http://127.0.0.1:$2/v1/pools/$pool" > "$WORK/$1-pool.json"
 }
 
-start_stockd() { # REDIS_PORT -> sets SPORT, SPID
+start_stockd() { # REDIS_PORT [MORE SETTINGS...] -> sets SPORT, SPID
+    local redis_port="$1"; shift
     SPORT=$(free_port)
-    STOCKD_LOG=warn target/release/stockd serve --backend "redis://127.0.0.1:$1" \
-        --listen "127.0.0.1:$SPORT" &
+    STOCKD_LOG=warn target/release/stockd serve --backend "redis://127.0.0.1:$redis_port" \
+        --listen "127.0.0.1:$SPORT" "$@" &
     SPID=$!
     PIDS+=("$SPID")
     wait_http "http://127.0.0.1:$SPORT/healthz"
@@ -446,6 +449,37 @@ one_mode none --save '' --appendonly no
 # The AOF bytes per hold are reported instead.
 one_mode always --save '' --appendonly yes --appendfsync always --auto-aof-rewrite-percentage 0
 bench table
+
+# 5. replicas: one stockd server on a primary with one replica (no persistence, both on this
+# machine), --redis-replicas 0 and then 1, each on a fresh pair: what the WAIT after each
+# batched call costs.
+replicas_run() { # N
+    start_redis "replicas-$1-primary" --save '' --appendonly no
+    local pport=$RPORT ppid=$RPID
+    start_redis "replicas-$1-replica" --save '' --appendonly no --replicaof 127.0.0.1 "$pport"
+    local qpid=$RPID qport=$RPORT
+    for _ in $(seq 1 200); do
+        redis-cli -p "$qport" INFO replication | grep -q 'master_link_status:up' && break
+        sleep 0.05
+    done
+    start_stockd "$pport" --redis-replicas "$1"
+    local spid=$SPID
+    flash "replicas-$1" "$SPORT"
+    stop "$spid"; stop "$qpid"; stop "$ppid"
+}
+replicas_run 0
+replicas_run 1
+python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+runs = {n: json.load(open(os.path.join(out, f"replicas-{n}.json"))) for n in (0, 1)}
+base = runs[0]["throughput_per_s"]
+print("\n--redis-replicas (one replica, same machine)   req/s (ratio)     p50 ms   p99 ms")
+for n, r in runs.items():
+    lat = r["latency"]
+    print(f"{n}                                    {r['throughput_per_s']:>9,.0f} ({r['throughput_per_s'] / base:.2f}x)"
+          f"   {lat['p50_ms']:>6.2f}   {lat['p99_ms']:>6.2f}")
+PY
 [ -z "${BENCH_OUT:-}" ] || echo "reports and plots in $OUT"
 if [ ${#FAILED[@]} -gt 0 ]; then
     printf 'FAILED: %s\n' "${FAILED[@]}" >&2
