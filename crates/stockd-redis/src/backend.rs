@@ -166,6 +166,7 @@ impl Backend for RedisBackend {
         BackendStats {
             gauges: vec![
                 ("redis_partitions", f64::from(shared.partitions)),
+                ("redis_replicas", f64::from(shared.config.replicas)),
                 (
                     "redis_healthy",
                     if shared.healthy.load(Ordering::Acquire) {
@@ -183,6 +184,10 @@ impl Backend for RedisBackend {
                 (
                     "redis_commands_total",
                     shared.commands_total.load(Ordering::Relaxed),
+                ),
+                (
+                    "redis_replica_timeouts_total",
+                    shared.link.replica_timeouts(),
                 ),
             ],
             ..BackendStats::default()

@@ -289,9 +289,14 @@ pub(crate) async fn read(link: &Link, keys: &PartitionKeys) -> redis::RedisResul
 /// running server adopts the new marker at its next call and forgets the seqs it had seen. The
 /// library also moves every partition's counters (event seqs, fencing tokens, attempts, waiter
 /// tickets, pool generations) up to Redis's clock in microseconds, above every value handed out
-/// before the loss (main.lua's `accept` says why).
-pub async fn accept(target: &Target, partitions: u32) -> Result<Marker, StartError> {
-    let link = Link::connect(target, None).await?;
+/// before the loss (main.lua's `accept` says why). With `replicas` > 0 each partition's accept is
+/// answered only once that many replicas have it (a failover right after must not undo it).
+pub async fn accept(target: &Target, partitions: u32, replicas: u32) -> Result<Marker, StartError> {
+    let replicas = crate::link::Replicas {
+        count: replicas,
+        timeout_ms: crate::config::REPLICA_TIMEOUT_MS_MAX,
+    };
+    let link = Link::connect(target, Some(replicas)).await?;
     link.load_library().await?;
     let Value::Array(time) = link.query(&redis::cmd("TIME")).await? else {
         return Err(StartError::Dataset("unexpected answer to TIME".into()));

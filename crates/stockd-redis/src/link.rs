@@ -317,6 +317,8 @@ pub struct Link {
     connection: Connection,
     target: Target,
     replicas: Option<Replicas>,
+    /// Calls whose replicas did not acknowledge them in time (a metric).
+    replica_timeouts: Arc<AtomicU64>,
 }
 
 /// Times the Cluster client sends a call again after MOVED, ASK or a broken connection. A call
@@ -373,7 +375,13 @@ impl Link {
             connection,
             target: target.clone(),
             replicas: replicas.filter(|replicas| replicas.count > 0),
+            replica_timeouts: Arc::default(),
         })
+    }
+
+    /// Calls so far whose replicas did not acknowledge them within the timeout.
+    pub fn replica_timeouts(&self) -> u64 {
+        self.replica_timeouts.load(Ordering::Relaxed)
     }
 
     /// A client for a dedicated pub/sub connection: the single Redis, the primary the
@@ -567,7 +575,10 @@ impl Link {
         };
         match acked {
             Value::Int(acked) if acked >= i64::from(replicas.count) => Ok(answer),
-            Value::Int(acked) => Err(not_replicated(acked, replicas)),
+            Value::Int(acked) => {
+                self.replica_timeouts.fetch_add(1, Ordering::Relaxed);
+                Err(not_replicated(acked, replicas))
+            }
             Value::ServerError(error) => Err(RedisError::from(error)),
             _ => Err(RedisError::from((
                 ErrorKind::UnexpectedReturnType,

@@ -172,7 +172,7 @@ fn window_counts_across_an_accept(layout: Option<&str>) {
         let seqs = |page: &EventPage| page.events.iter().map(|e| e.seq).collect::<Vec<u64>>();
         assert_eq!(seqs(&page(&backend, 0).await.expect("all kept")), [1, 2, 3]);
 
-        stockd_redis::accept(&Target::Single(server.url()), 1)
+        stockd_redis::accept(&Target::Single(server.url()), 1, 0)
             .await
             .expect("accept");
         // The first event after the jump pushes out seq 1 only.

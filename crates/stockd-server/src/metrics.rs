@@ -420,6 +420,13 @@ fn backend_help(name: &str) -> &'static str {
         "redis_healthy" => "1 when the last call to Redis succeeded, else 0.",
         "redis_calls_total" => "Calls (scripts, functions) made to Redis.",
         "redis_commands_total" => "Commands carried by the calls made to Redis.",
+        "redis_replicas" => {
+            "Replicas a change must reach before it is answered (--redis-replicas)."
+        }
+        "redis_replica_timeouts_total" => {
+            "Calls to Redis answered 503 because fewer than --redis-replicas replicas \
+             acknowledged them in time."
+        }
         _ => "A backend statistic.",
     }
 }

@@ -229,6 +229,10 @@ pub enum RedisCommand {
         /// The dataset's partitions (a Redis Cluster's; default 16 there, 1 on a single Redis).
         #[arg(long, env = "STOCKD_REDIS_PARTITIONS")]
         redis_partitions: Option<u32>,
+        /// Replicas that must have the accept before it is done (as the servers'
+        /// `--redis-replicas`; default 0).
+        #[arg(long, env = "STOCKD_REDIS_REPLICAS", default_value_t = 0)]
+        redis_replicas: u32,
     },
 }
 
@@ -237,6 +241,7 @@ pub async fn run_redis(command: RedisCommand) -> ExitCode {
         RedisCommand::Accept {
             backend,
             redis_partitions,
+            redis_replicas,
         } => {
             let target = match Target::parse(&backend) {
                 Ok(target) => target,
@@ -247,7 +252,7 @@ pub async fn run_redis(command: RedisCommand) -> ExitCode {
             };
             let partitions =
                 redis_partitions.unwrap_or(RedisConfig::new(target.clone()).partitions);
-            match stockd_redis::accept(&target, partitions).await {
+            match stockd_redis::accept(&target, partitions, redis_replicas).await {
                 Ok(marker) => {
                     println!("accepted: dataset marker is now {}", marker.text);
                     ExitCode::SUCCESS

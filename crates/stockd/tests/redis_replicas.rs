@@ -77,6 +77,20 @@ async fn a_change_is_answered_once_its_replica_has_it_and_503_when_it_cannot_be(
     // A read is not served either: what it would show may not survive a failover.
     let (status, reply) = api.call("GET", "/v1/holds/h1", None).await;
     assert_eq!(status, 503, "{reply}");
+    let (status, metrics) = api.call("GET", "/metrics", None).await;
+    let metrics = metrics.as_str().unwrap_or_default().to_string();
+    assert_eq!(status, 200, "{metrics}");
+    let sample = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|value| value.parse::<f64>().ok())
+    };
+    assert_eq!(sample("stockd_redis_replicas"), Some(1.0), "{metrics}");
+    assert!(
+        sample("stockd_redis_replica_timeouts_total") >= Some(2.0),
+        "{metrics}"
+    );
 
     // Back: the same id retried is the one hold, whether the first attempt landed or not.
     replica.resume();
@@ -260,7 +274,9 @@ async fn a_failover_that_lost_changes_without_replicas_to_wait_for_fails_closed_
     assert_eq!(status, 503, "{reply}");
     assert_eq!(readyz(&api).await, 503);
 
-    redis_accept(&group.url(), &[]);
+    // The dead node back as a replica, the operator accepts, waiting for it to have the accept.
+    tokio::task::block_in_place(|| group.bring_back(old));
+    redis_accept(&group.url(), &["--redis-replicas", "1"]);
     let deadline = Instant::now() + RECOVERY_DEADLINE;
     loop {
         let (status, reply) = api.call("POST", "/v1/holds", Some(hold("h5", "p"))).await;
