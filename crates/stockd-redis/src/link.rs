@@ -423,15 +423,24 @@ impl Link {
     }
 
     /// Sends `pipe` in one round trip on one connection (a Cluster's: the node of its first
-    /// keyed command); each command's answer, errors as `Value::ServerError`.
+    /// keyed command); each command's answer, errors as `Value::ServerError`. A command that
+    /// found the Sentinels' primary no longer one (`READONLY`) drops the connection, as a failed
+    /// round trip does.
     async fn query_pipe(&self, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
         match &self.connection {
             Connection::Single(connection) => pipe.query_async(&mut connection.clone()).await,
             Connection::Sentinel(follower) => {
                 let (number, _, mut connection) = follower.connection().await?;
-                let answer = pipe.query_async(&mut connection).await;
-                if let Err(error) = &answer {
-                    follower.failed(number, error);
+                let answer = pipe.query_async::<Vec<Value>>(&mut connection).await;
+                match &answer {
+                    Err(error) => follower.failed(number, error),
+                    Ok(values) => {
+                        for value in values {
+                            if let Value::ServerError(error) = value {
+                                follower.failed(number, &RedisError::from(error.clone()));
+                            }
+                        }
+                    }
                 }
                 answer
             }
@@ -557,33 +566,33 @@ impl Link {
         let mut pipe = redis::pipe();
         pipe.add_command(cmd.clone());
         if let Some(key) = touch {
-            pipe.cmd("INCR").arg(key).ignore();
+            pipe.cmd("INCR").arg(key);
         }
         pipe.cmd("WAIT")
             .arg(replicas.count)
             .arg(replicas.timeout_ms);
-        let mut answers = self.query_pipe(pipe.ignore_errors()).await?.into_iter();
-        let (Some(answer), Some(acked)) = (answers.next(), answers.next()) else {
-            return Err(RedisError::from((
+        let answers = self.query_pipe(pipe.ignore_errors()).await?;
+        let unexpected = || {
+            RedisError::from((
                 ErrorKind::UnexpectedReturnType,
                 "a call and its WAIT answered in an unexpected shape",
-            )));
+            ))
         };
-        let answer = match answer {
-            Value::ServerError(error) => return Err(RedisError::from(error)),
-            answer => answer,
-        };
-        match acked {
+        let mut answers = answers.into_iter().map(|value| match value {
+            Value::ServerError(error) => Err(RedisError::from(error)),
+            value => Ok(value),
+        });
+        let answer = answers.next().ok_or_else(unexpected)??;
+        if touch.is_some() {
+            answers.next().ok_or_else(unexpected)??;
+        }
+        match answers.next().ok_or_else(unexpected)?? {
             Value::Int(acked) if acked >= i64::from(replicas.count) => Ok(answer),
             Value::Int(acked) => {
                 self.replica_timeouts.fetch_add(1, Ordering::Relaxed);
                 Err(not_replicated(acked, replicas))
             }
-            Value::ServerError(error) => Err(RedisError::from(error)),
-            _ => Err(RedisError::from((
-                ErrorKind::UnexpectedReturnType,
-                "WAIT answered in an unexpected shape",
-            ))),
+            _ => Err(unexpected()),
         }
     }
 

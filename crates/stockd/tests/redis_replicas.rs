@@ -219,6 +219,67 @@ async fn a_primary_killed_under_load_loses_no_acknowledged_hold_and_the_fleet_he
     }
 }
 
+/// A failover asked of Sentinel while the primary runs (maintenance): Sentinel makes the old
+/// primary a replica and closes its clients' connections (a write that still reached it would be
+/// answered `READONLY`); either way the servers ask the Sentinels again and follow. Nothing
+/// acknowledged is lost, and no restart is needed (the old primary is the new one's replica).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failover_asked_of_sentinel_is_followed_with_nothing_acknowledged_lost() {
+    let group = Arc::new(tokio::task::block_in_place(|| SentinelGroup::start(1)));
+    let servers = Server::fleet(group.clone(), 2).await;
+    let apis: Vec<Api> = servers.iter().map(Server::api).collect();
+    put_pool(&apis[0], "hot", json!({"total": 1_000_000})).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let tried: Tried = Arc::default();
+    let clients = load(&apis, "hot", &stop, &tried);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+
+    let old = group.failover_now();
+    let asked_at = Instant::now();
+    tokio::task::block_in_place(|| {
+        group.wait_promoted(old);
+        group.wait_settled();
+    });
+    assert_ne!(group.primary().port, old);
+    // Both servers serve again: some hold each sent after the failover was answered 201.
+    loop {
+        let served: Vec<bool> = (0..2)
+            .map(|server| {
+                tried.lock().unwrap().iter().any(|(id, status, at)| {
+                    *status == 201 && *at > asked_at + Duration::from_millis(200) && {
+                        let client: usize = id[1..id.find('-').unwrap()].parse().unwrap();
+                        client % 2 == server
+                    }
+                })
+            })
+            .collect();
+        if served.iter().all(|served| *served) {
+            break;
+        }
+        assert!(
+            asked_at.elapsed() < RECOVERY_DEADLINE,
+            "the servers did not follow the failover: {served:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.await.expect("client");
+    }
+    let tried: Vec<(String, u16)> = tried
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(id, status, _)| (id.clone(), *status))
+        .collect();
+    let present = acknowledged_holds_present(&apis[1], &tried).await;
+    let (status, pool) = apis[0].call("GET", "/v1/pools/hot", None).await;
+    assert_eq!(status, 200, "{pool}");
+    assert_eq!(pool_invariant_problem(&pool), None);
+    assert_eq!(pool["sold"].as_u64(), Some(present), "{pool}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failover_that_lost_changes_without_replicas_to_wait_for_fails_closed_until_accepted() {
     let group = Arc::new(tokio::task::block_in_place(|| SentinelGroup::start(0)));

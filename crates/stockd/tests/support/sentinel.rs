@@ -239,6 +239,18 @@ impl SentinelGroup {
         primary.port
     }
 
+    /// Asks a Sentinel for a failover while the primary runs (as for maintenance): the replica
+    /// is promoted and the old primary, still running, made its replica. Returns the old
+    /// primary's port.
+    pub fn failover_now(&self) -> u16 {
+        let old = self.primary().port;
+        assert_eq!(
+            self.sentinels[0].cli(&["SENTINEL", "FAILOVER", MASTER_NAME]),
+            "OK"
+        );
+        old
+    }
+
     /// Waits until every Sentinel names another primary than `old` and it says it is one;
     /// returns how long that took.
     pub fn wait_promoted(&self, old: u16) -> Duration {
