@@ -49,14 +49,13 @@ async fn a_change_is_answered_once_its_replica_has_it_and_503_when_it_cannot_be(
     let replica =
         RedisServer::start_with(&["--appendonly", "no", "--replicaof", "127.0.0.1", &port]);
     tokio::task::block_in_place(|| wait_in_sync(&replica));
-    let server = Server::start_with(
-        ServerConfig::on(Arc::new(RedisAt(primary.url())))
-            .arg("--redis-replicas")
-            .arg("1")
-            .arg("--redis-replica-timeout-ms")
-            .arg("300"),
-    )
-    .await;
+    let config = ServerConfig::on(Arc::new(RedisAt(primary.url())))
+        .arg("--redis-replicas")
+        .arg("1")
+        .arg("--redis-replica-timeout-ms")
+        .arg("1000");
+    let server = Server::start_with(config.clone()).await;
+    let other = Server::start_with(config).await;
     let api = server.api();
     put_pool(&api, "p", json!({"total": 10})).await;
     let (status, reply) = api.call("POST", "/v1/holds", Some(hold("h1", "p"))).await;
@@ -73,10 +72,14 @@ async fn a_change_is_answered_once_its_replica_has_it_and_503_when_it_cannot_be(
         message.contains("--redis-replicas") && message.contains("same id"),
         "{message}"
     );
-    assert!(started.elapsed() >= Duration::from_millis(300));
-    // A read is not served either: what it would show may not survive a failover.
-    let (status, reply) = api.call("GET", "/v1/holds/h1", None).await;
-    assert_eq!(status, 503, "{reply}");
+    assert!(started.elapsed() >= Duration::from_millis(1000));
+    // Nor is what another server would read of it (the primary has h2; the replica may never):
+    // that server wrote nothing since, but Redis makes a connection's WAIT cover everything the
+    // primary had when the connection's last command ran, reads included. This holds Redis to it.
+    for path in ["/v1/holds/h2", "/v1/pools/p", "/v1/events?after=0"] {
+        let (status, reply) = other.api().call("GET", path, None).await;
+        assert_eq!(status, 503, "GET {path} on the other server: {reply}");
+    }
     let (status, metrics) = api.call("GET", "/metrics", None).await;
     let metrics = metrics.as_str().unwrap_or_default().to_string();
     assert_eq!(status, 200, "{metrics}");
