@@ -12,7 +12,7 @@ use stockd_core::BackendError;
 #[cfg(feature = "call-faults")]
 use crate::call_faults;
 use crate::shared::Shared;
-use crate::wire::Op;
+use crate::wire::{self, Op};
 use crate::{dispatch, library};
 
 impl Shared {
@@ -87,10 +87,14 @@ impl Shared {
         self.calls_total.fetch_add(1, Ordering::Relaxed);
         self.commands_total
             .fetch_add(commands as u64, Ordering::Relaxed);
+        // A call that only reads is followed by a write when changes wait for replicas, so that
+        // their WAIT covers what it read (link.rs `fcall`).
+        let touch = wire::reads_only(groups).then(|| self.keys[partition as usize].touch());
+        let touch = touch.as_deref();
         #[cfg(not(feature = "call-faults"))]
-        let value = self.link.fcall(&cmd).await;
+        let value = self.link.fcall(&cmd, touch).await;
         #[cfg(feature = "call-faults")]
-        let value = call_faults::fcall(self, partition, groups, &cmd).await;
+        let value = call_faults::fcall(self, partition, groups, &cmd, touch).await;
         let mut values = into_array(value.map_err(CallError::Redis)?)?;
         if values.is_empty() {
             return Err(CallError::Protocol("empty reply".into()));

@@ -73,15 +73,16 @@ fn lost(why: &'static str) -> RedisError {
     RedisError::from((ErrorKind::Io, "call fault", why.to_string()))
 }
 
-/// `link.fcall(cmd)` as the faults decide.
+/// `link.fcall(cmd, touch)` as the faults decide.
 pub(crate) async fn fcall(
     shared: &Shared,
     partition: u32,
     groups: &[&[Op]],
     cmd: &Cmd,
+    touch: Option<&str>,
 ) -> RedisResult<Value> {
     let Some(hook) = &shared.config.call_faults else {
-        return shared.link.fcall(cmd).await;
+        return shared.link.fcall(cmd, touch).await;
     };
     let fault = hook.0.fault(partition, groups);
     if !fault.delay.is_zero() {
@@ -91,21 +92,26 @@ pub(crate) async fn fcall(
         }
     }
     let reply = match fault.action {
-        CallAction::Send => shared.link.fcall(cmd).await,
+        CallAction::Send => shared.link.fcall(cmd, touch).await,
         CallAction::Fail => return Err(lost("not sent")),
         CallAction::DropReply => {
-            let _ = shared.link.fcall(cmd).await;
+            let _ = shared.link.fcall(cmd, touch).await;
             return Err(lost("sent, reply lost"));
         }
-        CallAction::Twice { .. } if shared.call_prefix.is_none() => shared.link.fcall(cmd).await,
+        CallAction::Twice { .. } if shared.call_prefix.is_none() => {
+            shared.link.fcall(cmd, touch).await
+        }
         CallAction::Twice { concurrent: true } => {
-            let (_, second) =
-                futures_util::future::join(shared.link.fcall(cmd), shared.link.fcall(cmd)).await;
+            let (_, second) = futures_util::future::join(
+                shared.link.fcall(cmd, touch),
+                shared.link.fcall(cmd, touch),
+            )
+            .await;
             second
         }
         CallAction::Twice { concurrent: false } => {
-            let _ = shared.link.fcall(cmd).await;
-            shared.link.fcall(cmd).await
+            let _ = shared.link.fcall(cmd, touch).await;
+            shared.link.fcall(cmd, touch).await
         }
     };
     if hook.0.killed() {

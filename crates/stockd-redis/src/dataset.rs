@@ -126,7 +126,7 @@ async fn init_partition(
         cmd.arg(field).arg(value);
     }
     cmd.arg(PLACEMENT).arg(placement.text());
-    let Value::Array(values) = link.fcall(&cmd).await? else {
+    let Value::Array(values) = link.fcall(&cmd, Some(&partition_keys.touch())).await? else {
         return Err(StartError::Dataset("unexpected answer to init".into()));
     };
     Ok(values.iter().map(text).collect())
@@ -314,7 +314,8 @@ pub async fn accept(target: &Target, partitions: u32, replicas: u32) -> Result<M
             .arg(PartitionKeys::new(k, partitions).meta())
             .arg(&marker.text)
             .arg(partitions);
-        link.fcall(&cmd).await?;
+        let partition_keys = PartitionKeys::new(k, partitions);
+        link.fcall(&cmd, Some(&partition_keys.touch())).await?;
     }
     Ok(marker)
 }

@@ -26,11 +26,12 @@ impl RedisBackend {
         cmd.arg(after)
             .arg(limit)
             .arg(shared.config.event_retention_max);
-        // With replicas to wait for, no event is served that a failover could take back: the
-        // read waits for them as a change does (link.rs `fcall`).
+        // A read: with replicas to wait for, a write after it makes the WAIT cover the events it
+        // read, so that no event is served that a failover could take back (link.rs `fcall`).
+        let touch = shared.keys[partition as usize].touch();
         let value = shared
             .link
-            .fcall(&cmd)
+            .fcall(&cmd, Some(&touch))
             .await
             .map_err(|e| CallError::Redis(e).into_backend_error())?;
         let mut values = into_array(value).map_err(CallError::into_backend_error)?;

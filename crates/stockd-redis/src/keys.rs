@@ -219,6 +219,12 @@ impl PartitionKeys {
         format!("{}meta", self.prefix)
     }
 
+    /// A counter written (never read) after a call that may have read without writing, when
+    /// changes wait for replicas: `WAIT` then covers what the call read (link.rs `fcall`).
+    pub fn touch(&self) -> String {
+        format!("{}touch", self.prefix)
+    }
+
     pub fn pool(&self, id: &str) -> String {
         format!("{}pool:{id}", self.prefix)
     }

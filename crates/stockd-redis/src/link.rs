@@ -545,26 +545,31 @@ impl Link {
     ///
     /// With `--redis-replicas N`, the call is followed, in the same round trip and on the same
     /// connection, by `WAIT N TIMEOUT`, and it is answered only when N replicas have everything
-    /// the primary had when the call ran; else it is an error (its outcome unknown, as a lost
-    /// answer). Redis sets the offset a connection's `WAIT` waits for after every command it
-    /// runs, reads included, so this covers what a call only read too, another server's
-    /// unacknowledged change included (tests/redis_replicas.rs holds Redis to it).
-    pub async fn fcall(&self, cmd: &Cmd) -> RedisResult<Value> {
-        match self.fcall_once(cmd).await {
+    /// this connection wrote up to it; else it is an error (its outcome unknown, as a lost
+    /// answer). Since Redis 7.2, `WAIT` waits for the primary's offset after the connection's
+    /// last command that wrote (7.0 moved it after every command, reads included), so `touch`
+    /// (a key of the call's partition) is written between the two for a call that may read
+    /// without writing: what the call read, maybe another server's unacknowledged change, is
+    /// then covered too, whatever the version.
+    pub async fn fcall(&self, cmd: &Cmd, touch: Option<&str>) -> RedisResult<Value> {
+        match self.fcall_once(cmd, touch).await {
             Err(error) if is_missing_library(&error) => {
                 self.load_library().await?;
-                self.fcall_once(cmd).await
+                self.fcall_once(cmd, touch).await
             }
             other => other,
         }
     }
 
-    async fn fcall_once(&self, cmd: &Cmd) -> RedisResult<Value> {
+    async fn fcall_once(&self, cmd: &Cmd, touch: Option<&str>) -> RedisResult<Value> {
         let Some(replicas) = self.replicas else {
             return self.query(cmd).await;
         };
         let mut pipe = redis::pipe();
         pipe.add_command(cmd.clone());
+        if let Some(key) = touch {
+            pipe.cmd("INCR").arg(key);
+        }
         pipe.cmd("WAIT")
             .arg(replicas.count)
             .arg(replicas.timeout_ms);
@@ -580,6 +585,9 @@ impl Link {
             value => Ok(value),
         });
         let answer = answers.next().ok_or_else(unexpected)??;
+        if touch.is_some() {
+            answers.next().ok_or_else(unexpected)??;
+        }
         match answers.next().ok_or_else(unexpected)?? {
             Value::Int(acked) if acked >= i64::from(replicas.count) => Ok(answer),
             Value::Int(acked) => {

@@ -37,6 +37,30 @@ impl Op {
     }
 }
 
+/// The library's commands that change nothing (main.lua's `S.READ_OPS`, which a test holds
+/// this list to). A `sweep` that finds nothing to do changes nothing; one that does changes.
+pub(crate) const READ_OPS: [&str; 10] = [
+    "get_pool",
+    "get_segments",
+    "get_hold",
+    "list_pools",
+    "list_holds",
+    "x_state",
+    "part_refundable",
+    "sweep",
+    "pop_owner",
+    "seg_get",
+];
+
+/// Whether a call of `groups` may answer what it read without writing anything: every command
+/// reads only, and one of them answers something (a call of sweeps alone tells nothing it did
+/// not write). Such a call writes nothing itself, so when changes wait for replicas it is
+/// followed by a write that `WAIT` can count (link.rs `fcall`).
+pub(crate) fn reads_only(groups: &[&[Op]]) -> bool {
+    let mut ops = groups.iter().flat_map(|group| group.iter());
+    ops.clone().all(|op| READ_OPS.contains(&op.name)) && ops.any(|op| op.name != "sweep")
+}
+
 fn opt(value: Option<u64>) -> String {
     value.map_or_else(|| "-".to_string(), |v| v.to_string())
 }
@@ -651,6 +675,39 @@ fn error(code: &str, value: &Value) -> Result<Error, DecodeError> {
 mod tests {
     use super::*;
     use stockd_core::{HoldId, PoolId};
+
+    #[test]
+    fn the_read_ops_are_the_librarys() {
+        let main = include_str!("../lua/main.lua");
+        let start = main
+            .find("S.READ_OPS = {")
+            .expect("main.lua declares S.READ_OPS")
+            + 14;
+        let end = start + main[start..].find('}').expect("the end of S.READ_OPS");
+        let mut library: Vec<&str> = main[start..end]
+            .split(',')
+            .filter_map(|entry| entry.trim().strip_suffix("= true"))
+            .map(str::trim)
+            .collect();
+        library.sort_unstable();
+        let mut ours = READ_OPS.to_vec();
+        ours.sort_unstable();
+        assert_eq!(ours, library);
+    }
+
+    #[test]
+    fn a_call_reads_only_when_every_command_reads_and_one_answers_something() {
+        let op = |name| Op {
+            name,
+            args: Vec::new(),
+        };
+        let (get, sweep, reserve) = ([op("get_hold")], [op("sweep")], [op("reserve")]);
+        assert!(reads_only(&[&get]));
+        assert!(reads_only(&[&sweep, &get]));
+        assert!(!reads_only(&[&sweep]));
+        assert!(!reads_only(&[&get, &reserve]));
+        assert!(!reads_only(&[&reserve]));
+    }
 
     #[test]
     fn only_a_reserve_sent_where_its_id_hashes_for_a_home_elsewhere_moves_elsewhere() {

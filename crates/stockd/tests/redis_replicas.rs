@@ -74,8 +74,9 @@ async fn a_change_is_answered_once_its_replica_has_it_and_503_when_it_cannot_be(
     );
     assert!(started.elapsed() >= Duration::from_millis(1000));
     // Nor is what another server would read of it (the primary has h2; the replica may never):
-    // that server wrote nothing since, but Redis makes a connection's WAIT cover everything the
-    // primary had when the connection's last command ran, reads included. This holds Redis to it.
+    // that server wrote nothing since, and since Redis 7.2 a connection's WAIT covers only up to
+    // its last write (7.0 moves it after reads too), so its read is followed by a write of its
+    // own for its WAIT to cover what it read.
     for path in ["/v1/holds/h2", "/v1/pools/p", "/v1/events?after=0"] {
         let (status, reply) = other.api().call("GET", path, None).await;
         assert_eq!(status, 503, "GET {path} on the other server: {reply}");
