@@ -170,8 +170,8 @@ serve_settings! {
         default: "embedded".to_owned(),
         help: "Where the data lives: `embedded` (this process, its --data-dir), or \
                `redis://[:PASSWORD@]HOST:PORT[/DB]` (one Redis primary shared by any number of \
-               servers), or `redis+sentinel://HOST:PORT,.../MASTER_NAME[?db=N&password=...]` \
-               (the primary Redis Sentinel names, followed through failovers), or \
+               servers), or `redis+sentinel://HOST:PORT,.../MASTER_NAME` (the primary Redis \
+               Sentinel names, followed through failovers; `?db=N&password=...` after it), or \
                `redis+cluster://HOST:PORT,HOST:PORT,...` (default {})",
     }
     redis_partitions: u32 {
