@@ -110,117 +110,129 @@ async fn a_change_is_answered_once_its_replica_has_it_and_503_when_it_cannot_be(
     assert_eq!(readyz(&api).await, 200);
 }
 
-/// What the load saw: each hold id with its answer's status (0: no answer).
-type Tried = Arc<Mutex<Vec<(String, u16, Instant)>>>;
+/// Two servers with `--redis-replicas 1` on a Sentinel group, a hot pool, and 8 closed-loop
+/// clients sending it one-unit holds with `confirm: true`, client `c` to server `c % 2`.
+struct HotLoad {
+    group: Arc<SentinelGroup>,
+    _servers: Vec<Server>,
+    apis: Vec<Api>,
+    stop: Arc<AtomicBool>,
+    /// Each hold id tried with its answer's status (0: no answer) and when it came.
+    tried: Arc<Mutex<Vec<(String, u16, Instant)>>>,
+    clients: Vec<tokio::task::JoinHandle<()>>,
+}
 
-/// Closed-loop clients sending one-unit holds with `confirm: true` to the servers in turn, until
-/// `stop`.
-fn load(
-    apis: &[Api],
-    pool: &str,
-    stop: &Arc<AtomicBool>,
-    tried: &Tried,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..8)
-        .map(|client| {
-            let api = apis[client % apis.len()].clone();
-            let (pool, stop, tried) = (pool.to_string(), stop.clone(), tried.clone());
-            tokio::spawn(async move {
-                let mut n = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    n += 1;
-                    let hold_id = format!("c{client}-{n}");
-                    let status = api
-                        .try_call("POST", "/v1/holds", Some(hold(&hold_id, &pool)))
-                        .await
-                        .map(|(status, _)| status)
-                        .unwrap_or(0);
-                    tried
-                        .lock()
-                        .unwrap()
-                        .push((hold_id, status, Instant::now()));
-                    if status != 201 {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
+impl HotLoad {
+    async fn start() -> HotLoad {
+        let group = Arc::new(tokio::task::block_in_place(|| SentinelGroup::start(1)));
+        let servers = Server::fleet(group.clone(), 2).await;
+        let apis: Vec<Api> = servers.iter().map(Server::api).collect();
+        put_pool(&apis[0], "hot", json!({"total": 1_000_000})).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let tried: Arc<Mutex<Vec<(String, u16, Instant)>>> = Arc::default();
+        let clients = (0..8)
+            .map(|client| {
+                let api = apis[client % apis.len()].clone();
+                let (stop, tried) = (stop.clone(), tried.clone());
+                tokio::spawn(async move {
+                    let mut n = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        n += 1;
+                        let hold_id = format!("c{client}-{n}");
+                        let status = api
+                            .try_call("POST", "/v1/holds", Some(hold(&hold_id, "hot")))
+                            .await
+                            .map(|(status, _)| status)
+                            .unwrap_or(0);
+                        let at = Instant::now();
+                        tried.lock().unwrap().push((hold_id, status, at));
+                        if status != 201 {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
                     }
-                }
+                })
             })
+            .collect();
+        HotLoad {
+            group,
+            _servers: servers,
+            apis,
+            stop,
+            tried,
+            clients,
+        }
+    }
+
+    /// Whether server `server` answered 201 to a hold its clients sent after `since`.
+    fn served_since(&self, server: usize, since: Instant) -> bool {
+        self.tried.lock().unwrap().iter().any(|(id, status, at)| {
+            let client: usize = id[1..id.find('-').unwrap()].parse().unwrap();
+            *status == 201 && *at > since && client % 2 == server
         })
-        .collect()
+    }
+
+    /// Stops the clients, then: only 201 and 503 (or no answer) were seen, every acknowledged
+    /// hold is there, the pool sold exactly the holds that exist, and both servers are ready.
+    async fn stop_and_check(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for client in self.clients {
+            client.await.expect("client");
+        }
+        let tried: Vec<(String, u16)> = self
+            .tried
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(id, status, _)| (id.clone(), *status))
+            .collect();
+        let acknowledged = tried.iter().filter(|(_, status)| *status == 201).count();
+        assert!(acknowledged > 100, "too little load: {acknowledged} holds");
+        let odd = tried
+            .iter()
+            .find(|(_, status)| !matches!(status, 201 | 503 | 0));
+        assert_eq!(odd, None, "an answer other than 201 or 503");
+        let present = acknowledged_holds_present(&self.apis[1], &tried).await;
+        let (status, pool) = self.apis[0].call("GET", "/v1/pools/hot", None).await;
+        assert_eq!(status, 200, "{pool}");
+        assert_eq!(pool_invariant_problem(&pool), None);
+        assert_eq!(pool["sold"].as_u64(), Some(present), "{pool}");
+        for api in &self.apis {
+            assert_eq!(readyz(api).await, 200);
+        }
+    }
+
+    /// Waits until both servers serve again after `since`, at most RECOVERY_DEADLINE after
+    /// `started`; how long after `started` that was.
+    async fn wait_served_again(&self, since: Instant, started: Instant) -> Duration {
+        while !(self.served_since(0, since) && self.served_since(1, since)) {
+            assert!(
+                started.elapsed() < RECOVERY_DEADLINE,
+                "the servers do not serve again {:?} after the failover began",
+                started.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        started.elapsed()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_primary_killed_under_load_loses_no_acknowledged_hold_and_the_fleet_heals_by_itself() {
-    let group = Arc::new(tokio::task::block_in_place(|| SentinelGroup::start(1)));
-    let servers = Server::fleet(group.clone(), 2).await;
-    let apis: Vec<Api> = servers.iter().map(Server::api).collect();
-    put_pool(&apis[0], "hot", json!({"total": 1_000_000})).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let tried: Tried = Arc::default();
-    let clients = load(&apis, "hot", &stop, &tried);
+    let load = HotLoad::start().await;
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-
     let killed_at = Instant::now();
-    let old = group.kill_primary();
-    let promoted = tokio::task::block_in_place(|| group.wait_promoted(old));
+    let old = load.group.kill_primary();
+    let promoted = tokio::task::block_in_place(|| load.group.wait_promoted(old));
     // The promoted replica has no replica of its own until the dead node is back: a supervisor
     // (systemd) restarts it, as a replica of the new primary. Until then changes wait (503).
-    tokio::task::block_in_place(|| group.bring_back(old));
-    // Every server serves again by itself: a hold sent to it after the promotion is answered 201.
-    for (i, api) in apis.iter().enumerate() {
-        let mut n = 0;
-        loop {
-            n += 1;
-            let probe = format!("probe-{i}-{n}");
-            let (status, reply) = api
-                .try_call("POST", "/v1/holds", Some(hold(&probe, "hot")))
-                .await
-                .unwrap_or((0, Value::Null));
-            tried.lock().unwrap().push((probe, status, Instant::now()));
-            if status == 201 {
-                break;
-            }
-            assert!(
-                killed_at.elapsed() < RECOVERY_DEADLINE,
-                "server {i} still answers {status} {reply} {:?} after the primary died",
-                killed_at.elapsed()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    let healed = killed_at.elapsed();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::Relaxed);
-    for client in clients {
-        client.await.expect("client");
-    }
-    eprintln!("failover: promoted {promoted:?} after the kill, every server 201 again {healed:?} after it");
-
-    let tried: Vec<(String, u16)> = tried
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(id, status, _)| (id.clone(), *status))
-        .collect();
-    let acknowledged = tried.iter().filter(|(_, status)| *status == 201).count();
-    assert!(acknowledged > 100, "too little load: {acknowledged} holds");
-    assert!(
-        tried
-            .iter()
-            .all(|(_, status)| matches!(status, 201 | 503 | 0)),
-        "an answer other than 201 or 503: {:?}",
-        tried
-            .iter()
-            .find(|(_, status)| !matches!(status, 201 | 503 | 0))
+    tokio::task::block_in_place(|| load.group.bring_back(old));
+    // Every server serves again by itself: a hold sent to it after that is answered 201.
+    let healed = load.wait_served_again(Instant::now(), killed_at).await;
+    eprintln!(
+        "failover: promoted {promoted:?} after the kill, every server 201 again {healed:?} after it"
     );
-    // Every acknowledged hold is there, and the pool sold exactly the holds that exist.
-    let present = acknowledged_holds_present(&apis[1], &tried).await;
-    let (status, pool) = apis[0].call("GET", "/v1/pools/hot", None).await;
-    assert_eq!(status, 200, "{pool}");
-    assert_eq!(pool_invariant_problem(&pool), None);
-    assert_eq!(pool["sold"].as_u64(), Some(present), "{pool}");
-    for api in &apis {
-        assert_eq!(readyz(api).await, 200);
-    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    load.stop_and_check().await;
 }
 
 /// A failover asked of Sentinel while the primary runs (maintenance): Sentinel makes the old
@@ -229,59 +241,18 @@ async fn a_primary_killed_under_load_loses_no_acknowledged_hold_and_the_fleet_he
 /// acknowledged is lost, and no restart is needed (the old primary is the new one's replica).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failover_asked_of_sentinel_is_followed_with_nothing_acknowledged_lost() {
-    let group = Arc::new(tokio::task::block_in_place(|| SentinelGroup::start(1)));
-    let servers = Server::fleet(group.clone(), 2).await;
-    let apis: Vec<Api> = servers.iter().map(Server::api).collect();
-    put_pool(&apis[0], "hot", json!({"total": 1_000_000})).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let tried: Tried = Arc::default();
-    let clients = load(&apis, "hot", &stop, &tried);
+    let load = HotLoad::start().await;
     tokio::time::sleep(Duration::from_millis(1_000)).await;
-
-    let old = group.failover_now();
+    let old = load.group.failover_now();
     let asked_at = Instant::now();
     tokio::task::block_in_place(|| {
-        group.wait_promoted(old);
-        group.wait_settled();
+        load.group.wait_promoted(old);
+        load.group.wait_settled();
     });
-    assert_ne!(group.primary().port, old);
-    // Both servers serve again: some hold each sent after the failover was answered 201.
-    loop {
-        let served: Vec<bool> = (0..2)
-            .map(|server| {
-                tried.lock().unwrap().iter().any(|(id, status, at)| {
-                    *status == 201 && *at > asked_at + Duration::from_millis(200) && {
-                        let client: usize = id[1..id.find('-').unwrap()].parse().unwrap();
-                        client % 2 == server
-                    }
-                })
-            })
-            .collect();
-        if served.iter().all(|served| *served) {
-            break;
-        }
-        assert!(
-            asked_at.elapsed() < RECOVERY_DEADLINE,
-            "the servers did not follow the failover: {served:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    assert_ne!(load.group.primary().port, old);
+    load.wait_served_again(Instant::now(), asked_at).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Relaxed);
-    for client in clients {
-        client.await.expect("client");
-    }
-    let tried: Vec<(String, u16)> = tried
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(id, status, _)| (id.clone(), *status))
-        .collect();
-    let present = acknowledged_holds_present(&apis[1], &tried).await;
-    let (status, pool) = apis[0].call("GET", "/v1/pools/hot", None).await;
-    assert_eq!(status, 200, "{pool}");
-    assert_eq!(pool_invariant_problem(&pool), None);
-    assert_eq!(pool["sold"].as_u64(), Some(present), "{pool}");
+    load.stop_and_check().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
