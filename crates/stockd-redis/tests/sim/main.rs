@@ -132,7 +132,7 @@ impl Totals {
              acknowledged ({} across partitions), {} cross-partition reserves refused, {} \
              answers 'rolled back', {} events; {} library calls: {} delayed, {} failed unsent, \
              {} replies dropped, {} sent twice; {} servers died at a call, {} killed; {} \
-             histories checked ({} operations); {} seeds with segmented pools",
+             histories checked ({} operations); {} seeds with segmented pools ({} proved judged)",
             self.seeds,
             elapsed.as_secs_f64(),
             c.requests,
@@ -152,6 +152,7 @@ impl Totals {
             c.histories_checked,
             c.history_ops,
             c.segmented_seeds,
+            c.oversell_proofs,
         );
     }
 }
