@@ -187,9 +187,11 @@ C.part_reserve = function(a)
 end
 
 -- x_commit HOLD ATTEMPT: the reserve of ATTEMPT succeeded everywhere: 'pending(ATTEMPT)' ->
--- 'held' (and 'confirmed' for confirm: true), with its events. The hold decided by this very
--- attempt answers its replay (a concurrent copy of the request committed first); anything else
--- is {"aborted"}: rolled back, or another attempt.
+-- 'held' (and 'confirmed' for confirm: true), with its events. The hold is created now: its
+-- `created_at` and `expires_at` move to now and now + its ttl (a retry may join an attempt begun
+-- seconds before an outage, past the hold's deadline). The hold decided by this very attempt
+-- answers its replay (a concurrent copy of the request committed first); anything else is
+-- {"aborted"}: rolled back, or another attempt.
 C.x_commit = function(a)
     local hold, attempt = S.settle(S.hold_get(a[1])), a[2]
     if hold and hold.attempt == attempt and S.visible(hold) then
@@ -200,7 +202,10 @@ C.x_commit = function(a)
     end
     redis.call('ZREM', S.key('pendingq'), hold.id)
     hold.status = 'held'
-    redis.call('HSET', S.key('hold', hold.id), 'st', 'held')
+    local ttl_ms = hold.expires_at_ms - hold.created_at_ms
+    hold.created_at_ms, hold.expires_at_ms = S.now, S.now + ttl_ms
+    redis.call('HSET', S.key('hold', hold.id), 'st', 'held', 'c', S.int(hold.created_at_ms),
+        'e', S.int(hold.expires_at_ms))
     if not hold.confirm then
         S.zadd(S.key('expiry'), S.int(hold.expires_at_ms), hold.id)
     end

@@ -17,7 +17,7 @@
 /// of another version.
 macro_rules! library_name {
     () => {
-        "stockd_v10"
+        "stockd_v11"
     };
 }
 
@@ -45,6 +45,7 @@ pub const RELEASED: &[(&str, u64)] = &[
     ("stockd_v8", 15751764587899780863),
     ("stockd_v9", 1510726880974697431),
     ("stockd_v10", 16204500529167765093),
+    ("stockd_v11", 13269682818845349821),
 ];
 
 /// `(name, text)` of each file under `lua/`, the text compiled in.
