@@ -11,7 +11,8 @@
 //! engine, a single Redis with two stockd servers, a single Redis (AOF, appendfsync always) that
 //! is itself killed, a primary with its replica and three Sentinels whose primary is killed and
 //! failed over (two stockd servers with `--redis-replicas 1`), and a 3-primary Redis Cluster
-//! with two stockd servers.
+//! with two stockd servers, one killed, or, with `--redis-replicas 1`, its primaries killed and
+//! failed over to their replicas.
 //!
 //! Bounded by default (one history of 3 s per test); `STOCKD_HISTORY_RUNS=N` and
 //! `STOCKD_HISTORY_SECS=S` make long runs, `STOCKD_HISTORY_SEED` repeats the random choices of a
@@ -312,6 +313,10 @@ enum Fault {
     /// `redis+sentinel://` with `--redis-replicas 1`); once the replica is promoted, the killed
     /// node comes back as its replica, as a supervisor would restart it.
     Failover,
+    /// SIGKILL a primary of a 3-primary Redis Cluster with replicas (servers with
+    /// `--redis-replicas 1`); once its replica took over, the killed node comes back as the new
+    /// primary's replica.
+    ClusterFailover,
 }
 
 /// What a scenario kills besides stockd servers.
@@ -320,6 +325,7 @@ enum Killable {
     Nothing,
     Redis(Arc<RedisBackend>),
     Sentinels(Arc<SentinelGroup>),
+    Cluster(Arc<RedisClusterBackend>),
 }
 
 /// A backend for the stockd servers, and what the scenario's faults kill.
@@ -357,6 +363,13 @@ fn durable_redis() -> Backends {
 
 fn cluster() -> Backends {
     (Arc::new(RedisClusterBackend::start(4)), Killable::Nothing)
+}
+
+fn cluster_with_replicas() -> Backends {
+    let mut cluster = RedisClusterBackend::start(4);
+    cluster.server_args = vec!["--redis-replicas".into(), "1".into()];
+    let cluster = Arc::new(cluster);
+    (cluster.clone(), Killable::Cluster(cluster))
 }
 
 /// A pool of the run.
@@ -419,7 +432,7 @@ async fn run_history(scenario: &Scenario, seed: u64, secs: u64) -> stockd_histor
     let recorder = Arc::new(Recorder::default());
 
     // Pools, recorded like every other request; grouped by the partition their answer names.
-    let specs = pool_specs(matches!(scenario.name, "cluster"));
+    let specs = pool_specs(matches!(scenario.name, "cluster" | "cluster-failover"));
     let mut by_partition: BTreeMap<u64, Vec<String>> = BTreeMap::new();
     for spec in specs {
         let pool = spec.name;
@@ -494,6 +507,33 @@ async fn run_history(scenario: &Scenario, seed: u64, secs: u64) -> stockd_histor
                 });
                 // No change is acknowledged from the kill until the new primary has a replica
                 // again: expiries wait that long too.
+                outage_max = outage_max.max(killed.elapsed());
+            }
+            Fault::ClusterFailover => {
+                let Killable::Cluster(cluster) = &killable else {
+                    panic!("no Cluster to fail over")
+                };
+                let killed = std::time::Instant::now();
+                tokio::task::block_in_place(|| {
+                    let primary = cluster.primaries()[kill as usize % 3];
+                    let replica = cluster
+                        .replica_of(primary.port)
+                        .expect("the primary has a replica");
+                    primary.kill();
+                    let deadline = killed + Duration::from_secs(30);
+                    while !replica.cli(&["ROLE"]).starts_with("master") {
+                        assert!(std::time::Instant::now() < deadline, "no replica took over");
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    let promoted = killed.elapsed();
+                    primary.start_again();
+                    cluster.wait_healthy();
+                    eprintln!(
+                        "cluster failover: the replica took over {promoted:?} after the kill, the \
+                         killed node back as its replica {:?} after it",
+                        killed.elapsed()
+                    );
+                });
                 outage_max = outage_max.max(killed.elapsed());
             }
         }
@@ -612,7 +652,7 @@ async fn run_history(scenario: &Scenario, seed: u64, secs: u64) -> stockd_histor
     );
     // On a Cluster the segmented pools' units are taken in other partitions than their events.
     assert!(
-        scenario.name != "cluster" || stats.spread_pools >= 2,
+        !scenario.name.starts_with("cluster") || stats.spread_pools >= 2,
         "history {} (seed {seed}): the segmented pools were not judged in real time: {stats:?}",
         scenario.name
     );
@@ -763,6 +803,17 @@ async fn redis_primary_failed_over_to_its_replica_history_is_explained() {
         servers: 2,
         fault: Fault::Failover,
         backend: sentinels,
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_cluster_primaries_failed_over_to_their_replicas_history_is_explained() {
+    run_scenario(Scenario {
+        name: "cluster-failover",
+        servers: 2,
+        fault: Fault::ClusterFailover,
+        backend: cluster_with_replicas,
     })
     .await;
 }
