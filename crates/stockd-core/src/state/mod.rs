@@ -253,10 +253,12 @@ impl State {
             created_holds: Vec::new(),
             pending_low_stock: Vec::new(),
         };
+        state.hold_index = HoldIndex::build(
+            (state.data.holds.iter())
+                .map(|(hold_id, hold)| (hold_id, hold.user.as_ref(), &hold.items[..]))
+                .collect(),
+        );
         for (hold_id, hold) in &state.data.holds {
-            state
-                .hold_index
-                .insert(hold_id, hold.user.as_ref(), &hold.items);
             match hold.finished_at_ms {
                 None => state.expiry_queue.push(hold.expires_at_ms, hold_id.clone()),
                 Some(finished_at_ms) => {
