@@ -15,6 +15,8 @@
 //!   check-and-deduct per request (`stockd bench seeds-stack`).
 //! - [`compare`]: `stockd bench compare`, the flash scenario against stockd embedded, stockd on
 //!   Redis and the seeds' stack in one run, on servers it starts itself.
+//! - [`memory`]: `stockd bench memory`, what retained holds cost the embedded engine in resident
+//!   memory, and its restart time.
 //!
 //! It never decides anything about stock: it sends requests and checks what the server says.
 
@@ -22,6 +24,7 @@ pub mod compare;
 pub mod http;
 pub mod lab;
 pub mod load;
+pub mod memory;
 pub mod paths;
 pub mod race;
 pub mod report;

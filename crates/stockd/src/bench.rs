@@ -28,6 +28,58 @@ pub enum BenchCommand {
     /// `if stock >= n then DECRBY` on the Redis given; no holds, no idempotency, no expiry. A
     /// baseline for `stockd bench run`, not a stock service.
     SeedsStack(SeedsStackArgs),
+    /// What retained holds cost the embedded engine: loads N confirmed holds into a server it
+    /// starts itself, then reads its resident memory at rest, at the snapshot's peak and after
+    /// a restart, per hold, and how long the restart took to be ready.
+    Memory(MemoryArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct MemoryArgs {
+    /// Confirmed holds to load (also the server's snapshot interval, so that one snapshot is
+    /// built right after the load).
+    #[arg(long, default_value_t = 1_000_000)]
+    holds: u64,
+    /// Distinct users the holds name.
+    #[arg(long, default_value_t = 100_000)]
+    users: u64,
+    /// Pools the holds take one unit of.
+    #[arg(long, default_value_t = 10)]
+    pools: u64,
+    /// Connections sending the load, each one batch of 1,000 reserves at a time.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The server's data directory, kept after the run (it must not exist yet); default a
+    /// temporary one, removed at the end.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Write the report as JSON to this file (`-` for standard output, instead of the table).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress line, even on a terminal.
+    #[arg(long)]
+    quiet: bool,
+}
+
+impl MemoryArgs {
+    fn config(&self) -> Result<stockd_bench::memory::MemoryConfig, String> {
+        let executable = std::env::current_exe().map_err(|error| {
+            format!("cannot find the stockd executable to start the server with: {error}")
+        })?;
+        Ok(stockd_bench::memory::MemoryConfig {
+            executable,
+            holds: within("--holds", self.holds, 1..=100_000_000)?,
+            users: within("--users", self.users, 1..=100_000_000)?,
+            pools: within("--pools", self.pools, 1..=10_000)?,
+            connections: within("--connections", self.connections, 1..=256)?,
+            seed: self.seed,
+            progress: !self.quiet && std::io::stderr().is_terminal(),
+            data_dir: self.data_dir.clone(),
+        })
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -425,6 +477,12 @@ pub async fn run(command: BenchCommand) -> ExitCode {
             run_stoppable(args.config(), stockd_bench::compare::run, stopped, json).await
         }
         BenchCommand::SeedsStack(args) => run_seeds_stack(args).await,
+        // Exit 1 when the server could not be measured or lost holds over its restart.
+        BenchCommand::Memory(args) => {
+            let stopped = "the server is stopped and its files removed";
+            let json = args.json.as_deref();
+            run_stoppable(args.config(), stockd_bench::memory::run, stopped, json).await
+        }
     }
 }
 
@@ -581,6 +639,20 @@ impl Shown for stockd_bench::lab::LabReport {
 
     fn passed(&self) -> bool {
         self.problems().is_empty() && !self.any_failed()
+    }
+}
+
+impl Shown for stockd_bench::memory::MemoryReport {
+    fn table(&self) -> String {
+        self.table()
+    }
+
+    fn errors(&self) -> Vec<String> {
+        self.errors.clone()
+    }
+
+    fn passed(&self) -> bool {
+        self.passed()
     }
 }
 
