@@ -407,10 +407,13 @@ async fn measure(config: &MemoryConfig, report: &mut MemoryReport) -> Result<(),
     report.holds_per_second = config.holds as f64 / load.as_secs_f64();
     report.load_peak = at(load_peak);
 
-    // The snapshot the load made due, sampled until it is written.
+    // The snapshots the load made due, sampled until they are written: the writer starts one
+    // before it takes the next batch, so once the load is answered none is left to start.
     let snapshot_started = Instant::now();
     let mut snapshot_peak = 0;
-    while server.metric("stockd_snapshots_total").await? < 1 {
+    while server.metric("stockd_snapshots_total").await? < 1
+        || server.metric("stockd_snapshot_in_progress").await? == 1
+    {
         snapshot_peak = snapshot_peak.max(server.status()?.rss);
         if snapshot_started.elapsed() > SNAPSHOT_TIMEOUT {
             return Err(format!(

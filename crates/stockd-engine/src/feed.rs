@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use stockd_core::state::snapshot::{decode_event, encode_event, encoded_event_seq};
 use stockd_core::{Error, Event};
 use tokio::sync::watch;
 
@@ -22,58 +23,125 @@ pub struct Feed {
     durable_seq: watch::Sender<u64>,
 }
 
-/// The retained events, in seq order, stored inline in chunks of [`CHUNK`].
+/// Events in the encoding snapshots store them in (`encode_event`), one after the other.
+/// About 70 bytes an event where an [`Event`] takes over 220 inline and more on the heap; an
+/// event is decoded only when a reader asks for it.
+#[derive(Clone, Default)]
+struct Chunk {
+    bytes: Vec<u8>,
+    /// Where each event ends in `bytes` (the next one starts there).
+    ends: Vec<u32>,
+}
+
+impl Chunk {
+    fn with_capacity(events: usize) -> Chunk {
+        Chunk {
+            bytes: Vec::with_capacity(events * 64),
+            ends: Vec::with_capacity(events),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.bytes[start..self.ends[i] as usize]
+    }
+
+    fn push_event(&mut self, event: &Event) {
+        encode_event(event, &mut self.bytes);
+        self.ends.push(self.end());
+    }
+
+    fn push_encoded(&mut self, encoded: &[u8]) {
+        self.bytes.extend_from_slice(encoded);
+        self.ends.push(self.end());
+    }
+
+    fn end(&self) -> u32 {
+        u32::try_from(self.bytes.len()).expect("a chunk of 1,024 events is far below 4 GiB")
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+}
+
+/// The retained events, in seq order, encoded in chunks of [`CHUNK`].
 ///
-/// Not one deque of events: growing or trimming a window of a million inline events moves
-/// hundreds of megabytes at once (a stall measured as a p99 of 100 ms). Not one `Arc` per event
-/// either, as it was: that is an allocation and a free per event on the writer thread. Chunks
-/// are allocated at full size and never grow; a chunk trimmed from the front is reused as the
-/// next tail, so a full window appends into memory it already has.
-struct Window {
+/// Not one deque of events: growing or trimming a window of a million events moves all of
+/// them at once (a stall measured as a p99 of 100 ms). Chunks are never regrown once full; a
+/// chunk trimmed from the front is reused as the next tail, so a full window appends into
+/// memory it already has. Recovery builds one from the snapshot and the log, then the feed
+/// takes it over.
+pub(crate) struct Window {
     /// Full chunks, oldest first, each exactly [`CHUNK`] events. Shared so that
     /// [`Feed::retained`] hands them out without copying.
-    full: VecDeque<Arc<Vec<Event>>>,
-    /// The newest events, fewer than [`CHUNK`], in a vector of that capacity.
-    tail: Vec<Event>,
+    full: VecDeque<Arc<Chunk>>,
+    /// The newest events, fewer than [`CHUNK`].
+    tail: Chunk,
     /// Events at the front of `full[0]` that are out of the window (a chunk is freed whole).
     /// Below [`CHUNK`]; zero when `full` is empty.
     skip: usize,
     /// A chunk trimmed from the front, cleared, for the next tail.
-    spare: Option<Vec<Event>>,
+    spare: Option<Chunk>,
 }
 
 impl Window {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Window {
             full: VecDeque::new(),
-            tail: Vec::with_capacity(CHUNK),
+            tail: Chunk::with_capacity(CHUNK),
             skip: 0,
             spare: None,
         }
     }
 
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.full.len() * CHUNK + self.tail.len() - self.skip
     }
 
-    fn push(&mut self, event: Event) {
-        self.tail.push(event);
+    pub(crate) fn push(&mut self, event: &Event) {
+        self.tail.push_event(event);
+        self.tail_pushed();
+    }
+
+    pub(crate) fn push_encoded(&mut self, encoded: &[u8]) {
+        self.tail.push_encoded(encoded);
+        self.tail_pushed();
+    }
+
+    fn tail_pushed(&mut self) {
         if self.tail.len() == CHUNK {
             let next = self
                 .spare
                 .take()
-                .unwrap_or_else(|| Vec::with_capacity(CHUNK));
-            self.full
-                .push_back(Arc::new(std::mem::replace(&mut self.tail, next)));
+                .unwrap_or_else(|| Chunk::with_capacity(CHUNK));
+            let mut full = std::mem::replace(&mut self.tail, next);
+            full.bytes.shrink_to_fit();
+            self.full.push_back(Arc::new(full));
         }
     }
 
     /// Drops the oldest events until at most `max` are left.
-    fn trim(&mut self, max: usize) {
+    pub(crate) fn trim(&mut self, max: usize) {
         let mut excess = self.len().saturating_sub(max);
         while excess > 0 {
             if self.full.is_empty() {
-                self.tail.drain(..excess);
+                // Fewer than a chunk: the tail keeps its newest events.
+                let cut = self.tail.ends[excess - 1];
+                self.tail.bytes.drain(..cut as usize);
+                self.tail.ends.drain(..excess);
+                for end in &mut self.tail.ends {
+                    *end -= cut;
+                }
                 return;
             }
             let here = (CHUNK - self.skip).min(excess);
@@ -83,23 +151,23 @@ impl Window {
                 self.skip = 0;
                 let chunk = self.full.pop_front().expect("checked above");
                 // Still shared with a `retained` copy: that one frees it.
-                if let Ok(mut events) = Arc::try_unwrap(chunk) {
-                    events.clear();
-                    self.spare = Some(events);
+                if let Ok(mut chunk) = Arc::try_unwrap(chunk) {
+                    chunk.clear();
+                    self.spare = Some(chunk);
                 }
             }
         }
     }
 
     /// The events from position `start` of the window on, in order.
-    fn iter_from(&self, start: usize) -> impl Iterator<Item = &Event> + '_ {
+    fn iter_from(&self, start: usize) -> impl Iterator<Item = &[u8]> + '_ {
         let at = self.skip + start;
         let (chunk, offset) = (at / CHUNK, at % CHUNK);
         let in_full = self
             .full
             .iter()
             .skip(chunk)
-            .flat_map(|events| events.iter())
+            .flat_map(|chunk| chunk.iter())
             .skip(offset);
         let in_tail = self
             .tail
@@ -108,27 +176,46 @@ impl Window {
         in_full.chain(in_tail)
     }
 
-    fn first(&self) -> Option<&Event> {
-        self.iter_from(0).next()
+    /// Every event, the full chunks shared, the tail copied.
+    pub(crate) fn retained(&self) -> Retained {
+        Retained {
+            full: self.full.iter().cloned().collect(),
+            skip: self.skip,
+            tail: self.tail.clone(),
+        }
+    }
+
+    fn first_seq(&self) -> Option<u64> {
+        self.iter_from(0).next().and_then(encoded_event_seq)
     }
 }
 
 /// The retained events at one moment, for the snapshot written at shutdown: the full chunks
 /// are shared with the feed, the tail copied.
 pub struct Retained {
-    full: Vec<Arc<Vec<Event>>>,
+    full: Vec<Arc<Chunk>>,
     skip: usize,
-    tail: Vec<Event>,
+    tail: Chunk,
 }
 
 impl Retained {
-    pub fn iter(&self) -> impl Iterator<Item = &Event> + '_ {
+    pub fn len(&self) -> usize {
+        self.full.len() * CHUNK + self.tail.len() - self.skip
+    }
+
+    /// Each event, encoded.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
         self.full
             .iter()
-            .flat_map(|events| events.iter())
+            .flat_map(|chunk| chunk.iter())
             .skip(self.skip)
             .chain(self.tail.iter())
     }
+}
+
+/// An event the feed encoded, decoded again.
+fn decoded(bytes: &[u8]) -> Event {
+    decode_event(bytes).expect("the feed decodes the events it encoded itself")
 }
 
 impl Feed {
@@ -147,12 +234,18 @@ impl Feed {
     }
 
     /// Appends events in seq order, dropping the oldest past the retention bound.
-    pub fn append(&self, new_events: impl IntoIterator<Item = Event>) {
+    pub fn append<'a>(&self, new_events: impl IntoIterator<Item = &'a Event>) {
         let mut events = self.lock();
         for event in new_events {
             events.push(event);
         }
         events.trim(self.retention_max);
+    }
+
+    /// Takes over the window recovery built, trimmed to the retention bound.
+    pub(crate) fn restore(&self, mut window: Window) {
+        window.trim(self.retention_max);
+        *self.lock() = window;
     }
 
     /// Marks every event up to `seq` durable and wakes long-polling readers.
@@ -182,7 +275,7 @@ impl Feed {
     pub fn read(&self, after: u64, limit: usize) -> Result<Vec<Event>, Error> {
         let durable = self.durable_seq();
         let events = self.lock();
-        let Some(first_seq) = events.first().map(|e| e.seq) else {
+        let Some(first_seq) = events.first_seq() else {
             return Ok(Vec::new());
         };
         if after.saturating_add(1) < first_seq {
@@ -194,20 +287,15 @@ impl Feed {
         let start = after.saturating_add(1).saturating_sub(first_seq) as usize;
         Ok(events
             .iter_from(start.min(events.len()))
+            .map(decoded)
             .take_while(|e| e.seq <= durable)
             .take(limit)
-            .cloned()
             .collect())
     }
 
     /// Every retained event, for the snapshot written at shutdown.
     pub fn retained(&self) -> Retained {
-        let events = self.lock();
-        Retained {
-            full: events.full.iter().cloned().collect(),
-            skip: events.skip,
-            tail: events.tail.clone(),
-        }
+        self.lock().retained()
     }
 
     pub fn retained_count(&self) -> usize {
@@ -226,8 +314,12 @@ mod tests {
         Event::new(seq, seq, EventKind::Restocked)
     }
 
-    fn seqs<'a>(events: impl Iterator<Item = &'a Event>) -> Vec<u64> {
-        events.map(|e| e.seq).collect()
+    fn seqs<'a>(events: impl Iterator<Item = &'a [u8]>) -> Vec<u64> {
+        events.map(|e| decoded(e).seq).collect()
+    }
+
+    fn read_seqs(events: &[Event]) -> Vec<u64> {
+        events.iter().map(|e| e.seq).collect()
     }
 
     proptest! {
@@ -250,12 +342,12 @@ mod tests {
                 while model.len() > retention_max {
                     model.pop_front();
                 }
-                feed.append(batch);
+                feed.append(&batch);
                 let window = feed.lock();
                 prop_assert_eq!(window.len(), model.len());
                 prop_assert!(window.skip < CHUNK && (window.skip == 0 || !window.full.is_empty()));
                 prop_assert!(window.full.iter().all(|chunk| chunk.len() == CHUNK));
-                prop_assert_eq!(window.first().map(|e| e.seq), model.front().copied());
+                prop_assert_eq!(window.first_seq(), model.front().copied());
                 prop_assert_eq!(seqs(window.iter_from(0)), Vec::from(model.clone()));
                 for probe in &probes {
                     let start = probe.index(model.len() + 1);
@@ -279,13 +371,13 @@ mod tests {
     #[test]
     fn reads_start_after_the_cursor_and_stop_at_the_durable_seq() {
         let feed = Feed::new(3000);
-        feed.append((1..=2500).map(event));
+        feed.append(&(1..=2500).map(event).collect::<Vec<_>>());
         feed.mark_durable(2100);
-        assert_eq!(seqs(feed.read(0, 3).unwrap().iter()), [1, 2, 3]);
-        assert_eq!(seqs(feed.read(1023, 2).unwrap().iter()), [1024, 1025]);
-        assert_eq!(seqs(feed.read(2098, 10).unwrap().iter()), [2099, 2100]);
+        assert_eq!(read_seqs(&feed.read(0, 3).unwrap()), [1, 2, 3]);
+        assert_eq!(read_seqs(&feed.read(1023, 2).unwrap()), [1024, 1025]);
+        assert_eq!(read_seqs(&feed.read(2098, 10).unwrap()), [2099, 2100]);
         assert!(feed.read(2100, 10).unwrap().is_empty());
-        feed.append((2501..=4000).map(event));
+        feed.append(&(2501..=4000).map(event).collect::<Vec<_>>());
         assert!(matches!(
             feed.read(999, 1),
             Err(Error::EventsExpired {
@@ -293,6 +385,6 @@ mod tests {
                 oldest_seq: 1001
             })
         ));
-        assert_eq!(seqs(feed.read(1000, 2).unwrap().iter()), [1001, 1002]);
+        assert_eq!(read_seqs(&feed.read(1000, 2).unwrap()), [1001, 1002]);
     }
 }

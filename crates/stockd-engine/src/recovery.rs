@@ -6,14 +6,16 @@
 //! decide anything a record does not say, nor write to the log; it writes only snapshots, and
 //! only from what is durable.
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use stockd_core::state::snapshot::{decode_snapshot, encode_snapshot, SnapshotError};
+use stockd_core::state::snapshot::{
+    decode_snapshot_encoded, encode_snapshot_of_encoded, SnapshotError,
+};
 use stockd_core::{State, StateConfig};
 
 use crate::clock::Clock;
+use crate::feed::Window;
 use crate::storage::{self, Fs, Storage, StorageConfig};
 use crate::{frame_codec, writer, EngineConfig, EngineError, Shared};
 
@@ -40,7 +42,7 @@ pub(crate) fn recover(
     let shared = Arc::new(Shared::new(config.event_retention_max));
     let (state, events, replayed) = rebuild(&recovered, config.state, config.event_retention_max)?;
     let rebuilt_ms = started.elapsed().as_millis() as u64;
-    shared.feed.append(events);
+    shared.feed.restore(events);
     let fed_ms = started.elapsed().as_millis() as u64;
     state.check_loaded().map_err(EngineError::Invariant)?;
     let checked_ms = started.elapsed().as_millis() as u64;
@@ -79,21 +81,28 @@ fn rebuild(
     recovered: &storage::Recovered,
     config: StateConfig,
     event_retention_max: usize,
-) -> Result<(State, VecDeque<stockd_core::Event>, u64), EngineError> {
-    // The snapshot's events are taken as decoded (`VecDeque::from` keeps the vector's buffer):
-    // a million events copied once more cost a restart a quarter of a gigabyte of fresh pages.
-    let mut events = VecDeque::new();
+) -> Result<(State, Window, u64), EngineError> {
+    // The snapshot's events go into the window as the payload has them, encoded: never an
+    // `Event` each.
+    let mut events = Window::new();
+    let retention = event_retention_max.max(1);
     let mut state = match &recovered.snapshot {
         Some(bytes) => {
             let (snapshot, snapshot_events) =
-                decode_snapshot(bytes).map_err(|error| match error {
+                decode_snapshot_encoded(bytes).map_err(|error| match error {
                     SnapshotError::Decode(source) => EngineError::Decode {
                         what: "snapshot",
                         source,
                     },
                     SnapshotError::Format { found } => EngineError::SnapshotFormat { found },
                 })?;
-            events = VecDeque::from(snapshot_events);
+            for event in snapshot_events
+                .iter()
+                .skip(snapshot_events.len().saturating_sub(retention))
+            {
+                events.push_encoded(event);
+            }
+            drop(snapshot_events);
             let decoded = std::time::Instant::now();
             let state = State::from_snapshot(config, snapshot);
             tracing::debug!(
@@ -117,9 +126,10 @@ fn rebuild(
         }
         last_at_ms = records.last().map(|r| r.at_ms).or(last_at_ms);
         replayed += records.len() as u64;
-        events.extend(new_events.drain(..));
-        let excess = events.len().saturating_sub(event_retention_max.max(1));
-        events.drain(..excess);
+        for event in new_events.drain(..) {
+            events.push(&event);
+        }
+        events.trim(retention);
     }
     // Forgetting finished holds past retention writes no record, so replay alone would keep
     // every hold ever made; forget them as the live engine did, as of the last record's time.
@@ -143,7 +153,8 @@ pub(crate) fn build_snapshot(
         return Ok(());
     }
     let (state, events, _) = rebuild(&recovered, config, event_retention_max)?;
-    let payload = encode_snapshot(&state, events.iter());
+    let retained = events.retained();
+    let payload = encode_snapshot_of_encoded(&state, retained.len(), retained.iter());
     Storage::write_snapshot(fs, dir, up_to_lsn, &payload)?;
     Ok(())
 }
@@ -201,7 +212,7 @@ mod tests {
         let rebuilt = rebuild(&recovered, StateConfig::default(), 10);
         assert!(matches!(rebuilt, Err(EngineError::SnapshotFormat { .. })));
         let state = stockd_core::State::new(StateConfig::default());
-        let tagged = encode_snapshot(&state, std::iter::empty());
+        let tagged = stockd_core::state::snapshot::encode_snapshot(&state, std::iter::empty());
         let recovered = storage::Recovered {
             snapshot: Some(tagged),
             ..recovered

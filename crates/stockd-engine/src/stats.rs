@@ -2,7 +2,8 @@
 //! write-ahead log's work and how long its fsyncs take. Plain atomics, written by the engine
 //! threads and read at scrape time; nothing here may block the writer or the log stage.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Duration;
 
 use stockd_core::{BackendStats, Event, EventKind, HistogramStats};
@@ -117,6 +118,8 @@ pub struct Stats {
     /// How long the snapshot thread took to build and write the last snapshot (the writer
     /// does not wait for it).
     pub snapshot_build_ms_last: AtomicU64,
+    /// Set while a snapshot is being built (the writer's flag: at most one build at a time).
+    pub snapshot_in_flight: Arc<AtomicBool>,
     pub batches: AtomicU64,
     pub commands: AtomicU64,
     pub pools: AtomicU64,
@@ -140,6 +143,7 @@ impl Default for Stats {
             wal_bytes: AtomicU64::new(0),
             snapshots: AtomicU64::new(0),
             snapshot_build_ms_last: AtomicU64::new(0),
+            snapshot_in_flight: Arc::new(AtomicBool::new(false)),
             batches: AtomicU64::new(0),
             commands: AtomicU64::new(0),
             pools: AtomicU64::new(0),
@@ -202,6 +206,10 @@ impl Stats {
                 (
                     "snapshot_build_ms_last",
                     self.snapshot_build_ms_last.load(Relaxed) as f64,
+                ),
+                (
+                    "snapshot_in_progress",
+                    f64::from(u8::from(self.snapshot_in_flight.load(Relaxed))),
                 ),
             ],
             counters: vec![

@@ -410,6 +410,7 @@ fn backend_help(name: &str) -> &'static str {
         "waiters" => "Reserves waiting for released stock now.",
         "events_retained" => "Events kept in the feed's window now.",
         "snapshot_build_ms_last" => "How long the last snapshot took to build, in milliseconds.",
+        "snapshot_in_progress" => "1 while a snapshot is being built, else 0.",
         "wal_syncs_total" => "fsyncs of the write-ahead log.",
         "wal_records_total" => "Records appended to the write-ahead log.",
         "wal_bytes_total" => "Bytes appended to the write-ahead log.",

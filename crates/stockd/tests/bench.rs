@@ -406,6 +406,51 @@ async fn the_seeds_stack_sells_exactly_its_stock_beside_stockd_in_one_comparison
     );
 }
 
+/// `stockd bench memory` loads its holds into a server it starts, measures it through a snapshot
+/// and a graceful restart, and the restarted server has every hold; the data directory asked
+/// for is kept, with its snapshot.
+#[tokio::test]
+async fn the_memory_bench_measures_a_server_through_a_snapshot_and_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_stockd"));
+    command
+        .args(["bench", "memory", "--json", "-", "--holds", "3000"])
+        .args(["--users", "50", "--pools", "3", "--connections", "2"])
+        .arg("--data-dir")
+        .arg(&data_dir);
+    let output = tokio::task::spawn_blocking(move || command.output().expect("stockd bench runs"))
+        .await
+        .unwrap();
+    let report = parse_report(&output);
+    assert!(output.status.success(), "{report:#}");
+    assert_eq!(report["errors"], json!([]), "{report:#}");
+    assert_eq!(report["holds"], 3000, "{report:#}");
+    // Each confirmed hold made two events, all retained.
+    assert_eq!(report["events_retained"], 6003, "{report:#}");
+    let bytes = |name: &str| report[name]["bytes"].as_u64().unwrap();
+    assert!(report["empty_bytes"].as_u64().unwrap() > 0, "{report:#}");
+    assert!(
+        bytes("at_rest") >= report["empty_bytes"].as_u64().unwrap(),
+        "{report:#}"
+    );
+    assert!(bytes("peak") >= bytes("at_rest"), "{report:#}");
+    assert!(bytes("after_restart") > 0, "{report:#}");
+    assert!(report["restart_ms"].as_u64().unwrap() > 0, "{report:#}");
+    assert!(
+        report["snapshot_file_bytes"].as_u64().unwrap() > 3000 * 20,
+        "{report:#}"
+    );
+    let snapshots = std::fs::read_dir(&data_dir)
+        .unwrap()
+        .filter(|entry| {
+            let name = entry.as_ref().unwrap().file_name();
+            name.to_string_lossy().ends_with(".snap")
+        })
+        .count();
+    assert!(snapshots >= 1, "no snapshot kept in {}", data_dir.display());
+}
+
 /// `POST /v1/holds` answered 201 by the server behind `api`, from its `/metrics`.
 async fn holds_created_per_metrics(api: &Api) -> u64 {
     let (status, metrics) = api.call("GET", "/metrics", None).await;

@@ -126,6 +126,121 @@ pub fn encode_snapshot<'a>(state: &State, events: impl Iterator<Item = &'a Event
     postcard::to_allocvec(&snapshot).expect("serialising to memory cannot fail")
 }
 
+/// Appends `event` to `out` in the encoding formats 5 and 6 store events in ([`EventV5`]):
+/// how the embedded engine keeps its retained feed, a fraction of an [`Event`]'s memory, and
+/// what a snapshot copies as it is. `segments`, which only a Redis Cluster sets, is not kept.
+pub fn encode_event(event: &Event, out: &mut Vec<u8>) {
+    let vec = std::mem::take(out);
+    *out = postcard::to_extend(&EventV5Ref::from(event), vec)
+        .expect("serialising to memory cannot fail");
+}
+
+/// The event `encode_event` wrote to `bytes`.
+pub fn decode_event(bytes: &[u8]) -> Result<Event, SnapshotError> {
+    Ok(postcard::from_bytes::<EventV5>(bytes)?.into())
+}
+
+/// The seq of an encoded event (its first field), read without decoding the rest.
+pub fn encoded_event_seq(bytes: &[u8]) -> Option<u64> {
+    postcard::take_from_bytes::<u64>(bytes)
+        .ok()
+        .map(|(seq, _)| seq)
+}
+
+/// A payload of the current format from `state` and the retained events, each already
+/// encoded by [`encode_event`] (`count` of them): the bytes [`encode_snapshot`] writes, the
+/// events copied as they are.
+pub fn encode_snapshot_of_encoded<'a>(
+    state: &State,
+    count: usize,
+    events: impl Iterator<Item = &'a [u8]>,
+) -> Vec<u8> {
+    let head = (SNAPSHOT_FORMAT, state.snapshot(), count);
+    let mut out = postcard::to_allocvec(&head).expect("serialising to memory cannot fail");
+    let mut written = 0;
+    for event in events {
+        out.extend_from_slice(event);
+        written += 1;
+    }
+    assert_eq!(written, count, "the events counted are the events written");
+    out
+}
+
+/// The retained events of a decoded snapshot, each in the encoding of [`encode_event`]: the
+/// payload's own bytes for formats 5 and 6, events re-encoded for older ones.
+pub struct EncodedEvents<'a> {
+    bytes: std::borrow::Cow<'a, [u8]>,
+    ends: Vec<usize>,
+}
+
+impl EncodedEvents<'_> {
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(self.ends.iter().copied())
+            .map(|(start, end)| &self.bytes[start..end])
+    }
+
+    fn encoding(events: Vec<Event>) -> EncodedEvents<'static> {
+        let mut bytes = Vec::new();
+        let mut ends = Vec::with_capacity(events.len());
+        for event in &events {
+            encode_event(event, &mut bytes);
+            ends.push(bytes.len());
+        }
+        EncodedEvents {
+            bytes: std::borrow::Cow::Owned(bytes),
+            ends,
+        }
+    }
+}
+
+/// Decodes a payload of any format this release reads into the current state and its events
+/// encoded ([`EncodedEvents`]). For formats 5 and 6 each event is decoded only to check it and
+/// find its end: they are kept as the payload has them.
+pub fn decode_snapshot_encoded(
+    bytes: &[u8],
+) -> Result<(Snapshot, EncodedEvents<'_>), SnapshotError> {
+    let format = postcard::take_from_bytes::<u32>(bytes).map(|(format, _)| format);
+    let (state, rest): (Snapshot, &[u8]) = match format {
+        Ok(SNAPSHOT_FORMAT) => {
+            let ((_, state), rest) = postcard::take_from_bytes::<(u32, Snapshot)>(bytes)?;
+            (state, rest)
+        }
+        Ok(SNAPSHOT_FORMAT_V5) => {
+            let ((_, state), rest) = postcard::take_from_bytes::<(u32, SnapshotV5)>(bytes)?;
+            (state.into(), rest)
+        }
+        _ => {
+            let (state, events) = decode_snapshot(bytes)?;
+            return Ok((state, EncodedEvents::encoding(events)));
+        }
+    };
+    let (count, events) = postcard::take_from_bytes::<u64>(rest)?;
+    let mut ends = Vec::with_capacity((count as usize).min(events.len()));
+    let mut left = events;
+    for _ in 0..count {
+        let (_, after) = postcard::take_from_bytes::<EventV5>(left)?;
+        left = after;
+        ends.push(events.len() - left.len());
+    }
+    Ok((
+        state,
+        EncodedEvents {
+            bytes: std::borrow::Cow::Borrowed(&events[..events.len() - left.len()]),
+            ends,
+        },
+    ))
+}
+
 /// Decodes a payload of the current format or of format 5, 4, 3 or 2 into the current state
 /// and events.
 pub fn decode_snapshot(bytes: &[u8]) -> Result<(Snapshot, Vec<Event>), SnapshotError> {
@@ -512,6 +627,41 @@ mod tests {
 
     /// A data directory of an earlier release holds format 2 snapshots: they still open, and
     /// their refunded events read as refunds with restock (the only kind there was).
+    /// A snapshot made of encoded events is byte for byte the one made of the events, and
+    /// decodes to them, kept as encoded; an event encodes and decodes to itself.
+    #[test]
+    fn a_snapshot_of_encoded_events_is_the_snapshot_of_the_events() {
+        let (state, events) = one_hold();
+        assert!(events.len() >= 2);
+        let mut encoded = Vec::new();
+        for event in &events {
+            let mut bytes = Vec::new();
+            encode_event(event, &mut bytes);
+            assert_eq!(&decode_event(&bytes).unwrap(), event);
+            assert_eq!(encoded_event_seq(&bytes), Some(event.seq));
+            encoded.push(bytes);
+        }
+        let payload = encode_snapshot(&state, events.iter());
+        let of_encoded =
+            encode_snapshot_of_encoded(&state, encoded.len(), encoded.iter().map(Vec::as_slice));
+        assert_eq!(payload, of_encoded);
+        let (decoded, kept) = decode_snapshot_encoded(&payload).unwrap();
+        assert_eq!(&decoded, state.snapshot());
+        assert!(matches!(kept.bytes, std::borrow::Cow::Borrowed(_)));
+        assert_eq!(kept.iter().collect::<Vec<_>>(), encoded);
+        // An older format's events come re-encoded.
+        let old_events = events.iter().map(|event| as_v4(event).v3.v2);
+        let payload = format_3_payload(SNAPSHOT_FORMAT_V2, &state, old_events);
+        let (_, kept) = decode_snapshot_encoded(&payload).unwrap();
+        assert_eq!(kept.len(), events.len());
+        for (bytes, event) in kept.iter().zip(&events) {
+            assert_eq!(decode_event(bytes).unwrap().seq, event.seq);
+        }
+        // A cut payload is refused, not read short.
+        let payload = encode_snapshot(&state, events.iter());
+        assert!(decode_snapshot_encoded(&payload[..payload.len() - 1]).is_err());
+    }
+
     #[test]
     fn a_format_2_snapshot_still_opens() {
         let (state, events) = one_hold();

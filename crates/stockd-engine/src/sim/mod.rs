@@ -900,7 +900,11 @@ impl Sim {
         self.feed_seen_seq = self.events.len() as u64;
 
         let feed = &self.writer.as_ref().expect("running").shared().feed;
-        let retained: Vec<Event> = feed.retained().iter().cloned().collect();
+        let retained: Vec<Event> = (feed.retained().iter())
+            .map(|bytes| {
+                stockd_core::state::snapshot::decode_event(bytes).expect("the feed's own encoding")
+            })
+            .collect();
         let window = self.events.len().min(self.config.event_retention_max);
         let expected = &self.events[self.events.len() - window..];
         if retained != expected {

@@ -105,6 +105,7 @@ impl Writer {
         next_lsn: u64,
         records_since_snapshot: u64,
     ) -> Self {
+        let in_flight = shared.stats.snapshot_in_flight.clone();
         Writer {
             state,
             config,
@@ -115,7 +116,7 @@ impl Writer {
             last_now_ms: 0,
             parked: HashMap::new(),
             records_since_snapshot,
-            snapshot_in_flight: Arc::new(AtomicBool::new(false)),
+            snapshot_in_flight: in_flight,
             snapshot_done_lsn: Arc::new(AtomicU64::new(0)),
             snapshots: SnapshotRunner::Thread(None),
             gather: Gather::default(),
@@ -303,7 +304,7 @@ impl Writer {
         let payloads = encode_frames(&effects.records, &mut self.encoding);
         let first_lsn = self.next_lsn;
         self.next_lsn += payloads.len() as u64;
-        self.shared.feed.append(effects.events.drain(..));
+        self.shared.feed.append(&effects.events);
         stats
             .events_retained
             .store(self.shared.feed.retained_count() as u64, Relaxed);

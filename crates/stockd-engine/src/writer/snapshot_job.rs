@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use super::{LogJob, Writer};
 use crate::storage::{Fs, Storage};
-use stockd_core::state::snapshot::encode_snapshot;
+use stockd_core::state::snapshot::encode_snapshot_of_encoded;
 
 use crate::Shared;
 
@@ -139,7 +139,7 @@ impl Writer {
         // Stopping anyway: encoding the live state here costs no request a pause.
         let lsn = self.next_lsn - 1;
         let retained = self.shared.feed.retained();
-        let payload = encode_snapshot(&self.state, retained.iter());
+        let payload = encode_snapshot_of_encoded(&self.state, retained.len(), retained.iter());
         let fs = self.log.storage.fs().clone();
         match Storage::write_snapshot(&*fs, &self.config.data_dir, lsn, &payload) {
             Ok(()) => {
