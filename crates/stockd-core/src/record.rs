@@ -132,8 +132,9 @@ pub struct Event {
     pub restock: Option<bool>,
     /// `restocked` only: the request id the restock named, if any.
     pub request_id: Option<RequestId>,
-    /// `held` only: the hold's created_at_ms. It is the event's at_ms on one partition; a hold
-    /// over several partitions (Redis Cluster) is created before it is held.
+    /// `held` only: the hold's created_at_ms, the event's at_ms (a hold over several partitions
+    /// of a Redis Cluster committed by library `stockd_v10` or older was created earlier, when
+    /// its attempt began).
     pub created_at_ms: Option<u64>,
     /// A hold's events, when its units came from segments of a pool spread over partitions (a
     /// Redis Cluster): which segment gave how many, per pool. Never set by the core, which keeps
