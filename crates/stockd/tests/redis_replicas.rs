@@ -42,6 +42,21 @@ fn wait_in_sync(replica: &RedisServer) {
     }
 }
 
+/// Waits until `replica` is linked and has everything `primary` had written when called.
+fn wait_caught_up(primary: &RedisServer, replica: &RedisServer) {
+    let offset = |node: &RedisServer| {
+        node.replication("master_repl_offset")
+            .and_then(|offset| offset.parse::<u64>().ok())
+    };
+    let written = offset(primary).expect("the primary's replication offset");
+    wait_in_sync(replica);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while offset(replica).is_none_or(|offset| offset < written) {
+        assert!(Instant::now() < deadline, "the replica did not catch up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_change_is_answered_once_its_replica_has_it_and_503_when_it_cannot_be() {
     let primary = RedisServer::start_with(&["--appendonly", "no"]);
@@ -264,10 +279,14 @@ async fn a_failover_that_lost_changes_without_replicas_to_wait_for_fails_closed_
     let (status, reply) = api.call("POST", "/v1/holds", Some(hold("h1", "p"))).await;
     assert_eq!(status, 201, "{reply}");
 
-    // The replica falls behind (the primary drops it and, with a password set now, keeps it
-    // out); the primary acknowledges holds it never sends on, and dies.
+    // The replica has all of it so far (the pool and h1), so that what the failover loses is
+    // exactly what comes next.
     let replica = group.replica();
     let primary = group.primary();
+    tokio::task::block_in_place(|| wait_caught_up(primary, replica));
+
+    // The replica falls behind (the primary drops it and, with a password set now, keeps it
+    // out); the primary acknowledges holds it never sends on, and dies.
     assert_eq!(
         primary.cli(&["CONFIG", "SET", "requirepass", "keep-the-replica-out"]),
         "OK"
