@@ -285,12 +285,17 @@ impl Feed {
             });
         }
         let start = after.saturating_add(1).saturating_sub(first_seq) as usize;
-        Ok(events
-            .iter_from(start.min(events.len()))
-            .map(decoded)
-            .take_while(|e| e.seq <= durable)
-            .take(limit)
-            .collect())
+        // The page's bytes are copied under the lock and decoded after it, so that the writer,
+        // which appends under the same lock, never waits for a reader's decoding.
+        let mut page = Chunk::default();
+        for encoded in events.iter_from(start.min(events.len())).take(limit) {
+            if encoded_event_seq(encoded).is_none_or(|seq| seq > durable) {
+                break;
+            }
+            page.push_encoded(encoded);
+        }
+        drop(events);
+        Ok(page.iter().map(decoded).collect())
     }
 
     /// Every retained event, for the snapshot written at shutdown.
