@@ -595,3 +595,16 @@ async fn a_restock_retried_after_a_restart_adds_once() {
     assert_eq!(restocked.len(), 1, "{restocked:?}");
     assert_eq!(restocked[0]["request_id"], "r-r1");
 }
+
+/// Readiness is the server's own listener, never another test's on the same port: the test
+/// support tells a process's listening socket from another process's (`listens_on`).
+#[test]
+fn a_listening_socket_is_told_from_another_processes() {
+    let ours = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = ours.local_addr().expect("address").port();
+    let me = std::process::id();
+    assert!(support::process::listens_on(me, port));
+    assert!(!support::process::listens_on(1, port));
+    drop(ours);
+    assert!(!support::process::listens_on(me, port));
+}

@@ -183,6 +183,46 @@ fn read_from(path: &Path, offset: u64, max_bytes: u64) -> String {
     text
 }
 
+/// Whether process `pid` holds the socket listening on `port` (read from `/proc/net/tcp`,
+/// `/proc/net/tcp6` and the process's descriptors). Two tests may be handed the same free
+/// port: the second server then fails to bind and exits, but until it does, the first one
+/// answers its readiness probes. A server is ready only once it is seen listening itself.
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state), Some(inode)) =
+                (fields.get(1), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            let listening_here = local
+                .rsplit_once(':')
+                .and_then(|(_, hex)| u16::from_str_radix(hex, 16).ok())
+                == Some(port)
+                && *state == "0A";
+            if listening_here {
+                inodes.push(format!("socket:[{inode}]"));
+            }
+        }
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path()).is_ok_and(|target| {
+            inodes
+                .iter()
+                .any(|inode| target.as_os_str() == inode.as_str())
+        })
+    })
+}
+
 /// A port that was free a moment ago: bind port 0, read it, drop the listener.
 pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::api::Api;
 use super::backend::{backend_from_env, TestBackend};
-use super::process::{free_port, Process, START_ATTEMPTS};
+use super::process::{free_port, listens_on, Process, START_ATTEMPTS};
 
 /// How long a process may take to exit after SIGTERM.
 pub const GRACEFUL_EXIT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -293,7 +293,14 @@ impl Server {
 
         loop {
             if let Ok((200, _)) = self.api.try_call_as(None, "GET", "/healthz", None).await {
-                return Ok(());
+                // The answer may be another test's server on the same port (see `listens_on`).
+                if self
+                    .process
+                    .pid()
+                    .is_some_and(|pid| listens_on(pid, self.port))
+                {
+                    return Ok(());
+                }
             }
             self.process.not_ready()?;
             tokio::time::sleep(Duration::from_millis(20)).await;
