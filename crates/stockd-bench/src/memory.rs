@@ -456,44 +456,46 @@ async fn measure(config: &MemoryConfig, report: &mut MemoryReport) -> Result<(),
     Ok(())
 }
 
-/// The newest snapshot file under the data directory.
+/// The newest snapshot in the data directory: the greatest `snapshot-<lsn>.snap` (the lsn is
+/// zero-padded, so names order as lsns). A `*.obsolete` file being deleted is not one.
 fn newest_snapshot(data_dir: &Path) -> Result<PathBuf, String> {
-    let mut found: Vec<PathBuf> = walk(data_dir)
-        .into_iter()
+    let entries = std::fs::read_dir(data_dir)
+        .map_err(|error| format!("cannot list {}: {error}", data_dir.display()))?;
+    entries
+        .flatten()
+        .map(|entry| entry.path())
         .filter(|path| {
             path.file_name()
                 .and_then(|name| name.to_str())
-                .is_some_and(|name| name.contains("snapshot") || name.starts_with("snap"))
+                .is_some_and(|name| name.starts_with("snapshot-") && name.ends_with(".snap"))
         })
-        .collect();
-    found.sort_by_key(|path| {
-        std::fs::metadata(path)
-            .and_then(|m| m.modified())
-            .unwrap_or(std::time::UNIX_EPOCH)
-    });
-    found
-        .pop()
-        .ok_or_else(|| format!("no snapshot under {}", data_dir.display()))
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                files.extend(walk(&path));
-            } else {
-                files.push(path);
-            }
-        }
-    }
-    files
+        .max()
+        .ok_or_else(|| format!("no snapshot in {}", data_dir.display()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_newest_snapshot_is_the_greatest_lsn_and_never_an_obsolete_file() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "snapshot-00000000000000000402.snap",
+            "snapshot-00000000000000000759.snap",
+            "snapshot-00000000000000000900.snap.obsolete",
+            "wal-00000000000000000001.log",
+        ] {
+            std::fs::write(dir.path().join(name), b"").unwrap();
+        }
+        let newest = newest_snapshot(dir.path()).unwrap();
+        assert!(
+            newest.ends_with("snapshot-00000000000000000759.snap"),
+            "{newest:?}"
+        );
+        let empty = tempfile::tempdir().unwrap();
+        assert!(newest_snapshot(empty.path()).is_err());
+    }
 
     #[test]
     fn a_batch_names_distinct_order_ids_and_users_and_pools_within_bounds() {
