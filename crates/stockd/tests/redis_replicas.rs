@@ -340,7 +340,8 @@ async fn a_failover_that_lost_changes_without_replicas_to_wait_for_fails_closed_
         }
         assert!(
             Instant::now() < deadline,
-            "not serving after accept: {status} {reply}"
+            "not serving after accept: {status} {reply}\n{}",
+            group.describe()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -119,13 +119,16 @@ impl RedisServer {
     }
 
     /// Starts the process again (after [`RedisServer::kill`]) as a replica of the Redis on
-    /// loopback port `primary`, as an operator brings a failed primary back after a failover.
-    pub fn start_again_as_replica_of(&self, primary: u16) {
-        *self.next_args.lock().expect("next args lock") = vec![
+    /// loopback port `primary`, as an operator brings a failed primary back after a failover,
+    /// with `extra` settings.
+    pub fn start_again_as_replica_of(&self, primary: u16, extra: &[&str]) {
+        let mut args = vec![
             "--replicaof".to_string(),
             "127.0.0.1".to_string(),
             primary.to_string(),
         ];
+        args.extend(extra.iter().map(|arg| arg.to_string()));
+        *self.next_args.lock().expect("next args lock") = args;
         self.start_again();
     }
 

@@ -62,7 +62,15 @@ impl Sentinel {
                 process,
             };
             match sentinel.wait_answering() {
-                Ok(()) => return sentinel,
+                Ok(()) => {
+                    // The replicas' INFO every second rather than every 10: what a replica's
+                    // priority and link are is known before a test's next failover.
+                    assert_eq!(
+                        sentinel.cli(&["SENTINEL", "DEBUG", "info-period", "1000"]),
+                        "OK"
+                    );
+                    return sentinel;
+                }
                 Err(error) => last_error = error,
             }
         }
@@ -95,6 +103,22 @@ impl Sentinel {
             .lines()
             .nth(1)
             .and_then(|port| port.trim().parse().ok())
+    }
+
+    /// The priority this Sentinel knows the replica on `port` by (`slave-priority`).
+    fn replica_priority(&self, port: u16) -> Option<String> {
+        let answer = self.cli(&["SENTINEL", "replicas", MASTER_NAME]);
+        let mut fields = answer.lines().map(str::trim);
+        let mut this_one = false;
+        while let Some(field) = fields.next() {
+            let value = fields.next()?;
+            match field {
+                "name" => this_one = value == format!("127.0.0.1:{port}"),
+                "slave-priority" if this_one => return Some(value.to_string()),
+                _ => {}
+            }
+        }
+        None
     }
 
     /// A field of `SENTINEL master NAME` (`num-slaves`, `num-other-sentinels`, `flags`...).
@@ -232,6 +256,38 @@ impl SentinelGroup {
         None
     }
 
+    /// What each node and Sentinel says now, for a failing test's message: each node's role,
+    /// primary, link, replication offset and key count, and the primary each Sentinel names.
+    pub fn describe(&self) -> String {
+        let mut lines = Vec::new();
+        for node in &self.nodes {
+            if !node.is_running() {
+                lines.push(format!("node {}: down", node.port));
+                continue;
+            }
+            let field = |name: &str| node.replication(name).unwrap_or_else(|| "?".into());
+            lines.push(format!(
+                "node {}: role {} primary {} link {} offset {} keys {}",
+                node.port,
+                field("role"),
+                field("master_port"),
+                field("master_link_status"),
+                field("master_repl_offset"),
+                node.cli(&["DBSIZE"]),
+            ));
+        }
+        for sentinel in &self.sentinels {
+            lines.push(format!(
+                "sentinel {}: names {:?}, flags {:?}",
+                sentinel.port,
+                sentinel.primary_port(),
+                sentinel.master_field("flags"),
+            ));
+        }
+        lines.push(self.sentinels[0].process.log_tail(4_000));
+        lines.join("\n")
+    }
+
     /// SIGKILL to the primary; returns its port.
     pub fn kill_primary(&self) -> u16 {
         let primary = self.primary();
@@ -276,10 +332,34 @@ impl SentinelGroup {
 
     /// Starts the node on `port` (killed) again as a replica of the primary, and waits until
     /// the group has settled.
+    ///
+    /// The node comes back empty (no persistence) and stays empty until its first sync is done,
+    /// which Redis delays by `repl-diskless-sync-delay` (5 s). Were the primary judged down in
+    /// that time (a Sentinel stalled on a loaded machine for over [`DOWN_AFTER_MS`] is enough),
+    /// the Sentinels would promote the empty node and the dataset would be gone. So it comes back
+    /// with `replica-priority 0`, which Sentinel never promotes, and gets the default priority
+    /// once in sync and every Sentinel has seen that it has: what an operator does too.
     pub fn bring_back(&self, port: u16) {
         let primary = self.primary().port;
-        self.node_on(port).start_again_as_replica_of(primary);
+        let node = self.node_on(port);
+        node.start_again_as_replica_of(primary, &["--replica-priority", "0"]);
         self.wait_settled();
+        assert_eq!(
+            node.cli(&["CONFIG", "SET", "replica-priority", "100"]),
+            "OK"
+        );
+        let deadline = Instant::now() + FAILOVER_DEADLINE;
+        while !self
+            .sentinels
+            .iter()
+            .all(|sentinel| sentinel.replica_priority(port).as_deref() == Some("100"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the Sentinels did not see the replica's priority restored"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
