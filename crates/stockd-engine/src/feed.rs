@@ -190,8 +190,8 @@ impl Window {
     }
 }
 
-/// The retained events at one moment, for the snapshot written at shutdown: the full chunks
-/// are shared with the feed, the tail copied.
+/// The retained events at one moment, for a snapshot: the full chunks are shared with the
+/// feed (never changed once full), the tail copied.
 pub struct Retained {
     full: Vec<Arc<Chunk>>,
     skip: usize,
@@ -298,7 +298,7 @@ impl Feed {
         Ok(page.iter().map(decoded).collect())
     }
 
-    /// Every retained event, for the snapshot written at shutdown.
+    /// Every retained event, for a snapshot: the full chunks shared, the tail copied.
     pub fn retained(&self) -> Retained {
         self.lock().retained()
     }

@@ -10,9 +10,9 @@
 //!   fsyncs, and only then releases the answers and events. Requests that arrive during the
 //!   fsync queue up and form the next batch (group commit). No client ever sees a change, even
 //!   in a read, before it is on disk.
-//! - the **snapshot** thread builds snapshots by rolling the newest snapshot on disk forward
-//!   through the fsync'd log (the same replay recovery does), so that restart time stays
-//!   bounded and old log segments can go, without the writer ever pausing to encode its state.
+//! - the **snapshot** thread encodes and writes the state the writer froze for it when all it
+//!   had applied was durable (the holds' pages shared copy-on-write), so that restart time
+//!   stays bounded and old log segments can go, without the writer ever pausing to encode.
 //!
 //! This crate must never decide a business rule; it only orders, persists
 //! and times what the core decides.

@@ -1,17 +1,15 @@
 //! Recovery: the state and the retained feed rebuilt from the newest snapshot and the log
-//! after it, at start and, on the snapshot thread, to roll a snapshot forward.
+//! after it, at start.
 //!
-//! Both replay the logged records through the core's `apply_record`, the very path that
+//! It replays the logged records through the core's `apply_record`, the very path that
 //! applied them live, so a restarted engine reaches the state it had. This module must never
-//! decide anything a record does not say, nor write to the log; it writes only snapshots, and
-//! only from what is durable.
+//! decide anything a record does not say, nor write to the log beyond the torn tail
+//! `Storage::open` cuts off.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use stockd_core::state::snapshot::{
-    decode_snapshot_encoded, encode_snapshot_of_encoded, SnapshotError,
-};
+use stockd_core::state::snapshot::{decode_snapshot_encoded, SnapshotError};
 use stockd_core::{State, StateConfig};
 
 use crate::clock::Clock;
@@ -74,9 +72,7 @@ pub(crate) fn recover(
 }
 
 /// Rebuilds the state and the retained feed from a snapshot and the log records after it, by
-/// replaying the records through the same `apply_record` that applied them live. Recovery
-/// uses it at start; the snapshot builder uses it in the background to roll the last snapshot
-/// forward, so the writer never stops to encode its own state.
+/// replaying the records through the same `apply_record` that applied them live.
 fn rebuild(
     recovered: &storage::Recovered,
     config: StateConfig,
@@ -139,26 +135,6 @@ fn rebuild(
     Ok((state, events, replayed))
 }
 
-/// Builds a snapshot covering every record up to `up_to_lsn` from the newest snapshot on disk
-/// and the durable log after it, and writes it. Runs on the snapshot thread.
-pub(crate) fn build_snapshot(
-    fs: &dyn Fs,
-    dir: &std::path::Path,
-    up_to_lsn: u64,
-    config: StateConfig,
-    event_retention_max: usize,
-) -> Result<(), EngineError> {
-    let recovered = storage::read_durable(fs, dir, up_to_lsn)?;
-    if recovered.snapshot_lsn >= up_to_lsn {
-        return Ok(());
-    }
-    let (state, events, _) = rebuild(&recovered, config, event_retention_max)?;
-    let retained = events.retained();
-    let payload = encode_snapshot_of_encoded(&state, retained.len(), retained.iter());
-    Storage::write_snapshot(fs, dir, up_to_lsn, &payload)?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use stockd_core::{Command, HoldId, HoldItem, PoolId, PoolSpec, ReserveRequest};
@@ -196,7 +172,7 @@ mod tests {
 
     /// Holds in the newest snapshot on disk.
     fn snapshot_holds(dir: &std::path::Path, config: StateConfig) -> usize {
-        let recovered = storage::read_durable(&RealFs, dir, 0).unwrap();
+        let recovered = storage::read_newest_snapshot(&RealFs, dir).unwrap();
         let (state, _, _) = rebuild(&recovered, config, 1000).unwrap();
         state.hold_count()
     }

@@ -18,7 +18,7 @@ use crate::ids::{HoldId, LockName, OwnerId, PoolId, RequestId, UserId};
 use crate::record::{Change, Event, EventKind, Record};
 use crate::view::HoldStatus;
 
-use super::sharded::ShardedMap;
+use super::holds::HoldStore;
 use super::{Hold, Lock, Pool, RestockRequest, State};
 
 impl State {
@@ -246,7 +246,7 @@ impl State {
                 self.note_available_later(&item.pool, before);
             }
         }
-        let hold = Box::new(Hold {
+        let hold = Hold {
             user: user.cloned(),
             items: items.clone(),
             generation_watermark: self.data.next_generation,
@@ -255,7 +255,7 @@ impl State {
             created_at_ms: at_ms,
             expires_at_ms,
             finished_at_ms: None,
-        });
+        };
         // A finished hold with this id may still be here in recovery: live, it had been
         // forgotten (past retention) before the id was used again. It leaves the index as it
         // leaves the table (`State::remove_hold`'s rule), before the new one enters, since both
@@ -539,7 +539,7 @@ impl State {
 /// otherwise contradicts the decision that made it (see `apply_record`). `change` names the
 /// record in the panic.
 fn hold_in<'a>(
-    holds: &'a mut ShardedMap<HoldId, Box<Hold>>,
+    holds: &'a mut HoldStore,
     hold_id: &HoldId,
     expected: HoldStatus,
     change: &str,

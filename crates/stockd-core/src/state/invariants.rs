@@ -37,7 +37,7 @@ impl State {
     fn check_counts(&self) -> Result<(), String> {
         let mut held: HashMap<&PoolId, u64> = HashMap::new();
         let mut usage: HashMap<(&PoolId, &UserId), u64> = HashMap::new();
-        for (hold_id, hold) in &self.data.holds {
+        for (hold_id, hold) in self.data.holds.iter() {
             for line in hold.items.iter() {
                 let alive = self
                     .data
@@ -95,7 +95,7 @@ impl State {
     fn check_hold_index(&self) -> Result<(), String> {
         self.check_hold_index_sizes()?;
         let index = &self.hold_index;
-        for (hold_id, hold) in &self.data.holds {
+        for (hold_id, hold) in self.data.holds.iter() {
             if !index.lists(hold_id, hold.user.as_ref(), &hold.items) {
                 return Err(format!("hold {hold_id} is missing from the hold index"));
             }
@@ -116,7 +116,7 @@ impl State {
             ));
         }
         let (mut by_pool, mut by_user) = (0, 0);
-        for (_, hold) in &self.data.holds {
+        for (_, hold) in self.data.holds.iter() {
             by_pool += hold.items.len();
             by_user += usize::from(hold.user.is_some());
         }

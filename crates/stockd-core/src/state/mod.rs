@@ -18,6 +18,7 @@
 mod apply;
 mod cmd;
 mod hold_index;
+mod holds;
 mod invariants;
 mod sharded;
 pub mod snapshot;
@@ -29,7 +30,7 @@ pub use snapshot::{SnapshotV3, SnapshotV5};
 
 use cmd::reads::HoldFilter;
 use hold_index::HoldIndex;
-use sharded::ShardedMap;
+use holds::{HoldPages, HoldStore};
 use time_queue::TimeQueue;
 
 use std::cmp::Reverse;
@@ -154,10 +155,10 @@ struct Lock {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
     pools: BTreeMap<PoolId, Pool>,
-    /// Sharded, so that growing the table of millions of holds happens a shard at a time
-    /// (`sharded.rs`), and boxed so that a slot is 24 bytes: each growth moves a quarter of the
-    /// bytes, and empty slots cost less memory.
-    holds: ShardedMap<HoldId, Box<Hold>>,
+    /// In pages shared copy-on-write with snapshot builds (`holds.rs`), found through an index
+    /// sharded so that growing it for millions of holds happens a shard at a time
+    /// (`sharded.rs`).
+    holds: HoldStore,
     locks: HashMap<LockName, Lock>,
     next_seq: u64,
     next_generation: u64,
@@ -166,11 +167,26 @@ pub struct Snapshot {
     restock_requests: HashMap<RequestId, RestockRequest>,
 }
 
+/// The durable state at one moment, for a snapshot build to encode while the writer goes on
+/// ([`State::freeze`]): the holds' pages shared copy-on-write, the rest (pools with their
+/// per-user usage, locks, counters, restock request ids) copied. Serialised exactly as the
+/// [`Snapshot`] it was taken from: the same fields in the same order (postcard is positional).
+#[derive(Serialize)]
+pub struct FrozenSnapshot {
+    pools: BTreeMap<PoolId, Pool>,
+    holds: HoldPages,
+    locks: HashMap<LockName, Lock>,
+    next_seq: u64,
+    next_generation: u64,
+    next_fence_token: u64,
+    restock_requests: HashMap<RequestId, RestockRequest>,
+}
+
 impl Default for Snapshot {
     fn default() -> Self {
         Snapshot {
             pools: BTreeMap::new(),
-            holds: ShardedMap::new(),
+            holds: HoldStore::new(),
             locks: HashMap::new(),
             next_seq: 1,
             next_generation: 1,
@@ -258,7 +274,7 @@ impl State {
                 .map(|(hold_id, hold)| (hold_id, hold.user.as_ref(), &hold.items[..]))
                 .collect(),
         );
-        for (hold_id, hold) in &state.data.holds {
+        for (hold_id, hold) in state.data.holds.iter() {
             match hold.finished_at_ms {
                 None => state.expiry_queue.push(hold.expires_at_ms, hold_id.clone()),
                 Some(finished_at_ms) => {
@@ -285,6 +301,23 @@ impl State {
     /// The durable part of the state, for writing a snapshot.
     pub fn snapshot(&self) -> &Snapshot {
         &self.data
+    }
+
+    /// The durable part of the state as it is now, for a snapshot build on another thread.
+    /// Costs the writer a reference count per page of holds and a copy of the pools, locks
+    /// and restock request ids, not a copy of the holds: the changes made after it copy the
+    /// pages they land on (`holds.rs`).
+    pub fn freeze(&self) -> FrozenSnapshot {
+        let data = &self.data;
+        FrozenSnapshot {
+            pools: data.pools.clone(),
+            holds: data.holds.frozen(),
+            locks: data.locks.clone(),
+            next_seq: data.next_seq,
+            next_generation: data.next_generation,
+            next_fence_token: data.next_fence_token,
+            restock_requests: data.restock_requests.clone(),
+        }
     }
 
     pub fn config(&self) -> StateConfig {

@@ -61,13 +61,6 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
             .map(|(_, v)| v)
     }
 
-    pub(super) fn get_mut(&mut self, key: &K) -> Option<&mut V> {
-        let (shard, hash) = self.locate(key);
-        self.shards[shard]
-            .find_mut(hash, |(k, _)| k == key)
-            .map(|(_, v)| v)
-    }
-
     pub(super) fn contains_key(&self, key: &K) -> bool {
         self.get(key).is_some()
     }
@@ -236,9 +229,10 @@ mod tests {
         entries.sort();
         expected.sort();
         assert_eq!(entries, expected);
-        if let Some(value) = sharded.get_mut(&entries[0].0) {
-            *value = u64::MAX;
-        }
+        assert_eq!(
+            sharded.insert(entries[0].0.clone(), u64::MAX),
+            Some(entries[0].1)
+        );
         assert_eq!(sharded[&entries[0].0], u64::MAX);
         assert_eq!(sharded.clone(), sharded);
     }

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
 
-use super::sharded::ShardedMap;
-use super::{Hold, Lock, Pool, RestockRequest, Snapshot, State};
+use super::holds::HoldStore;
+use super::{FrozenSnapshot, Lock, Pool, RestockRequest, Snapshot, State};
 use crate::command::HoldItem;
 use crate::ids::{HoldId, LockName, PoolId, RequestId, UserId};
 use crate::record::{Event, EventKind};
@@ -147,23 +147,37 @@ pub fn encoded_event_seq(bytes: &[u8]) -> Option<u64> {
         .map(|(seq, _)| seq)
 }
 
-/// A payload of the current format from `state` and the retained events, each already
-/// encoded by [`encode_event`] (`count` of them): the bytes [`encode_snapshot`] writes, the
-/// events copied as they are.
+/// A payload of the current format from a frozen state ([`State::freeze`]) and the retained
+/// events, each already encoded by [`encode_event`] (`count` of them): the bytes
+/// [`encode_snapshot`] writes for the state it was frozen from, the events copied as they are.
 pub fn encode_snapshot_of_encoded<'a>(
-    state: &State,
+    state: &FrozenSnapshot,
     count: usize,
     events: impl Iterator<Item = &'a [u8]>,
 ) -> Vec<u8> {
-    let head = (SNAPSHOT_FORMAT, state.snapshot(), count);
-    let mut out = postcard::to_allocvec(&head).expect("serialising to memory cannot fail");
+    let mut out = Vec::new();
+    write_snapshot_of_encoded(state, count, events, &mut out)
+        .expect("writing to memory cannot fail");
+    out
+}
+
+/// [`encode_snapshot_of_encoded`], written to `out` as it is encoded (a snapshot file, in
+/// pieces) rather than gathered in memory.
+pub fn write_snapshot_of_encoded<'a>(
+    state: &FrozenSnapshot,
+    count: usize,
+    events: impl Iterator<Item = &'a [u8]>,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    let head = (SNAPSHOT_FORMAT, state, count);
+    postcard::to_io(&head, &mut *out).map_err(std::io::Error::other)?;
     let mut written = 0;
     for event in events {
-        out.extend_from_slice(event);
+        out.write_all(event)?;
         written += 1;
     }
     assert_eq!(written, count, "the events counted are the events written");
-    out
+    Ok(())
 }
 
 /// The retained events of a decoded snapshot, each in the encoding of [`encode_event`]: the
@@ -332,7 +346,7 @@ impl From<&Pool> for PoolV5 {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SnapshotV3 {
     pools: BTreeMap<PoolId, PoolV5>,
-    holds: ShardedMap<HoldId, Box<Hold>>,
+    holds: HoldStore,
     locks: HashMap<LockName, Lock>,
     next_seq: u64,
     next_generation: u64,
@@ -627,6 +641,88 @@ mod tests {
 
     /// A data directory of an earlier release holds format 2 snapshots: they still open, and
     /// their refunded events read as refunds with restock (the only kind there was).
+    /// A frozen state encodes as the state it was frozen from, whatever the state does after:
+    /// holds confirmed, released, created, expired and forgotten after the freeze, over
+    /// several pages of holds, leave it as it was (the pages they land on are copied).
+    #[test]
+    fn a_frozen_state_is_the_state_it_was_frozen_from_whatever_happens_after() {
+        let pool = PoolId::parse("p").unwrap();
+        let hold_id = |n: u32| HoldId::parse(&format!("h{n}")).unwrap();
+        let reserve = |n: u32| {
+            Command::Reserve(ReserveRequest {
+                hold_id: hold_id(n),
+                user: Some(UserId::parse(&format!("u{}", n % 7)).unwrap()),
+                items: vec![HoldItem {
+                    pool: pool.clone(),
+                    qty: 1,
+                }]
+                .into(),
+                ttl_ms: 60_000,
+                confirm: n.is_multiple_of(3),
+                wait_ms: 0,
+            })
+        };
+        let put = Command::PutPool {
+            pool: pool.clone(),
+            spec: PoolSpec {
+                total: 10_000,
+                ..PoolSpec::default()
+            },
+            segments: None,
+            if_absent: false,
+        };
+        let commands: Vec<Command> = std::iter::once(put)
+            .chain((0..2_000).map(reserve))
+            .collect();
+        let (mut state, events) = state_after(&commands);
+        let frozen = state.freeze();
+        let before = encode_snapshot(&state, events.iter());
+        let data_before = state.snapshot().clone();
+
+        let mut effects = Effects::default();
+        let mut run = |state: &mut State, command: Command, at_ms: u64| {
+            let _ = state.execute(command, at_ms, &mut effects);
+        };
+        for n in (1..1_000).step_by(3) {
+            run(
+                &mut state,
+                Command::Confirm {
+                    hold_id: hold_id(n),
+                },
+                T0 + 1,
+            );
+            run(
+                &mut state,
+                Command::Release {
+                    hold_id: hold_id(n + 1),
+                },
+                T0 + 1,
+            );
+        }
+        for n in 2_000..3_000 {
+            run(&mut state, reserve(n), T0 + 2);
+        }
+        // Past every deadline and retention: held holds expire, finished ones are forgotten.
+        let later = T0 + 30 * 24 * 3_600_000;
+        state.tick(later, &mut effects);
+        state.tick(later + 1, &mut effects);
+        assert_ne!(state.snapshot(), &data_before, "the state moved on");
+
+        let encoded: Vec<Vec<u8>> = events
+            .iter()
+            .map(|event| {
+                let mut bytes = Vec::new();
+                encode_event(event, &mut bytes);
+                bytes
+            })
+            .collect();
+        let of_frozen =
+            encode_snapshot_of_encoded(&frozen, encoded.len(), encoded.iter().map(Vec::as_slice));
+        assert_eq!(of_frozen, before);
+        let (decoded, _) = decode_snapshot(&of_frozen).unwrap();
+        assert_eq!(decoded, data_before);
+    }
+
     /// A snapshot made of encoded events is byte for byte the one made of the events, and
     /// decodes to them, kept as encoded; an event encodes and decodes to itself.
     #[test]
@@ -642,8 +738,11 @@ mod tests {
             encoded.push(bytes);
         }
         let payload = encode_snapshot(&state, events.iter());
-        let of_encoded =
-            encode_snapshot_of_encoded(&state, encoded.len(), encoded.iter().map(Vec::as_slice));
+        let of_encoded = encode_snapshot_of_encoded(
+            &state.freeze(),
+            encoded.len(),
+            encoded.iter().map(Vec::as_slice),
+        );
         assert_eq!(payload, of_encoded);
         let (decoded, kept) = decode_snapshot_encoded(&payload).unwrap();
         assert_eq!(&decoded, state.snapshot());

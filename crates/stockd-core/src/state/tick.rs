@@ -62,8 +62,7 @@ impl State {
     }
 
     /// What time does without a record: forgets finished holds and restock request ids past
-    /// retention and lapsed leases, all of them. Recovery and the snapshot builder call it after
-    /// replaying records (replay alone keeps them, since forgetting writes nothing to the log);
+    /// retention and lapsed leases, all of them. Recovery calls it after replaying records (replay alone keeps them, since forgetting writes nothing to the log);
     /// it answers no waiter.
     pub fn forget_past_retention(&mut self, now_ms: u64) {
         self.drop_lapsed_locks(now_ms);

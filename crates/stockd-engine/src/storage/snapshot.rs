@@ -9,6 +9,7 @@
 //! Layout: `[magic 8][version u32][lsn u64][payload_len u64][payload crc32c u32][header crc32c u32]`
 //! then the payload, all integers little-endian.
 
+use std::io;
 use std::path::{Path, PathBuf};
 
 use super::wal::{parse_lsn_name, read_u64};
@@ -44,72 +45,144 @@ pub(super) fn is_temp_file_name(name: &str) -> bool {
     name.starts_with(SNAPSHOT_PREFIX) && name.ends_with(TEMP_SUFFIX)
 }
 
-fn encode_header(lsn: u64, payload: &[u8]) -> [u8; SNAPSHOT_HEADER_BYTES] {
+fn encode_header(lsn: u64, payload_len: u64, payload_crc: u32) -> [u8; SNAPSHOT_HEADER_BYTES] {
     let mut header = [0u8; SNAPSHOT_HEADER_BYTES];
     header[0..8].copy_from_slice(&SNAPSHOT_MAGIC);
     header[8..12].copy_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
     header[12..20].copy_from_slice(&lsn.to_le_bytes());
-    header[20..28].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-    header[28..32].copy_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+    header[20..28].copy_from_slice(&payload_len.to_le_bytes());
+    header[28..32].copy_from_slice(&payload_crc.to_le_bytes());
     let header_crc = crc32c::crc32c(&header[0..32]);
     header[32..36].copy_from_slice(&header_crc.to_le_bytes());
     header
 }
 
 /// Writes `snapshot-<lsn>.snap` durably: temp file, fsync, rename, fsync of the directory.
-/// Returns the final path. Callers guarantee that at most one `write` runs per directory at a
-/// time (the temp file name depends only on the LSN).
+/// `fill` writes the payload as it encodes it: it reaches the file in synced pieces, and no
+/// copy of the whole payload is ever held. Returns the final path and the payload's length.
+/// Callers guarantee that at most one `write` runs per directory at a time (the temp file name
+/// depends only on the LSN).
 pub(super) fn write(
     fs: &dyn Fs,
     dir: &Path,
     lsn: u64,
-    payload: &[u8],
-) -> Result<PathBuf, StorageError> {
+    fill: &mut dyn FnMut(&mut dyn io::Write) -> io::Result<()>,
+) -> Result<(PathBuf, u64), StorageError> {
     if lsn == 0 {
         // LSN 0 means "no snapshot" in `Recovered`; a snapshot at 0 would cover nothing.
         return Err(StorageError::InvalidSnapshotLsn { lsn });
     }
-    if payload.len() as u64 > SNAPSHOT_PAYLOAD_BYTES_MAX {
-        return Err(StorageError::SnapshotTooLarge {
-            len_bytes: payload.len() as u64,
-            max_bytes: SNAPSHOT_PAYLOAD_BYTES_MAX,
-        });
-    }
     let final_path = dir.join(snapshot_file_name(lsn));
     let temp_path = dir.join(format!("{}{TEMP_SUFFIX}", snapshot_file_name(lsn)));
-    let written = write_temp(fs, &temp_path, lsn, payload);
-    if let Err(error) = written {
-        // Best effort: a leftover is harmless (open removes it) and the write error matters more.
-        let _ = fs.remove_file(&temp_path);
-        return Err(error.into());
-    }
+    let written = write_temp(fs, &temp_path, lsn, fill);
+    let len_bytes = match written {
+        Ok(Ok(len_bytes)) => len_bytes,
+        failed => {
+            // Best effort: a leftover is harmless (open removes it) and the write error
+            // matters more.
+            let _ = fs.remove_file(&temp_path);
+            return Err(match failed {
+                Ok(Err(len_bytes)) => StorageError::SnapshotTooLarge {
+                    len_bytes,
+                    max_bytes: SNAPSHOT_PAYLOAD_BYTES_MAX,
+                },
+                Err(error) => error.into(),
+                Ok(Ok(_)) => unreachable!("matched above"),
+            });
+        }
+    };
     fs.rename(&temp_path, &final_path)?;
     // The rename lives in the directory, not in the file: without this fsync a crash could
     // forget the new name after the appender has already deleted the WAL segments it replaces.
     sync_directory(fs, dir)?;
-    Ok(final_path)
+    Ok((final_path, len_bytes))
 }
 
-fn write_temp(fs: &dyn Fs, temp_path: &Path, lsn: u64, payload: &[u8]) -> std::io::Result<()> {
+/// The temp file: a blank header, the payload as `fill` writes it, then the real header.
+/// `Ok(Err(len))`: the payload grew past [`SNAPSHOT_PAYLOAD_BYTES_MAX`] (`len` bytes so far).
+fn write_temp(
+    fs: &dyn Fs,
+    temp_path: &Path,
+    lsn: u64,
+    fill: &mut dyn FnMut(&mut dyn io::Write) -> io::Result<()>,
+) -> io::Result<Result<u64, u64>> {
     let mut file = fs.create_truncate(temp_path)?;
-    file.write_all(&encode_header(lsn, payload))?;
-    write_in_synced_pieces(&mut *file, payload, SYNC_EVERY_BYTES)?;
+    file.write_all(&[0u8; SNAPSHOT_HEADER_BYTES])?;
+    let mut payload = SyncedPieces::new(&mut *file, SYNC_EVERY_BYTES, SNAPSHOT_PAYLOAD_BYTES_MAX);
+    let filled = fill(&mut payload).and_then(|()| payload.write_piece());
+    if payload.too_large {
+        return Ok(Err(payload.len_bytes));
+    }
+    filled?;
+    let (len_bytes, crc) = (payload.len_bytes, payload.crc);
+    file.write_all_at(0, &encode_header(lsn, len_bytes, crc))?;
     // Full fsync before the rename: the rename must never become durable ahead of the content,
     // or a crash could leave a complete-looking name over missing data.
-    file.sync_all()
+    file.sync_all()?;
+    Ok(Ok(len_bytes))
 }
 
-/// Writes `bytes` in pieces of `piece` bytes, each synced (`fdatasync`) before the next.
-fn write_in_synced_pieces(
-    file: &mut dyn FsFile,
-    bytes: &[u8],
-    piece: usize,
-) -> std::io::Result<()> {
-    for piece in bytes.chunks(piece) {
-        file.write_all(piece)?;
-        file.sync_data()?;
+/// The payload on its way to the file: gathered into pieces of `piece_bytes`
+/// ([`SYNC_EVERY_BYTES`]), each written and synced (`fdatasync`) before the next, its length and
+/// checksum kept as it goes; writes past `max_bytes` fail and set `too_large`.
+struct SyncedPieces<'a> {
+    file: &'a mut dyn FsFile,
+    piece: Vec<u8>,
+    piece_bytes: usize,
+    max_bytes: u64,
+    len_bytes: u64,
+    crc: u32,
+    too_large: bool,
+}
+
+impl<'a> SyncedPieces<'a> {
+    fn new(file: &'a mut dyn FsFile, piece_bytes: usize, max_bytes: u64) -> Self {
+        SyncedPieces {
+            file,
+            piece: Vec::with_capacity(piece_bytes),
+            piece_bytes,
+            max_bytes,
+            len_bytes: 0,
+            crc: 0,
+            too_large: false,
+        }
     }
-    Ok(())
+
+    /// Writes and syncs what is gathered (at the end, the last piece, shorter).
+    fn write_piece(&mut self) -> io::Result<()> {
+        if !self.piece.is_empty() {
+            self.file.write_all(&self.piece)?;
+            self.file.sync_data()?;
+            self.crc = crc32c::crc32c_append(self.crc, &self.piece);
+            self.piece.clear();
+        }
+        Ok(())
+    }
+}
+
+impl io::Write for SyncedPieces<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.len_bytes += bytes.len() as u64;
+        if self.len_bytes > self.max_bytes {
+            self.too_large = true;
+            return Err(io::Error::other("the snapshot payload is too large"));
+        }
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let room = self.piece_bytes - self.piece.len();
+            let (now, later) = rest.split_at(room.min(rest.len()));
+            self.piece.extend_from_slice(now);
+            rest = later;
+            if self.piece.len() == self.piece_bytes {
+                self.write_piece()?;
+            }
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Reads the snapshot at `path` (whose file name says `lsn`) and verifies it. `Ok(Err(reason))`
@@ -187,7 +260,12 @@ mod tests {
     #[test]
     fn write_then_read_verifies_and_any_flipped_byte_is_detected() {
         let dir = tempfile::tempdir().unwrap();
-        let path = write(&RealFs, dir.path(), 9, b"state after nine").unwrap();
+        let (path, len) = write(&RealFs, dir.path(), 9, &mut |out| {
+            out.write_all(b"state after")?;
+            out.write_all(b" nine")
+        })
+        .unwrap();
+        assert_eq!(len, 16);
         assert_eq!(
             read_verified(&RealFs, &path, 9).unwrap(),
             Ok(b"state after nine".to_vec())
@@ -239,32 +317,61 @@ mod tests {
     }
 
     #[test]
-    fn a_snapshot_reaches_the_disk_in_synced_pieces() {
-        let mut file = Recorded::default();
-        write_in_synced_pieces(&mut file, &[7; 25], 10).unwrap();
-        assert_eq!(
-            file.0,
-            [
+    fn a_snapshot_reaches_the_disk_in_synced_pieces_whatever_the_writes() {
+        use std::io::Write;
+        let bytes: Vec<u8> = (0..25).collect();
+        for cuts in [
+            &[25][..],
+            &[7, 7, 11],
+            &[1; 25],
+            &[10, 10, 5],
+            &[0, 20, 0, 5],
+        ] {
+            let mut file = Recorded::default();
+            let mut pieces = SyncedPieces::new(&mut file, 10, 100);
+            let mut rest = &bytes[..];
+            for &cut in cuts {
+                let (now, later) = rest.split_at(cut);
+                pieces.write_all(now).unwrap();
+                rest = later;
+            }
+            pieces.write_piece().unwrap();
+            assert_eq!((pieces.len_bytes, pieces.crc), (25, crc32c::crc32c(&bytes)));
+            let synced = [
                 "write 10",
                 "sync_data",
                 "write 10",
                 "sync_data",
                 "write 5",
-                "sync_data"
-            ]
-        );
+                "sync_data",
+            ];
+            assert_eq!(file.0, synced, "writes of {cuts:?}");
+        }
         let mut file = Recorded::default();
-        write_in_synced_pieces(&mut file, &[7; 20], 10).unwrap();
+        let mut pieces = SyncedPieces::new(&mut file, 10, 100);
+        pieces.write_all(&[7; 20]).unwrap();
+        pieces.write_piece().unwrap();
         assert_eq!(file.0, ["write 10", "sync_data", "write 10", "sync_data"]);
         let mut file = Recorded::default();
-        write_in_synced_pieces(&mut file, &[], 10).unwrap();
+        SyncedPieces::new(&mut file, 10, 100).write_piece().unwrap();
         assert!(file.0.is_empty());
+    }
+
+    #[test]
+    fn a_payload_past_the_limit_is_refused() {
+        use std::io::Write;
+        let mut file = Recorded::default();
+        let mut pieces = SyncedPieces::new(&mut file, 10, 30);
+        pieces.write_all(&[1; 30]).unwrap();
+        assert!(!pieces.too_large);
+        assert!(pieces.write_all(&[1]).is_err());
+        assert!(pieces.too_large);
     }
 
     #[test]
     fn lsn_zero_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let refused = write(&RealFs, dir.path(), 0, b"x");
+        let refused = write(&RealFs, dir.path(), 0, &mut |out| out.write_all(b"x"));
         assert!(matches!(
             refused,
             Err(StorageError::InvalidSnapshotLsn { lsn: 0 })

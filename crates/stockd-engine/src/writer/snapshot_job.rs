@@ -1,19 +1,23 @@
 //! Snapshot jobs: when the writer starts one, where it runs, and the final snapshot at a clean
 //! stop.
 //!
-//! A job rolls the newest snapshot on disk forward through the durable log (the same replay
-//! recovery does) on a thread of its own, then deletes the files it makes obsolete. The writer
-//! hands over only an lsn. This module must never make the writer encode its live state while
-//! it serves (only at shutdown, when no request waits), never run two builds at once, and never
-//! let a build outlive the engine's hold on the data directory.
+//! The writer freezes its state between two batches, when everything it has applied is durable
+//! (`State::freeze`: the holds' pages shared copy-on-write, the small rest copied) and takes the
+//! retained feed as shared chunks; a thread of its own encodes and writes that, then deletes the
+//! files it makes obsolete. This module must never make the writer encode its live state while
+//! it serves (only at shutdown, when no request waits), never freeze a state that holds a record
+//! not yet durable, never run two builds at once, and never let a build outlive the engine's
+//! hold on the data directory.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::{LogJob, Writer};
+use crate::feed::Retained;
 use crate::storage::{Fs, Storage};
-use stockd_core::state::snapshot::encode_snapshot_of_encoded;
+use stockd_core::state::snapshot::write_snapshot_of_encoded;
+use stockd_core::FrozenSnapshot;
 
 use crate::Shared;
 
@@ -28,35 +32,37 @@ pub enum SnapshotRunner {
     Queued(Vec<SnapshotJob>),
 }
 
-/// One snapshot build: everything durable up to `up_to_lsn`, rolled forward from the newest
-/// snapshot on disk through the log (the same replay recovery does).
+/// One snapshot build: the state frozen when every record up to `up_to_lsn` was applied and
+/// durable, and the events retained then.
 pub struct SnapshotJob {
     fs: Arc<dyn Fs>,
     dir: std::path::PathBuf,
     pub(crate) up_to_lsn: u64,
-    state_config: stockd_core::StateConfig,
-    event_retention_max: usize,
+    state: FrozenSnapshot,
+    events: Retained,
     done_lsn: Arc<AtomicU64>,
     in_flight: Arc<AtomicBool>,
     shared: Arc<Shared>,
 }
 
 impl SnapshotJob {
-    /// Builds and writes the snapshot, deletes the files it makes obsolete, then tells the writer
-    /// (`done_lsn`) so that the log forgets them. A failed snapshot loses nothing: the log still
-    /// has every record.
+    /// Encodes and writes the snapshot, deletes the files it makes obsolete, then tells the
+    /// writer (`done_lsn`) so that the log forgets them. A failed snapshot loses nothing: the
+    /// log still has every record.
     pub fn run(self) {
         // Clears the in-flight flag however the build ends, a panic included.
         let _in_flight = FlagGuard(self.in_flight);
         let started = Instant::now();
-        let built = crate::recovery::build_snapshot(
-            &*self.fs,
-            &self.dir,
-            self.up_to_lsn,
-            self.state_config,
-            self.event_retention_max,
-        );
-        match built {
+        let (state, events) = (self.state, self.events);
+        let written =
+            Storage::write_snapshot_with(&*self.fs, &self.dir, self.up_to_lsn, &mut |out| {
+                write_snapshot_of_encoded(&state, events.len(), events.iter(), out)
+            });
+        // What the build shared with the writer goes as soon as it is written: pages the writer
+        // changes from now on need not be copied.
+        drop(state);
+        drop(events);
+        match written {
             Ok(()) => {
                 let build_ms = started.elapsed().as_millis() as u64;
                 let stats = &self.shared.stats;
@@ -90,25 +96,37 @@ impl Writer {
         }
     }
 
-    /// Starts building a snapshot of everything durable so far on the snapshot thread, which
-    /// rolls the newest snapshot on disk forward through the log (the same replay recovery
-    /// does). The writer hands over only an lsn: it never stops to encode its own state, so a
-    /// snapshot of millions of holds costs requests no pause.
+    /// Starts building a snapshot of everything applied so far, which must all be durable, on
+    /// the snapshot thread. The writer only freezes its state (`State::freeze`: reference
+    /// counts for the holds' pages, a copy of the pools and locks) and takes the retained feed
+    /// as shared chunks: it never stops to encode, so a snapshot of millions of holds costs
+    /// requests no pause, and the build costs memory only for the pages the writer changes
+    /// while it runs.
     pub(super) fn start_snapshot(&mut self) {
-        if self.snapshot_in_flight.swap(true, Relaxed) {
+        let applied_lsn = self.next_lsn - 1;
+        if self.shared.failure().is_some()
+            || self.shared.durable_lsn.load(Relaxed) != applied_lsn
+            || self.snapshot_in_flight.swap(true, Relaxed)
+        {
             return;
         }
         self.records_since_snapshot = 0;
+        let frozen_at = Instant::now();
         let job = SnapshotJob {
             fs: self.log.storage.fs().clone(),
             dir: self.config.data_dir.clone(),
-            up_to_lsn: self.shared.durable_lsn.load(Relaxed),
-            state_config: self.config.state,
-            event_retention_max: self.config.event_retention_max,
+            up_to_lsn: applied_lsn,
+            state: self.state.freeze(),
+            events: self.shared.feed.retained(),
             done_lsn: self.snapshot_done_lsn.clone(),
             in_flight: self.snapshot_in_flight.clone(),
             shared: self.shared.clone(),
         };
+        tracing::debug!(
+            lsn = applied_lsn,
+            freeze_us = frozen_at.elapsed().as_micros() as u64,
+            "snapshot state frozen"
+        );
         // A finished thread is joined here; at most one runs (`snapshot_in_flight`).
         self.join_snapshot_thread();
         match &mut self.snapshots {
@@ -139,9 +157,12 @@ impl Writer {
         // Stopping anyway: encoding the live state here costs no request a pause.
         let lsn = self.next_lsn - 1;
         let retained = self.shared.feed.retained();
-        let payload = encode_snapshot_of_encoded(&self.state, retained.len(), retained.iter());
+        let state = self.state.freeze();
         let fs = self.log.storage.fs().clone();
-        match Storage::write_snapshot(&*fs, &self.config.data_dir, lsn, &payload) {
+        let written = Storage::write_snapshot_with(&*fs, &self.config.data_dir, lsn, &mut |out| {
+            write_snapshot_of_encoded(&state, retained.len(), retained.iter(), out)
+        });
+        match written {
             Ok(()) => {
                 self.shared.stats.snapshots.fetch_add(1, Relaxed);
                 self.log
