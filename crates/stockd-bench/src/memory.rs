@@ -97,7 +97,17 @@ pub struct MemoryReport {
     pub after_restart: Resident,
     /// The restarted server's high-water mark (`VmHWM`): recovery's peak.
     pub restart_peak: Resident,
+    /// What each structure of the restarted server's state takes, estimated from the state
+    /// rebuilt in this process from the data directory (`stockd_engine::memory_estimate`).
+    pub shares: Vec<Share>,
     pub errors: Vec<String>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Share {
+    pub structure: String,
+    pub bytes: u64,
+    pub per_hold: f64,
 }
 
 impl MemoryReport {
@@ -146,6 +156,29 @@ impl MemoryReport {
             "restart to ready: {} ms; reading the snapshot file alone: {:.0} ms ({ratio:.1}x)\n",
             self.restart_ms, self.snapshot_read_ms
         );
+        if !self.shares.is_empty() {
+            let resident = self.after_restart.bytes.saturating_sub(self.empty_bytes);
+            let share = |bytes: u64| 100.0 * bytes as f64 / resident.max(1) as f64;
+            out += "\nafter a restart, by structure (estimated from sizes and capacities):\n";
+            for part in &self.shares {
+                out += &format!(
+                    "  {:<48} {:>8.1} MB {:>6.0} B/hold {:>5.1}%\n",
+                    part.structure,
+                    mb(part.bytes),
+                    part.per_hold,
+                    share(part.bytes)
+                );
+            }
+            let counted: u64 = self.shares.iter().map(|part| part.bytes).sum();
+            let rest = resident.saturating_sub(counted);
+            out += &format!(
+                "  {:<48} {:>8.1} MB {:>6.0} B/hold {:>5.1}%\n",
+                "the rest (allocator rounding and free memory)",
+                mb(rest),
+                rest as f64 / self.holds.max(1) as f64,
+                share(rest)
+            );
+        }
         out
     }
 }
@@ -453,6 +486,26 @@ async fn measure(config: &MemoryConfig, report: &mut MemoryReport) -> Result<(),
         ));
     }
     server.stop();
+    // The structures, from the state the final snapshot rebuilds, here (the server is gone).
+    let holds = config.holds.max(1) as f64;
+    let rebuilt_from = data_dir.clone();
+    let estimated = tokio::task::spawn_blocking(move || {
+        stockd_engine::memory_estimate(
+            &rebuilt_from,
+            stockd_core::StateConfig::default(),
+            stockd_core::limits::EVENT_RETENTION_MAX_DEFAULT,
+        )
+    })
+    .await
+    .map_err(|error| format!("the estimate panicked: {error}"))?
+    .map_err(|error| format!("cannot estimate the structures: {error}"))?;
+    report.shares = (estimated.into_iter())
+        .map(|(structure, bytes)| Share {
+            structure: structure.to_string(),
+            bytes: bytes as u64,
+            per_hold: bytes as f64 / holds,
+        })
+        .collect();
     Ok(())
 }
 

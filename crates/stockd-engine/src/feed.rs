@@ -108,6 +108,13 @@ impl Window {
         self.full.len() * CHUNK + self.tail.len() - self.skip
     }
 
+    /// The bytes its chunks take on the heap, by their capacities.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let chunk = |chunk: &Chunk| chunk.bytes.capacity() + 4 * chunk.ends.capacity();
+        let full: usize = self.full.iter().map(|full| chunk(full) + 16).sum();
+        full + chunk(&self.tail) + self.spare.as_ref().map_or(0, chunk)
+    }
+
     pub(crate) fn push(&mut self, event: &Event) {
         self.tail.push_event(event);
         self.tail_pushed();

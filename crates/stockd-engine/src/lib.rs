@@ -45,6 +45,7 @@ use tokio::sync::oneshot;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 use feed::Feed;
+pub use recovery::memory_estimate;
 use recovery::recover;
 use stats::Stats;
 use storage::{RealFs, StorageError};

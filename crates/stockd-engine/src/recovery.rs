@@ -71,6 +71,22 @@ pub(crate) fn recover(
     ))
 }
 
+/// What a server restarted on `dir` would hold on the heap, structure by structure, estimated
+/// from the state and the feed rebuilt from the newest snapshot alone (the log after it is not
+/// replayed: after a clean stop there is none). Reads, and changes nothing; for sizing
+/// (`stockd bench memory`), on a directory no server is using.
+pub fn memory_estimate(
+    dir: &std::path::Path,
+    config: StateConfig,
+    event_retention_max: usize,
+) -> Result<Vec<(&'static str, usize)>, EngineError> {
+    let recovered = storage::read_newest_snapshot(&crate::storage::RealFs, dir)?;
+    let (state, events, _) = rebuild(&recovered, config, event_retention_max)?;
+    let mut estimate = state.memory_estimate();
+    estimate.push(("retained events (encoded)", events.heap_bytes()));
+    Ok(estimate)
+}
+
 /// Rebuilds the state and the retained feed from a snapshot and the log records after it, by
 /// replaying the records through the same `apply_record` that applied them live.
 fn rebuild(

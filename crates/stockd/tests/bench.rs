@@ -441,6 +441,18 @@ async fn the_memory_bench_measures_a_server_through_a_snapshot_and_a_restart() {
         report["snapshot_file_bytes"].as_u64().unwrap() > 3000 * 20,
         "{report:#}"
     );
+    // The structures' shares: every one has something (a hold has a record, an id, a slot,
+    // index entries, a purge slot, a user with usage, events), and together they are below the
+    // resident set.
+    let shares = report["shares"].as_array().expect("shares");
+    assert_eq!(shares.len(), 8, "{report:#}");
+    let mut counted = 0;
+    for share in shares {
+        let bytes = share["bytes"].as_u64().unwrap();
+        assert!(bytes > 0, "{share}");
+        counted += bytes;
+    }
+    assert!(counted < bytes("after_restart"), "{report:#}");
     let snapshots = std::fs::read_dir(&data_dir)
         .unwrap()
         .filter(|entry| {

@@ -222,6 +222,16 @@ impl HoldIndex {
         self.all.len()
     }
 
+    /// The bytes its sets take on the heap (`OrderedSet::heap_bytes`; the ids are shared with
+    /// the holds, counted there).
+    pub(super) fn heap_bytes(&self) -> usize {
+        let by_pool: usize = self.by_pool.values().map(OrderedSet::heap_bytes).sum();
+        self.all.heap_bytes()
+            + by_pool
+            + self.by_pool.capacity() * (std::mem::size_of::<(PoolId, OrderedSet<HoldId>)>() + 1)
+            + self.by_user.heap_bytes()
+    }
+
     /// Whether the hold is where its items and user put it, in every set.
     pub(super) fn lists(
         &self,

@@ -139,6 +139,27 @@ impl HoldStore {
         self.pages.iter()
     }
 
+    /// The bytes the holds take on the heap, by what they own: (pages, the ids' and item
+    /// lists' allocations, the id-to-slot index). Estimates: the allocator rounds each
+    /// allocation up (here to 16 bytes); users and pools are shared, counted elsewhere.
+    pub(super) fn heap_bytes(&self) -> (usize, usize, usize) {
+        use std::mem::size_of;
+        let rounded = |bytes: usize| bytes.div_ceil(16) * 16;
+        // An `Arc`'s allocation: two counts, then the data.
+        let arc = |data: usize| rounded(2 * size_of::<usize>() + data);
+        let pages = self.pages.pages.len()
+            * (arc(size_of::<Page>()) + PAGE * size_of::<Option<(HoldId, Hold)>>())
+            + self.pages.pages.capacity() * size_of::<Arc<Page>>()
+            + self.free.capacity() * size_of::<u32>();
+        let owned: usize = (self.iter())
+            .map(|(id, hold)| {
+                arc(id.as_str().len())
+                    + arc(hold.items.len() * size_of::<crate::command::HoldItem>())
+            })
+            .sum();
+        (pages, owned, self.slots.heap_bytes())
+    }
+
     /// The holds as they are now, for a snapshot build: the pages are shared, and a change
     /// made from now on copies the page it lands on rather than touching what was handed out.
     pub(super) fn frozen(&self) -> HoldPages {

@@ -329,6 +329,46 @@ impl State {
         self.data.next_seq
     }
 
+    /// What the state's structures take on the heap, estimated from their sizes and
+    /// capacities, each with what it is: for sizing (`stockd bench memory`), not for metrics
+    /// (it walks every hold). The allocator rounds allocations up and keeps freed memory, so
+    /// a process holds more than the sum.
+    pub fn memory_estimate(&self) -> Vec<(&'static str, usize)> {
+        use std::mem::size_of;
+        let (pages, owned, slots) = self.data.holds.heap_bytes();
+        let queues = self.expiry_queue.heap_bytes() + self.purge_queue.heap_bytes();
+        let entry = size_of::<(UserId, u64)>() + 1;
+        // Each user's id is one allocation however many holds and pools name it.
+        let mut users = HashMap::new();
+        let mut note = |user: &UserId| {
+            users.insert(user.as_str().as_ptr(), user.as_str().len());
+        };
+        let mut usage = 0;
+        for pool in self.data.pools.values() {
+            usage += pool.usage.capacity() * 8 / 7 * entry;
+            pool.usage.keys().for_each(&mut note);
+        }
+        for (_, hold) in self.data.holds.iter() {
+            hold.user.iter().for_each(&mut note);
+        }
+        // An `Arc<str>`: two counts, then the bytes, rounded up to 16.
+        let user_ids: usize = (users.values())
+            .map(|len| (2 * size_of::<usize>() + len).div_ceil(16) * 16)
+            .sum();
+        vec![
+            ("hold records (pages)", pages),
+            ("hold ids and item lists", owned),
+            ("hold id to slot index", slots),
+            (
+                "hold index for listing (all, by pool, by user)",
+                self.hold_index.heap_bytes(),
+            ),
+            ("expiry and purge queues", queues),
+            ("per-user usage of pools", usage),
+            ("user ids", user_ids),
+        ]
+    }
+
     pub fn pool_count(&self) -> usize {
         self.data.pools.len()
     }

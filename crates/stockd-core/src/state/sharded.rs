@@ -100,6 +100,16 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         Some(value)
     }
 
+    /// The bytes its tables take on the heap, by their capacities: about 8 buckets for 7 of
+    /// capacity, each an entry and a control byte (an estimate; what the entries own on the
+    /// heap is not counted).
+    pub(super) fn heap_bytes(&self) -> usize {
+        let entry = std::mem::size_of::<(K, V)>() + 1;
+        (self.shards.iter())
+            .map(|shard| shard.capacity() * 8 / 7 * entry)
+            .sum()
+    }
+
     /// Every entry, shard by shard (in no particular order, like a `HashMap`'s).
     pub(super) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.shards

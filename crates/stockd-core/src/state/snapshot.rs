@@ -723,6 +723,21 @@ mod tests {
         assert_eq!(decoded, data_before);
     }
 
+    /// The memory estimate names every structure a hold takes room in, and grows with holds.
+    #[test]
+    fn the_memory_estimate_grows_with_the_holds() {
+        let empty = State::new(StateConfig::default()).memory_estimate();
+        let (state, _) = one_hold();
+        let one = state.memory_estimate();
+        assert_eq!(empty.len(), one.len());
+        for ((name, before), (_, after)) in empty.iter().zip(&one) {
+            assert!(
+                after > before,
+                "{name}: {before} bytes empty, {after} with a hold"
+            );
+        }
+    }
+
     /// A snapshot made of encoded events is byte for byte the one made of the events, and
     /// decodes to them, kept as encoded; an event encodes and decodes to itself.
     #[test]

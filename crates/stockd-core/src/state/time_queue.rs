@@ -48,6 +48,16 @@ impl<T: Ord> TimeQueue<T> {
         bucket.sorted = bucket.items.len() == 1;
     }
 
+    /// The bytes it takes on the heap: the buckets' vectors by capacity, and the tree's
+    /// entries with the room its nodes leave (about a third; an estimate, and what the items
+    /// own on the heap is not counted).
+    pub(super) fn heap_bytes(&self) -> usize {
+        let entry = std::mem::size_of::<(u64, Bucket<T>)>();
+        (self.buckets.values())
+            .map(|bucket| bucket.items.capacity() * std::mem::size_of::<T>() + entry * 3 / 2)
+            .sum()
+    }
+
     /// When the earliest item is due.
     pub(super) fn peek_ms(&self) -> Option<u64> {
         self.buckets.first_key_value().map(|(&at_ms, _)| at_ms)

@@ -814,7 +814,6 @@ fn recover_wal(
 }
 
 /// Reads, and changes nothing: the newest valid snapshot alone, as recovery would find it.
-#[cfg(test)]
 pub(crate) fn read_newest_snapshot(fs: &dyn Fs, dir: &Path) -> Result<Recovered, StorageError> {
     let listing = list_directory(fs, dir)?;
     let (snapshot_lsn, snapshot) = load_newest_snapshot(fs, dir, &listing.snapshot_lsns)?;

@@ -562,6 +562,36 @@ pub(super) struct OrderedSet<T, const CAP: usize = BLOCK, const CHUNK: usize = S
     len: usize,
 }
 
+impl<T, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> {
+    /// The bytes its blocks and starts take on the heap, by their capacities (an estimate: the
+    /// allocator rounds each up; what the elements own on the heap is not counted).
+    pub(super) fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let vec = |capacity: usize, each: usize| capacity * each;
+        let blocks: usize = (self.slots.iter())
+            .map(|block| {
+                vec(block.heads.capacity(), size_of::<u128>())
+                    + vec(block.items.capacity(), size_of::<T>())
+            })
+            .sum();
+        let starts = &self.starts;
+        let chunks: usize = (starts.chunks.iter())
+            .map(|chunk| {
+                vec(chunk.heads.capacity(), size_of::<u128>())
+                    + vec(chunk.starts.capacity(), size_of::<Start<T>>())
+                    + vec(chunk.slots.capacity(), size_of::<usize>())
+            })
+            .sum();
+        blocks
+            + vec(self.slots.capacity(), size_of::<Block<T>>())
+            + vec(self.vacant.capacity(), size_of::<usize>())
+            + chunks
+            + vec(starts.first_heads.capacity(), size_of::<u128>())
+            + vec(starts.firsts.capacity(), size_of::<Start<T>>())
+            + vec(starts.chunks.capacity(), size_of::<Chunk<T>>())
+    }
+}
+
 impl<T: Headed, const CAP: usize, const CHUNK: usize> Default for OrderedSet<T, CAP, CHUNK> {
     fn default() -> Self {
         OrderedSet {
