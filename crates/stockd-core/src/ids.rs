@@ -3,6 +3,8 @@
 //! Ids are reference-counted so that cloning one into a record, an event or an index is cheap.
 
 use std::borrow::Borrow;
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -92,18 +94,74 @@ macro_rules! identifier {
                 deserializer.deserialize_str(IdVisitor(PhantomData))
             }
         }
+    };
+}
+
+/// What [`IdVisitor`] needs from an identifier type: how to make one of a text read.
+trait IdText: Sized {
+    fn parse_text(text: &str) -> Result<Self, IdError>;
+}
+
+macro_rules! read_as_parsed {
+    ($($name:ident),*) => {$(
         impl IdText for $name {
             fn parse_text(text: &str) -> Result<Self, IdError> {
                 Self::parse(text)
             }
         }
-    };
+    )*};
 }
 
-/// What [`IdVisitor`] needs from an identifier type.
-trait IdText: Sized {
-    fn parse_text(text: &str) -> Result<Self, IdError>;
+read_as_parsed!(HoldId, LockName, OwnerId, RequestId);
+
+thread_local! {
+    /// The pool and user ids read so far on this thread, while [`interning`] runs.
+    static INTERNED: RefCell<Option<Interned>> = const { RefCell::new(None) };
 }
+
+#[derive(Default)]
+struct Interned {
+    pools: HashSet<PoolId>,
+    users: HashSet<UserId>,
+}
+
+/// Runs `read` with the pool and user ids that serde reads on this thread interned: every
+/// one of the same text shares one allocation. For reading a snapshot, where a million holds
+/// name a few pools and users, each otherwise read into an allocation of its own.
+pub fn interning<R>(read: impl FnOnce() -> R) -> R {
+    /// Puts back what was there, a panic included.
+    struct Restore(Option<Interned>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let outer = self.0.take();
+            INTERNED.with(|interned| *interned.borrow_mut() = outer);
+        }
+    }
+    let _restore = Restore(INTERNED.with(|interned| interned.replace(Some(Interned::default()))));
+    read()
+}
+
+macro_rules! read_interned {
+    ($($name:ident in $set:ident),*) => {$(
+        impl IdText for $name {
+            fn parse_text(text: &str) -> Result<Self, IdError> {
+                INTERNED.with(|interned| match interned.borrow_mut().as_mut() {
+                    None => Self::parse(text),
+                    Some(interned) => match interned.$set.get(text) {
+                        Some(known) => Ok(known.clone()),
+                        None => {
+                            let id = Self::parse(text)?;
+                            interned.$set.insert(id.clone());
+                            Ok(id)
+                        }
+                    },
+                })
+            }
+        }
+    )*};
+}
+
+read_interned!(PoolId in pools, UserId in users);
 
 /// Reads an identifier straight from the text the deserializer lends (borrowed from the body
 /// or in its scratch buffer), so the id's one allocation is its `Arc`. Serde's `Cow<str>`

@@ -25,6 +25,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// (1,000 by default; -1: never).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
+/// The purge delay [`keep_freed_memory`] sets: a year, which is never for a running server,
+/// rather than -1 (never at all), under which mimalloc does not even note what was freed and
+/// [`give_back_freed_memory`] would find nothing to give back.
+const KEEP_FREED_MS: std::ffi::c_long = 365 * 24 * 3_600 * 1_000;
+
 /// Keeps the memory the process frees rather than giving it back to the OS a second later,
 /// unless the operator set MIMALLOC_PURGE_DELAY. Under load, memory given back was soon needed
 /// again and came back through page faults, each zeroing a fresh huge page, about nine in ten
@@ -35,8 +40,16 @@ fn keep_freed_memory() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: sets one of mimalloc's options, a plain integer it reads when it decides
         // whether to purge; called first thing in main, before any other thread exists.
-        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, KEEP_FREED_MS) };
     }
+}
+
+/// Gives the OS back the memory freed so far: once, after the embedded engine recovered, whose
+/// transient buffers (the snapshot file's bytes, the decoding's and the index build's scratch)
+/// are not needed again, and would otherwise stay with the process for good.
+pub(crate) fn give_back_freed_memory() {
+    // SAFETY: asks mimalloc to collect and purge what is free now; thread-safe, any time.
+    unsafe { libmimalloc_sys::mi_collect(true) };
 }
 
 #[derive(Debug, Parser)]
@@ -296,7 +309,7 @@ mod tests {
             "not mimalloc's purge_delay (or MIMALLOC_PURGE_DELAY is set)"
         );
         keep_freed_memory();
-        assert_eq!(get(), -1);
+        assert_eq!(get(), KEEP_FREED_MS);
     }
 
     /// The order in which three tasks, woken one after another on a worker of `runtime`'s

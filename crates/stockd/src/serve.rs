@@ -273,6 +273,7 @@ async fn open_engine(config: EngineConfig) -> Result<Engine, ExitCode> {
     match opened {
         Ok(Ok(engine)) => {
             tracing::info!(data_dir = %data_dir.display(), "backend: embedded");
+            crate::give_back_freed_memory();
             Ok(engine)
         }
         Ok(Err(error)) => {

@@ -246,6 +246,12 @@ impl State {
                 self.note_available_later(&item.pool, before);
             }
         }
+        // The hold keeps the ids the state already has (the pools' own, the user's in the
+        // first pool's usage) rather than the request's copies: retained a week, a million
+        // holds would otherwise keep a million copies of a few pool and user ids.
+        let user = user.map(|user| self.canonical_user(&items[0].pool, user));
+        let user = user.as_ref();
+        let items = &self.canonical_items(items);
         let hold = Hold {
             user: user.cloned(),
             items: items.clone(),
@@ -532,6 +538,33 @@ impl State {
         event.available = Some(available);
         event.low_stock_threshold = threshold;
         events.push(event);
+    }
+}
+
+impl State {
+    /// `user` as the usage of `pool` names it (the same allocation), or as given.
+    fn canonical_user(&self, pool: &PoolId, user: &UserId) -> UserId {
+        (self.data.pools.get(pool))
+            .and_then(|pool| pool.usage.get_key_value(user))
+            .map_or_else(|| user.clone(), |(known, _)| known.clone())
+    }
+
+    /// `items` naming each pool as the state does (the same allocation): as given when they
+    /// already do, else a copy that does.
+    fn canonical_items(&self, items: &Arc<[HoldItem]>) -> Arc<[HoldItem]> {
+        let known = |pool: &PoolId| self.data.pools.get_key_value(pool).map(|(id, _)| id);
+        let same = |pool: &PoolId| {
+            known(pool).is_some_and(|id| id.as_str().as_ptr() == pool.as_str().as_ptr())
+        };
+        if items.iter().all(|item| same(&item.pool)) {
+            return items.clone();
+        }
+        (items.iter())
+            .map(|item| HoldItem {
+                pool: known(&item.pool).unwrap_or(&item.pool).clone(),
+                qty: item.qty,
+            })
+            .collect()
     }
 }
 

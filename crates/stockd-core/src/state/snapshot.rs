@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::holds::HoldStore;
 use super::{FrozenSnapshot, Lock, Pool, RestockRequest, Snapshot, State};
 use crate::command::HoldItem;
-use crate::ids::{HoldId, LockName, PoolId, RequestId, UserId};
+use crate::ids::{interning, HoldId, LockName, PoolId, RequestId, UserId};
 use crate::record::{Event, EventKind};
 
 /// Tags the payload layout of a snapshot. Change it whenever the serialised shape of the core's
@@ -105,6 +105,56 @@ impl<'a> From<&'a Event> for EventV5Ref<'a> {
             request_id: &event.request_id,
             created_at_ms: event.created_at_ms,
         }
+    }
+}
+
+/// An event of formats 5 and 6 read only for where it ends: each field in [`EventV5`]'s order,
+/// the ids borrowed from the bytes and the items passed over, so that finding the events of a
+/// million holds allocates nothing.
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct EventV5Span<'a> {
+    seq: u64,
+    at_ms: u64,
+    kind: EventKind,
+    #[serde(borrow)]
+    pool: Option<&'a str>,
+    #[serde(borrow)]
+    hold_id: Option<&'a str>,
+    #[serde(borrow)]
+    user: Option<&'a str>,
+    items: Option<PassedOver<(&'a str, u64)>>,
+    available: Option<u64>,
+    total: Option<u64>,
+    delta: Option<i64>,
+    low_stock_threshold: Option<u64>,
+    expires_at_ms: Option<u64>,
+    restock: Option<bool>,
+    #[serde(borrow)]
+    request_id: Option<&'a str>,
+    created_at_ms: Option<u64>,
+}
+
+/// A sequence of `T` read and dropped, one element at a time.
+struct PassedOver<T>(std::marker::PhantomData<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for PassedOver<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Elements<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Elements<T> {
+            type Value = PassedOver<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a sequence")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<T>()?.is_some() {}
+                Ok(PassedOver(std::marker::PhantomData))
+            }
+        }
+        deserializer.deserialize_seq(Elements(std::marker::PhantomData))
     }
 }
 
@@ -224,13 +274,16 @@ pub fn decode_snapshot_encoded(
     bytes: &[u8],
 ) -> Result<(Snapshot, EncodedEvents<'_>), SnapshotError> {
     let format = postcard::take_from_bytes::<u32>(bytes).map(|(format, _)| format);
+    // Interned: a million holds name a few pools and users, each read into one allocation.
     let (state, rest): (Snapshot, &[u8]) = match format {
         Ok(SNAPSHOT_FORMAT) => {
-            let ((_, state), rest) = postcard::take_from_bytes::<(u32, Snapshot)>(bytes)?;
+            let ((_, state), rest) =
+                interning(|| postcard::take_from_bytes::<(u32, Snapshot)>(bytes))?;
             (state, rest)
         }
         Ok(SNAPSHOT_FORMAT_V5) => {
-            let ((_, state), rest) = postcard::take_from_bytes::<(u32, SnapshotV5)>(bytes)?;
+            let ((_, state), rest) =
+                interning(|| postcard::take_from_bytes::<(u32, SnapshotV5)>(bytes))?;
             (state.into(), rest)
         }
         _ => {
@@ -242,7 +295,7 @@ pub fn decode_snapshot_encoded(
     let mut ends = Vec::with_capacity((count as usize).min(events.len()));
     let mut left = events;
     for _ in 0..count {
-        let (_, after) = postcard::take_from_bytes::<EventV5>(left)?;
+        let (_, after) = postcard::take_from_bytes::<EventV5Span>(left)?;
         left = after;
         ends.push(events.len() - left.len());
     }
@@ -278,7 +331,7 @@ where
     S: for<'de> Deserialize<'de> + Into<Snapshot>,
     E: for<'de> Deserialize<'de> + Into<Event>,
 {
-    let file: SnapshotFile<S, E> = postcard::from_bytes(bytes)?;
+    let file: SnapshotFile<S, E> = interning(|| postcard::from_bytes(bytes))?;
     debug_assert_eq!(file.format, format);
     let events = file.events.into_iter().map(Into::into).collect();
     Ok((file.state.into(), events))
@@ -721,6 +774,54 @@ mod tests {
         assert_eq!(of_frozen, before);
         let (decoded, _) = decode_snapshot(&of_frozen).unwrap();
         assert_eq!(decoded, data_before);
+    }
+
+    /// A snapshot read back names each pool and user with one allocation, however many holds
+    /// name them, and so do holds made live (the pool's id, the user's id in its usage).
+    #[test]
+    fn pools_and_users_are_one_allocation_each_live_and_read_back() {
+        let pool = PoolId::parse("p").unwrap();
+        let reserve = |n: u32| {
+            Command::Reserve(ReserveRequest {
+                hold_id: HoldId::parse(&format!("h{n}")).unwrap(),
+                // A fresh allocation of the same text each time, as a request brings it.
+                user: Some(UserId::parse("buyer").unwrap()),
+                items: vec![HoldItem {
+                    pool: PoolId::parse("p").unwrap(),
+                    qty: 1,
+                }]
+                .into(),
+                ttl_ms: 60_000,
+                confirm: false,
+                wait_ms: 0,
+            })
+        };
+        let commands: Vec<Command> = pool_and_hold(&pool)
+            .into_iter()
+            .chain((2..6).map(reserve))
+            .collect();
+        let (state, events) = state_after(&commands);
+        let addresses = |snapshot: &Snapshot| {
+            let mut users = std::collections::HashSet::new();
+            let mut pools = std::collections::HashSet::new();
+            for (_, hold) in snapshot.holds.iter() {
+                users.insert(hold.user.as_ref().unwrap().as_str().as_ptr());
+                pools.extend(hold.items.iter().map(|item| item.pool.as_str().as_ptr()));
+            }
+            (users.len(), pools.len())
+        };
+        assert_eq!(state.snapshot().holds.len(), 5);
+        // h1's user is "u", the others' "buyer".
+        assert_eq!(addresses(state.snapshot()), (2, 1));
+        let payload = encode_snapshot(&state, events.iter());
+        let (decoded, _) = decode_snapshot_encoded(&payload).unwrap();
+        assert_eq!(addresses(&decoded), (2, 1));
+        let (decoded, _) = decode_snapshot(&payload).unwrap();
+        assert_eq!(addresses(&decoded), (2, 1));
+        // Outside a snapshot's reading, ids are read as they come.
+        let one: UserId = postcard::from_bytes(&postcard::to_allocvec("u").unwrap()).unwrap();
+        let two: UserId = postcard::from_bytes(&postcard::to_allocvec("u").unwrap()).unwrap();
+        assert_ne!(one.as_str().as_ptr(), two.as_str().as_ptr());
     }
 
     /// The memory estimate names every structure a hold takes room in, and grows with holds.
