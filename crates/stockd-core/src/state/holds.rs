@@ -19,7 +19,7 @@ use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::sharded::ShardedMap;
+use super::sharded::ShardedSlots;
 use super::Hold;
 use crate::ids::HoldId;
 
@@ -38,8 +38,8 @@ struct Page {
 #[derive(Default)]
 pub(super) struct HoldStore {
     pages: HoldPages,
-    /// The slot of each hold: `page * PAGE + place`.
-    slots: ShardedMap<HoldId, u32>,
+    /// The slot of each hold (`page * PAGE + place`), by its id (read from the slot).
+    slots: ShardedSlots,
     /// Slots emptied by removals, reused first.
     free: Vec<u32>,
 }
@@ -57,6 +57,11 @@ impl HoldPages {
         self.pages.iter().flat_map(|page| {
             (page.slots.iter()).filter_map(|slot| slot.as_ref().map(|(id, hold)| (id, hold)))
         })
+    }
+
+    /// The id of the hold in `slot`, which must hold one.
+    fn id(&self, slot: u32) -> &HoldId {
+        &self.slot(slot).expect("an indexed slot holds a hold").0
     }
 
     fn slot(&self, slot: u32) -> Option<&(HoldId, Hold)> {
@@ -97,23 +102,27 @@ impl HoldStore {
         self.slots.len()
     }
 
+    fn slot_of(&self, id: &HoldId) -> Option<u32> {
+        self.slots.get(id, |slot| self.pages.id(slot))
+    }
+
     pub(super) fn get(&self, id: &HoldId) -> Option<&Hold> {
-        let slot = *self.slots.get(id)?;
+        let slot = self.slot_of(id)?;
         self.pages.slot(slot).map(|(_, hold)| hold)
     }
 
     pub(super) fn get_mut(&mut self, id: &HoldId) -> Option<&mut Hold> {
-        let slot = *self.slots.get(id)?;
+        let slot = self.slot_of(id)?;
         self.pages.slot_mut(slot).as_mut().map(|(_, hold)| hold)
     }
 
     pub(super) fn contains_key(&self, id: &HoldId) -> bool {
-        self.slots.contains_key(id)
+        self.slot_of(id).is_some()
     }
 
     /// Inserts or replaces; returns the hold replaced.
     pub(super) fn insert(&mut self, id: HoldId, hold: Hold) -> Option<Hold> {
-        if let Some(&slot) = self.slots.get(&id) {
+        if let Some(slot) = self.slot_of(&id) {
             let (_, old) = self.pages.slot_mut(slot).as_mut().expect("an indexed slot");
             return Some(std::mem::replace(old, hold));
         }
@@ -121,14 +130,17 @@ impl HoldStore {
             Some(slot) => slot,
             None => self.pages.grow(),
         };
-        *self.pages.slot_mut(slot) = Some((id.clone(), hold));
-        self.slots.insert(id, slot);
+        *self.pages.slot_mut(slot) = Some((id, hold));
+        let pages = &self.pages;
+        self.slots
+            .insert(pages.id(slot), slot, |slot| pages.id(slot));
         self.pages.len += 1;
         None
     }
 
     pub(super) fn remove(&mut self, id: &HoldId) -> Option<Hold> {
-        let slot = self.slots.remove(id)?;
+        let pages = &self.pages;
+        let slot = self.slots.remove(id, |slot| pages.id(slot))?;
         let (_, hold) = self.pages.slot_mut(slot).take().expect("an indexed slot");
         self.free.push(slot);
         self.pages.len -= 1;
