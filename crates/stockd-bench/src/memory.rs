@@ -36,6 +36,8 @@ const REST: Duration = Duration::from_secs(5);
 const READY_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long the snapshot after the load may take.
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long a graceful stop may take: a snapshot still being built, then the final one.
+const STOP_GRACE: Duration = Duration::from_secs(600);
 /// Resident memory is sampled this often while the load and the snapshot run.
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 
@@ -254,10 +256,17 @@ impl Server {
     }
 
     /// SIGTERM, then waits for the exit (the final snapshot); how long it took.
-    fn stop(self) -> Duration {
+    /// A graceful stop (the final snapshot written), however long it takes up to
+    /// [`STOP_GRACE`]; how long it took.
+    fn stop(mut self) -> Result<Duration, String> {
         let started = Instant::now();
-        drop(self.process);
-        started.elapsed()
+        if !self.process.stop_within(STOP_GRACE) {
+            return Err(format!(
+                "the server did not stop within {} s of SIGTERM",
+                STOP_GRACE.as_secs()
+            ));
+        }
+        Ok(started.elapsed())
     }
 }
 
@@ -464,7 +473,7 @@ async fn measure(config: &MemoryConfig, report: &mut MemoryReport) -> Result<(),
     report.events_retained = server.metric("stockd_events_retained").await?;
 
     // A graceful restart.
-    report.stop_ms = server.stop().as_millis() as u64;
+    report.stop_ms = server.stop()?.as_millis() as u64;
     let snapshot = newest_snapshot(&data_dir)?;
     report.snapshot_file_bytes = std::fs::metadata(&snapshot).map_or(0, |m| m.len());
     let (server, ready) = Server::start(config, dir.path(), &data_dir, "stockd-restarted").await?;
@@ -485,7 +494,7 @@ async fn measure(config: &MemoryConfig, report: &mut MemoryReport) -> Result<(),
             config.holds
         ));
     }
-    server.stop();
+    server.stop()?;
     // The structures, from the state the final snapshot rebuilds, here (the server is gone).
     let holds = config.holds.max(1) as f64;
     let rebuilt_from = data_dir.clone();

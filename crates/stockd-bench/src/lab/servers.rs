@@ -144,10 +144,12 @@ impl Process {
     }
 }
 
-impl Drop for Process {
-    fn drop(&mut self) {
+impl Process {
+    /// Sends the stop signal and waits up to `grace` for the process to exit by itself;
+    /// whether it did (else it is killed when dropped).
+    pub(crate) fn stop_within(&mut self, grace: Duration) -> bool {
         if let Ok(Some(_)) = self.child.try_wait() {
-            return;
+            return true;
         }
         if let Some(signal) = self.stop_signal {
             // `kill(1)`: std only sends SIGKILL. The child may run as another user, which root
@@ -158,16 +160,24 @@ impl Drop for Process {
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|status| status.success());
-            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            let deadline = std::time::Instant::now() + grace;
             while sent && std::time::Instant::now() < deadline {
                 if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
+                    return true;
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        false
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if !self.stop_within(Duration::from_secs(5)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 

@@ -11,7 +11,7 @@
 use std::cmp::Reverse;
 use std::sync::Arc;
 
-use hashbrown::HashMap;
+use super::usage::Usage;
 
 use crate::command::{HoldItem, PoolSpec};
 use crate::ids::{HoldId, LockName, OwnerId, PoolId, RequestId, UserId};
@@ -119,7 +119,7 @@ impl State {
                     starts_at_ms: None,
                     ends_at_ms: None,
                     low_stock_threshold: None,
-                    usage: HashMap::new(),
+                    usage: Usage::default(),
                     segments,
                 },
             );
@@ -238,7 +238,7 @@ impl State {
             pool.available -= item.qty;
             pool.held += item.qty;
             if let Some(user) = user {
-                *pool.usage.entry(user.clone()).or_insert(0) += item.qty;
+                pool.usage.add(user, item.qty);
             }
             // Only a pool with a threshold can cross it (the record changes no threshold
             // before its flush below).
@@ -587,12 +587,7 @@ fn hold_in<'a>(
 /// Takes `qty` units off `user`'s usage of `pool` after they came back; an entry at zero goes.
 fn give_back_usage(pool: &mut Pool, user: Option<&UserId>, qty: u64) {
     if let Some(user) = user {
-        if let Some(used) = pool.usage.get_mut(user) {
-            *used -= qty.min(*used);
-            if *used == 0 {
-                pool.usage.remove(user);
-            }
-        }
+        pool.usage.take_back(user, qty);
     }
 }
 

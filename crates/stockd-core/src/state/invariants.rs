@@ -78,7 +78,7 @@ impl State {
                     pool.held
                 ));
             }
-            for (user, used) in &pool.usage {
+            for (user, used) in pool.usage.iter() {
                 if *used == 0 {
                     return Err(format!("pool {id}: zero usage entry for {user}"));
                 }

@@ -24,6 +24,7 @@ mod sharded;
 pub mod snapshot;
 mod tick;
 mod time_queue;
+mod usage;
 mod waiters;
 
 pub use snapshot::{SnapshotV3, SnapshotV5};
@@ -32,6 +33,7 @@ use cmd::reads::HoldFilter;
 use hold_index::HoldIndex;
 use holds::{HoldPages, HoldStore};
 use time_queue::TimeQueue;
+use usage::Usage;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -112,7 +114,7 @@ struct Pool {
     ends_at_ms: Option<u64>,
     low_stock_threshold: Option<u64>,
     /// Units per user in held + confirmed holds. Entries at zero are removed.
-    usage: HashMap<UserId, u64>,
+    usage: Usage,
     /// The segments the pool was created with. One state keeps a pool as one segment whatever
     /// the count: it is reported, and it fixes what a later `PUT` may ask.
     segments: u32,
@@ -337,7 +339,6 @@ impl State {
         use std::mem::size_of;
         let (pages, owned, slots) = self.data.holds.heap_bytes();
         let queues = self.expiry_queue.heap_bytes() + self.purge_queue.heap_bytes();
-        let entry = size_of::<(UserId, u64)>() + 1;
         // Each user's id is one allocation however many holds and pools name it.
         let mut users = HashMap::new();
         let mut note = |user: &UserId| {
@@ -345,7 +346,7 @@ impl State {
         };
         let mut usage = 0;
         for pool in self.data.pools.values() {
-            usage += pool.usage.capacity() * 8 / 7 * entry;
+            usage += pool.usage.heap_bytes();
             pool.usage.keys().for_each(&mut note);
         }
         for (_, hold) in self.data.holds.iter() {

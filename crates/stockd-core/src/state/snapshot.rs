@@ -366,7 +366,7 @@ impl From<PoolV5> for Pool {
             starts_at_ms: old.starts_at_ms,
             ends_at_ms: old.ends_at_ms,
             low_stock_threshold: old.low_stock_threshold,
-            usage: old.usage,
+            usage: old.usage.into_iter().collect(),
             // Before format 6 every pool was one segment.
             segments: 1,
         }
@@ -386,7 +386,9 @@ impl From<&Pool> for PoolV5 {
             starts_at_ms: pool.starts_at_ms,
             ends_at_ms: pool.ends_at_ms,
             low_stock_threshold: pool.low_stock_threshold,
-            usage: pool.usage.clone(),
+            usage: (pool.usage.iter())
+                .map(|(user, used)| (user.clone(), *used))
+                .collect(),
         }
     }
 }
