@@ -44,9 +44,11 @@ fn keep_freed_memory() {
     }
 }
 
-/// Gives the OS back the memory freed so far: once, after the embedded engine recovered, whose
-/// transient buffers (the snapshot file's bytes, the decoding's and the index build's scratch)
-/// are not needed again, and would otherwise stay with the process for good.
+/// Gives the OS back the memory freed so far: once, on the thread where the embedded engine
+/// recovered, whose transient buffers (the snapshot file's bytes, the decoding's and the index
+/// build's scratch) are not needed again and would otherwise stay with the process for good.
+/// mimalloc collects the calling thread's heap and purges what every thread has freed to its
+/// arenas.
 pub(crate) fn give_back_freed_memory() {
     // SAFETY: asks mimalloc to collect and purge what is free now; thread-safe, any time.
     unsafe { libmimalloc_sys::mi_collect(true) };

@@ -268,12 +268,16 @@ pub async fn run_redis(command: RedisCommand) -> ExitCode {
 
 async fn open_engine(config: EngineConfig) -> Result<Engine, ExitCode> {
     let data_dir = config.data_dir.clone();
-    let opened =
-        tokio::task::spawn_blocking(move || Engine::open(config, Arc::new(SystemClock))).await;
+    let opened = tokio::task::spawn_blocking(move || {
+        let opened = Engine::open(config, Arc::new(SystemClock));
+        // On the thread that recovered, whose heap holds the scratch it freed.
+        crate::give_back_freed_memory();
+        opened
+    })
+    .await;
     match opened {
         Ok(Ok(engine)) => {
             tracing::info!(data_dir = %data_dir.display(), "backend: embedded");
-            crate::give_back_freed_memory();
             Ok(engine)
         }
         Ok(Err(error)) => {

@@ -249,7 +249,10 @@ impl State {
         // The hold keeps the ids the state already has (the pools' own, the user's in the
         // first pool's usage) rather than the request's copies: retained a week, a million
         // holds would otherwise keep a million copies of a few pool and user ids.
-        let user = user.map(|user| self.canonical_user(&items[0].pool, user));
+        let user = user.map(|user| match items.first() {
+            Some(item) => self.canonical_user(&item.pool, user),
+            None => user.clone(),
+        });
         let user = user.as_ref();
         let items = &self.canonical_items(items);
         let hold = Hold {

@@ -159,8 +159,10 @@ impl HoldStore {
         let rounded = |bytes: usize| bytes.div_ceil(16) * 16;
         // An `Arc`'s allocation: two counts, then the data.
         let arc = |data: usize| rounded(2 * size_of::<usize>() + data);
-        let pages = self.pages.pages.len()
-            * (arc(size_of::<Page>()) + PAGE * size_of::<Option<(HoldId, Hold)>>())
+        let slot = size_of::<Option<(HoldId, Hold)>>();
+        let pages = (self.pages.pages.iter())
+            .map(|page| arc(size_of::<Page>()) + page.slots.capacity() * slot)
+            .sum::<usize>()
             + self.pages.pages.capacity() * size_of::<Arc<Page>>()
             + self.free.capacity() * size_of::<u32>();
         let owned: usize = (self.iter())

@@ -123,7 +123,8 @@ struct Pool {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Hold {
     user: Option<UserId>,
-    /// Shared with the hold's record, events and views: one allocation per hold.
+    /// One allocation per hold, naming the state's own pool ids (`apply_held`), shared with
+    /// the hold's views and events.
     items: Arc<[HoldItem]>,
     /// `next_generation` when the hold was made. Generations come from one counter, so a pool
     /// is the very pool this hold reserved from iff its generation is below this: a pool
@@ -170,8 +171,8 @@ pub struct Snapshot {
 }
 
 /// The durable state at one moment, for a snapshot build to encode while the writer goes on
-/// ([`State::freeze`]): the holds' pages shared copy-on-write, the rest (pools with their
-/// per-user usage, locks, counters, restock request ids) copied. Serialised exactly as the
+/// ([`State::freeze`]): the holds' pages and the pools' per-user usage shared copy-on-write,
+/// the rest (the pools' counters and settings, locks, counters, restock request ids) copied. Serialised exactly as the
 /// [`Snapshot`] it was taken from: the same fields in the same order (postcard is positional).
 #[derive(Serialize)]
 pub struct FrozenSnapshot {
@@ -306,9 +307,10 @@ impl State {
     }
 
     /// The durable part of the state as it is now, for a snapshot build on another thread.
-    /// Costs the writer a reference count per page of holds and a copy of the pools, locks
-    /// and restock request ids, not a copy of the holds: the changes made after it copy the
-    /// pages they land on (`holds.rs`).
+    /// Costs the writer a reference count per page of holds and per shard of usage, and a copy
+    /// of the pools' counters, the locks and the restock request ids, not a copy of the holds:
+    /// the changes made after it copy the pages and shards they land on (`holds.rs`,
+    /// `usage.rs`).
     pub fn freeze(&self) -> FrozenSnapshot {
         let data = &self.data;
         FrozenSnapshot {

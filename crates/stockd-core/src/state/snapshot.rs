@@ -268,8 +268,9 @@ impl EncodedEvents<'_> {
 }
 
 /// Decodes a payload of any format this release reads into the current state and its events
-/// encoded ([`EncodedEvents`]). For formats 5 and 6 each event is decoded only to check it and
-/// find its end: they are kept as the payload has them.
+/// encoded ([`EncodedEvents`]). For formats 5 and 6 each event is only read through to find its
+/// end (`EventV5Span`: its shape, not its ids' grammar, which a reader's decoding checks), and
+/// kept as the payload has it.
 pub fn decode_snapshot_encoded(
     bytes: &[u8],
 ) -> Result<(Snapshot, EncodedEvents<'_>), SnapshotError> {
@@ -694,8 +695,6 @@ mod tests {
         (state, events)
     }
 
-    /// A data directory of an earlier release holds format 2 snapshots: they still open, and
-    /// their refunded events read as refunds with restock (the only kind there was).
     /// A frozen state encodes as the state it was frozen from, whatever the state does after:
     /// holds confirmed, released, created, expired and forgotten after the freeze, over
     /// several pages of holds, leave it as it was (the pages they land on are copied).
@@ -879,6 +878,8 @@ mod tests {
         assert!(decode_snapshot_encoded(&payload[..payload.len() - 1]).is_err());
     }
 
+    /// A data directory of an earlier release holds format 2 snapshots: they still open, and
+    /// their refunded events read as refunds with restock (the only kind there was).
     #[test]
     fn a_format_2_snapshot_still_opens() {
         let (state, events) = one_hold();

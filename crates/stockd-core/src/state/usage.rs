@@ -6,7 +6,8 @@
 //! writer for tens of milliseconds at each snapshot. So a pool past [`SPLIT_AT`] users keeps
 //! them in [`SHARDS`] maps behind `Arc`s, by the user's hash: freezing shares them, and the
 //! writer's next change to a shard still shared copies that shard alone. A smaller pool keeps
-//! one map, copied at a freeze in a few microseconds. Serialised as one map of user to units,
+//! one map, shared the same way, which the writer's next change copies whole (at most
+//! [`SPLIT_AT`] users, tens of microseconds). Serialised as one map of user to units,
 //! as the `HashMap` it replaces, so that snapshots keep their format.
 
 use std::fmt;

@@ -113,6 +113,10 @@ fn write_temp(
     if payload.too_large {
         return Ok(Err(payload.len_bytes));
     }
+    // The file's own error, which an encoder may have replaced by one of its own.
+    if let Some(error) = payload.failed.take() {
+        return Err(error);
+    }
     filled?;
     let (len_bytes, crc) = (payload.len_bytes, payload.crc);
     file.write_all_at(0, &encode_header(lsn, len_bytes, crc))?;
@@ -124,7 +128,8 @@ fn write_temp(
 
 /// The payload on its way to the file: gathered into pieces of `piece_bytes`
 /// ([`SYNC_EVERY_BYTES`]), each written and synced (`fdatasync`) before the next, its length and
-/// checksum kept as it goes; writes past `max_bytes` fail and set `too_large`.
+/// checksum kept as it goes; writes past `max_bytes` fail and set `too_large`. After a failure
+/// every write fails: the payload is abandoned, and `failed` keeps the file's error.
 struct SyncedPieces<'a> {
     file: &'a mut dyn FsFile,
     piece: Vec<u8>,
@@ -133,6 +138,7 @@ struct SyncedPieces<'a> {
     len_bytes: u64,
     crc: u32,
     too_large: bool,
+    failed: Option<io::Error>,
 }
 
 impl<'a> SyncedPieces<'a> {
@@ -145,6 +151,7 @@ impl<'a> SyncedPieces<'a> {
             len_bytes: 0,
             crc: 0,
             too_large: false,
+            failed: None,
         }
     }
 
@@ -162,6 +169,10 @@ impl<'a> SyncedPieces<'a> {
 
 impl io::Write for SyncedPieces<'_> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        // Never `Interrupted` (which `write_all` would retry): a failed payload stays failed.
+        if self.too_large || self.failed.is_some() {
+            return Err(io::Error::other("the snapshot payload was abandoned"));
+        }
         self.len_bytes += bytes.len() as u64;
         if self.len_bytes > self.max_bytes {
             self.too_large = true;
@@ -174,7 +185,11 @@ impl io::Write for SyncedPieces<'_> {
             self.piece.extend_from_slice(now);
             rest = later;
             if self.piece.len() == self.piece_bytes {
-                self.write_piece()?;
+                if let Err(error) = self.write_piece() {
+                    let failed = io::Error::other(error.to_string());
+                    self.failed = Some(error);
+                    return Err(failed);
+                }
             }
         }
         Ok(bytes.len())
@@ -355,6 +370,41 @@ mod tests {
         let mut file = Recorded::default();
         SyncedPieces::new(&mut file, 10, 100).write_piece().unwrap();
         assert!(file.0.is_empty());
+    }
+
+    #[test]
+    fn a_failed_write_is_final_and_keeps_the_file_error() {
+        use std::io::Write;
+        #[derive(Debug)]
+        struct Full;
+        impl FsFile for Full {
+            fn write_all(&mut self, _: &[u8]) -> std::io::Result<()> {
+                Err(std::io::Error::from(std::io::ErrorKind::StorageFull))
+            }
+            fn write_all_at(&mut self, _: u64, _: &[u8]) -> std::io::Result<()> {
+                Ok(())
+            }
+            fn set_len(&mut self, _: u64) -> std::io::Result<()> {
+                Ok(())
+            }
+            fn len_bytes(&mut self) -> std::io::Result<u64> {
+                Ok(0)
+            }
+            fn sync_data(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+            fn sync_all(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut file = Full;
+        let mut pieces = SyncedPieces::new(&mut file, 10, 100);
+        assert!(pieces.write_all(&[1; 15]).is_err());
+        assert!(pieces.write_all(&[1]).is_err());
+        assert_eq!(
+            pieces.failed.map(|error| error.kind()),
+            Some(std::io::ErrorKind::StorageFull)
+        );
     }
 
     #[test]
