@@ -612,28 +612,37 @@ mod tests {
     /// A pool of 5 units, and a hold of one of them by a user (so that every field of a
     /// `held` event is set).
     fn pool_and_hold(pool: &PoolId) -> [Command; 2] {
-        let put = Command::PutPool {
+        [put_pool(pool, 5), reserve("h1", "u", pool.as_str(), false)]
+    }
+
+    /// Creates `pool` with `total` units.
+    fn put_pool(pool: &PoolId, total: u64) -> Command {
+        Command::PutPool {
             pool: pool.clone(),
             spec: PoolSpec {
-                total: 5,
+                total,
                 ..PoolSpec::default()
             },
             segments: None,
             if_absent: false,
-        };
-        let reserve = Command::Reserve(ReserveRequest {
-            hold_id: HoldId::parse("h1").unwrap(),
-            user: Some(UserId::parse("u").unwrap()),
+        }
+    }
+
+    /// A reserve of one unit of `pool` by `user`, its ids parsed afresh (as a request brings
+    /// them).
+    fn reserve(hold_id: &str, user: &str, pool: &str, confirm: bool) -> Command {
+        Command::Reserve(ReserveRequest {
+            hold_id: HoldId::parse(hold_id).unwrap(),
+            user: Some(UserId::parse(user).unwrap()),
             items: vec![HoldItem {
-                pool: pool.clone(),
+                pool: PoolId::parse(pool).unwrap(),
                 qty: 1,
             }]
             .into(),
             ttl_ms: 60_000,
-            confirm: false,
+            confirm,
             wait_ms: 0,
-        });
-        [put, reserve]
+        })
     }
 
     /// A state that ran `commands` (each must succeed) at `T0`, and the events they made.
@@ -703,29 +712,10 @@ mod tests {
         let pool = PoolId::parse("p").unwrap();
         let hold_id = |n: u32| HoldId::parse(&format!("h{n}")).unwrap();
         let reserve = |n: u32| {
-            Command::Reserve(ReserveRequest {
-                hold_id: hold_id(n),
-                user: Some(UserId::parse(&format!("u{}", n % 7)).unwrap()),
-                items: vec![HoldItem {
-                    pool: pool.clone(),
-                    qty: 1,
-                }]
-                .into(),
-                ttl_ms: 60_000,
-                confirm: n.is_multiple_of(3),
-                wait_ms: 0,
-            })
+            let user = format!("u{}", n % 7);
+            reserve(&format!("h{n}"), &user, "p", n.is_multiple_of(3))
         };
-        let put = Command::PutPool {
-            pool: pool.clone(),
-            spec: PoolSpec {
-                total: 10_000,
-                ..PoolSpec::default()
-            },
-            segments: None,
-            if_absent: false,
-        };
-        let commands: Vec<Command> = std::iter::once(put)
+        let commands: Vec<Command> = std::iter::once(put_pool(&pool, 10_000))
             .chain((0..2_000).map(reserve))
             .collect();
         let (mut state, events) = state_after(&commands);
@@ -782,21 +772,8 @@ mod tests {
     #[test]
     fn pools_and_users_are_one_allocation_each_live_and_read_back() {
         let pool = PoolId::parse("p").unwrap();
-        let reserve = |n: u32| {
-            Command::Reserve(ReserveRequest {
-                hold_id: HoldId::parse(&format!("h{n}")).unwrap(),
-                // A fresh allocation of the same text each time, as a request brings it.
-                user: Some(UserId::parse("buyer").unwrap()),
-                items: vec![HoldItem {
-                    pool: PoolId::parse("p").unwrap(),
-                    qty: 1,
-                }]
-                .into(),
-                ttl_ms: 60_000,
-                confirm: false,
-                wait_ms: 0,
-            })
-        };
+        // A fresh allocation of the same texts each time, as a request brings them.
+        let reserve = |n: u32| reserve(&format!("h{n}"), "buyer", "p", false);
         let commands: Vec<Command> = pool_and_hold(&pool)
             .into_iter()
             .chain((2..6).map(reserve))
