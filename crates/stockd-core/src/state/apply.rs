@@ -19,7 +19,7 @@ use crate::record::{Change, Event, EventKind, Record};
 use crate::view::HoldStatus;
 
 use super::holds::HoldStore;
-use super::{Hold, Lock, Pool, RestockRequest, State};
+use super::{Hold, HoldItems, Lock, Pool, RestockRequest, State};
 
 impl State {
     /// Applies one record: the single path by which state changes, live and in recovery.
@@ -254,10 +254,9 @@ impl State {
             None => user.clone(),
         });
         let user = user.as_ref();
-        let items = &self.canonical_items(items);
         let hold = Hold {
             user: user.cloned(),
-            items: items.clone(),
+            items: self.canonical_items(items),
             generation_watermark: self.data.next_generation,
             confirm,
             status: HoldStatus::Held,
@@ -273,7 +272,7 @@ impl State {
             self.hold_index
                 .remove(hold_id, old.user.as_ref(), &old.items);
         }
-        self.hold_index.insert(hold_id, user, items);
+        self.hold_index.insert(hold_id, user, &items[..]);
         // A hold confirmed on creation is confirmed by the very next record of the same
         // command; it never needs an expiry slot.
         if !confirm {
@@ -306,7 +305,7 @@ impl State {
         // Taken from the hold found above rather than looked up again: this is the reserve's
         // hot path (`push_hold_event` does the same for the other kinds).
         let (user, items, expires_at_ms) =
-            (hold.user.clone(), hold.items.clone(), hold.expires_at_ms);
+            (hold.user.clone(), hold.items.to_arc(), hold.expires_at_ms);
         self.purge_queue.push(
             at_ms.saturating_add(self.config.confirmed_retention_ms),
             hold_id.clone(),
@@ -487,7 +486,7 @@ impl State {
         let hold = &self.data.holds[hold_id];
         let user = hold.user.clone();
         let expires_at_ms = hold.expires_at_ms;
-        let items = hold.items.clone();
+        let items = hold.items.to_arc();
         let mut event = self.event(at_ms, kind);
         event.hold_id = Some(hold_id.clone());
         event.user = user;
@@ -552,22 +551,20 @@ impl State {
             .map_or_else(|| user.clone(), |(known, _)| known.clone())
     }
 
-    /// `items` naming each pool as the state does (the same allocation): as given when they
-    /// already do, else a copy that does.
-    fn canonical_items(&self, items: &Arc<[HoldItem]>) -> Arc<[HoldItem]> {
+    /// `items` as a hold keeps them, naming each pool as the state does (the same
+    /// allocation): several as given when they already do, else a copy that does.
+    fn canonical_items(&self, items: &Arc<[HoldItem]>) -> HoldItems {
         let known = |pool: &PoolId| self.data.pools.get_key_value(pool).map(|(id, _)| id);
         let same = |pool: &PoolId| {
             known(pool).is_some_and(|id| id.as_str().as_ptr() == pool.as_str().as_ptr())
         };
-        if items.iter().all(|item| same(&item.pool)) {
-            return items.clone();
+        if items.len() > 1 && items.iter().all(|item| same(&item.pool)) {
+            return HoldItems::Many(items.clone());
         }
-        (items.iter())
-            .map(|item| HoldItem {
-                pool: known(&item.pool).unwrap_or(&item.pool).clone(),
-                qty: item.qty,
-            })
-            .collect()
+        HoldItems::from_iter(items.iter().map(|item| HoldItem {
+            pool: known(&item.pool).unwrap_or(&item.pool).clone(),
+            qty: item.qty,
+        }))
     }
 }
 

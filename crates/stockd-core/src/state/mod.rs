@@ -18,6 +18,7 @@
 mod apply;
 mod cmd;
 mod hold_index;
+mod hold_items;
 mod holds;
 mod invariants;
 mod sharded;
@@ -31,18 +32,17 @@ pub use snapshot::{SnapshotV3, SnapshotV5};
 
 use cmd::reads::HoldFilter;
 use hold_index::HoldIndex;
+use hold_items::HoldItems;
 use holds::{HoldPages, HoldStore};
 use time_queue::TimeQueue;
 use usage::Usage;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
-use std::sync::Arc;
 
 use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::command::HoldItem;
 use crate::command::{Command, LockRequest, Outcome, Reply, ReserveRequest};
 use crate::error::Error;
 use crate::ids::{HoldId, LockName, OwnerId, PoolId, RequestId, UserId};
@@ -123,9 +123,9 @@ struct Pool {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Hold {
     user: Option<UserId>,
-    /// One allocation per hold, naming the state's own pool ids (`apply_held`), shared with
-    /// the hold's views and events.
-    items: Arc<[HoldItem]>,
+    /// Naming the state's own pool ids (`apply_held`): one item inline, several in one
+    /// allocation.
+    items: HoldItems,
     /// `next_generation` when the hold was made. Generations come from one counter, so a pool
     /// is the very pool this hold reserved from iff its generation is below this: a pool
     /// deleted and created again since then has a newer one.
@@ -580,7 +580,7 @@ impl State {
             hold_id: hold_id.clone(),
             status: hold.status,
             user: hold.user.clone(),
-            items: hold.items.clone(),
+            items: hold.items.to_arc(),
             created_at_ms: hold.created_at_ms,
             expires_at_ms: hold.expires_at_ms,
             finished_at_ms: hold.finished_at_ms,
