@@ -268,11 +268,11 @@ impl State {
         // forgotten (past retention) before the id was used again. It leaves the index as it
         // leaves the table (`State::remove_hold`'s rule), before the new one enters, since both
         // have the same id.
-        if let Some(old) = self.data.holds.insert(hold_id.clone(), hold) {
-            self.hold_index
-                .remove(hold_id, old.user.as_ref(), &old.items);
+        if let Some(old) = self.data.holds.slot_of(hold_id) {
+            self.hold_index.remove(old, &self.data.holds);
         }
-        self.hold_index.insert(hold_id, user, &items[..]);
+        let (slot, _) = self.data.holds.insert(hold_id.clone(), hold);
+        self.hold_index.insert(slot, &self.data.holds);
         // A hold confirmed on creation is confirmed by the very next record of the same
         // command; it never needs an expiry slot.
         if !confirm {

@@ -3,16 +3,16 @@
 //!
 //! Derived from `data.holds`: kept in step by `State::apply_record` and `State::remove_hold`,
 //! rebuilt on load, never stored. It must never decide what a page shows (filters and
-//! retention are the reads'); it only yields ids in order from a cursor.
+//! retention are the reads'); it only yields holds in id order from a cursor.
 //!
 //! Inserting is on the reserve's hot path, and the index holds three entries per hold, so the
 //! sets are `OrderedSet`s (`hold_index/ordered_set.rs`) rather than std `BTreeSet`s: sorted
-//! blocks of up to 64 ids, each id with 16 bytes inline as an integer (its head: the bytes after
-//! the prefix all the block's ids share), searched by comparing heads and seldom the ids' heap
-//! bytes (a cache miss each), under an index with one entry per block, which an insert next to
-//! the previous one (sequential ids) does not search at all. Users share one set keyed by
-//! (user, hold), the user first, rather than a set each: a set per user would cost a block per
-//! buyer.
+//! blocks of up to 64 hold slots (4 bytes each: the keys are read from the hold store), each
+//! with 16 bytes of its key inline as an integer (its head: the bytes after the prefix all the
+//! block's keys share), searched by comparing heads and seldom the keys themselves (a cache
+//! miss each), under an index with one entry per block, which an insert next to the previous
+//! one (sequential ids) does not search at all. Users share one set keyed by (user, hold), the
+//! user first, rather than a set each: a set per user would cost a block per buyer.
 
 mod ordered_set;
 
@@ -20,27 +20,44 @@ use std::ops::Bound;
 
 use hashbrown::HashMap;
 
-use crate::command::HoldItem;
 use crate::ids::{HoldId, PoolId, UserId};
 
-use ordered_set::{Headed, Key, OrderedSet};
+use super::holds::HoldStore;
+use ordered_set::{Key, Keys, OrderedSet};
 
-impl Headed for HoldId {
-    fn key(&self) -> Key<'_> {
+/// The keys of `all` and `by_pool`: a slot's hold id.
+struct ById<'a>(&'a HoldStore);
+
+impl Keys for ById<'_> {
+    fn key(&self, slot: u32) -> Key<'_> {
         Key {
-            first: self.as_str().as_bytes(),
+            first: self.0.at(slot).0.as_str().as_bytes(),
             second: None,
         }
     }
 }
 
-/// By user, then hold: the user's bytes, a zero byte (no id has one), then the hold's.
-impl Headed for (UserId, HoldId) {
-    fn key(&self) -> Key<'_> {
+/// The keys of `by_user`: a slot's user, a zero byte (no id has one), then its hold id, so
+/// that a user's holds are together, in id order.
+struct ByUser<'a>(&'a HoldStore);
+
+impl Keys for ByUser<'_> {
+    fn key(&self, slot: u32) -> Key<'_> {
+        let (hold_id, hold) = self.0.at(slot);
         Key {
-            first: self.0.as_str().as_bytes(),
-            second: Some(self.1.as_str().as_bytes()),
+            first: (hold.user.as_ref())
+                .expect("only holds with a user are listed by user")
+                .as_str()
+                .as_bytes(),
+            second: Some(hold_id.as_str().as_bytes()),
         }
+    }
+}
+
+fn id_key(hold_id: &HoldId) -> Key<'_> {
+    Key {
+        first: hold_id.as_str().as_bytes(),
+        second: None,
     }
 }
 
@@ -99,113 +116,124 @@ fn sort_by_heads<T>(items: Vec<T>, key: impl Fn(&T) -> (&str, &str)) -> Vec<T> {
         .collect()
 }
 
-/// The least hold id there can be: ids start with an ASCII letter or digit.
-fn least_hold_id() -> HoldId {
-    HoldId::parse("0").expect("a valid id")
-}
-
+/// The sets hold slots of the hold store (`holds.rs`), four bytes each, and read the ids and
+/// users to order them from the store: every call takes the store the slots name. A hold
+/// enters after the store has it and leaves before the store lets its slot go.
 #[derive(Debug, Default)]
 pub(super) struct HoldIndex {
-    all: OrderedSet<HoldId>,
-    by_pool: HashMap<PoolId, OrderedSet<HoldId>>,
-    by_user: OrderedSet<(UserId, HoldId)>,
+    all: OrderedSet,
+    by_pool: HashMap<PoolId, OrderedSet>,
+    by_user: OrderedSet,
 }
 
 impl HoldIndex {
-    /// The index of `holds` (id, user, items), built in order: each set is filled ascending,
-    /// so that every insert lands in the block of the one before (the finger: no search) and
-    /// leaves full blocks behind it. Loading a snapshot's million holds in the map's order
+    /// The index of every hold in `holds`, built in order: each set is filled ascending, so
+    /// that every insert lands in the block of the one before (the finger: no search) and
+    /// leaves full blocks behind it. Loading a snapshot's million holds in the store's order
     /// instead searched every set for every hold, the most of a restart's time. The order is
     /// found by sorting heads (`sort_by_heads`), not the ids themselves, which are scattered
     /// over the heap.
-    pub(super) fn build(holds: Vec<(&HoldId, Option<&UserId>, &[HoldItem])>) -> HoldIndex {
-        let holds = sort_by_heads(holds, |&(hold_id, _, _)| (hold_id.as_str(), ""));
+    pub(super) fn build(holds: &HoldStore) -> HoldIndex {
+        let (by_id, by_user_keys) = (ById(holds), ByUser(holds));
+        let slots: Vec<(&HoldId, u32)> = (holds.slots())
+            .map(|slot| (holds.at(slot).0, slot))
+            .collect();
+        let slots = sort_by_heads(slots, |&(hold_id, _)| (hold_id.as_str(), ""));
         let mut index = HoldIndex::default();
-        for &(hold_id, _, items) in &holds {
-            index.all.insert(hold_id.clone());
-            for item in items {
+        for &(_, slot) in &slots {
+            index.all.insert(slot, &by_id);
+            for item in holds.at(slot).1.items.iter() {
                 match index.by_pool.get_mut(&item.pool) {
-                    Some(set) => set.insert(hold_id.clone()),
+                    Some(set) => set.insert(slot, &by_id),
                     None => {
                         let mut set = OrderedSet::default();
-                        set.insert(hold_id.clone());
+                        set.insert(slot, &by_id);
                         index.by_pool.insert(item.pool.clone(), set);
                         true
                     }
                 };
             }
         }
-        let by_user: Vec<(&UserId, &HoldId)> = holds
-            .iter()
-            .filter_map(|&(hold_id, user, _)| user.map(|user| (user, hold_id)))
+        let with_user: Vec<(&UserId, &HoldId, u32)> = (slots.iter())
+            .filter_map(|&(_, slot)| {
+                let (hold_id, hold) = holds.at(slot);
+                hold.user.as_ref().map(|user| (user, hold_id, slot))
+            })
             .collect();
-        drop(holds);
-        let by_user = sort_by_heads(by_user, |&(user, hold_id)| {
+        drop(slots);
+        let with_user = sort_by_heads(with_user, |&(user, hold_id, _)| {
             (user.as_str(), hold_id.as_str())
         });
-        for (user, hold_id) in by_user {
-            index.by_user.insert((user.clone(), hold_id.clone()));
+        for (_, _, slot) in with_user {
+            index.by_user.insert(slot, &by_user_keys);
         }
         index
     }
 
-    pub(super) fn insert(&mut self, hold_id: &HoldId, user: Option<&UserId>, items: &[HoldItem]) {
-        for item in items {
+    /// Lists the hold in `slot`, which `holds` has.
+    pub(super) fn insert(&mut self, slot: u32, holds: &HoldStore) {
+        let by_id = ById(holds);
+        let hold = holds.at(slot).1;
+        for item in hold.items.iter() {
             match self.by_pool.get_mut(&item.pool) {
                 Some(set) => {
-                    set.insert(hold_id.clone());
+                    set.insert(slot, &by_id);
                 }
                 None => {
                     let mut set = OrderedSet::default();
-                    set.insert(hold_id.clone());
+                    set.insert(slot, &by_id);
                     self.by_pool.insert(item.pool.clone(), set);
                 }
             }
         }
-        if let Some(user) = user {
-            self.by_user.insert((user.clone(), hold_id.clone()));
+        if hold.user.is_some() {
+            self.by_user.insert(slot, &ByUser(holds));
         }
-        self.all.insert(hold_id.clone());
+        self.all.insert(slot, &by_id);
     }
 
-    pub(super) fn remove(&mut self, hold_id: &HoldId, user: Option<&UserId>, items: &[HoldItem]) {
-        for item in items {
+    /// Takes out the hold in `slot`, which `holds` still has.
+    pub(super) fn remove(&mut self, slot: u32, holds: &HoldStore) {
+        let by_id = ById(holds);
+        let hold = holds.at(slot).1;
+        for item in hold.items.iter() {
             if let Some(set) = self.by_pool.get_mut(&item.pool) {
-                set.remove(hold_id);
+                set.remove(slot, &by_id);
                 if set.is_empty() {
                     self.by_pool.remove(&item.pool);
                 }
             }
         }
-        if let Some(user) = user {
-            self.by_user.remove(&(user.clone(), hold_id.clone()));
+        if hold.user.is_some() {
+            self.by_user.remove(slot, &ByUser(holds));
         }
-        self.all.remove(hold_id);
+        self.all.remove(slot, &by_id);
     }
 
-    /// Hold ids after `after` in order: the user's when `user` is given (a buyer has few holds),
-    /// else the pool's when `pool` is, else all. The caller checks the other filters.
+    /// The slots of the holds after `after` in id order: the user's when `user` is given (a
+    /// buyer has few holds), else the pool's when `pool` is, else all. The caller checks the
+    /// other filters.
     pub(super) fn walk<'a>(
         &'a self,
+        holds: &'a HoldStore,
         pool: Option<&str>,
-        user: Option<&UserId>,
+        user: Option<&'a UserId>,
         after: Option<&HoldId>,
-    ) -> Box<dyn Iterator<Item = &'a HoldId> + 'a> {
+    ) -> Box<dyn Iterator<Item = u32> + 'a> {
         if let Some(user) = user {
-            let user = user.clone();
-            let start = match after {
-                Some(after) => (user.clone(), after.clone()),
-                None => (user.clone(), least_hold_id()),
+            // No hold id is empty: (user, nothing) is below all of the user's holds.
+            let from = Key {
+                first: user.as_str().as_bytes(),
+                second: Some(after.map_or(&[][..], |after| after.as_str().as_bytes())),
             };
             let from = match after {
-                Some(_) => Bound::Excluded(&start),
-                None => Bound::Included(&start),
+                Some(_) => Bound::Excluded(from),
+                None => Bound::Included(from),
             };
             return Box::new(
                 self.by_user
-                    .range(from)
-                    .take_while(move |(owner, _)| *owner == user)
-                    .map(|(_, hold_id)| hold_id),
+                    .range(from, &ByUser(holds))
+                    .take_while(move |&slot| holds.at(slot).1.user.as_ref() == Some(user)),
             );
         }
         let set = match pool {
@@ -215,37 +243,42 @@ impl HoldIndex {
             },
             None => &self.all,
         };
-        Box::new(set.range(after.map_or(Bound::Unbounded, Bound::Excluded)))
+        Box::new(set.range(
+            after.map_or(Bound::Unbounded, |after| Bound::Excluded(id_key(after))),
+            &ById(holds),
+        ))
     }
 
     pub(super) fn len(&self) -> usize {
         self.all.len()
     }
 
-    /// The bytes its sets take on the heap (`OrderedSet::heap_bytes`; the ids are shared with
-    /// the holds, counted there).
+    /// The bytes its sets take on the heap (`OrderedSet::heap_bytes`).
     pub(super) fn heap_bytes(&self) -> usize {
         let by_pool: usize = self.by_pool.values().map(OrderedSet::heap_bytes).sum();
         self.all.heap_bytes()
             + by_pool
-            + self.by_pool.capacity() * (std::mem::size_of::<(PoolId, OrderedSet<HoldId>)>() + 1)
+            + self.by_pool.capacity() * (std::mem::size_of::<(PoolId, OrderedSet)>() + 1)
             + self.by_user.heap_bytes()
     }
 
-    /// Whether the hold is where its items and user put it, in every set.
-    pub(super) fn lists(
-        &self,
-        hold_id: &HoldId,
-        user: Option<&UserId>,
-        items: &[HoldItem],
-    ) -> bool {
-        self.all.contains(hold_id)
-            && items.iter().all(|item| {
+    /// Whether the hold in `slot` is where its items and user put it, in every set.
+    pub(super) fn lists(&self, slot: u32, holds: &HoldStore) -> bool {
+        let (hold_id, hold) = holds.at(slot);
+        let by_id = ById(holds);
+        self.all.contains(id_key(hold_id), &by_id)
+            && hold.items.iter().all(|item| {
                 self.by_pool
                     .get(&item.pool)
-                    .is_some_and(|set| set.contains(hold_id))
+                    .is_some_and(|set| set.contains(id_key(hold_id), &by_id))
             })
-            && user.is_none_or(|user| self.by_user.contains(&(user.clone(), hold_id.clone())))
+            && hold.user.as_ref().is_none_or(|user| {
+                let key = Key {
+                    first: user.as_str().as_bytes(),
+                    second: Some(hold_id.as_str().as_bytes()),
+                };
+                self.by_user.contains(key, &ByUser(holds))
+            })
     }
 
     /// Entries by pool and by user, and whether some pool's set is empty.
@@ -258,11 +291,14 @@ impl HoldIndex {
 
 #[cfg(test)]
 mod tests {
-    use std::fmt;
+    use std::collections::{BTreeMap, BTreeSet};
 
     use proptest::prelude::*;
 
+    use super::super::{Hold, HoldItems};
     use super::*;
+    use crate::command::HoldItem;
+    use crate::view::HoldStatus;
 
     /// Ids from a small alphabet, with lengths on both sides of the head's 16 bytes, so that
     /// shared prefixes longer than the head and ids that are prefixes of others are common.
@@ -280,51 +316,141 @@ mod tests {
         bytes
     }
 
-    /// What the ordered set relies on: keys order as their elements, `shared` counts the bytes
-    /// two keys share at their start (at most its limit), and a head after `skip` shared bytes
-    /// is the 16 bytes from there, ordered as the elements wherever two heads differ.
-    fn keys_order_and_head_as<T: Headed + fmt::Debug>(
-        a: &T,
-        b: &T,
-        skip: usize,
-    ) -> Result<(), TestCaseError> {
-        let (key_a, key_b) = (bytes(a.key()), bytes(b.key()));
-        prop_assert_eq!(key_a.cmp(&key_b), a.cmp(b), "{:?} {:?}", a, b);
-        prop_assert_eq!(a.key().len(), key_a.len());
+    /// What the ordered set relies on: keys order as their bytes, whether in two parts or
+    /// written out in one, `shared` counts the bytes two keys share at their start (at most
+    /// its limit), and a head after `skip` shared bytes is the 16 bytes from there, ordered as
+    /// the keys wherever two heads differ.
+    fn keys_order_and_head_as(a: Key<'_>, b: Key<'_>, skip: usize) -> Result<(), TestCaseError> {
+        let (key_a, key_b) = (bytes(a), bytes(b));
+        fn one_part(bytes: &[u8]) -> Key<'_> {
+            Key {
+                first: bytes,
+                second: None,
+            }
+        }
+        prop_assert_eq!(a.cmp_bytes(b), key_a.cmp(&key_b), "{:?} {:?}", key_a, key_b);
+        prop_assert_eq!(one_part(&key_a).cmp_bytes(b), key_a.cmp(&key_b));
+        prop_assert_eq!(a.cmp_bytes(one_part(&key_b)), key_a.cmp(&key_b));
+        prop_assert_eq!(a.len(), key_a.len());
         let shared = key_a.iter().zip(&key_b).take_while(|(x, y)| x == y).count();
-        prop_assert_eq!(a.key().shared(b.key(), usize::MAX), shared);
-        prop_assert_eq!(a.key().shared(b.key(), skip), shared.min(skip));
+        prop_assert_eq!(a.shared(b, usize::MAX), shared);
+        prop_assert_eq!(a.shared(b, skip), shared.min(skip));
         let skip = skip.min(shared);
         let mut head = [0; 16];
         for (to, from) in head.iter_mut().zip(key_a.iter().skip(skip)) {
             *to = *from;
         }
-        prop_assert_eq!(a.key().head_at(skip), u128::from_be_bytes(head));
-        let heads = a.key().head_at(skip).cmp(&b.key().head_at(skip));
+        prop_assert_eq!(a.head_at(skip), u128::from_be_bytes(head));
+        let heads = a.head_at(skip).cmp(&b.head_at(skip));
         prop_assert!(
-            heads.is_eq() || heads == a.cmp(b),
+            heads.is_eq() || heads == key_a.cmp(&key_b),
             "{:?} {:?} {}",
-            a,
-            b,
+            key_a,
+            key_b,
             skip
         );
         Ok(())
     }
 
+    fn pair<'a>(user: &'a HoldId, hold: &'a HoldId) -> Key<'a> {
+        Key {
+            first: user.as_str().as_bytes(),
+            second: Some(hold.as_str().as_bytes()),
+        }
+    }
+
     proptest! {
         #[test]
-        fn keys_order_and_head_as_their_ids(
+        fn keys_order_and_head_as_their_bytes(
             a in id(), b in id(), c in id(), d in id(), skip in 0..30usize,
         ) {
-            keys_order_and_head_as(&a, &b, skip)?;
-            let user = |id: &HoldId| UserId::parse(id.as_str()).unwrap();
-            keys_order_and_head_as(&(user(&a), b.clone()), &(user(&c), d.clone()), skip)?;
+            keys_order_and_head_as(id_key(&a), id_key(&b), skip)?;
+            keys_order_and_head_as(pair(&a, &b), pair(&c, &d), skip)?;
             // The same user, or one a prefix of the other's: the zero byte between the parts.
-            keys_order_and_head_as(&(user(&a), b.clone()), &(user(&a), d), skip)?;
-            let longer = user(&HoldId::parse(&format!("{a}{c}")).unwrap());
-            keys_order_and_head_as(&(user(&a), b), &(longer, c), skip)?;
+            keys_order_and_head_as(pair(&a, &b), pair(&a, &d), skip)?;
+            let longer = HoldId::parse(&format!("{a}{c}")).unwrap();
+            keys_order_and_head_as(pair(&a, &b), pair(&longer, &c), skip)?;
+            // A user's least key, as a walk starts from.
+            let least = Key { first: a.as_str().as_bytes(), second: Some(&[]) };
+            keys_order_and_head_as(least, pair(&a, &b), skip)?;
         }
+    }
 
+    fn user(u: u8) -> UserId {
+        UserId::parse(&format!("u{u}")).unwrap()
+    }
+
+    fn hold(user: Option<UserId>, pools: &BTreeSet<u8>) -> Hold {
+        let items = pools.iter().map(|p| HoldItem {
+            pool: PoolId::parse(&format!("p{p}")).unwrap(),
+            qty: 1,
+        });
+        Hold {
+            user,
+            items: HoldItems::from_iter(items.collect::<Vec<_>>().into_iter()),
+            generation_watermark: 0,
+            confirm: false,
+            status: HoldStatus::Held,
+            created_at_ms: 0,
+            expires_at_ms: 0,
+            finished_at_ms: None,
+        }
+    }
+
+    /// Every walk the index can make from the start: all, each pool's, each user's, as ids.
+    fn walks(index: &HoldIndex, holds: &HoldStore) -> Vec<Vec<HoldId>> {
+        let ids = |slots: Box<dyn Iterator<Item = u32> + '_>| -> Vec<HoldId> {
+            slots.map(|slot| holds.at(slot).0.clone()).collect()
+        };
+        let mut walks = vec![ids(index.walk(holds, None, None, None))];
+        for p in 0..3 {
+            let pool = format!("p{p}");
+            walks.push(ids(index.walk(holds, Some(&pool), None, None)));
+        }
+        let users: Vec<UserId> = (0..4).map(user).collect();
+        for user in &users {
+            walks.push(ids(index.walk(holds, None, Some(user), None)));
+        }
+        walks
+    }
+
+    /// The same walks, from the model: (id, user, pools) in id order.
+    fn model_walks(model: &BTreeMap<HoldId, (Option<u8>, BTreeSet<u8>)>) -> Vec<Vec<HoldId>> {
+        let which = |keep: &dyn Fn(&Option<u8>, &BTreeSet<u8>) -> bool| -> Vec<HoldId> {
+            (model.iter())
+                .filter(|(_, (u, pools))| keep(u, pools))
+                .map(|(id, _)| id.clone())
+                .collect()
+        };
+        let mut walks = vec![which(&|_, _| true)];
+        for p in 0..3 {
+            walks.push(which(&|_, pools| pools.contains(&p)));
+        }
+        for u in 0..4 {
+            walks.push(which(&|owner, _| *owner == Some(u)));
+        }
+        walks
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(HoldId, Option<u8>, BTreeSet<u8>),
+        Remove(prop::sample::Index),
+        /// A walk from a cursor: after the id at the index, by user or not.
+        WalkAfter(prop::sample::Index, Option<u8>),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (id(), prop::option::of(0..4u8), prop::collection::btree_set(0..3u8, 1..3))
+                .prop_map(|(id, u, pools)| Op::Insert(id, u, pools)),
+            2 => any::<prop::sample::Index>().prop_map(Op::Remove),
+            1 => (any::<prop::sample::Index>(), prop::option::of(0..4u8))
+                .prop_map(|(at, u)| Op::WalkAfter(at, u)),
+        ]
+    }
+
+    proptest! {
         #[test]
         fn an_index_built_at_once_is_the_one_built_hold_by_hold(
             holds in prop::collection::btree_map(
@@ -333,40 +459,75 @@ mod tests {
                 0..300,
             ),
         ) {
-            let user = |u: u8| UserId::parse(&format!("u{u}")).unwrap();
-            let items = |pools: &std::collections::BTreeSet<u8>| -> Vec<HoldItem> {
-                pools
-                    .iter()
-                    .map(|p| HoldItem { pool: PoolId::parse(&format!("p{p}")).unwrap(), qty: 1 })
-                    .collect()
-            };
-            let holds: Vec<(HoldId, Option<UserId>, Vec<HoldItem>)> = holds
-                .into_iter()
-                .map(|(id, (u, pools))| (id, u.map(user), items(&pools)))
-                .collect();
+            let mut store = HoldStore::new();
             let mut one_by_one = HoldIndex::default();
-            for (id, user, items) in holds.iter().rev() {
-                one_by_one.insert(id, user.as_ref(), items);
+            for (id, (u, pools)) in holds.iter().rev() {
+                let (slot, _) = store.insert(id.clone(), hold(u.map(user), pools));
+                one_by_one.insert(slot, &store);
             }
-            let built = HoldIndex::build(
-                holds.iter().map(|(id, user, items)| (id, user.as_ref(), &items[..])).collect(),
-            );
+            let built = HoldIndex::build(&store);
             prop_assert_eq!(built.len(), one_by_one.len());
             prop_assert_eq!(built.entries(), one_by_one.entries());
-            let walks = |index: &HoldIndex| -> Vec<Vec<HoldId>> {
-                let mut walks = vec![index.walk(None, None, None).cloned().collect()];
-                for p in 0..3 {
-                    let pool = format!("p{p}");
-                    walks.push(index.walk(Some(&pool), None, None).cloned().collect());
+            prop_assert_eq!(walks(&built, &store), walks(&one_by_one, &store));
+            prop_assert_eq!(walks(&built, &store), model_walks(&holds));
+            for slot in store.slots() {
+                prop_assert!(built.lists(slot, &store));
+            }
+        }
+
+        /// Holds come and go as the state makes them (into the index after the store, out of
+        /// it before), so that freed slots are used again for other ids: the sets, which hold
+        /// slots and keep their blocks' starts as copies, answer as the model does.
+        #[test]
+        fn an_index_follows_holds_through_reused_slots(ops in prop::collection::vec(op(), 1..600)) {
+            let mut store = HoldStore::new();
+            let mut index = HoldIndex::default();
+            let mut model: BTreeMap<HoldId, (Option<u8>, BTreeSet<u8>)> = BTreeMap::new();
+            for op in ops {
+                match op {
+                    Op::Insert(id, u, pools) => {
+                        if let Some(old) = store.slot_of(&id) {
+                            index.remove(old, &store);
+                        }
+                        let (slot, _) = store.insert(id.clone(), hold(u.map(user), &pools));
+                        index.insert(slot, &store);
+                        model.insert(id, (u, pools));
+                    }
+                    Op::Remove(at) => {
+                        if model.is_empty() {
+                            continue;
+                        }
+                        let id = model.keys().nth(at.index(model.len())).unwrap().clone();
+                        let slot = store.slot_of(&id).unwrap();
+                        index.remove(slot, &store);
+                        store.remove(&id);
+                        model.remove(&id);
+                    }
+                    Op::WalkAfter(at, u) => {
+                        if model.is_empty() {
+                            continue;
+                        }
+                        let after = model.keys().nth(at.index(model.len())).unwrap().clone();
+                        let owner = u.map(user);
+                        let walked: Vec<HoldId> = index
+                            .walk(&store, None, owner.as_ref(), Some(&after))
+                            .map(|slot| store.at(slot).0.clone())
+                            .collect();
+                        let expected: Vec<HoldId> = (model.range::<HoldId, _>(&after..))
+                            .filter(|(id, (owner, _))| **id != after && (u.is_none() || *owner == u))
+                            .map(|(id, _)| id.clone())
+                            .collect();
+                        prop_assert_eq!(walked, expected);
+                    }
                 }
-                for u in 0..4 {
-                    walks.push(index.walk(None, Some(&user(u)), None).cloned().collect());
-                }
-                walks
-            };
-            prop_assert_eq!(walks(&built), walks(&one_by_one));
-            for (id, user, items) in &holds {
-                prop_assert!(built.lists(id, user.as_ref(), items));
+                prop_assert_eq!(index.len(), model.len());
+                let by_pool: usize = model.values().map(|(_, pools)| pools.len()).sum();
+                let by_user = model.values().filter(|(u, _)| u.is_some()).count();
+                prop_assert_eq!(index.entries(), (by_pool, by_user, false));
+            }
+            prop_assert_eq!(walks(&index, &store), model_walks(&model));
+            for slot in store.slots() {
+                prop_assert!(index.lists(slot, &store));
             }
         }
 
@@ -378,16 +539,6 @@ mod tests {
             expected.sort();
             let sorted = sort_by_heads(pairs, |(a, b)| (a.as_str(), b.as_str()));
             prop_assert_eq!(sorted, expected);
-        }
-
-        #[test]
-        fn a_walk_yields_ids_in_order(ids in prop::collection::btree_set(id(), 0..60)) {
-            let mut index = HoldIndex::default();
-            for id in ids.iter().rev() {
-                index.insert(id, None, &[]);
-            }
-            let walked: Vec<&HoldId> = index.walk(None, None, None).collect();
-            prop_assert_eq!(walked, ids.iter().collect::<Vec<_>>());
         }
     }
 }

@@ -102,7 +102,8 @@ impl HoldStore {
         self.slots.len()
     }
 
-    fn slot_of(&self, id: &HoldId) -> Option<u32> {
+    /// The slot of hold `id`: where it stays until it is removed.
+    pub(super) fn slot_of(&self, id: &HoldId) -> Option<u32> {
         self.slots.get(id, |slot| self.pages.id(slot))
     }
 
@@ -121,10 +122,27 @@ impl HoldStore {
     }
 
     /// Inserts or replaces; returns the hold replaced.
-    pub(super) fn insert(&mut self, id: HoldId, hold: Hold) -> Option<Hold> {
+    /// The hold in `slot`, which has one.
+    pub(super) fn at(&self, slot: u32) -> (&HoldId, &Hold) {
+        let (id, hold) = self.pages.slot(slot).expect("a slot in use");
+        (id, hold)
+    }
+
+    /// The slots in use, in the order of `iter`.
+    pub(super) fn slots(&self) -> impl Iterator<Item = u32> + '_ {
+        (self.pages.pages.iter().enumerate()).flat_map(|(page, slots)| {
+            (slots.slots.iter().enumerate())
+                .filter(|(_, slot)| slot.is_some())
+                .map(move |(at, _)| u32::try_from(page * PAGE + at).expect("a u32 slot"))
+        })
+    }
+
+    /// Puts `hold` in the slot of `id`, a free one if it is new: the slot, and the hold it
+    /// replaced.
+    pub(super) fn insert(&mut self, id: HoldId, hold: Hold) -> (u32, Option<Hold>) {
         if let Some(slot) = self.slot_of(&id) {
             let (_, old) = self.pages.slot_mut(slot).as_mut().expect("an indexed slot");
-            return Some(std::mem::replace(old, hold));
+            return (slot, Some(std::mem::replace(old, hold)));
         }
         let slot = match self.free.pop() {
             Some(slot) => slot,
@@ -135,7 +153,7 @@ impl HoldStore {
         self.slots
             .insert(pages.id(slot), slot, |slot| pages.id(slot));
         self.pages.len += 1;
-        None
+        (slot, None)
     }
 
     pub(super) fn remove(&mut self, id: &HoldId) -> Option<Hold> {
@@ -334,7 +352,7 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Insert(n, v) => {
-                        let replaced = holds.insert(id(n), hold(v)).map(|h| h.created_at_ms);
+                        let replaced = holds.insert(id(n), hold(v)).1.map(|h| h.created_at_ms);
                         prop_assert_eq!(replaced, model.insert(id(n), v));
                     }
                     Op::Change(n, v) => {

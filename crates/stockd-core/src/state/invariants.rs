@@ -98,8 +98,9 @@ impl State {
     fn check_hold_index(&self) -> Result<(), String> {
         self.check_hold_index_sizes()?;
         let index = &self.hold_index;
-        for (hold_id, hold) in self.data.holds.iter() {
-            if !index.lists(hold_id, hold.user.as_ref(), &hold.items) {
+        for slot in self.data.holds.slots() {
+            if !index.lists(slot, &self.data.holds) {
+                let hold_id = self.data.holds.at(slot).0;
                 return Err(format!("hold {hold_id} is missing from the hold index"));
             }
         }

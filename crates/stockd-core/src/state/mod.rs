@@ -272,11 +272,7 @@ impl State {
             created_holds: Vec::new(),
             pending_low_stock: Vec::new(),
         };
-        state.hold_index = HoldIndex::build(
-            (state.data.holds.iter())
-                .map(|(hold_id, hold)| (hold_id, hold.user.as_ref(), &hold.items[..]))
-                .collect(),
-        );
+        state.hold_index = HoldIndex::build(&state.data.holds);
         for (hold_id, hold) in state.data.holds.iter() {
             match hold.finished_at_ms {
                 None => state.expiry_queue.push(hold.expires_at_ms, hold_id.clone()),
@@ -514,9 +510,9 @@ impl State {
     /// new one of the same id (`apply_record`, `Held`, in recovery), which does the same, the
     /// only ways a hold leaves `data.holds`.
     fn remove_hold(&mut self, hold_id: &HoldId) {
-        if let Some(hold) = self.data.holds.remove(hold_id) {
-            self.hold_index
-                .remove(hold_id, hold.user.as_ref(), &hold.items);
+        if let Some(slot) = self.data.holds.slot_of(hold_id) {
+            self.hold_index.remove(slot, &self.data.holds);
+            self.data.holds.remove(hold_id);
         }
     }
 

@@ -108,13 +108,13 @@ impl State {
     ) -> Reply {
         // Validated: a cursor is a hold id.
         let after = after.map(|after| HoldId::parse(after).expect("validated cursor"));
-        let ids = self
-            .hold_index
-            .walk(filter.pool, filter.user, after.as_ref());
+        let slots =
+            (self.hold_index).walk(&self.data.holds, filter.pool, filter.user, after.as_ref());
         let mut holds: Vec<HoldView> = Vec::with_capacity(limit.min(self.hold_index.len()));
         let mut next = None;
         let mut last_examined: Option<&HoldId> = None;
-        for (examined, hold_id) in ids.enumerate() {
+        for (examined, slot) in slots.enumerate() {
+            let hold_id = self.data.holds.at(slot).0;
             if examined == HOLD_LIST_EXAMINED_MAX {
                 next = last_examined.cloned();
                 break;

@@ -1,11 +1,14 @@
-//! `OrderedSet`: the ordered set the hold index keeps its ids in, made for cheap inserts and
+//! `OrderedSet`: the ordered set the hold index keeps its holds in, made for cheap inserts and
 //! little memory rather than generality.
 //!
+//! The elements are slots of the hold store (`u32`s), ordered by keys the set reads from the
+//! store through `Keys` (a hold's id, or its user and id): four bytes an element, where the ids
+//! themselves took sixteen and a (user, id) pair thirty-two, three entries per retained hold.
 //! Elements live in blocks of at most `CAP` sorted elements, stored as two arrays: the heads
 //! (16 bytes of each element's key, after the words the block's keys all share, as one integer)
-//! and the elements. A search in a block is a binary search on the heads, which are contiguous
-//! and compared as integers; the elements themselves (behind a pointer, a cache miss each) are
-//! compared only among equal heads. The blocks sit in a vector of slots, found through
+//! and the slots. A search in a block is a binary search on the heads, which are contiguous
+//! and compared as integers; the keys themselves (read through the store, a cache miss or two
+//! each) are compared only among equal heads. The blocks sit in a vector of slots, found through
 //! `Starts`: each block's start and slot, in order, in chunks of at most `STARTS_PER_CHUNK`,
 //! searched the same way (heads of the keys' first 16 bytes first), so finding an element's
 //! block is two binary searches. A std `BTreeMap` of the starts was tried first: its
@@ -14,9 +17,10 @@
 //!
 //! A block's start is a lower bound of its elements, above every element of the blocks before
 //! it; it need not be an element. The first block's start is `Start::LEAST`, below everything,
-//! so every element has a block: the last block whose start is not above it. Removing an
-//! element leaves the start as it is (it may keep an id that is gone alive until the block
-//! goes), so a removal moves no start unless it empties a block.
+//! so every element has a block: the last block whose start is not above it. A start keeps
+//! its own copy of its key's bytes (one per block), not a slot: removing an element leaves the
+//! start as it is, so a removal moves no start unless it empties a block, and the slot of an
+//! element gone may hold another hold by the time the start is compared again.
 //!
 //! The set keeps a finger on the block the last insert went to, and each block the range of
 //! elements it certainly owns (its start and the start the next block had): an insert next to
@@ -32,13 +36,17 @@
 //! splits in halves when full and goes when empty; the vector of chunks' firsts moves when a
 //! chunk comes or goes (one per ~64 block splits; a million elements make some 200 chunks).
 
+use std::cmp::Ordering;
 use std::fmt;
 use std::ops::Bound;
+use std::sync::Arc;
 
-/// What the set needs of its elements: cheap to clone (ids are `Arc`s), and ordered as their keys
-/// are, byte by byte.
-pub(super) trait Headed: Ord + Clone {
-    fn key(&self) -> Key<'_>;
+/// Where the set reads its elements' keys. The elements are slots of the hold store (`u32`s,
+/// four bytes where an id would take sixteen and a (user, hold) pair thirty-two): a slot's key
+/// must not change while the slot is in the set, which the hold index keeps (a hold's id, user
+/// and items never change; it leaves the sets before its slot is freed).
+pub(super) trait Keys {
+    fn key(&self, item: u32) -> Key<'_>;
 }
 
 /// An element's key: the bytes `first`, or `first`, a zero byte and `second`. No part holds a zero
@@ -50,7 +58,7 @@ pub(super) struct Key<'a> {
     pub(super) second: Option<&'a [u8]>,
 }
 
-impl Key<'_> {
+impl<'a> Key<'a> {
     #[inline]
     pub(super) fn len(self) -> usize {
         self.first.len() + self.second.map_or(0, |second| 1 + second.len())
@@ -74,6 +82,44 @@ impl Key<'_> {
             }
         }
         head
+    }
+
+    /// The order of the keys' bytes: `first`, then (if there is a `second`) a zero byte and
+    /// `second`. A key written out in one part (a start's own copy) compares with one in two.
+    pub(super) fn cmp_bytes(self, other: Key<'_>) -> Ordering {
+        let (a, b) = (self.parts(), other.parts());
+        let (mut i, mut j) = (0, 0);
+        let (mut x, mut y) = (a[0], b[0]);
+        loop {
+            while x.is_empty() && i < 2 {
+                i += 1;
+                x = a[i];
+            }
+            while y.is_empty() && j < 2 {
+                j += 1;
+                y = b[j];
+            }
+            if x.is_empty() || y.is_empty() {
+                return (!x.is_empty()).cmp(&!y.is_empty());
+            }
+            let n = x.len().min(y.len());
+            match x[..n].cmp(&y[..n]) {
+                Ordering::Equal => (x, y) = (&x[n..], &y[n..]),
+                unequal => return unequal,
+            }
+        }
+    }
+
+    fn parts(self) -> [&'a [u8]; 3] {
+        match self.second {
+            Some(second) => [self.first, &[0], second],
+            None => [self.first, &[], &[]],
+        }
+    }
+
+    /// The key's bytes in one part, for a start to keep.
+    fn to_owned_bytes(self) -> Arc<[u8]> {
+        self.parts().concat().into()
     }
 
     /// How many bytes, at most `limit`, this key and `other` share at their start.
@@ -157,40 +203,72 @@ fn words(bytes: usize) -> usize {
 }
 
 /// Elements per block in production: a split or a block allocated at once is 64 × (16-byte head
-/// + element), and a search is six integer comparisons.
+/// + 4-byte element), and a search is six integer comparisons.
 pub(super) const BLOCK: usize = 64;
 
-/// A block's start in the tree of blocks: a head and an element, or the least start (head 0,
-/// no element) of the first block. A struct rather than an enum so that comparing two starts is
-/// an integer comparison first, with no variant to tell apart: the tree's searches are most of
-/// an insert's cost.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Start<T> {
+/// A block's start in the tree of blocks: a head and the key's bytes, or the least start (head
+/// 0, no key) of the first block. A struct rather than an enum so that comparing a start with a
+/// probe is an integer comparison first, with no variant to tell apart: the tree's searches are
+/// most of an insert's cost. The start keeps its own copy of the key (one per block) rather
+/// than a slot: it may outlive its element, and a freed slot is used again for another hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Start {
     head: u128,
-    item: Option<T>,
+    bytes: Option<Arc<[u8]>>,
 }
 
-impl<T: Headed> Start<T> {
-    /// The first block's start, below every element (`None` sorts before any `Some`).
+impl Start {
+    /// The first block's start, below every key.
     const LEAST: Self = Start {
         head: 0,
-        item: None,
+        bytes: None,
     };
 
-    /// A probe: `item` placed among the starts.
-    fn at(item: T) -> Self {
+    fn of(key: Key<'_>) -> Self {
         Start {
-            head: item.key().head_at(0),
-            item: Some(item),
+            head: key.head_at(0),
+            bytes: Some(key.to_owned_bytes()),
         }
     }
 
-    fn item(&self) -> &T {
-        self.item.as_ref().expect("a probe is an element")
+    /// How this start orders against `probe`: by heads, then by the bytes.
+    #[inline]
+    fn cmp_probe(&self, probe: &Probe<'_>) -> Ordering {
+        self.head.cmp(&probe.head).then_with(|| match &self.bytes {
+            None => Ordering::Less,
+            Some(bytes) => Key {
+                first: bytes,
+                second: None,
+            }
+            .cmp_bytes(probe.key),
+        })
     }
 
-    fn into_item(self) -> T {
-        self.item.expect("a probe is an element")
+    #[cfg(test)]
+    fn cmp_start(&self, other: &Start) -> Ordering {
+        match &other.bytes {
+            None => self.head.cmp(&0).then((self.bytes.is_some()).cmp(&false)),
+            Some(bytes) => self.cmp_probe(&Probe::of(Key {
+                first: bytes,
+                second: None,
+            })),
+        }
+    }
+}
+
+/// A key looked for, with its head at byte 0.
+#[derive(Clone, Copy)]
+struct Probe<'a> {
+    head: u128,
+    key: Key<'a>,
+}
+
+impl<'a> Probe<'a> {
+    fn of(key: Key<'a>) -> Self {
+        Probe {
+            head: key.head_at(0),
+            key,
+        }
     }
 }
 
@@ -199,12 +277,11 @@ impl<T: Headed> Start<T> {
 /// The heads are taken after the 16-byte words every element's key shares at its start (`skip`
 /// bytes, a multiple of 16): ids of one block often share more than a head's 16 bytes (a shop's
 /// order numbers, `bench-` and a run's 12 hex digits), and heads of those bytes alone would all
-/// tie, leaving every search to compare the ids' heap bytes. Whole words, so that a probe's
-/// first head (which its start has already) tells whether it shares a 16-byte prefix, and ids
-/// that differ within their first 16 bytes are searched as if there were no prefix at all.
-/// An element that does not share the prefix goes first or last, and the block takes its heads
-/// again after a shorter one (`narrow`): rare. A block split off, or taken in, takes them after
-/// its own (`tighten`).
+/// tie, leaving every search to read the ids' bytes. Whole words, so that a probe's first head
+/// (which it has already) tells whether it shares a 16-byte prefix, and ids that differ within
+/// their first 16 bytes are searched as if there were no prefix at all. An element that does
+/// not share the prefix goes first or last, and the block takes its heads again after a shorter
+/// one (`narrow`): rare. A block split off, or taken in, takes them after its own (`tighten`).
 ///
 /// A block also knows its bounds: `start`, its key in the tree of starts, and `end`, the start
 /// the next block had when last known (`None`: there was none). An element at or above `start`
@@ -212,15 +289,15 @@ impl<T: Headed> Start<T> {
 /// split of this block puts a block after it, and the split sets `end`. It may be below it once
 /// the next block has gone: then the block owns more than `[start, end)`, which is only
 /// conservative.
-struct Block<T> {
+struct Block {
     heads: Vec<u128>,
-    items: Vec<T>,
+    items: Vec<u32>,
     /// How many bytes (a multiple of 16) every element's key shares at its start and has.
     skip: usize,
     /// The first 16 of them, when there are (every element's head at 0).
     prefix: u128,
-    start: Start<T>,
-    end: Option<Start<T>>,
+    start: Start,
+    end: Option<Start>,
 }
 
 /// Where an element is in a block, or would go, and its head there.
@@ -231,7 +308,7 @@ struct Place {
     head: Option<u128>,
 }
 
-impl<T: Headed> Block<T> {
+impl Block {
     fn with_capacity(capacity: usize) -> Self {
         Block {
             heads: Vec::with_capacity(capacity),
@@ -244,25 +321,31 @@ impl<T: Headed> Block<T> {
     }
 
     /// Whether `probe` is within `[start, end)`, so certainly in this block.
-    fn owns(&self, probe: &Start<T>) -> bool {
-        self.start <= *probe && self.end.as_ref().is_none_or(|end| *probe < *end)
+    fn owns(&self, probe: &Probe<'_>) -> bool {
+        self.start.cmp_probe(probe).is_le()
+            && (self.end.as_ref()).is_none_or(|end| end.cmp_probe(probe).is_gt())
     }
 
     fn len(&self) -> usize {
         self.heads.len()
     }
 
-    /// Where `item` (of head `head0` at byte 0) is, or where it would go.
-    fn search(&self, head0: u128, item: &T) -> Place {
+    /// Where the element of key `probe` is, or where it would go.
+    fn search(&self, probe: &Probe<'_>, keys: &impl Keys) -> Place {
+        let key = probe.key;
         let head = match self.skip {
-            0 => head0,
+            0 => probe.head,
             skip => {
-                let key = item.key();
-                let shares = head0 == self.prefix
-                    && (skip == 16 || key.shared(self.items[0].key(), skip) == skip);
+                let first = keys.key(self.items[0]);
+                let shares =
+                    probe.head == self.prefix && (skip == 16 || key.shared(first, skip) == skip);
                 if !shares {
                     // Outside the prefix every element shares: before them all, or after.
-                    let at = if *item < self.items[0] { 0 } else { self.len() };
+                    let at = if key.cmp_bytes(first).is_lt() {
+                        0
+                    } else {
+                        self.len()
+                    };
                     return Place {
                         at: Err(at),
                         head: None,
@@ -276,7 +359,9 @@ impl<T: Headed> Block<T> {
             Err(low)
         } else {
             let ties = self.heads[low..].partition_point(|&h| h == head);
-            match self.items[low..low + ties].binary_search(item) {
+            match self.items[low..low + ties]
+                .binary_search_by(|&item| keys.key(item).cmp_bytes(key))
+            {
                 Ok(i) => Ok(low + i),
                 Err(i) => Err(low + i),
             }
@@ -290,7 +375,15 @@ impl<T: Headed> Block<T> {
     /// Inserts `item` (of head `head0` at byte 0) at `pos`, with its `head` from `search`
     /// (`None`: it does not share the block's prefix), growing (a set's first block starts
     /// small) but never past `cap`.
-    fn insert(&mut self, pos: usize, head0: u128, head: Option<u128>, item: T, cap: usize) {
+    fn insert(
+        &mut self,
+        pos: usize,
+        head0: u128,
+        head: Option<u128>,
+        item: u32,
+        cap: usize,
+        keys: &impl Keys,
+    ) {
         let len = self.len();
         if len == self.heads.capacity() {
             let more = len.max(4).min(cap - len);
@@ -300,33 +393,32 @@ impl<T: Headed> Block<T> {
         let head = match head {
             Some(head) => head,
             None => {
-                self.narrow(head0, &item);
-                item.key().head_at(self.skip)
+                self.narrow(head0, keys.key(item), keys);
+                keys.key(item).head_at(self.skip)
             }
         };
         self.heads.insert(pos, head);
         self.items.insert(pos, item);
     }
 
-    /// Makes room for `item` (of head `head0`), which does not share the block's prefix: the
-    /// heads are taken again after the whole words it shares with the elements (all of its key
-    /// that fills words, if the block is empty).
+    /// Makes room for an element of key `key` (and head `head0`), which does not share the
+    /// block's prefix: the heads are taken again after the whole words it shares with the
+    /// elements (all of its key that fills words, if the block is empty).
     #[cold]
-    fn narrow(&mut self, head0: u128, item: &T) {
-        let key = item.key();
+    fn narrow(&mut self, head0: u128, key: Key<'_>, keys: &impl Keys) {
         let shared = match self.items.first() {
-            Some(first) => key.shared(first.key(), self.skip),
+            Some(&first) => key.shared(keys.key(first), self.skip),
             None => key.len(),
         };
-        self.reprefix(words(shared), head0);
+        self.reprefix(words(shared), head0, keys);
     }
 
     /// Takes the heads after the whole prefix the elements share, if it has grown (elements
     /// gone to another block).
-    fn tighten(&mut self) {
-        if let Some((skip, prefix)) = self.prefix_of_all() {
+    fn tighten(&mut self, keys: &impl Keys) {
+        if let Some((skip, prefix)) = self.prefix_of_all(keys) {
             if skip != self.skip {
-                self.reprefix(skip, prefix);
+                self.reprefix(skip, prefix, keys);
             }
         }
     }
@@ -334,17 +426,20 @@ impl<T: Headed> Block<T> {
     /// The whole words all the elements' keys share at their start (all of the key that fills
     /// words if there is one element), and the first of them; `None` for an empty block. The
     /// elements are in order, so what the first and the last share, all share.
-    fn prefix_of_all(&self) -> Option<(usize, u128)> {
-        let (first, last) = (self.items.first()?, self.items.last()?);
-        let shared = first.key().shared(last.key(), usize::MAX);
-        Some((words(shared), first.key().head_at(0)))
+    fn prefix_of_all(&self, keys: &impl Keys) -> Option<(usize, u128)> {
+        let (first, last) = (
+            keys.key(*self.items.first()?),
+            keys.key(*self.items.last()?),
+        );
+        let shared = first.shared(last, usize::MAX);
+        Some((words(shared), first.head_at(0)))
     }
 
-    fn reprefix(&mut self, skip: usize, prefix: u128) {
+    fn reprefix(&mut self, skip: usize, prefix: u128, keys: &impl Keys) {
         self.skip = skip;
         self.prefix = prefix;
-        for (head, item) in self.heads.iter_mut().zip(&self.items) {
-            *head = item.key().head_at(skip);
+        for (head, &item) in self.heads.iter_mut().zip(&self.items) {
+            *head = keys.key(item).head_at(skip);
         }
     }
 
@@ -364,21 +459,21 @@ impl<T: Headed> Block<T> {
     }
 
     /// Takes in the elements of the block after this one, and its end.
-    fn append(&mut self, next: Block<T>) {
+    fn append(&mut self, next: Block, keys: &impl Keys) {
         self.heads.reserve_exact(next.len());
         self.items.reserve_exact(next.len());
         self.heads.extend(next.heads);
         self.items.extend(next.items);
         self.end = next.end;
         // The two blocks' heads were taken after prefixes of their own.
-        if let Some((skip, prefix)) = self.prefix_of_all() {
-            self.reprefix(skip, prefix);
+        if let Some((skip, prefix)) = self.prefix_of_all(keys) {
+            self.reprefix(skip, prefix, keys);
         }
     }
 
-    /// A start for this block: its first element.
-    fn first(&self) -> Start<T> {
-        Start::at(self.items[0].clone())
+    /// A start for this block: its first element's key.
+    fn first(&self, keys: &impl Keys) -> Start {
+        Start::of(keys.key(self.items[0]))
     }
 }
 
@@ -390,31 +485,31 @@ pub(super) const STARTS_PER_CHUNK: usize = 128;
 /// most `CHUNK` starts (128 in production), with each chunk's first start (and its head) in
 /// vectors of their own.
 /// Finding the block of an element is two binary searches, on heads first.
-struct Starts<T, const CHUNK: usize> {
+struct Starts<const CHUNK: usize> {
     first_heads: Vec<u128>,
-    firsts: Vec<Start<T>>,
-    chunks: Vec<Chunk<T>>,
+    firsts: Vec<Start>,
+    chunks: Vec<Chunk>,
 }
 
 /// Starts in order, their heads apart (searched first, as a block's), and their blocks' slots.
-struct Chunk<T> {
+struct Chunk {
     heads: Vec<u128>,
-    starts: Vec<Start<T>>,
+    starts: Vec<Start>,
     slots: Vec<usize>,
 }
 
 /// How many of `starts` (in order, with their `heads`) are not above `probe`: a binary search
 /// on the heads, then on the starts of the probe's head if several have it.
-fn count_at_most<T: Headed>(heads: &[u128], starts: &[Start<T>], probe: &Start<T>) -> usize {
+fn count_at_most(heads: &[u128], starts: &[Start], probe: &Probe<'_>) -> usize {
     let below = heads.partition_point(|&head| head < probe.head);
     if heads.get(below) != Some(&probe.head) {
         return below;
     }
     let ties = heads[below..].partition_point(|&head| head == probe.head);
-    below + starts[below..below + ties].partition_point(|start| start <= probe)
+    below + starts[below..below + ties].partition_point(|start| start.cmp_probe(probe).is_le())
 }
 
-impl<T: Headed, const CHUNK: usize> Starts<T, CHUNK> {
+impl<const CHUNK: usize> Starts<CHUNK> {
     fn new() -> Self {
         Starts {
             first_heads: Vec::new(),
@@ -424,19 +519,30 @@ impl<T: Headed, const CHUNK: usize> Starts<T, CHUNK> {
     }
 
     /// Where the last start not above `probe` is: (chunk, index in the chunk).
-    fn find(&self, probe: &Start<T>) -> Option<(usize, usize)> {
+    fn find(&self, probe: &Probe<'_>) -> Option<(usize, usize)> {
         let chunk = count_at_most(&self.first_heads, &self.firsts, probe).checked_sub(1)?;
         let part = &self.chunks[chunk];
         Some((chunk, count_at_most(&part.heads, &part.starts, probe) - 1))
     }
 
+    /// Where `start` (one of the starts) is.
+    fn find_start(&self, start: &Start) -> Option<(usize, usize)> {
+        match &start.bytes {
+            None => self.first_position(),
+            Some(bytes) => self.find(&Probe::of(Key {
+                first: bytes,
+                second: None,
+            })),
+        }
+    }
+
     /// The slot of the last block whose start is not above `probe`.
-    fn slot_of(&self, probe: &Start<T>) -> Option<usize> {
+    fn slot_of(&self, probe: &Probe<'_>) -> Option<usize> {
         self.find(probe)
             .map(|(chunk, at)| self.chunks[chunk].slots[at])
     }
 
-    fn at(&self, (chunk, at): (usize, usize)) -> (&Start<T>, usize) {
+    fn at(&self, (chunk, at): (usize, usize)) -> (&Start, usize) {
         let chunk = &self.chunks[chunk];
         (&chunk.starts[at], chunk.slots[at])
     }
@@ -453,8 +559,15 @@ impl<T: Headed, const CHUNK: usize> Starts<T, CHUNK> {
     }
 
     /// Adds `start` (not there yet, above the first start unless there is none).
-    fn insert(&mut self, start: Start<T>, slot: usize) {
-        let Some((mut chunk, at)) = self.find(&start) else {
+    fn insert(&mut self, start: Start, slot: usize) {
+        let found = match &start.bytes {
+            None => None,
+            Some(bytes) => self.find(&Probe::of(Key {
+                first: bytes,
+                second: None,
+            })),
+        };
+        let Some((mut chunk, at)) = found else {
             assert!(self.chunks.is_empty(), "a start below the least");
             self.first_heads.reserve_exact(1);
             self.first_heads.push(start.head);
@@ -534,7 +647,7 @@ impl<T: Headed, const CHUNK: usize> Starts<T, CHUNK> {
     }
 
     #[cfg(test)]
-    fn iter(&self) -> impl Iterator<Item = (&Start<T>, usize)> + '_ {
+    fn iter(&self) -> impl Iterator<Item = (&Start, usize)> + '_ {
         self.chunks
             .iter()
             .flat_map(|c| c.starts.iter().zip(c.slots.iter().copied()))
@@ -550,49 +663,58 @@ impl<T: Headed, const CHUNK: usize> Starts<T, CHUNK> {
     }
 }
 
-/// An ordered set of `T`, in blocks of at most `CAP` elements (see the module doc).
-pub(super) struct OrderedSet<T, const CAP: usize = BLOCK, const CHUNK: usize = STARTS_PER_CHUNK> {
+/// An ordered set of slots, ordered by their keys, in blocks of at most `CAP` elements (see the
+/// module doc). Every call that reads keys takes the `Keys` they are read from; it must be the
+/// same store each time.
+pub(super) struct OrderedSet<const CAP: usize = BLOCK, const CHUNK: usize = STARTS_PER_CHUNK> {
     /// Each block's start, to the block's slot in `slots`.
-    starts: Starts<T, CHUNK>,
+    starts: Starts<CHUNK>,
     /// The blocks; those of slots in `vacant` are empty and in no use.
-    slots: Vec<Block<T>>,
+    slots: Vec<Block>,
     vacant: Vec<usize>,
     /// The block the last insert went to: every search looks there first.
     finger: Option<usize>,
     len: usize,
 }
 
-impl<T, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> {
+impl<const CAP: usize, const CHUNK: usize> OrderedSet<CAP, CHUNK> {
     /// The bytes its blocks and starts take on the heap, by their capacities (an estimate: the
-    /// allocator rounds each up; what the elements own on the heap is not counted).
+    /// allocator rounds each up).
     pub(super) fn heap_bytes(&self) -> usize {
         use std::mem::size_of;
         let vec = |capacity: usize, each: usize| capacity * each;
+        // A start's own copy of its key: two counts and the bytes, rounded up to 16.
+        let start = |start: &Start| {
+            (start.bytes.as_ref()).map_or(0, |bytes| {
+                (2 * size_of::<usize>() + bytes.len()).div_ceil(16) * 16
+            })
+        };
         let blocks: usize = (self.slots.iter())
             .map(|block| {
                 vec(block.heads.capacity(), size_of::<u128>())
-                    + vec(block.items.capacity(), size_of::<T>())
+                    + vec(block.items.capacity(), size_of::<u32>())
+                    + start(&block.start)
             })
             .sum();
         let starts = &self.starts;
         let chunks: usize = (starts.chunks.iter())
             .map(|chunk| {
                 vec(chunk.heads.capacity(), size_of::<u128>())
-                    + vec(chunk.starts.capacity(), size_of::<Start<T>>())
+                    + vec(chunk.starts.capacity(), size_of::<Start>())
                     + vec(chunk.slots.capacity(), size_of::<usize>())
             })
             .sum();
         blocks
-            + vec(self.slots.capacity(), size_of::<Block<T>>())
+            + vec(self.slots.capacity(), size_of::<Block>())
             + vec(self.vacant.capacity(), size_of::<usize>())
             + chunks
             + vec(starts.first_heads.capacity(), size_of::<u128>())
-            + vec(starts.firsts.capacity(), size_of::<Start<T>>())
-            + vec(starts.chunks.capacity(), size_of::<Chunk<T>>())
+            + vec(starts.firsts.capacity(), size_of::<Start>())
+            + vec(starts.chunks.capacity(), size_of::<Chunk>())
     }
 }
 
-impl<T: Headed, const CAP: usize, const CHUNK: usize> Default for OrderedSet<T, CAP, CHUNK> {
+impl<const CAP: usize, const CHUNK: usize> Default for OrderedSet<CAP, CHUNK> {
     fn default() -> Self {
         OrderedSet {
             starts: Starts::new(),
@@ -604,15 +726,16 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> Default for OrderedSet<T, 
     }
 }
 
-impl<T: Headed + fmt::Debug, const CAP: usize, const CHUNK: usize> fmt::Debug
-    for OrderedSet<T, CAP, CHUNK>
-{
+impl<const CAP: usize, const CHUNK: usize> fmt::Debug for OrderedSet<CAP, CHUNK> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.range(Bound::Unbounded)).finish()
+        f.debug_struct("OrderedSet")
+            .field("len", &self.len)
+            .field("blocks", &(self.slots.len() - self.vacant.len()))
+            .finish()
     }
 }
 
-impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> {
+impl<const CAP: usize, const CHUNK: usize> OrderedSet<CAP, CHUNK> {
     const MERGE_BELOW: usize = CAP / 4;
 
     pub(super) fn len(&self) -> usize {
@@ -625,7 +748,7 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
 
     /// The slot of the block `probe` belongs to: the finger's block if it owns the probe (two
     /// comparisons), else the last block whose start is not above it (two binary searches).
-    fn locate(&self, probe: &Start<T>) -> Option<usize> {
+    fn locate(&self, probe: &Probe<'_>) -> Option<usize> {
         if let Some(slot) = self.finger {
             if self.slots[slot].owns(probe) {
                 return Some(slot);
@@ -634,7 +757,7 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
         self.starts.slot_of(probe)
     }
 
-    fn occupy(&mut self, block: Block<T>) -> usize {
+    fn occupy(&mut self, block: Block) -> usize {
         match self.vacant.pop() {
             Some(slot) => {
                 self.slots[slot] = block;
@@ -653,7 +776,7 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
     }
 
     /// Frees `slot`'s block (already out of the tree) and hands it back.
-    fn vacate(&mut self, slot: usize) -> Block<T> {
+    fn vacate(&mut self, slot: usize) -> Block {
         if self.finger == Some(slot) {
             self.finger = None;
         }
@@ -661,13 +784,13 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
         std::mem::replace(&mut self.slots[slot], Block::with_capacity(0))
     }
 
-    /// Adds `item`; false if it was there already.
-    pub(super) fn insert(&mut self, item: T) -> bool {
-        let probe = Start::at(item);
+    /// Adds `item`, whose key `keys` reads; false if an element of that key was there already.
+    pub(super) fn insert(&mut self, item: u32, keys: &impl Keys) -> bool {
+        let probe = Probe::of(keys.key(item));
         let Some(slot) = self.locate(&probe) else {
             // The first element: a block that grows as it fills.
             let mut block = Block::with_capacity(0);
-            block.insert(0, probe.head, None, probe.into_item(), CAP);
+            block.insert(0, probe.head, None, item, CAP, keys);
             let slot = self.occupy(block);
             self.starts.insert(Start::LEAST, slot);
             self.finger = Some(slot);
@@ -676,51 +799,57 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
         };
         self.finger = Some(slot);
         let block = &mut self.slots[slot];
-        let Place { at: Err(pos), head } = block.search(probe.head, probe.item()) else {
+        let Place { at: Err(pos), head } = block.search(&probe, keys) else {
             return false;
         };
         self.len += 1;
         if block.len() < CAP {
-            block.insert(pos, probe.head, head, probe.into_item(), CAP);
+            block.insert(pos, probe.head, head, item, CAP, keys);
             return true;
         }
-        self.insert_into_full(slot, pos, head, probe);
+        self.insert_into_full(slot, pos, head, probe.head, item, keys);
         true
     }
 
-    /// Inserts `probe`'s element at `pos` of the full block in `slot`, splitting the block.
-    /// In its last quarter, the block splits at `pos` and the element starts the second part;
-    /// in its first quarter, the block splits at `pos` and the element ends the first part;
-    /// elsewhere it splits in halves. So a run of inserts that ascend (or descend) through a
-    /// region, as sequential ids do, leaves full blocks behind it, not half-full ones, and any
-    /// split leaves a block at least half full. The finger follows the element.
+    /// Inserts `item` (of head `head0`) at `pos` of the full block in `slot`, splitting the
+    /// block. In its last quarter, the block splits at `pos` and the element starts the second
+    /// part; in its first quarter, the block splits at `pos` and the element ends the first
+    /// part; elsewhere it splits in halves. So a run of inserts that ascend (or descend)
+    /// through a region, as sequential ids do, leaves full blocks behind it, not half-full
+    /// ones, and any split leaves a block at least half full. The finger follows the element.
     /// Both parts then take their heads after their own prefixes.
     #[cold]
-    fn insert_into_full(&mut self, slot: usize, pos: usize, head: Option<u128>, probe: Start<T>) {
+    fn insert_into_full(
+        &mut self,
+        slot: usize,
+        pos: usize,
+        head: Option<u128>,
+        head0: u128,
+        item: u32,
+        keys: &impl Keys,
+    ) {
         let block = &mut self.slots[slot];
-        let head0 = probe.head;
-        let item = probe.into_item();
         let (mut right, into_right) = if pos >= CAP - CAP / 4 {
             let mut right = block.split_off(pos, CAP);
-            right.insert(0, head0, head, item, CAP);
+            right.insert(0, head0, head, item, CAP, keys);
             (right, true)
         } else if pos <= CAP / 4 {
             let right = block.split_off(pos, CAP);
-            block.insert(pos, head0, head, item, CAP);
+            block.insert(pos, head0, head, item, CAP, keys);
             (right, false)
         } else {
             let half = CAP / 2;
             let mut right = block.split_off(half, CAP);
             if pos <= half {
-                block.insert(pos, head0, head, item, CAP);
+                block.insert(pos, head0, head, item, CAP, keys);
             } else {
-                right.insert(pos - half, head0, head, item, CAP);
+                right.insert(pos - half, head0, head, item, CAP, keys);
             }
             (right, pos > half)
         };
-        block.tighten();
-        right.tighten();
-        let start = right.first();
+        block.tighten(keys);
+        right.tighten(keys);
+        let start = right.first(keys);
         right.start = start.clone();
         right.end = block.end.replace(start.clone());
         let right = self.occupy(right);
@@ -730,22 +859,23 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
         }
     }
 
-    /// Takes `item` out; false if it was not there.
-    pub(super) fn remove(&mut self, item: &T) -> bool {
-        let probe = Start::at(item.clone());
+    /// Takes `item` out (found by its key, which `keys` still reads); false if it was not there.
+    pub(super) fn remove(&mut self, item: u32, keys: &impl Keys) -> bool {
+        let probe = Probe::of(keys.key(item));
         let Some(slot) = self.locate(&probe) else {
             return false;
         };
         let block = &mut self.slots[slot];
-        let Ok(pos) = block.search(probe.head, item).at else {
+        let Ok(pos) = block.search(&probe, keys).at else {
             return false;
         };
+        debug_assert_eq!(block.items[pos], item, "one element per key");
         block.remove(pos);
         self.len -= 1;
         if block.len() >= Self::MERGE_BELOW.max(1) {
             return true;
         }
-        self.shrunk(slot);
+        self.shrunk(slot, keys);
         true
     }
 
@@ -753,11 +883,11 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
     /// (the next one becoming the first if it was), a small one takes the next one in if both
     /// fit in half a block.
     #[cold]
-    fn shrunk(&mut self, slot: usize) {
+    fn shrunk(&mut self, slot: usize, keys: &impl Keys) {
         let len = self.slots[slot].len();
         let at = self
             .starts
-            .find(&self.slots[slot].start)
+            .find_start(&self.slots[slot].start)
             .expect("a block in use has a start");
         if len == 0 {
             self.starts.remove_at(at);
@@ -779,27 +909,32 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
             let (_, next_slot) = self.starts.at(next);
             self.starts.remove_at(next);
             let next = self.vacate(next_slot);
-            self.slots[slot].append(next);
+            self.slots[slot].append(next, keys);
         }
     }
 
-    pub(super) fn contains(&self, item: &T) -> bool {
-        let probe = Start::at(item.clone());
+    /// Whether an element of key `key` is in the set.
+    pub(super) fn contains(&self, key: Key<'_>, keys: &impl Keys) -> bool {
+        let probe = Probe::of(key);
         self.locate(&probe)
-            .is_some_and(|slot| self.slots[slot].search(probe.head, item).at.is_ok())
+            .is_some_and(|slot| self.slots[slot].search(&probe, keys).at.is_ok())
     }
 
-    /// The elements in order from `from` on: all of them, or from `item` on, or after it.
-    pub(super) fn range<'a>(&'a self, from: Bound<&T>) -> impl Iterator<Item = &'a T> + 'a {
-        let (first, rest): (&'a [T], _) = match from {
+    /// The elements in order from `from` on: all of them, or from the key on, or after it.
+    pub(super) fn range<'a>(
+        &'a self,
+        from: Bound<Key<'_>>,
+        keys: &impl Keys,
+    ) -> impl Iterator<Item = u32> + 'a {
+        let (first, rest): (&'a [u32], _) = match from {
             Bound::Unbounded => (&[], self.starts.first_position()),
-            Bound::Included(item) | Bound::Excluded(item) => {
-                let probe = Start::at(item.clone());
+            Bound::Included(key) | Bound::Excluded(key) => {
+                let probe = Probe::of(key);
                 match self.starts.find(&probe) {
                     None => (&[], self.starts.first_position()),
                     Some(at) => {
                         let block = &self.slots[self.starts.at(at).1];
-                        let pos = match block.search(probe.head, item).at {
+                        let pos = match block.search(&probe, keys).at {
                             Ok(pos) if matches!(from, Bound::Excluded(_)) => pos + 1,
                             Ok(pos) | Err(pos) => pos,
                         };
@@ -808,10 +943,10 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
                 }
             }
         };
-        first.iter().chain(
+        first.iter().copied().chain(
             self.starts
                 .slots_from(rest)
-                .flat_map(move |slot| self.slots[slot].items.iter()),
+                .flat_map(move |slot| self.slots[slot].items.iter().copied()),
         )
     }
 
@@ -820,9 +955,9 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
     /// before, its end not above the next start, the first block's start `LEAST`, the finger on
     /// a block in use, the vacant slots empty, and `len` the count of elements.
     #[cfg(test)]
-    fn check(&self) -> Result<(), String> {
+    fn check(&self, keys: &impl Keys) -> Result<(), String> {
         let mut count = 0;
-        let mut previous: Option<&Block<T>> = None;
+        let mut previous: Option<&Block> = None;
         let mut used = vec![false; self.slots.len()];
         for (n, (start, slot)) in self.starts.iter().enumerate() {
             let block = &self.slots[slot];
@@ -837,31 +972,32 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
                 return Err(format!("block {n}: heads and elements differ in number"));
             }
             if let Some(previous) = previous {
-                let last = previous.items.last().expect("a block in use has elements");
-                if *start <= Start::at(last.clone()) {
+                let last = *previous.items.last().expect("a block in use has elements");
+                if start.cmp_probe(&Probe::of(keys.key(last))).is_le() {
                     return Err(format!("block {n} starts at or before the one before ends"));
                 }
-                if previous.end.as_ref().is_none_or(|end| end > start) {
+                if (previous.end.as_ref()).is_none_or(|end| end.cmp_start(start).is_gt()) {
                     return Err(format!("block {n} starts before the end of the one before"));
                 }
             }
-            if *start > block.first() {
+            let first = keys.key(block.items[0]);
+            if start.cmp_probe(&Probe::of(first)).is_gt() {
                 return Err(format!("block {n} starts after its first element"));
             }
-            let first = block.items[0].key();
             if !block.skip.is_multiple_of(16)
                 || (block.skip > 0 && first.head_at(0) != block.prefix)
             {
                 return Err(format!("block {n}: a prefix of {} bytes", block.skip));
             }
-            for (i, (head, item)) in block.heads.iter().zip(&block.items).enumerate() {
-                if item.key().shared(first, block.skip) != block.skip {
+            for (i, (head, &item)) in block.heads.iter().zip(&block.items).enumerate() {
+                let key = keys.key(item);
+                if key.shared(first, block.skip) != block.skip {
                     return Err(format!("block {n}: an element outside the block's prefix"));
                 }
-                if *head != item.key().head_at(block.skip) {
+                if *head != key.head_at(block.skip) {
                     return Err(format!("block {n}: a stale head"));
                 }
-                if i > 0 && block.items[i - 1] >= *item {
+                if i > 0 && keys.key(block.items[i - 1]).cmp_bytes(key).is_ge() {
                     return Err(format!("block {n} is out of order"));
                 }
             }
@@ -903,22 +1039,94 @@ impl<T: Headed, const CAP: usize, const CHUNK: usize> OrderedSet<T, CAP, CHUNK> 
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
+    use std::collections::{BTreeSet, HashMap};
 
     use proptest::prelude::*;
 
     use super::*;
 
-    /// Ids as strings, headed as the hold index heads its ids.
-    #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+    /// Ids as strings, keyed as the hold index keys its ids.
+    #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
     struct Id(String);
 
-    impl Headed for Id {
+    impl Id {
         fn key(&self) -> Key<'_> {
             Key {
                 first: self.0.as_bytes(),
                 second: None,
             }
+        }
+    }
+
+    /// The store the sets' slots name: each id a slot of its own, for good.
+    #[derive(Default)]
+    struct Names {
+        ids: Vec<Id>,
+        slots: HashMap<Id, u32>,
+    }
+
+    impl Names {
+        fn slot(&mut self, id: &Id) -> u32 {
+            if let Some(&slot) = self.slots.get(id) {
+                return slot;
+            }
+            self.ids.push(id.clone());
+            let slot = u32::try_from(self.ids.len() - 1).unwrap();
+            self.slots.insert(id.clone(), slot);
+            slot
+        }
+
+        fn ids<'a>(
+            &'a self,
+            slots: impl Iterator<Item = u32> + 'a,
+        ) -> impl Iterator<Item = &'a Id> {
+            slots.map(|slot| &self.ids[slot as usize])
+        }
+    }
+
+    impl Keys for Names {
+        fn key(&self, item: u32) -> Key<'_> {
+            self.ids[item as usize].key()
+        }
+    }
+
+    /// A set and the names of its slots, used as one.
+    #[derive(Default)]
+    struct Named<const CAP: usize = BLOCK, const CHUNK: usize = STARTS_PER_CHUNK> {
+        set: OrderedSet<CAP, CHUNK>,
+        names: Names,
+    }
+
+    impl<const CAP: usize, const CHUNK: usize> Named<CAP, CHUNK> {
+        fn insert(&mut self, id: Id) -> bool {
+            let slot = self.names.slot(&id);
+            self.set.insert(slot, &self.names)
+        }
+
+        fn remove(&mut self, id: &Id) -> bool {
+            let slot = self.names.slot(id);
+            self.set.remove(slot, &self.names)
+        }
+
+        fn contains(&self, id: &Id) -> bool {
+            self.set.contains(id.key(), &self.names)
+        }
+
+        fn range(&self, from: Bound<&Id>) -> impl Iterator<Item = &Id> {
+            self.names
+                .ids(self.set.range(from.map(Id::key), &self.names))
+        }
+
+        fn check(&self) -> Result<(), String> {
+            self.set.check(&self.names)
+        }
+
+        fn len(&self) -> usize {
+            self.set.len()
+        }
+
+        fn is_empty(&self) -> bool {
+            self.set.is_empty()
         }
     }
 
@@ -976,7 +1184,7 @@ mod tests {
     fn against_the_model<const CAP: usize, const CHUNK: usize>(
         ops: &[Op],
     ) -> Result<(), TestCaseError> {
-        let mut set = OrderedSet::<Id, CAP, CHUNK>::default();
+        let mut set = Named::<CAP, CHUNK>::default();
         let mut model = BTreeSet::new();
         for op in ops {
             match op {
@@ -1025,7 +1233,7 @@ mod tests {
             }
         }
         prop_assert!(set.is_empty());
-        prop_assert_eq!(set.starts.len(), 0);
+        prop_assert_eq!(set.set.starts.len(), 0);
         for id in ids.iter().rev() {
             prop_assert!(set.insert(id.clone()));
         }
@@ -1066,7 +1274,7 @@ mod tests {
     /// words they share, and lose them to an id outside.
     #[test]
     fn blocks_head_after_the_words_their_ids_share() {
-        let mut set = OrderedSet::<Id, BLOCK>::default();
+        let mut set = Named::<BLOCK>::default();
         let mut model = BTreeSet::new();
         let prefixes = [
             "bench-0123456789ab-",
@@ -1087,15 +1295,15 @@ mod tests {
         }
         set.check().unwrap();
         assert!(set.range(Bound::Unbounded).eq(model.iter()));
-        let skips: BTreeSet<usize> = set.slots.iter().map(|block| block.skip).collect();
+        let skips: BTreeSet<usize> = set.set.slots.iter().map(|block| block.skip).collect();
         assert_eq!(skips, BTreeSet::from([0, 16, 32]));
         // Ids that differ within their first 16 bytes are searched by heads from the start.
-        let mut short = OrderedSet::<Id, BLOCK>::default();
+        let mut short = Named::<BLOCK>::default();
         for n in 0..5_000 {
             short.insert(Id(format!("order-{n}")));
         }
         short.check().unwrap();
-        assert!(short.slots.iter().all(|block| block.skip == 0));
+        assert!(short.set.slots.iter().all(|block| block.skip == 0));
         for id in &model {
             assert!(set.contains(id));
             assert!(
@@ -1118,13 +1326,13 @@ mod tests {
     /// middle, merges and empty blocks at production capacity.
     #[test]
     fn sequential_ids_fill_their_blocks() {
-        let mut set = OrderedSet::<Id, BLOCK>::default();
+        let mut set = Named::<BLOCK>::default();
         let ids: Vec<Id> = (0..10_000).map(|n| Id(format!("order-{n:08}"))).collect();
         for id in &ids {
             assert!(set.insert(id.clone()));
         }
         set.check().unwrap();
-        assert_eq!(set.starts.len(), 10_000usize.div_ceil(BLOCK));
+        assert_eq!(set.set.starts.len(), 10_000usize.div_ceil(BLOCK));
         assert!(set.range(Bound::Unbounded).eq(ids.iter()));
         for id in ids.iter().step_by(2) {
             assert!(set.remove(id));
