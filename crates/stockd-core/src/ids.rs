@@ -4,7 +4,6 @@
 
 use std::borrow::Borrow;
 use std::cell::RefCell;
-use std::collections::HashSet;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -119,10 +118,12 @@ thread_local! {
     static INTERNED: RefCell<Option<Interned>> = const { RefCell::new(None) };
 }
 
+/// Hashed with hashbrown's foldhash rather than std's SipHash: a snapshot of ten million holds
+/// looks a user up for each.
 #[derive(Default)]
 struct Interned {
-    pools: HashSet<PoolId>,
-    users: HashSet<UserId>,
+    pools: hashbrown::HashSet<PoolId>,
+    users: hashbrown::HashSet<UserId>,
 }
 
 /// Runs `read` with the pool and user ids that serde reads on this thread interned: every

@@ -25,7 +25,7 @@ pub(crate) fn recover(
     fs: Arc<dyn Fs>,
 ) -> Result<writer::Writer, EngineError> {
     let started = std::time::Instant::now();
-    let (storage, recovered) = Storage::open(StorageConfig {
+    let (storage, mut recovered) = Storage::open(StorageConfig {
         fs,
         dir: config.data_dir.clone(),
         segment_bytes_max: config.segment_bytes_max,
@@ -38,7 +38,13 @@ pub(crate) fn recover(
     }
     let read_ms = started.elapsed().as_millis() as u64;
     let shared = Arc::new(Shared::new(config.event_retention_max));
-    let (state, events, replayed) = rebuild(&recovered, config.state, config.event_retention_max)?;
+    let (state, events, replayed) = rebuild(
+        recovered.snapshot.take(),
+        &recovered.records,
+        config.state,
+        config.event_retention_max,
+    )?;
+    drop(recovered.records);
     let rebuilt_ms = started.elapsed().as_millis() as u64;
     shared.feed.restore(events);
     let fed_ms = started.elapsed().as_millis() as u64;
@@ -81,16 +87,20 @@ pub fn memory_estimate(
     event_retention_max: usize,
 ) -> Result<Vec<(&'static str, usize)>, EngineError> {
     let recovered = storage::read_newest_snapshot(&crate::storage::RealFs, dir)?;
-    let (state, events, _) = rebuild(&recovered, config, event_retention_max)?;
+    let (state, events, _) = rebuild(recovered.snapshot, &[], config, event_retention_max)?;
     let mut estimate = state.memory_estimate();
     estimate.push(("retained events (encoded)", events.heap_bytes()));
     Ok(estimate)
 }
 
 /// Rebuilds the state and the retained feed from a snapshot and the log records after it, by
-/// replaying the records through the same `apply_record` that applied them live.
+/// replaying the records through the same `apply_record` that applied them live. The
+/// snapshot's bytes go once decoded, before the indexes are built: at ten million holds they
+/// are most of a gigabyte, which the index build's scratch then reuses rather than fresh pages
+/// the kernel must zero.
 fn rebuild(
-    recovered: &storage::Recovered,
+    snapshot: Option<Vec<u8>>,
+    records: &[(u64, Vec<u8>)],
     config: StateConfig,
     event_retention_max: usize,
 ) -> Result<(State, Window, u64), EngineError> {
@@ -98,10 +108,10 @@ fn rebuild(
     // `Event` each.
     let mut events = Window::new();
     let retention = event_retention_max.max(1);
-    let mut state = match &recovered.snapshot {
+    let mut state = match snapshot {
         Some(bytes) => {
             let (snapshot, snapshot_events) =
-                decode_snapshot_encoded(bytes).map_err(|error| match error {
+                decode_snapshot_encoded(&bytes).map_err(|error| match error {
                     SnapshotError::Decode(source) => EngineError::Decode {
                         what: "snapshot",
                         source,
@@ -115,6 +125,7 @@ fn rebuild(
                 events.push_encoded(event);
             }
             drop(snapshot_events);
+            drop(bytes);
             let decoded = std::time::Instant::now();
             let state = State::from_snapshot(config, snapshot);
             tracing::debug!(
@@ -128,7 +139,7 @@ fn rebuild(
     let mut new_events = Vec::new();
     let mut replayed = 0u64;
     let mut last_at_ms = None;
-    for (_lsn, payload) in &recovered.records {
+    for (_lsn, payload) in records {
         let records = frame_codec::decode_frame(payload).map_err(|source| EngineError::Decode {
             what: "log record",
             source,
@@ -176,20 +187,10 @@ mod tests {
         })
     }
 
-    /// What recovery reads from a data directory holding only this snapshot payload.
-    fn from_snapshot(payload: Vec<u8>) -> storage::Recovered {
-        storage::Recovered {
-            snapshot: Some(payload),
-            snapshot_lsn: 1,
-            records: Vec::new(),
-            truncated_tail_bytes: 0,
-        }
-    }
-
     /// Holds in the newest snapshot on disk.
     fn snapshot_holds(dir: &std::path::Path, config: StateConfig) -> usize {
         let recovered = storage::read_newest_snapshot(&RealFs, dir).unwrap();
-        let (state, _, _) = rebuild(&recovered, config, 1000).unwrap();
+        let (state, _, _) = rebuild(recovered.snapshot, &[], config, 1000).unwrap();
         state.hold_count()
     }
 
@@ -200,16 +201,11 @@ mod tests {
             Vec::<stockd_core::Event>::new(),
         ))
         .unwrap();
-        let recovered = from_snapshot(untagged);
-        let rebuilt = rebuild(&recovered, StateConfig::default(), 10);
+        let rebuilt = rebuild(Some(untagged), &[], StateConfig::default(), 10);
         assert!(matches!(rebuilt, Err(EngineError::SnapshotFormat { .. })));
         let state = stockd_core::State::new(StateConfig::default());
         let tagged = stockd_core::state::snapshot::encode_snapshot(&state, std::iter::empty());
-        let recovered = storage::Recovered {
-            snapshot: Some(tagged),
-            ..recovered
-        };
-        assert!(rebuild(&recovered, StateConfig::default(), 10).is_ok());
+        assert!(rebuild(Some(tagged), &[], StateConfig::default(), 10).is_ok());
     }
 
     #[tokio::test]

@@ -61,59 +61,90 @@ fn id_key(hold_id: &HoldId) -> Key<'_> {
     }
 }
 
-/// `items` in the order of their keys (`key`: two strings, compared as the pair), sorted by
-/// the 16 bytes of each string after the prefix every item shares, held in a vector beside the
-/// item's position: a comparison reads no string, unless two heads tie. Ids of one shop share
-/// long prefixes (`ORD-20261207-`), so the heads after them order nearly every pair.
-fn sort_by_heads<T>(items: Vec<T>, key: impl Fn(&T) -> (&str, &str)) -> Vec<T> {
-    fn part<'a, T>(key: &impl Fn(&T) -> (&str, &str), item: &'a T, second: bool) -> &'a [u8] {
-        let (first, other) = key(item);
-        if second { other } else { first }.as_bytes()
-    }
-    let shared = |second: bool| {
-        let Some(first) = items.first().map(|item| part(&key, item, second)) else {
-            return 0;
-        };
-        items.iter().fold(first.len(), |shared, item| {
-            let bytes = part(&key, item, second);
-            first[..shared]
-                .iter()
-                .zip(bytes)
-                .take_while(|(a, b)| a == b)
-                .count()
-        })
+/// `items` in the order of their keys (`key`), sorted by the 16 bytes of each key after the
+/// prefix every item shares, held in a vector beside the item's position: a comparison reads
+/// no string, unless two heads tie. Ids of one shop share long prefixes (`ORD-20261207-`), so
+/// the heads after them order nearly every pair. Its scratch is 32 bytes an item: at ten
+/// million holds, a restart's largest allocation after the snapshot's bytes.
+fn sort_by_heads<'k, T: Copy>(items: &[T], key: impl Fn(&T) -> &'k str) -> Vec<T> {
+    let Some(first) = items.first().map(|item| key(item).as_bytes()) else {
+        return Vec::new();
     };
-    let (skip_first, skip_second) = (shared(false), shared(true));
-    let head = |text: &str, skip: usize| {
+    let skip = items.iter().fold(first.len(), |shared, item| {
+        (first[..shared].iter())
+            .zip(key(item).as_bytes())
+            .take_while(|(a, b)| a == b)
+            .count()
+    });
+    let head = |text: &str| {
         let mut head = [0u8; 16];
         for (to, from) in head.iter_mut().zip(text.as_bytes().iter().skip(skip)) {
             *to = *from;
         }
         u128::from_be_bytes(head)
     };
-    let mut order: Vec<(u128, u128, usize)> = items
-        .iter()
-        .enumerate()
+    let mut order: Vec<(u128, u32)> = (items.iter().enumerate())
         .map(|(position, item)| {
-            let (first, second) = key(item);
-            (head(first, skip_first), head(second, skip_second), position)
+            let position = u32::try_from(position).expect("fewer than 4 billion items");
+            (head(key(item)), position)
         })
         .collect();
-    // Heads compare as their strings wherever they differ; where the first heads tie, the
-    // first strings may still differ beyond them, so the strings decide from there.
+    // Heads compare as their strings wherever they differ; where they tie, the strings may
+    // still differ beyond them, so the strings decide.
     order.sort_unstable_by(|a, b| {
         a.0.cmp(&b.0).then_with(|| {
-            let (ka, kb) = (key(&items[a.2]), key(&items[b.2]));
-            ka.0.cmp(kb.0)
-                .then_with(|| a.1.cmp(&b.1))
-                .then_with(|| ka.1.cmp(kb.1))
+            let (a, b) = (&items[a.1 as usize], &items[b.1 as usize]);
+            key(a).cmp(key(b))
         })
     });
-    let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
-    order
-        .into_iter()
-        .map(|(_, _, position)| slots[position].take().expect("each position once"))
+    (order.into_iter())
+        .map(|(_, position)| items[position as usize])
         .collect()
+}
+
+/// The slots of the holds with a user, in the order of (user, hold id): `by_id`, the slots in
+/// hold id order, stably sorted by user. The users are ranked once each (a shop has a tenth
+/// as many buyers as holds) and the slots counted into place by rank, rather than ten million
+/// (user, id) pairs sorted: a tenth of the comparisons, and 4 bytes of scratch a hold rather
+/// than 48.
+fn by_user_order(holds: &HoldStore, by_id: &[u32]) -> Vec<u32> {
+    let mut users: HashMap<&str, u32> = HashMap::new();
+    let mut distinct: Vec<&str> = Vec::new();
+    let mut user_of: Vec<(u32, u32)> = Vec::new();
+    for &slot in by_id {
+        if let Some(user) = &holds.at(slot).1.user {
+            let next = u32::try_from(distinct.len()).expect("fewer than 4 billion users");
+            let user = *users.entry(user.as_str()).or_insert_with(|| {
+                distinct.push(user.as_str());
+                next
+            });
+            user_of.push((slot, user));
+        }
+    }
+    drop(users);
+    let mut rank = vec![0u32; distinct.len()];
+    let ordered: Vec<u32> = (0..distinct.len() as u32).collect();
+    for (place, user) in sort_by_heads(&ordered, |&user| distinct[user as usize])
+        .into_iter()
+        .enumerate()
+    {
+        rank[user as usize] = place as u32;
+    }
+    // Where each rank's slots start, then each slot to its place, in id order within a user.
+    let mut start = vec![0usize; distinct.len() + 1];
+    for &(_, user) in &user_of {
+        start[rank[user as usize] as usize + 1] += 1;
+    }
+    for at in 1..start.len() {
+        start[at] += start[at - 1];
+    }
+    let mut sorted = vec![0u32; user_of.len()];
+    for (slot, user) in user_of {
+        let at = &mut start[rank[user as usize] as usize];
+        sorted[*at] = slot;
+        *at += 1;
+    }
+    sorted
 }
 
 /// The sets hold slots of the hold store (`holds.rs`), four bytes each, and read the ids and
@@ -135,12 +166,10 @@ impl HoldIndex {
     /// over the heap.
     pub(super) fn build(holds: &HoldStore) -> HoldIndex {
         let (by_id, by_user_keys) = (ById(holds), ByUser(holds));
-        let slots: Vec<(&HoldId, u32)> = (holds.slots())
-            .map(|slot| (holds.at(slot).0, slot))
-            .collect();
-        let slots = sort_by_heads(slots, |&(hold_id, _)| (hold_id.as_str(), ""));
+        let slots: Vec<u32> = holds.slots().collect();
+        let slots = sort_by_heads(&slots, |&slot| holds.at(slot).0.as_str());
         let mut index = HoldIndex::default();
-        for &(_, slot) in &slots {
+        for &slot in &slots {
             index.all.insert(slot, &by_id);
             for item in holds.at(slot).1.items.iter() {
                 match index.by_pool.get_mut(&item.pool) {
@@ -154,17 +183,7 @@ impl HoldIndex {
                 };
             }
         }
-        let with_user: Vec<(&UserId, &HoldId, u32)> = (slots.iter())
-            .filter_map(|&(_, slot)| {
-                let (hold_id, hold) = holds.at(slot);
-                hold.user.as_ref().map(|user| (user, hold_id, slot))
-            })
-            .collect();
-        drop(slots);
-        let with_user = sort_by_heads(with_user, |&(user, hold_id, _)| {
-            (user.as_str(), hold_id.as_str())
-        });
-        for (_, _, slot) in with_user {
+        for slot in by_user_order(holds, &slots) {
             index.by_user.insert(slot, &by_user_keys);
         }
         index
@@ -376,8 +395,9 @@ mod tests {
         }
     }
 
+    /// Four users, some the start of others': their holds still go by user, then by id.
     fn user(u: u8) -> UserId {
-        UserId::parse(&format!("u{u}")).unwrap()
+        UserId::parse(["u1", "u", "u1.x", "u0"][usize::from(u)]).unwrap()
     }
 
     fn hold(user: Option<UserId>, pools: &BTreeSet<u8>) -> Hold {
@@ -533,12 +553,13 @@ mod tests {
 
         #[test]
         fn sorting_by_heads_sorts_by_the_strings(
-            pairs in prop::collection::vec(("[0a]{0,3}[0a.]{0,20}", "[0a]{0,20}"), 0..80),
+            texts in prop::collection::vec("[0a]{0,3}[0a.]{0,20}", 0..80),
         ) {
-            let mut expected = pairs.clone();
+            let mut expected = texts.clone();
             expected.sort();
-            let sorted = sort_by_heads(pairs, |(a, b)| (a.as_str(), b.as_str()));
-            prop_assert_eq!(sorted, expected);
+            let refs: Vec<&String> = texts.iter().collect();
+            let sorted = sort_by_heads(&refs, |&text| text.as_str());
+            prop_assert_eq!(sorted, expected.iter().collect::<Vec<_>>());
         }
     }
 }

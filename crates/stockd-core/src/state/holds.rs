@@ -156,6 +156,26 @@ impl HoldStore {
         (slot, None)
     }
 
+    /// Adds a hold whose id is new, with one lookup: false, and nothing added, if it is not.
+    fn insert_new(&mut self, id: HoldId, hold: Hold) -> bool {
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => self.pages.grow(),
+        };
+        *self.pages.slot_mut(slot) = Some((id, hold));
+        let pages = &self.pages;
+        if !self
+            .slots
+            .insert_new(pages.id(slot), slot, |slot| pages.id(slot))
+        {
+            *self.pages.slot_mut(slot) = None;
+            self.free.push(slot);
+            return false;
+        }
+        self.pages.len += 1;
+        true
+    }
+
     pub(super) fn remove(&mut self, id: &HoldId) -> Option<Hold> {
         let pages = &self.pages;
         let slot = self.slots.remove(id, |slot| pages.id(slot))?;
@@ -266,10 +286,17 @@ impl<'de> Deserialize<'de> for HoldStore {
             fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<HoldStore, A::Error> {
                 let mut holds = HoldStore::new();
                 if let Some(len) = access.size_hint() {
+                    // A count read from the input: bounded (a hundred megabytes of room at
+                    // most), so that a corrupt one cannot ask for all the memory there is.
+                    let len = len.min(1 << 24);
                     holds.pages.pages.reserve(len.div_ceil(PAGE));
+                    let pages = &holds.pages;
+                    holds.slots.reserve(len, |slot| pages.id(slot));
                 }
                 while let Some((id, hold)) = access.next_entry::<HoldId, Hold>()? {
-                    holds.insert(id, hold);
+                    if !holds.insert_new(id, hold) {
+                        return Err(serde::de::Error::custom("a hold id twice"));
+                    }
                 }
                 Ok(holds)
             }
@@ -300,6 +327,25 @@ mod tests {
             expires_at_ms: at_ms,
             finished_at_ms: None,
         }
+    }
+
+    /// A snapshot naming a hold twice is not one stockd wrote: decoding it fails, and keeps
+    /// neither.
+    #[test]
+    fn a_hold_id_twice_does_not_decode() {
+        struct Twice(Vec<(HoldId, Hold)>);
+        impl Serialize for Twice {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_map(self.0.iter().map(|(id, hold)| (id, hold)))
+            }
+        }
+        let once = Twice(vec![(id(1), hold(1)), (id(2), hold(2))]);
+        let bytes = postcard::to_allocvec(&once).unwrap();
+        let store: HoldStore = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(store.len(), 2);
+        let twice = Twice(vec![(id(1), hold(1)), (id(2), hold(2)), (id(1), hold(3))]);
+        let bytes = postcard::to_allocvec(&twice).unwrap();
+        assert!(postcard::from_bytes::<HoldStore>(&bytes).is_err());
     }
 
     /// A retained hold's record, its id and its one item inline, is what a page slot takes:

@@ -89,6 +89,50 @@ impl ShardedSlots {
     }
 
     /// Takes `key` out; returns its slot.
+    /// Adds `key` at `slot` unless it is there already (false then), with one hash: for
+    /// loading a snapshot, whose ids are unique unless the file is not a snapshot we wrote.
+    pub(super) fn insert_new<'k, K: Hash + Eq + ?Sized + 'k>(
+        &mut self,
+        key: &K,
+        slot: u32,
+        key_of: impl Fn(u32) -> &'k K,
+    ) -> bool {
+        let (shard, hash) = self.locate(key);
+        let hasher = &self.hasher;
+        let rehash = |&slot: &u32| hasher.hash_one(key_of(slot));
+        let table = &mut self.shards[shard];
+        if table.len() >= table.capacity() * (SHARDS + shard) / (2 * SHARDS) {
+            table.reserve(table.len() + 1, rehash);
+        }
+        match table.entry(hash, |&other| key_of(other) == key, rehash) {
+            hashbrown::hash_table::Entry::Occupied(_) => false,
+            hashbrown::hash_table::Entry::Vacant(vacant) => {
+                vacant.insert(slot);
+                self.len += 1;
+                true
+            }
+        }
+    }
+
+    /// Room for `more` keys spread over the shards, each sized as it would have grown to
+    /// (its staggered fill) so that loading them grows none: a snapshot's count is known
+    /// before its holds are read.
+    pub(super) fn reserve<'k, K: Hash + ?Sized + 'k>(
+        &mut self,
+        more: usize,
+        key_of: impl Fn(u32) -> &'k K,
+    ) {
+        let hasher = &self.hasher;
+        let per_shard = more.div_ceil(SHARDS) + more.div_ceil(SHARDS) / 16 + 1;
+        for (shard, table) in self.shards.iter_mut().enumerate() {
+            let wanted = table.len() + per_shard;
+            table.reserve(
+                wanted * (2 * SHARDS) / (SHARDS + shard) + 1 - table.len(),
+                |&slot: &u32| hasher.hash_one(key_of(slot)),
+            );
+        }
+    }
+
     pub(super) fn remove<'k, K: Hash + Eq + ?Sized + 'k>(
         &mut self,
         key: &K,
@@ -150,5 +194,26 @@ mod tests {
         let copy = index.clone();
         assert_eq!(copy.get("hold-7", key_of), index.get("hold-7", key_of));
         assert!(index.shards.iter().all(|shard| shard.len() > 20));
+    }
+
+    /// Room reserved for a snapshot's keys is room enough: loading them grows no shard, and a
+    /// key there already is refused.
+    #[test]
+    fn reserved_room_takes_every_key_without_growing() {
+        let keys: Vec<String> = (0..50_000).map(|n| format!("order-{n}")).collect();
+        let key_of = |slot: u32| keys[slot as usize].as_str();
+        let mut index = ShardedSlots::default();
+        index.reserve(keys.len(), key_of);
+        let capacities: Vec<usize> = index.shards.iter().map(HashTable::capacity).collect();
+        for (slot, key) in keys.iter().enumerate() {
+            assert!(index.insert_new(key.as_str(), slot as u32, key_of));
+        }
+        assert!(!index.insert_new("order-7", 0, key_of));
+        assert_eq!(index.len(), keys.len());
+        let after: Vec<usize> = index.shards.iter().map(HashTable::capacity).collect();
+        assert_eq!(after, capacities);
+        for (slot, key) in keys.iter().enumerate() {
+            assert_eq!(index.get(key.as_str(), key_of), Some(slot as u32));
+        }
     }
 }
