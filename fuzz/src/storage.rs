@@ -284,8 +284,11 @@ fn damage(input: &mut Input, dir: &Path) -> bool {
 fn check_recovered(recovered: &Recovered, written: &Written) {
     match &recovered.snapshot {
         Some(payload) => assert_eq!(
-            written.snapshots.get(&recovered.snapshot_lsn),
-            Some(payload),
+            written
+                .snapshots
+                .get(&recovered.snapshot_lsn)
+                .map(|bytes| &bytes[..]),
+            Some(&payload[..]),
             "recovery returned a snapshot that was never written at lsn {}",
             recovered.snapshot_lsn
         ),

@@ -28,6 +28,35 @@ pub trait FsFile: Send + Debug {
     fn sync_all(&mut self) -> io::Result<()>;
 }
 
+/// A whole file's bytes, as [`Fs::read_whole`] hands them: read into memory, or mapped.
+pub enum FileBytes {
+    Owned(Vec<u8>),
+    /// The file's pages in the page cache, mapped read-only: no copy, and no fresh memory for
+    /// the kernel to zero (a gigabyte of snapshot cost two seconds of that here).
+    Mapped(memmap2::Mmap),
+}
+
+impl std::ops::Deref for FileBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            FileBytes::Owned(bytes) => bytes,
+            FileBytes::Mapped(map) => map,
+        }
+    }
+}
+
+impl Debug for FileBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self {
+            FileBytes::Owned(_) => "Owned",
+            FileBytes::Mapped(_) => "Mapped",
+        };
+        write!(f, "FileBytes::{how}({} bytes)", self.len())
+    }
+}
+
 /// An advisory lock, held until dropped.
 pub trait FsLock: Send + Sync + Debug {}
 
@@ -43,6 +72,11 @@ pub trait Fs: Send + Sync + Debug + 'static {
     /// fsync of a directory: creations, renames and deletions in it survive a crash.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// The whole of a file that nobody changes while the bytes are held (a snapshot), to read
+    /// once: `read`'s bytes unless the file system can map them.
+    fn read_whole(&self, path: &Path) -> io::Result<FileBytes> {
+        self.read(path).map(FileBytes::Owned)
+    }
     /// Creates a file that must not exist yet, for writing at chosen offsets.
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn FsFile>>;
     /// Creates a file that must not exist yet, for appending.
@@ -118,6 +152,19 @@ impl Fs for RealFs {
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         fs::read(path)
+    }
+
+    fn read_whole(&self, path: &Path) -> io::Result<FileBytes> {
+        let file = File::open(path)?;
+        // SAFETY: the map is read-only, and its bytes must not change while it lives. It is
+        // made only for snapshot files, which stockd writes whole under a temporary name,
+        // renames once synced, and never writes again; the directory's lock keeps other stockd
+        // processes out. A snapshot deleted meanwhile stays readable through the map. Only
+        // someone truncating the file by hand could break it (with SIGBUS, not a misread).
+        let map = unsafe { memmap2::Mmap::map(&file)? };
+        // Read once from start to end: a hint for the kernel's read-ahead, nothing more.
+        let _ = map.advise(memmap2::Advice::Sequential);
+        Ok(FileBytes::Mapped(map))
     }
 
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use self::fs::{Fs, FsFile, FsLock, RealFs};
+pub use self::fs::{FileBytes, Fs, FsFile, FsLock, RealFs};
 
 use self::wal::{SegmentHeader, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 
@@ -77,13 +77,47 @@ impl StorageConfig {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Recovered {
     /// Payload of the newest snapshot that verifies, if any.
-    pub snapshot: Option<Vec<u8>>,
+    pub snapshot: Option<SnapshotPayload>,
     /// LSN the snapshot covers (every record with `lsn <= snapshot_lsn` is inside it); 0 if none.
     pub snapshot_lsn: u64,
     /// `(lsn, payload)` of every valid record with `lsn > snapshot_lsn`, in LSN order, with no gap.
     pub records: Vec<(u64, Vec<u8>)>,
     /// Bytes of torn or damaged tail cut off the last segment (0 after a clean shutdown).
     pub truncated_tail_bytes: u64,
+}
+
+/// A snapshot file's payload: its bytes after the header, where the file system put them
+/// (mapped, on a real disk).
+#[derive(Debug)]
+pub struct SnapshotPayload {
+    file: FileBytes,
+    start: usize,
+}
+
+impl From<Vec<u8>> for SnapshotPayload {
+    fn from(payload: Vec<u8>) -> Self {
+        SnapshotPayload {
+            file: FileBytes::Owned(payload),
+            start: 0,
+        }
+    }
+}
+
+/// Payloads are equal when their bytes are, wherever they are.
+impl PartialEq for SnapshotPayload {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for SnapshotPayload {}
+
+impl std::ops::Deref for SnapshotPayload {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.file[self.start..]
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -632,7 +666,7 @@ fn load_newest_snapshot(
     fs: &dyn Fs,
     dir: &Path,
     snapshot_lsns: &[u64],
-) -> Result<(u64, Option<Vec<u8>>), StorageError> {
+) -> Result<(u64, Option<SnapshotPayload>), StorageError> {
     for &lsn in snapshot_lsns.iter().rev() {
         let path = dir.join(snapshot::snapshot_file_name(lsn));
         match snapshot::read_verified(fs, &path, lsn)? {
@@ -1485,7 +1519,7 @@ mod tests {
         fs::write(&temp, b"half a snapshot").unwrap();
         let (_storage, recovered) = Storage::open(StorageConfig::new(dir.path())).unwrap();
         assert!(!temp.exists());
-        assert_eq!(recovered.snapshot, None);
+        assert!(recovered.snapshot.is_none());
         assert_eq!(recovered.records, records(1..=5));
     }
 

@@ -13,7 +13,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::wal::{parse_lsn_name, read_u64};
-use super::{sync_directory, Fs, FsFile, StorageError, SNAPSHOT_PAYLOAD_BYTES_MAX};
+use super::{
+    sync_directory, Fs, FsFile, SnapshotPayload, StorageError, SNAPSHOT_PAYLOAD_BYTES_MAX,
+};
 
 const SNAPSHOT_MAGIC: [u8; 8] = *b"STKDSNP\0";
 const SNAPSHOT_VERSION: u32 = 1;
@@ -206,10 +208,10 @@ pub(super) fn read_verified(
     fs: &dyn Fs,
     path: &Path,
     lsn: u64,
-) -> Result<Result<Vec<u8>, String>, StorageError> {
-    // One read of the whole file: its size is what the disk holds, so no damaged length field
-    // can make this allocate more than the file.
-    let mut bytes = fs.read(path)?;
+) -> Result<Result<SnapshotPayload, String>, StorageError> {
+    // The whole file at once (mapped, on a real disk): its size is what the disk holds, so no
+    // damaged length field can make this allocate more than the file.
+    let bytes = fs.read_whole(path)?;
     let file_len_bytes = bytes.len() as u64;
     if file_len_bytes < SNAPSHOT_HEADER_BYTES as u64 {
         return Ok(Err(format!(
@@ -244,13 +246,14 @@ pub(super) fn read_verified(
             file_len_bytes.saturating_sub(SNAPSHOT_HEADER_BYTES as u64)
         )));
     }
-    bytes.drain(..SNAPSHOT_HEADER_BYTES);
-    let payload = bytes;
     let payload_crc = u32::from_le_bytes([header[28], header[29], header[30], header[31]]);
-    if payload_crc != crc32c::crc32c(&payload) {
+    if payload_crc != crc32c::crc32c(&bytes[SNAPSHOT_HEADER_BYTES..]) {
         return Ok(Err("payload checksum mismatch".to_string()));
     }
-    Ok(Ok(payload))
+    Ok(Ok(SnapshotPayload {
+        file: bytes,
+        start: SNAPSHOT_HEADER_BYTES,
+    }))
 }
 
 #[cfg(test)]
@@ -283,7 +286,7 @@ mod tests {
         assert_eq!(len, 16);
         assert_eq!(
             read_verified(&RealFs, &path, 9).unwrap(),
-            Ok(b"state after nine".to_vec())
+            Ok(b"state after nine".to_vec().into())
         );
         assert!(read_verified(&RealFs, &path, 10).unwrap().is_err());
 
