@@ -30,6 +30,7 @@ pub use error::{
 pub use ids::{HoldId, IdError, LockName, OwnerId, PoolId, RequestId, UserId};
 pub use record::{Change, Event, EventKind, Record, SegmentTake};
 pub use state::{
-    Effects, FrozenSnapshot, Snapshot, SnapshotV3, SnapshotV5, State, StateConfig, Step, WaiterId,
+    Effects, FrozenSnapshot, Indexes, Snapshot, SnapshotV3, SnapshotV5, State, StateConfig, Step,
+    WaiterId,
 };
 pub use view::{HoldStatus, HoldView, PoolView, SegmentView};

@@ -10,7 +10,7 @@ use hashbrown::HashMap;
 use crate::ids::{PoolId, UserId};
 use crate::view::HoldStatus;
 
-use super::State;
+use super::{Snapshot, State};
 
 impl State {
     /// Checks every invariant the state must hold; used after each batch in debug builds and in
@@ -32,18 +32,29 @@ impl State {
         self.check_hold_index_sizes()
     }
 
+    /// What [`State::check_loaded`] checks besides [`Snapshot::check_counts`] of the data: for
+    /// a caller that checked the data before it became this state.
+    pub fn check_loaded_indexes(&self) -> Result<(), String> {
+        self.check_hold_index_sizes()
+    }
+
+    fn check_counts(&self) -> Result<(), String> {
+        self.data.check_counts()
+    }
+}
+
+impl Snapshot {
     /// `total == available + held + sold` for every pool, held units equal the units of held
     /// holds, and usage is at least the units of held + confirmed holds per user.
-    fn check_counts(&self) -> Result<(), String> {
+    pub fn check_counts(&self) -> Result<(), String> {
         let mut held: HashMap<&PoolId, u64> = HashMap::new();
         // Sized up front: growing it pair by pair rehashed a million pairs a dozen times, a
         // quarter of a restart's check.
-        let pairs = self.data.pools.values().map(|pool| pool.usage.len()).sum();
+        let pairs = self.pools.values().map(|pool| pool.usage.len()).sum();
         let mut usage: HashMap<(&PoolId, &UserId), u64> = HashMap::with_capacity(pairs);
-        for (hold_id, hold) in self.data.holds.iter() {
+        for (hold_id, hold) in self.holds.iter() {
             for line in hold.items.iter() {
                 let alive = self
-                    .data
                     .pools
                     .get(&line.pool)
                     .is_some_and(|p| p.generation < hold.generation_watermark);
@@ -60,7 +71,7 @@ impl State {
                 }
             }
         }
-        for (id, pool) in &self.data.pools {
+        for (id, pool) in &self.pools {
             let sum = pool
                 .available
                 .checked_add(pool.held)
@@ -92,7 +103,9 @@ impl State {
         }
         Ok(())
     }
+}
 
+impl State {
     /// The hold index (all, by pool, by user) holds exactly the ids of `data.holds`, each where
     /// its items and user put it, and no empty set.
     fn check_hold_index(&self) -> Result<(), String> {

@@ -59,6 +59,17 @@ pub struct StateConfig {
     pub confirmed_retention_ms: u64,
 }
 
+impl StateConfig {
+    /// How long a hold finished in `status` is kept.
+    fn retention_ms(&self, status: HoldStatus) -> u64 {
+        if status == HoldStatus::Confirmed {
+            self.confirmed_retention_ms
+        } else {
+            self.hold_retention_ms
+        }
+    }
+}
+
 impl Default for StateConfig {
     fn default() -> Self {
         StateConfig {
@@ -170,6 +181,49 @@ pub struct Snapshot {
     restock_requests: HashMap<RequestId, RestockRequest>,
 }
 
+/// What a state derives from its data on load, never stored: the hold index and the time
+/// queues. Built from a [`Snapshot`] by [`Snapshot::indexes`], read by nothing else, so that a
+/// caller with threads to spare can check the data ([`Snapshot::check_counts`]) meanwhile.
+pub struct Indexes {
+    hold_index: HoldIndex,
+    expiry_queue: TimeQueue<HoldId>,
+    purge_queue: TimeQueue<HoldId>,
+    request_purge_queue: BinaryHeap<Reverse<(u64, RequestId)>>,
+    lock_expiry_queue: BinaryHeap<Reverse<(u64, LockName)>>,
+}
+
+impl Snapshot {
+    /// The indexes of this data under `config`: the hold index, the expiry queue of held holds,
+    /// the retention queue of finished ones, and the queues of restock requests and locks.
+    pub fn indexes(&self, config: &StateConfig) -> Indexes {
+        let mut indexes = Indexes {
+            hold_index: HoldIndex::build(&self.holds),
+            expiry_queue: TimeQueue::new(),
+            purge_queue: TimeQueue::new(),
+            request_purge_queue: BinaryHeap::new(),
+            lock_expiry_queue: BinaryHeap::new(),
+        };
+        for (hold_id, hold) in self.holds.iter() {
+            match hold.finished_at_ms {
+                None => (indexes.expiry_queue).push(hold.expires_at_ms, hold_id.clone()),
+                Some(finished_at_ms) => {
+                    let purge_at_ms =
+                        finished_at_ms.saturating_add(config.retention_ms(hold.status));
+                    indexes.purge_queue.push(purge_at_ms, hold_id.clone());
+                }
+            }
+        }
+        for (request_id, request) in &self.restock_requests {
+            let forget_at_ms = request.at_ms.saturating_add(config.hold_retention_ms);
+            (indexes.request_purge_queue).push(Reverse((forget_at_ms, request_id.clone())));
+        }
+        for (name, lock) in &self.locks {
+            (indexes.lock_expiry_queue).push(Reverse((lock.expires_at_ms, name.clone())));
+        }
+        indexes
+    }
+}
+
 /// The durable state at one moment, for a snapshot build to encode while the writer goes on
 /// ([`State::freeze`]): the holds' pages and the pools' per-user usage shared copy-on-write,
 /// the rest (the pools' counters and settings, locks, counters, restock request ids) copied. Serialised exactly as the
@@ -253,14 +307,32 @@ impl State {
 
     /// Rebuilds a state from a snapshot, with its indexes.
     pub fn from_snapshot(config: StateConfig, data: Snapshot) -> Self {
-        let mut state = State {
+        let indexes = data.indexes(&config);
+        Self::from_snapshot_and_indexes(config, data, indexes)
+    }
+
+    /// A state of `data` and its indexes, built by [`Snapshot::indexes`] with the same
+    /// `config` (it decides when finished holds are forgotten).
+    pub fn from_snapshot_and_indexes(
+        config: StateConfig,
+        data: Snapshot,
+        indexes: Indexes,
+    ) -> Self {
+        let Indexes {
+            hold_index,
+            expiry_queue,
+            purge_queue,
+            request_purge_queue,
+            lock_expiry_queue,
+        } = indexes;
+        State {
             config,
             data,
-            expiry_queue: TimeQueue::new(),
-            purge_queue: TimeQueue::new(),
-            request_purge_queue: BinaryHeap::new(),
-            lock_expiry_queue: BinaryHeap::new(),
-            hold_index: HoldIndex::default(),
+            expiry_queue,
+            purge_queue,
+            request_purge_queue,
+            lock_expiry_queue,
+            hold_index,
             waiters: HashMap::new(),
             pool_waiters: HashMap::new(),
             lock_waiters: HashMap::new(),
@@ -271,30 +343,7 @@ impl State {
             hold_waiters: HashMap::new(),
             created_holds: Vec::new(),
             pending_low_stock: Vec::new(),
-        };
-        state.hold_index = HoldIndex::build(&state.data.holds);
-        for (hold_id, hold) in state.data.holds.iter() {
-            match hold.finished_at_ms {
-                None => state.expiry_queue.push(hold.expires_at_ms, hold_id.clone()),
-                Some(finished_at_ms) => {
-                    let purge_at_ms =
-                        finished_at_ms.saturating_add(state.retention_ms(hold.status));
-                    state.purge_queue.push(purge_at_ms, hold_id.clone());
-                }
-            }
         }
-        for (request_id, request) in &state.data.restock_requests {
-            let forget_at_ms = request.at_ms.saturating_add(state.config.hold_retention_ms);
-            state
-                .request_purge_queue
-                .push(Reverse((forget_at_ms, request_id.clone())));
-        }
-        for (name, lock) in &state.data.locks {
-            state
-                .lock_expiry_queue
-                .push(Reverse((lock.expires_at_ms, name.clone())));
-        }
-        state
     }
 
     /// The durable part of the state, for writing a snapshot.
@@ -381,11 +430,7 @@ impl State {
     }
 
     fn retention_ms(&self, status: HoldStatus) -> u64 {
-        if status == HoldStatus::Confirmed {
-            self.config.confirmed_retention_ms
-        } else {
-            self.config.hold_retention_ms
-        }
+        self.config.retention_ms(status)
     }
 
     // ---------------------------------------------------------------- dispatch
