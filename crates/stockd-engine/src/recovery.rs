@@ -104,9 +104,8 @@ pub fn memory_estimate(
 
 /// Rebuilds the state and the retained feed from a snapshot and the log records after it, by
 /// replaying the records through the same `apply_record` that applied them live. The
-/// snapshot's bytes go once decoded, before the indexes are built: at ten million holds they
-/// are most of a gigabyte, which the index build's scratch then reuses rather than fresh pages
-/// the kernel must zero.
+/// snapshot's bytes (mapped, at ten million holds most of a gigabyte) go once decoded,
+/// before the indexes are built.
 fn rebuild(
     snapshot: Option<storage::SnapshotPayload>,
     records: &[(u64, Vec<u8>)],
