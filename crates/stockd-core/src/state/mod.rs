@@ -318,6 +318,11 @@ impl State {
         data: Snapshot,
         indexes: Indexes,
     ) -> Self {
+        assert_eq!(
+            indexes.hold_index.len(),
+            data.holds.len(),
+            "indexes built from another snapshot"
+        );
         let Indexes {
             hold_index,
             expiry_queue,
