@@ -76,19 +76,12 @@ impl ShardedSlots {
         let (shard, hash) = self.locate(key);
         let hasher = &self.hasher;
         let rehash = |&slot: &u32| hasher.hash_one(key_of(slot));
-        // With keys spread evenly, every shard would reach its load factor in the same few
-        // inserts and the pauses would only be cut in pieces, not spread out. So each shard
-        // doubles at a fill of its own, from half to nearly full, and the doublings of one
-        // round fall all along the way to the next.
         let table = &mut self.shards[shard];
-        if table.len() >= table.capacity() * (SHARDS + shard) / (2 * SHARDS) {
-            table.reserve(table.len() + 1, rehash);
-        }
+        grow_staggered(table, shard, rehash);
         table.insert_unique(hash, slot, rehash);
         self.len += 1;
     }
 
-    /// Takes `key` out; returns its slot.
     /// Adds `key` at `slot` unless it is there already (false then), with one hash: for
     /// loading a snapshot, whose ids are unique unless the file is not a snapshot we wrote.
     pub(super) fn insert_new<'k, K: Hash + Eq + ?Sized + 'k>(
@@ -101,9 +94,7 @@ impl ShardedSlots {
         let hasher = &self.hasher;
         let rehash = |&slot: &u32| hasher.hash_one(key_of(slot));
         let table = &mut self.shards[shard];
-        if table.len() >= table.capacity() * (SHARDS + shard) / (2 * SHARDS) {
-            table.reserve(table.len() + 1, rehash);
-        }
+        grow_staggered(table, shard, rehash);
         match table.entry(hash, |&other| key_of(other) == key, rehash) {
             hashbrown::hash_table::Entry::Occupied(_) => false,
             hashbrown::hash_table::Entry::Vacant(vacant) => {
@@ -133,6 +124,7 @@ impl ShardedSlots {
         }
     }
 
+    /// Takes `key` out; returns its slot.
     pub(super) fn remove<'k, K: Hash + Eq + ?Sized + 'k>(
         &mut self,
         key: &K,
@@ -153,6 +145,17 @@ impl ShardedSlots {
         (self.shards.iter())
             .map(|shard| shard.capacity() * 8 / 7 * (std::mem::size_of::<u32>() + 1))
             .sum()
+    }
+}
+
+/// Makes room in `table`, the index's shard number `shard`, for one more key when its fill
+/// has reached the shard's own threshold. With keys spread evenly, every shard would reach its
+/// load factor in the same few inserts and the pauses would only be cut in pieces, not spread
+/// out. So each shard doubles at a fill of its own, from half to nearly full, and the doublings
+/// of one round fall all along the way to the next.
+fn grow_staggered(table: &mut HashTable<u32>, shard: usize, rehash: impl Fn(&u32) -> u64) {
+    if table.len() >= table.capacity() * (SHARDS + shard) / (2 * SHARDS) {
+        table.reserve(table.len() + 1, rehash);
     }
 }
 
