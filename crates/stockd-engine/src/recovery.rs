@@ -214,6 +214,19 @@ mod tests {
 
     const T0: u64 = 1_700_000_000_000;
 
+    /// Puts pool "p" with `total` units.
+    fn put_pool(total: u64) -> Command {
+        Command::PutPool {
+            pool: PoolId::parse("p").unwrap(),
+            spec: PoolSpec {
+                total,
+                ..PoolSpec::default()
+            },
+            segments: None,
+            if_absent: false,
+        }
+    }
+
     fn reserve(n: usize) -> Command {
         Command::Reserve(ReserveRequest {
             hold_id: HoldId::parse(&format!("h{n}")).unwrap(),
@@ -257,16 +270,7 @@ mod tests {
         let config = StateConfig::default();
         let mut state = State::new(config);
         let mut effects = stockd_core::Effects::default();
-        let put = Command::PutPool {
-            pool: PoolId::parse("p").unwrap(),
-            spec: PoolSpec {
-                total: 10,
-                ..PoolSpec::default()
-            },
-            segments: None,
-            if_absent: false,
-        };
-        state.execute(put, T0, &mut effects);
+        state.execute(put_pool(10), T0, &mut effects);
         state.execute(reserve(1), T0, &mut effects);
         let encode = |snapshot: stockd_core::Snapshot| {
             let state = State::from_snapshot(config, snapshot);
@@ -296,16 +300,7 @@ mod tests {
         config.state.hold_retention_ms = 1_000;
         config.snapshot_every_records = 100;
         let engine = Engine::open(config.clone(), clock.clone()).unwrap();
-        let put = Command::PutPool {
-            pool: PoolId::parse("p").unwrap(),
-            spec: PoolSpec {
-                total: 1_000,
-                ..PoolSpec::default()
-            },
-            segments: None,
-            if_absent: false,
-        };
-        engine.execute(vec![put]).await.unwrap();
+        engine.execute(vec![put_pool(1_000)]).await.unwrap();
         for n in 0..150 {
             let release = Command::Release {
                 hold_id: HoldId::parse(&format!("h{n}")).unwrap(),
